@@ -1,0 +1,157 @@
+# ctrain — build everything this machine can build, out of tree into build/.
+#   make            host, plugins (CUDA ones when nvcc is found), test runner
+#   make test       install missing Debian packages, build, run every test
+#   make run        train the tiny default model on real text (CPU)
+#   make bench      throughput benchmarks (report, never gate)
+#   make install PREFIX=/usr/local [DESTDIR=]
+#   make asan | ubsan   the same tests under a sanitizer (build-asan/, build-ubsan/)
+#   make check-abi  every plugin .so exports exactly one dynamic symbol: ctrain_plugin_v1
+# Knobs: CUDA=0 (skip CUDA plugins), SANITIZER=address|undefined, BUILD=dir, V=1.
+
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+SANITIZER ?=
+BUILD     ?= build
+CUDA      ?= 1
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= /usr/local/cuda
+
+CC      ?= cc
+CXX     ?= c++
+OPT     ?= -O2
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+CSTD    := -std=c11 -D_GNU_SOURCE
+SANFLAGS := $(if $(SANITIZER),-fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all,)
+CFLAGS_COMMON := $(OPT) -g -fPIC $(WARN) $(SANFLAGS) -Isdk/include -MMD -MP
+CFLAGS_HOST   := $(CSTD) $(CFLAGS_COMMON) -Ihost $(shell pkg-config --cflags inih 2>/dev/null)
+CXXFLAGS_HOST := -std=c++17 $(OPT) -g -fPIC $(WARN) $(SANFLAGS) -Isdk/include -Ihost -MMD -MP
+# Plugins: hidden visibility, no undefined symbols (they may not call into the host).
+CFLAGS_PLUGIN := $(CSTD) $(CFLAGS_COMMON) -fvisibility=hidden
+LDFLAGS_PLUGIN := -shared -Wl,-z,defs -Wl,--no-undefined $(SANFLAGS)
+HOST_LIBS := $(shell pkg-config --libs inih 2>/dev/null) -lsentencepiece -lsentencepiece_train \
+             -lstdc++ -ldl -lm -lpthread
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+
+ifneq ($(V),1)
+Q := @
+endif
+
+# ---- host --------------------------------------------------------------------------------
+HOST_C   := $(wildcard host/*.c)
+HOST_CXX := $(wildcard host/*.cc)
+HOST_OBJ := $(HOST_C:%.c=$(BUILD)/obj/%.o) $(HOST_CXX:%.cc=$(BUILD)/obj/%.o)
+HOST_LIB_OBJ := $(filter-out $(BUILD)/obj/host/main.o,$(HOST_OBJ))
+
+# ---- plugins: every folder plugins/<kind>/<name>/ becomes build/plugins/<kind>_<name>.so ----
+# A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _CUDA_ONLY (see docs).
+PLUGIN_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard plugins/*/*/*.c plugins/*/*/*.cu))))
+plugin_id    = $(word 2,$(subst /, ,$(1)))_$(word 3,$(subst /, ,$(1)))
+-include $(wildcard plugins/*/*/plugin.mk)
+
+HAVE_NVCC := $(if $(filter 1,$(CUDA)),$(NVCC),)
+NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -Isdk/include \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+             -Werror all-warnings
+
+define PLUGIN_template
+$(1)_ID   := $(call plugin_id,$(1))
+$(1)_C    := $(wildcard $(1)/*.c)
+$(1)_CU   := $(if $(HAVE_NVCC),$(wildcard $(1)/*.cu),)
+$(1)_OBJ  := $$($(1)_C:%.c=$(BUILD)/obj/%.o) $$($(1)_CU:%.cu=$(BUILD)/obj/%.cu.o)
+$(1)_SKIP := $$(if $$(and $$($$($(1)_ID)_CUDA_ONLY),$$(if $(HAVE_NVCC),,1)),1,)
+ifeq ($$($(1)_SKIP),)
+PLUGINS += $(BUILD)/plugins/$$($(1)_ID).so
+$(BUILD)/plugins/$$($(1)_ID).so: $$($(1)_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_LIBS) -lm
+$$($(1)_OBJ): CFLAGS_EXTRA := $$($$($(1)_ID)_CFLAGS)
+else
+SKIPPED_CUDA += $$($(1)_ID)
+endif
+endef
+$(foreach d,$(PLUGIN_DIRS),$(eval $(call PLUGIN_template,$(d))))
+
+# ---- tests -------------------------------------------------------------------------------
+TEST_C   := $(wildcard tests/unit/*.c)
+TEST_OBJ := $(TEST_C:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(BUILD)/tests/unit_tests
+
+# ---- top-level targets -------------------------------------------------------------------
+.PHONY: all test run bench install asan ubsan check-abi deps clean examples
+all: $(BUILD)/ctrain $(PLUGINS) $(TEST_BIN)
+	@$(if $(SKIPPED_CUDA),echo "note: nvcc not found: skipped CUDA plugins: $(SKIPPED_CUDA)",true)
+
+$(BUILD)/ctrain: $(HOST_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CXX) $(SANFLAGS) -rdynamic -o $@ $^ $(HOST_LIBS)
+
+$(TEST_BIN): $(TEST_OBJ) $(HOST_LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CXX) $(SANFLAGS) -o $@ $^ $(HOST_LIBS) $(BLAS_LIBS)
+
+$(BUILD)/obj/host/%.o: host/%.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_HOST) -c $< -o $@
+
+$(BUILD)/obj/host/%.o: host/%.cc
+	@mkdir -p $(@D)
+	@echo "  CXX     $<"
+	$(Q)$(CXX) $(CXXFLAGS_HOST) -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_HOST) -Itests $(BLAS_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/plugins/%.o: plugins/%.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_PLUGIN) $(CFLAGS_EXTRA) -c $< -o $@
+
+$(BUILD)/obj/plugins/%.cu.o: plugins/%.cu
+	@mkdir -p $(@D)
+	@echo "  NVCC    $<"
+	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) -c $< -o $@
+
+deps:
+	$(Q)scripts/install-deps.sh
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory check-abi
+	$(Q)BUILD=$(BUILD) tests/run.sh
+
+check-abi: $(PLUGINS)
+	$(Q)scripts/check-abi.sh $(PLUGINS)
+
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)BUILD=$(BUILD) scripts/run-default.sh
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)BUILD=$(BUILD) bench/run.sh
+
+asan:
+	$(Q)$(MAKE) --no-print-directory test BUILD=build-asan SANITIZER=address CUDA=0 OPT=-O1
+
+ubsan:
+	$(Q)$(MAKE) --no-print-directory test BUILD=build-ubsan SANITIZER=undefined CUDA=0 OPT=-O1
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ctrain/plugins \
+	    $(DESTDIR)$(PREFIX)/include/ctrain $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
+	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/
+	install -m 644 sdk/include/ctrain/*.h $(DESTDIR)$(PREFIX)/include/ctrain/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' sdk/ctrain-sdk.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ctrain-sdk.pc
+
+clean:
+	rm -rf build build-asan build-ubsan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install the Debian packages ctrain needs that this machine lacks (dpkg -s decides);
+# runs `apt-get update` once, only when something is missing. Not for CUDA (it comes from
+# /usr/local/cuda when present).
+set -euo pipefail
+packages=(build-essential pkg-config libinih-dev libopenmpi-dev openmpi-bin libopenblas-dev
+          gnuplot-nox libsentencepiece-dev sentencepiece)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing missing Debian packages: ${missing[*]}"
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+$sudo_cmd apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,128 @@
+/* numerics.h — per-element math shared by CPU loops and CUDA kernels (bf16 rounding, GELU,
+ * the AdamW update, a counter-based random stream). Every function is `static inline` and
+ * marked CT_HD, so a .c file and a .cu file compile the same code and get the same bits.
+ * Not for: anything that loops over arrays or touches memory other than its arguments.
+ */
+#ifndef CTRAIN_NUMERICS_H
+#define CTRAIN_NUMERICS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define CT_HD __host__ __device__ __forceinline__
+#else
+#define CT_HD static inline
+#endif
+
+/* --- bit casts ------------------------------------------------------------------------- */
+
+CT_HD uint32_t ct_f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+CT_HD float ct_f32_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* --- bfloat16 -------------------------------------------------------------------------- */
+
+/* bf16 (stored as uint16_t, the top half of a binary32) -> f32: exact. */
+CT_HD float ct_bf16_to_f32(uint16_t h) { return ct_f32_from_bits((uint32_t)h << 16); }
+
+/* f32 -> bf16, round to nearest, ties to even. NaN stays NaN (quiet, sign kept); +-Inf and
+ * values that round past the largest finite bf16 become +-Inf; subnormals round like any
+ * other value (bf16 has the same exponent range as f32). */
+CT_HD uint16_t ct_bf16_from_f32(float x) {
+    uint32_t u = ct_f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* NaN */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7fffu + lsb;
+    return (uint16_t)(u >> 16);
+}
+
+/* f32 -> bf16 with stochastic rounding: rounds up with probability equal to the discarded
+ * fraction of an ulp. `r16` is 16 uniform random bits. Unbiased: E[result] = x. */
+CT_HD uint16_t ct_bf16_from_f32_sr(float x, uint32_t r16) {
+    uint32_t u = ct_f32_bits(x);
+    if ((u & 0x7fffffffu) >= 0x7f800000u) return ct_bf16_from_f32(x); /* NaN, Inf */
+    u += (r16 & 0xffffu);
+    return (uint16_t)(u >> 16);
+}
+
+/* x rounded to the nearest bf16 value, kept as f32 (the emulation of bf16 storage). */
+CT_HD float ct_round_bf16(float x) { return ct_bf16_to_f32(ct_bf16_from_f32(x)); }
+
+/* --- counter-based random numbers (SplitMix64): reproducible and parallel -------------- */
+
+/* A 64-bit hash of (seed, counter); the same on every device and thread order. */
+CT_HD uint64_t ct_hash64(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (counter + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 bits. */
+CT_HD float ct_uniform01(uint64_t seed, uint64_t counter) {
+    return (float)(ct_hash64(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* --- activations ----------------------------------------------------------------------- */
+
+#define CT_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+/* GELU, tanh approximation (GPT-2). */
+CT_HD float ct_gelu(float x) {
+    float cube = 0.044715f * x * x * x;
+    return 0.5f * x * (1.0f + tanhf(CT_GELU_SCALE * (x + cube)));
+}
+
+/* d gelu(x) / dx for the tanh approximation. */
+CT_HD float ct_gelu_grad(float x) {
+    float cube = 0.044715f * x * x * x;
+    float t = tanhf(CT_GELU_SCALE * (x + cube));
+    float sech2 = 1.0f - t * t;
+    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * CT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* SiLU(x) = x * sigmoid(x), for SwiGLU. */
+CT_HD float ct_silu(float x) { return x / (1.0f + expf(-x)); }
+
+CT_HD float ct_silu_grad(float x) {
+    float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* --- AdamW (PyTorch's torch.optim.AdamW, decoupled decay) ------------------------------ */
+
+/* Update one element in place. bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (precomputed). */
+CT_HD void ct_adamw_update(float *param, float grad, float *m, float *v, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, float bc1, float bc2) {
+    *m = beta1 * *m + (1.0f - beta1) * grad;
+    *v = beta2 * *v + (1.0f - beta2) * grad * grad;
+    float mhat = *m / bc1;
+    float vhat = *v / bc2;
+    *param -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * *param);
+}
+
+/* --- learning-rate schedule (open_lm's cosine with linear warm-up) --------------------- */
+
+/* lr at 0-based step `step` of `total`: linear warm-up to base over `warmup` steps, then
+ * cosine from base to min_lr over the remaining steps. */
+static inline float ct_lr_cosine(int64_t step, int64_t total, int64_t warmup, float base,
+                                 float min_lr) {
+    if (step < warmup) return base * (float)(step + 1) / (float)warmup;
+    int64_t e = step - warmup, es = total - warmup;
+    if (es <= 0) return base;
+    double ratio = (double)e / (double)es;
+    if (ratio > 1.0) ratio = 1.0;
+    return (float)(min_lr + 0.5 * (1.0 + cos(3.14159265358979323846 * ratio)) * (base - min_lr));
+}
+
+#endif /* CTRAIN_NUMERICS_H */
