@@ -14,7 +14,7 @@ static struct { const char *name; ct_test_fn fn; } tests[MAX_TESTS];
 static int n_tests;
 static int current_failed;
 static const char *current_name;
-static char tmp_root[PATH_MAX];
+static char tmp_root[256];
 static int tmp_count;
 static char tmp_path[PATH_MAX];
 
