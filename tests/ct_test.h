@@ -1,5 +1,5 @@
 /* ct_test.h — the C test runner's assertions and registration.
- * A test is `CT_TEST(name_that_states_the_claim) { ... }` in any tests/unit/*.c file; the
+ * A test is `CT_TEST(name_that_states_the_claim) { ... }` in any file of tests/unit/; the
  * runner (tests/unit/runner.c) runs every registered test, or those whose name contains an
  * argument, prints one line per failing check (file:line, expected, got, tolerance) and ends
  * with "N passed, N failed" counted in tests. Not for: benchmarks (bench/).
