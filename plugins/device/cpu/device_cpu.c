@@ -1,0 +1,373 @@
+/* device_cpu.c — the `cpu` device plugin: "device memory" is host memory, every call is
+ * synchronous, element-wise loops run on OpenMP threads ([device] threads; 0 = the machine's
+ * cores divided among the world's ranks, right for the threads engine and one-node mpi).
+ * Per-element math (bf16 rounding, the AdamW update) comes from ctrain/numerics.h so the CUDA
+ * device computes the same bits. Not for: collectives (comm plugins) or model math (models).
+ *
+ * Determinism: reductions (sumsq, row_stats' totals) split the data into CT_CPU_BLOCKS fixed
+ * blocks, sum each block in order and add the block sums in order, so the result depends on
+ * n only — never on the thread count or scheduling (resume is bit-exact on any machine).
+ * Shape legend: N rows of logits, V vocabulary.
+ */
+#include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#define CT_CPU_BLOCKS   256      /* fixed reduction blocks (see the file comment) */
+#define CT_CPU_PAR_MIN  32768    /* element loops shorter than this stay on one thread */
+
+typedef struct cpu_device {
+    const ct_host_api *api;
+    ct_host           *host;
+    int                threads; /* OpenMP threads for element-wise loops, >= 1 */
+} cpu_device;
+
+/* [lo, hi) of block b when n items are split into CT_CPU_BLOCKS blocks. */
+static inline uint64_t block_lo(uint64_t n, int b) { return n * (uint64_t)b / CT_CPU_BLOCKS; }
+
+/* ---------------------------------------------------------------------------------------
+ * create / destroy
+ * ------------------------------------------------------------------------------------- */
+
+static void *cpu_create(const ct_create_args *args, ct_error *err) {
+    cpu_device *self = calloc(1, sizeof *self);
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, "device cpu: out of memory"), NULL;
+    self->api = args->api;
+    self->host = args->host;
+    int64_t threads = 0;
+    if (args->api && args->api->get_int &&
+        args->api->get_int(args->host, args->section, "threads", &threads, err) != CT_OK)
+        goto out_free_self;
+    if (threads < 0) {
+        ct_error_set(err, CT_ERR_INVALID,
+                     "device cpu: [%s] threads = %lld is negative ---> use 0 (all cores) or a count",
+                     args->section, (long long)threads);
+        goto out_free_self;
+    }
+    /* 0: the cores, shared among the ranks that run as threads of this process (each rank has
+     * its own device instance; more OpenMP threads than cores only adds spinning). */
+    int ranks_here = args->world_size > 1 ? (int)args->world_size : 1;
+    self->threads = threads > 0 ? (int)threads : omp_get_num_procs() / ranks_here;
+    if (self->threads < 1) self->threads = 1;
+    if (self->api && self->api->log) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "device cpu: %d OpenMP thread(s)", self->threads);
+        self->api->log(self->host, CT_LOG_DEBUG, msg);
+    }
+    return self;
+
+out_free_self:
+    free(self);
+    return NULL;
+}
+
+static void cpu_destroy(void *self) { free(self); }
+
+/* ---------------------------------------------------------------------------------------
+ * memory
+ * ------------------------------------------------------------------------------------- */
+
+static void *cpu_alloc(void *p, uint64_t bytes, ct_error *err) {
+    (void)p;
+    uint64_t rounded = ct_align_up(bytes ? bytes : 1, 64);
+    void *ptr = NULL;
+    if (rounded > SIZE_MAX || posix_memalign(&ptr, 64, (size_t)rounded) != 0) {
+        ct_error_set(err, CT_ERR_NOMEM,
+                     "device cpu: cannot allocate %llu bytes ---> reduce batch_size, seq_len or "
+                     "the model size, or use a sharded strategy",
+                     (unsigned long long)bytes);
+        return NULL;
+    }
+    memset(ptr, 0, (size_t)rounded);
+    return ptr;
+}
+
+static void cpu_free_mem(void *p, void *ptr) {
+    (void)p;
+    free(ptr);
+}
+
+static int32_t cpu_copy(void *p, void *dst, const void *src, uint64_t bytes, int32_t dir,
+                        ct_error *err) {
+    (void)p;
+    if (dir != CT_COPY_H2D && dir != CT_COPY_D2H && dir != CT_COPY_D2D)
+        return ct_error_set(err, CT_ERR_INVALID, "device cpu: copy direction %d is not a ct_copy_dir",
+                            (int)dir);
+    if (bytes) memmove(dst, src, (size_t)bytes);
+    return CT_OK;
+}
+
+static int32_t cpu_zero(void *p, void *ptr, uint64_t bytes, ct_error *err) {
+    (void)p;
+    (void)err;
+    if (bytes) memset(ptr, 0, (size_t)bytes);
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * casts and element-wise arithmetic
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t cpu_cast(void *p, void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype,
+                        uint64_t n, ct_error *err) {
+    cpu_device *self = p;
+    size_t ds = ct_dtype_size(dst_dtype), ss = ct_dtype_size(src_dtype);
+    if (!ds || !ss)
+        return ct_error_set(err, CT_ERR_INVALID, "device cpu: cast with unknown dtype %d -> %d",
+                            (int)src_dtype, (int)dst_dtype);
+    if (dst_dtype == src_dtype) {
+        if (n) memmove(dst, src, (size_t)(n * ds));
+        return CT_OK;
+    }
+    /* Different sizes: the buffers must not overlap (contract of ct_device_vtable.cast). */
+    const char *d0 = dst, *s0 = src;
+    if (n && d0 < s0 + n * ss && s0 < d0 + n * ds)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "device cpu: cast %s -> %s with overlapping buffers ---> cast into a "
+                            "separate buffer when the element sizes differ",
+                            ct_dtype_name(src_dtype), ct_dtype_name(dst_dtype));
+    int64_t m = (int64_t)n;
+    if (src_dtype == CT_DTYPE_F32 && dst_dtype == CT_DTYPE_BF16) {
+        const float *s = src;
+        uint16_t *d = dst;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) d[i] = ct_bf16_from_f32(s[i]);
+        return CT_OK;
+    }
+    if (src_dtype == CT_DTYPE_BF16 && dst_dtype == CT_DTYPE_F32) {
+        const uint16_t *s = src;
+        float *d = dst;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) d[i] = ct_bf16_to_f32(s[i]);
+        return CT_OK;
+    }
+    return ct_error_set(err, CT_ERR_UNSUPPORTED,
+                        "device cpu: cast %s -> %s is not supported ---> supported: f32 <-> bf16 "
+                        "and any dtype to itself",
+                        ct_dtype_name(src_dtype), ct_dtype_name(dst_dtype));
+}
+
+static int32_t cpu_scale(void *p, void *x, int32_t dtype, uint64_t n, float a, ct_error *err) {
+    cpu_device *self = p;
+    int64_t m = (int64_t)n;
+    if (dtype == CT_DTYPE_F32) {
+        float *v = x;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) v[i] *= a;
+        return CT_OK;
+    }
+    if (dtype == CT_DTYPE_BF16) {
+        uint16_t *v = x;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) v[i] = ct_bf16_from_f32(ct_bf16_to_f32(v[i]) * a);
+        return CT_OK;
+    }
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cpu: scale of %s is not supported "
+                        "---> use f32 or bf16", ct_dtype_name(dtype));
+}
+
+static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dtype, uint64_t n,
+                        ct_error *err) {
+    cpu_device *self = p;
+    int64_t m = (int64_t)n;
+    if (x_dtype == CT_DTYPE_F32) {
+        const float *v = x;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) y[i] += a * v[i];
+        return CT_OK;
+    }
+    if (x_dtype == CT_DTYPE_BF16) {
+        const uint16_t *v = x;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) y[i] += a * ct_bf16_to_f32(v[i]);
+        return CT_OK;
+    }
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cpu: axpy with x of %s is not supported "
+                        "---> use f32 or bf16", ct_dtype_name(x_dtype));
+}
+
+/* Element i of an f32 or bf16 array, as double. */
+static inline double load_as_double(const void *x, int32_t dtype, uint64_t i) {
+    return dtype == CT_DTYPE_F32 ? (double)((const float *)x)[i]
+                                 : (double)ct_bf16_to_f32(((const uint16_t *)x)[i]);
+}
+
+static int32_t cpu_sumsq(void *p, const void *x, int32_t dtype, uint64_t n, double *out,
+                         ct_error *err) {
+    cpu_device *self = p;
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cpu: sumsq of %s is not supported "
+                            "---> use f32 or bf16", ct_dtype_name(dtype));
+    double partial[CT_CPU_BLOCKS];
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (n >= CT_CPU_PAR_MIN)
+    for (int b = 0; b < CT_CPU_BLOCKS; b++) {
+        double s = 0.0;
+        for (uint64_t i = block_lo(n, b); i < block_lo(n, b + 1); i++) {
+            double v = load_as_double(x, dtype, i);
+            s += v * v;
+        }
+        partial[b] = s;
+    }
+    double total = 0.0;
+    for (int b = 0; b < CT_CPU_BLOCKS; b++) total += partial[b];
+    *out = total;
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * AdamW (PyTorch's torch.optim.AdamW; the per-element update is ct_adamw_update)
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t cpu_adamw(void *p, float *param, const float *grad, float *m, float *v,
+                         const uint8_t *decay_mask, uint64_t n, const ct_adamw_args *args,
+                         ct_error *err) {
+    cpu_device *self = p;
+    if (args->step < 1)
+        return ct_error_set(err, CT_ERR_INVALID, "device cpu: adamw step %lld must be >= 1 "
+                            "(it is 1-based, for bias correction)", (long long)args->step);
+    /* Bias corrections in double, as PyTorch computes them on the host. */
+    float bc1 = (float)(1.0 - pow((double)args->beta1, (double)args->step));
+    float bc2 = (float)(1.0 - pow((double)args->beta2, (double)args->step));
+    float lr = args->lr, b1 = args->beta1, b2 = args->beta2, eps = args->eps;
+    float wd = args->weight_decay, gs = args->grad_scale;
+    int64_t count = (int64_t)n;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (count >= CT_CPU_PAR_MIN)
+    for (int64_t i = 0; i < count; i++) {
+        float wd_i = (decay_mask && !decay_mask[i]) ? 0.0f : wd;
+        ct_adamw_update(&param[i], grad[i] * gs, &m[i], &v[i], lr, b1, b2, eps, wd_i, bc1, bc2);
+    }
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Row statistics of logits (N, V)
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct row_figures {
+    double sum;     /* sum_j z_j */
+    double sumsq;   /* sum_j z_j^2 */
+    double max_abs; /* max_j |z_j| */
+} row_figures;
+
+/* One row z (V): its max, its logsumexp (two passes: max, then sum of exp(z - max) in
+ * double) and the figures the logit metrics need. A row whose max is +-Inf or NaN gets
+ * lse = max (the sum would be NaN). */
+static inline void row_reduce(const float *z, int64_t V, float *max_out, float *lse_out,
+                              row_figures *fig) {
+    float mx = -INFINITY;
+    double s = 0.0, sq = 0.0, ma = 0.0;
+    for (int64_t j = 0; j < V; j++) {
+        float zj = z[j];
+        if (zj > mx) mx = zj;
+        s += zj;
+        sq += (double)zj * zj;
+        double a = fabs((double)zj);
+        if (a > ma) ma = a;
+    }
+    double e = 0.0;
+    if (isfinite(mx))
+        for (int64_t j = 0; j < V; j++) e += (double)expf(z[j] - mx);
+    *max_out = mx;
+    *lse_out = isfinite(mx) ? (float)((double)mx + log(e)) : mx;
+    fig->sum = s;
+    fig->sumsq = sq;
+    fig->max_abs = ma;
+}
+
+static int32_t cpu_row_stats(void *p, const float *logits, int64_t rows, int64_t vocab,
+                             float *row_max, float *row_lse, ct_logit_stats *stats,
+                             ct_error *err) {
+    cpu_device *self = p;
+    if (rows < 0 || vocab < 1)
+        return ct_error_set(err, CT_ERR_INVALID, "device cpu: row_stats of %lld rows of %lld "
+                            "logits ---> rows must be >= 0 and vocab >= 1",
+                            (long long)rows, (long long)vocab);
+    /* Per-block totals, combined in block order below (see the file comment). */
+    double b_sum[CT_CPU_BLOCKS], b_norm[CT_CPU_BLOCKS], b_maxnorm[CT_CPU_BLOCKS];
+    double b_lse[CT_CPU_BLOCKS], b_maxabs[CT_CPU_BLOCKS];
+    uint64_t n = (uint64_t)rows;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(self->threads) \
+    if (rows * vocab >= CT_CPU_PAR_MIN && rows > 1)
+    for (int b = 0; b < CT_CPU_BLOCKS; b++) {
+        double s = 0, nrm = 0, mxn = 0, lse = 0, mxa = 0;
+        for (uint64_t i = block_lo(n, b); i < block_lo(n, b + 1); i++) {
+            row_figures f;
+            row_reduce(logits + i * (uint64_t)vocab, vocab, &row_max[i], &row_lse[i], &f);
+            double norm = sqrt(f.sumsq);
+            s += f.sum;
+            nrm += norm;
+            if (norm > mxn) mxn = norm;
+            lse += row_lse[i];
+            if (f.max_abs > mxa) mxa = f.max_abs;
+        }
+        b_sum[b] = s;
+        b_norm[b] = nrm;
+        b_maxnorm[b] = mxn;
+        b_lse[b] = lse;
+        b_maxabs[b] = mxa;
+    }
+    if (!stats) return CT_OK;
+    for (int b = 0; b < CT_CPU_BLOCKS; b++) {
+        stats->sum_logit += b_sum[b];
+        stats->sum_row_norm += b_norm[b];
+        stats->sum_lse += b_lse[b];
+        if (b_maxnorm[b] > stats->max_row_norm) stats->max_row_norm = b_maxnorm[b];
+        if (b_maxabs[b] > stats->max_abs) stats->max_abs = b_maxabs[b];
+    }
+    stats->rows += rows;
+    return CT_OK;
+}
+
+static int32_t cpu_synchronize(void *p, ct_error *err) {
+    (void)p;
+    (void)err;
+    return CT_OK; /* every call above completed before it returned */
+}
+
+/* ---------------------------------------------------------------------------------------
+ * descriptor
+ * ------------------------------------------------------------------------------------- */
+
+static const ct_param_spec cpu_params[] = {
+    CT_PARAM_INT("threads", "0", 0, 4096,
+                 "OpenMP threads for element-wise loops and reductions; 0 = the cores divided by "
+                 "the world size"),
+    CT_PARAM_END,
+};
+
+static const ct_device_vtable cpu_vtable = {
+    .struct_size = sizeof(ct_device_vtable),
+    .create      = cpu_create,
+    .destroy     = cpu_destroy,
+    .alloc       = cpu_alloc,
+    .free_mem    = cpu_free_mem,
+    .copy        = cpu_copy,
+    .zero        = cpu_zero,
+    .cast        = cpu_cast,
+    .scale       = cpu_scale,
+    .axpy        = cpu_axpy,
+    .sumsq       = cpu_sumsq,
+    .adamw       = cpu_adamw,
+    .row_stats   = cpu_row_stats,
+    .synchronize = cpu_synchronize,
+    .native_stream = NULL,
+};
+
+static const ct_plugin_desc cpu_desc = {
+    .struct_size       = sizeof(ct_plugin_desc),
+    .abi_major         = CT_ABI_MAJOR,
+    .abi_minor         = CT_ABI_MINOR,
+    .kind              = CT_KIND_DEVICE,
+    .name              = "cpu",
+    .version           = "1.0.0",
+    .summary           = "host memory and OpenMP loops; synchronous, deterministic reductions",
+    .params            = cpu_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices           = CT_DEVICE_CPU,
+    .vtable            = &cpu_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &cpu_desc; }

@@ -1,0 +1,99 @@
+/* loss_ce.c — the `ce` loss term: mean cross-entropy of the next token over counted rows.
+ *   value      = (1/n) * sum over counted rows i of (lse_i - z[i, t_i])      n = n_counted
+ *   d/dz[i,j]  = (softmax(z_i)_j - [j == t_i]) / n   for counted rows, 0 for ignored rows
+ * lse_i is the host's row log-sum-exp (ct_loss_batch.row_lse). Runs on host memory (device
+ * cpu). Not for: z-loss or logit penalties (loss zloss, loss logitreg).
+ * Shape legend: N rows (B*T positions), V vocabulary.
+ */
+#include <ctrain/ctrain.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct ce_loss {
+    const char *section; /* "loss.ce", for messages */
+} ce_loss;
+
+/* d/dz_j of (lse - z_t) for one element: softmax_j - onehot_j. */
+static inline float ce_dlogit(float z, float lse, int is_target) {
+    return expf(z - lse) - (is_target ? 1.0f : 0.0f);
+}
+
+static void *ce_create(const ct_create_args *args, ct_error *err) {
+    ce_loss *self = calloc(1, sizeof *self);
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, "loss ce: out of memory"), NULL;
+    self->section = args->section;
+    return self;
+}
+
+static void ce_destroy(void *self) { free(self); }
+
+static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *out,
+                                   ct_error *err) {
+    ce_loss *self = p;
+    if (b->device.type == CT_DEVICE_CUDA)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss ce: logits on a CUDA device; this "
+                            "build of [%s] runs on cpu only ---> use [device] type = cpu",
+                            self->section);
+    if (!b->logits || !b->targets || !b->row_lse)
+        return ct_error_set(err, CT_ERR_INVALID, "loss ce: batch without logits, targets or "
+                            "row_lse (a host bug; please report it)");
+    const int64_t N = b->n_rows, V = b->vocab;
+    /* Validate every target before touching dlogits, so a failure adds nothing. */
+    for (int64_t i = 0; i < N; i++)
+        if (b->targets[i] >= V)
+            return ct_error_set(err, CT_ERR_INVALID, "loss ce: target %d at row %lld is outside "
+                                "the vocabulary [0, %lld) ---> check that the data's tokenizer "
+                                "matches [model] vocab_size",
+                                (int)b->targets[i], (long long)i, (long long)V);
+    out->value = 0.0;
+    if (b->n_counted <= 0) return CT_OK;
+    const double n = (double)b->n_counted;
+
+    double sum = 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        int32_t t = b->targets[i];
+        if (t < 0) continue;
+        sum += (double)b->row_lse[i] - (double)b->logits[i * V + t];
+    }
+    out->value = sum / n;
+    if (!b->dlogits) return CT_OK;
+
+    const float g = (float)(b->grad_scale / n); /* d(value)/d(per-row loss) times grad_scale */
+    for (int64_t i = 0; i < N; i++) {
+        int32_t t = b->targets[i];
+        if (t < 0) continue;
+        const float *z = b->logits + i * V;
+        float *dz = b->dlogits + i * V;
+        float lse = b->row_lse[i];
+        for (int64_t j = 0; j < V; j++) dz[j] += g * ce_dlogit(z[j], lse, j == t);
+    }
+    return CT_OK;
+}
+
+static const ct_param_spec ce_params[] = {
+    CT_PARAM_END,
+};
+
+static const ct_loss_vtable ce_vtable = {
+    .struct_size      = sizeof(ct_loss_vtable),
+    .create           = ce_create,
+    .destroy          = ce_destroy,
+    .forward_backward = ce_forward_backward,
+};
+
+static const ct_plugin_desc ce_desc = {
+    .struct_size       = sizeof(ct_plugin_desc),
+    .abi_major         = CT_ABI_MAJOR,
+    .abi_minor         = CT_ABI_MINOR,
+    .kind              = CT_KIND_LOSS,
+    .name              = "ce",
+    .version           = "1.0.0",
+    .summary           = "next-token cross-entropy, mean over counted positions",
+    .params            = ce_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices           = CT_DEVICE_CPU,
+    .vtable            = &ce_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ce_desc; }

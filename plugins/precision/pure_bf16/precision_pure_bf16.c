@@ -1,0 +1,73 @@
+/* precision_pure_bf16.c — the `pure_bf16` precision policy, FSDP MixedPrecision with
+ * param_dtype = reduce_dtype = buffer_dtype = bf16 (open_lm --fsdp-pure-bf16, OLMo `pure`):
+ *   param (compute) bf16 | local gradient bf16 | reduce bf16 | master + AdamW f32 | buffers bf16
+ * The collective sums in bf16, rounding every partial sum (NCCL's ring arithmetic): the policy
+ * whose logit-norm growth the project studies. grad_accum_dtype = f32 keeps the local buffer
+ * in f32 (it is still cast to bf16 before the collective).
+ * Not for: custom reductions (the comm's own bf16 collective is used).
+ */
+#include <ctrain/ctrain.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pure_bf16_precision {
+    int32_t grad_accum_dtype; /* CT_DTYPE_BF16 (FSDP) or CT_DTYPE_F32 */
+} pure_bf16_precision;
+
+static void *pure_bf16_create(const ct_create_args *args, ct_error *err) {
+    const char *accum = NULL;
+    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK)
+        return NULL;
+    pure_bf16_precision *self = calloc(1, sizeof *self);
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision pure_bf16: out of memory"), NULL;
+    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    return self;
+}
+
+static void pure_bf16_destroy(void *self) { free(self); }
+
+static int32_t pure_bf16_policy(void *p, ct_precision_policy *out, ct_error *err) {
+    pure_bf16_precision *self = p;
+    (void)err;
+    out->param_dtype = CT_DTYPE_BF16;
+    out->reduce_dtype = CT_DTYPE_BF16;
+    out->master_dtype = CT_DTYPE_F32;
+    out->grad_accum_dtype = self->grad_accum_dtype;
+    out->buffer_dtype = CT_DTYPE_BF16;
+    return CT_OK;
+}
+
+static const char *const pure_bf16_accum_choices[] = {"bf16", "f32", NULL};
+
+static const ct_param_spec pure_bf16_params[] = {
+    CT_PARAM_ENUM("grad_accum_dtype", "bf16", pure_bf16_accum_choices,
+                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
+                  "to accumulate micro-batches exactly"),
+    CT_PARAM_END,
+};
+
+static const ct_precision_vtable pure_bf16_vtable = {
+    .struct_size    = sizeof(ct_precision_vtable),
+    .create         = pure_bf16_create,
+    .destroy        = pure_bf16_destroy,
+    .policy         = pure_bf16_policy,
+    .reduce_scatter = NULL, /* native collectives in reduce_dtype bf16 */
+    .all_reduce     = NULL,
+};
+
+static const ct_plugin_desc pure_bf16_desc = {
+    .struct_size       = sizeof(ct_plugin_desc),
+    .abi_major         = CT_ABI_MAJOR,
+    .abi_minor         = CT_ABI_MINOR,
+    .kind              = CT_KIND_PRECISION,
+    .name              = "pure_bf16",
+    .version           = "1.0.0",
+    .summary           = "FSDP pure bf16: bf16 compute and bf16 reduction, f32 master",
+    .params            = pure_bf16_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable            = &pure_bf16_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &pure_bf16_desc; }
