@@ -58,7 +58,7 @@ void metrics_write_json(const ct_metric_table *t, int64_t step, FILE *out) {
     fprintf(out, "{\"step\": %lld", (long long)step);
     for (int32_t i = 0; i < t->n; i++) {
         double v = metrics_value(t, t->items[i].name);
-        if (isfinite(v)) fprintf(out, ", \"%s\": %.9g", t->items[i].name, v);
+        if (isfinite(v)) fprintf(out, ", \"%s\": %.17g", t->items[i].name, v);
         else fprintf(out, ", \"%s\": null", t->items[i].name);
     }
     fputs("}\n", out);

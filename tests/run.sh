@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test suite and prints one closing line "N passed, N failed" summed over them:
-# the C unit tests (build/tests/unit_tests) and each tests/cli/*.sh script (each prints its own
+# the C unit tests (build/tests/unit_tests) and each tests/cli/test_*.sh script (each prints its own
 # "N passed, N failed"). Exit status 0 only when nothing failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ run_suite() {  # name, command...
     fi
 }
 run_suite "unit" "$BUILD/tests/unit_tests"
-for t in tests/cli/*.sh; do
+for t in tests/cli/test_*.sh; do
     [ -e "$t" ] || continue
     run_suite "$(basename "$t" .sh)" bash "$t"
 done

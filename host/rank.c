@@ -1,0 +1,284 @@
+/* rank.c — building and tearing down one rank: plugin instances in dependency order
+ * (device, comm, precision, strategy, model, loss terms), the strategy's setup with freshly
+ * initialised parameters, optimizer state, step buffers and data loaders. */
+#include "rank.h"
+
+#include "init.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every vtable starts with struct_size, then create and destroy — except comm, which has
+ * world_create/world_destroy first; the two layouts are handled explicitly. */
+typedef struct {
+    uint32_t struct_size;
+    void *(*create)(const ct_create_args *, ct_error *);
+    void (*destroy)(void *);
+} lifecycle_vtable;
+
+static void *(*create_fn(const ct_plugin *p))(const ct_create_args *, ct_error *) {
+    if (p->desc.kind == CT_KIND_COMM) return ((const ct_comm_vtable *)p->vtable)->create;
+    return ((const lifecycle_vtable *)p->vtable)->create;
+}
+
+static void (*destroy_fn(const ct_plugin *p))(void *) {
+    if (p->desc.kind == CT_KIND_COMM) return ((const ct_comm_vtable *)p->vtable)->destroy;
+    return ((const lifecycle_vtable *)p->vtable)->destroy;
+}
+
+static int32_t make_instance(ct_rank *r, ct_instance *inst, const ct_plugin *p,
+                             const char *section, void *comm_world, ct_error *err) {
+    inst->plugin = p;
+    inst->vt = p->vtable;
+    hostapi_init(&inst->host, r->cfg, r->rank, p->desc.name, &r->metrics);
+    int64_t seed = 0;
+    config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    ct_create_args a = {
+        .struct_size = sizeof a,
+        .api = hostapi_table(),
+        .host = &inst->host,
+        .section = section,
+        .rank = r->rank,
+        .world_size = r->world,
+        .device = r->dev,
+        .comm = r->comm_ref,
+        .seed = (uint64_t)seed,
+        .comm_world = comm_world,
+    };
+    void *(*create)(const ct_create_args *, ct_error *) = create_fn(p);
+    if (!create) return ct_error_set(err, CT_ERR_INVALID, "plugin %s (%s) has no create()",
+                                     p->desc.name, p->path);
+    err->code = CT_OK;
+    inst->self = create(&a, err);
+    if (!inst->self) {
+        if (err->code == CT_OK)
+            ct_error_set(err, CT_ERR_INTERNAL, "plugin %s: create() failed without a message",
+                         p->desc.name);
+        return err->code;
+    }
+    return CT_OK;
+}
+
+static void drop_instance(ct_instance *inst) {
+    if (inst->self && inst->plugin) destroy_fn(inst->plugin)(inst->self);
+    inst->self = NULL;
+}
+
+int32_t rank_unit_first_stage(const ct_rank *r, uint32_t u) {
+    for (uint32_t s = 0; s < r->mdesc.n_stages; s++)
+        if (r->mdesc.stages[s].unit == (int32_t)u) return (int32_t)s;
+    return -1;
+}
+
+int32_t rank_unit_last_stage(const ct_rank *r, uint32_t u) {
+    for (int32_t s = (int32_t)r->mdesc.n_stages - 1; s >= 0; s--)
+        if (r->mdesc.stages[s].unit == (int32_t)u) return s;
+    return -1;
+}
+
+static void *dev_alloc(ct_rank *r, uint64_t bytes, ct_error *err) {
+    return r->dev.vt->alloc(r->dev.self, bytes, err);
+}
+
+/* Initialise every unit from the seed and hand it to the strategy; allocate AdamW state and
+ * decay masks for this rank's shard of each unit. */
+static int32_t setup_parameters(ct_rank *r, ct_error *err) {
+    const ct_strategy_vtable *st = r->strategy.vt;
+    uint32_t nu = r->mdesc.n_units;
+    uint64_t *numel = calloc(nu, sizeof *numel);
+    r->units = calloc(nu, sizeof *r->units);
+    r->held = calloc(nu, sizeof *r->held);
+    if (!numel || !r->units || !r->held) {
+        free(numel);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory for %u units", nu);
+    }
+    for (uint32_t u = 0; u < nu; u++) numel[u] = r->units[u].numel = init_unit_numel(&r->mdesc, u);
+    const ct_precision_vtable *pv = r->precision.vt;
+    ct_strategy_setup su = {
+        .struct_size = sizeof su,
+        .n_units = nu,
+        .unit_numel = numel,
+        .policy = &r->policy,
+        .precision = pv,
+        .precision_self = r->precision.self,
+    };
+    int32_t rc = st->setup(r->strategy.self, &su, err);
+    free(numel);
+    if (rc != CT_OK) return rc;
+
+    int64_t seed = 0, decay_all = 0;
+    config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    int32_t da = 0;
+    if (config_get_bool(r->cfg, "optim", "decay_all", &da, NULL) == CT_OK) decay_all = da;
+    for (uint32_t u = 0; u < nu; u++) {
+        uint64_t n = r->units[u].numel;
+        float *full = malloc(n * sizeof *full);
+        uint8_t *mask = malloc(n);
+        if (!full || !mask) {
+            free(full);
+            free(mask);
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
+        }
+        init_unit(&r->mdesc, u, (uint64_t)seed, full);
+        init_decay_mask(&r->mdesc, u, (int32_t)decay_all, mask);
+        rc = st->load_unit(r->strategy.self, u, full, err);
+        ct_shard sh = {.struct_size = sizeof sh};
+        if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
+        if (rc == CT_OK) {
+            ct_unit_state *us = &r->units[u];
+            us->m = dev_alloc(r, sh.numel * sizeof(float), err);
+            us->v = dev_alloc(r, sh.numel * sizeof(float), err);
+            us->decay_mask = dev_alloc(r, sh.numel, err);
+            if (!us->m || !us->v || !us->decay_mask) rc = CT_ERR_NOMEM;
+            else {
+                /* the shard may reach into the end padding: mask 0 there */
+                uint8_t *shard_mask = calloc(sh.numel, 1);
+                if (!shard_mask) rc = CT_ERR_NOMEM;
+                else {
+                    for (uint64_t i = 0; i < sh.numel; i++)
+                        if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
+                    rc = r->dev.vt->copy(r->dev.self, us->decay_mask, shard_mask, sh.numel,
+                                         CT_COPY_H2D, err);
+                    free(shard_mask);
+                }
+            }
+        }
+        free(full);
+        free(mask);
+        if (rc != CT_OK) {
+            if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
+            return rc;
+        }
+    }
+    return CT_OK;
+}
+
+static int32_t open_data(ct_rank *r, ct_error *err) {
+    const char *train = NULL, *val = NULL;
+    int64_t seed = 0;
+    config_get_string(r->cfg, "data", "train", &train, NULL);
+    config_get_string(r->cfg, "data", "val", &val, NULL);
+    config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    r->train_data = loader_open(train, "train", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
+    if (!r->train_data) return err->code;
+    if (val && *val) {
+        r->val_data = loader_open(val, "val", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
+        if (!r->val_data) return err->code;
+    }
+    return CT_OK;
+}
+
+static int32_t alloc_buffers(ct_rank *r, ct_error *err) {
+    uint64_t bt = (uint64_t)(r->B * r->T), nv = (uint64_t)r->N * (uint64_t)r->V;
+    r->tokens = dev_alloc(r, bt * sizeof(int32_t), err);
+    r->targets = dev_alloc(r, bt * sizeof(int32_t), err);
+    r->logits = dev_alloc(r, nv * sizeof(float), err);
+    r->dlogits = dev_alloc(r, nv * sizeof(float), err);
+    r->row_max = dev_alloc(r, (uint64_t)r->N * sizeof(float), err);
+    r->row_lse = dev_alloc(r, (uint64_t)r->N * sizeof(float), err);
+    r->h_tokens = malloc(bt * sizeof(int32_t));
+    r->h_targets = malloc(bt * sizeof(int32_t));
+    if (!r->tokens || !r->targets || !r->logits || !r->dlogits || !r->row_max || !r->row_lse ||
+        !r->h_tokens || !r->h_targets)
+        return ct_error_set(err, CT_ERR_NOMEM,
+                            "out of memory for step buffers (logits are N*V = %lld floats) "
+                            "---> lower [data] batch_size or seq_len",
+                            (long long)nv);
+    return CT_OK;
+}
+
+int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
+                  int32_t world, void *comm_world, ct_error *err) {
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->rank = rank;
+    r->world = world;
+    int32_t rc;
+#define TRY(expr)                                                                              \
+    do {                                                                                       \
+        if ((rc = (expr)) != CT_OK) goto out_close;                                            \
+    } while (0)
+
+    TRY(make_instance(r, &r->device, w->device, "device", NULL, err));
+    r->dev.vt = r->device.vt;
+    r->dev.self = r->device.self;
+    r->dev.type = (w->device->desc.devices & CT_DEVICE_CUDA) ? CT_DEVICE_CUDA : CT_DEVICE_CPU;
+
+    TRY(make_instance(r, &r->comm, w->comm, "comm", comm_world, err));
+    const ct_comm_vtable *cv = r->comm.vt;
+    r->comm_ref.vt = cv;
+    r->comm_ref.self = r->comm.self;
+    r->comm_ref.rank = cv->rank ? cv->rank(r->comm.self) : rank;
+    r->comm_ref.world_size = cv->world_size ? cv->world_size(r->comm.self) : world;
+    r->rank = r->comm_ref.rank;
+    r->world = r->comm_ref.world_size;
+    r->device.host.rank = r->comm.host.rank = r->rank;
+
+    TRY(make_instance(r, &r->precision, w->precision, "precision", NULL, err));
+    const ct_precision_vtable *pv = r->precision.vt;
+    r->policy.struct_size = sizeof r->policy;
+    TRY(pv->policy(r->precision.self, &r->policy, err));
+
+    TRY(make_instance(r, &r->strategy, w->strategy, "strategy", NULL, err));
+    TRY(make_instance(r, &r->model, w->model, "model", NULL, err));
+    const ct_model_vtable *mv = r->model.vt;
+    r->mdesc.struct_size = sizeof r->mdesc;
+    TRY(mv->describe(r->model.self, &r->mdesc, err));
+    if (r->mdesc.tensor_struct_size == 0) r->mdesc.tensor_struct_size = sizeof(ct_tensor_spec);
+
+    for (int32_t i = 0; i < w->n_loss; i++) {
+        snprintf(r->loss_name[i], sizeof r->loss_name[i], "%s", w->loss[i]->desc.name);
+        TRY(make_instance(r, &r->loss[i], w->loss[i], w->loss_section[i], NULL, err));
+        r->n_loss = i + 1;
+    }
+
+    config_get_int(cfg, "data", "batch_size", &r->B, NULL);
+    config_get_int(cfg, "data", "seq_len", &r->T, NULL);
+    config_get_int(cfg, "data", "grad_accum", &r->grad_accum, NULL);
+    r->V = r->mdesc.vocab_size;
+    r->N = r->B * r->T;
+    if (r->T > r->mdesc.max_seq_len) {
+        rc = ct_error_set(err, CT_ERR_INVALID,
+                          "%s: [data] seq_len = %lld exceeds the model's seq_len %lld "
+                          "---> lower [data] seq_len or raise [model] seq_len",
+                          config_origin(cfg, "data", "seq_len"), (long long)r->T,
+                          (long long)r->mdesc.max_seq_len);
+        goto out_close;
+    }
+    TRY(mv->prepare(r->model.self, r->B, r->T, r->policy.param_dtype, err));
+    TRY(setup_parameters(r, err));
+    TRY(alloc_buffers(r, err));
+    TRY(open_data(r, err));
+    return CT_OK;
+#undef TRY
+out_close:
+    rank_close(r);
+    return rc;
+}
+
+void rank_close(ct_rank *r) {
+    if (r->train_data) loader_close(r->train_data);
+    if (r->val_data) loader_close(r->val_data);
+    free(r->h_tokens);
+    free(r->h_targets);
+    if (r->dev.vt) {
+        void *bufs[] = {r->tokens, r->targets, r->logits, r->dlogits, r->row_max, r->row_lse};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            r->dev.vt->free_mem(r->dev.self, bufs[i]);
+        for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) {
+            r->dev.vt->free_mem(r->dev.self, r->units[u].m);
+            r->dev.vt->free_mem(r->dev.self, r->units[u].v);
+            r->dev.vt->free_mem(r->dev.self, r->units[u].decay_mask);
+        }
+    }
+    free(r->units);
+    free(r->held);
+    for (int32_t i = r->n_loss - 1; i >= 0; i--) drop_instance(&r->loss[i]);
+    drop_instance(&r->model);
+    drop_instance(&r->strategy);
+    drop_instance(&r->precision);
+    drop_instance(&r->comm);
+    drop_instance(&r->device);
+    memset(r, 0, sizeof *r);
+}

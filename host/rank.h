@@ -1,0 +1,76 @@
+/* rank.h — everything one rank owns during a run: its plugin instances (device, comm,
+ * precision, strategy, model, loss terms), the model's description, the step's buffers and the
+ * optimizer state. One ct_rank per rank thread (threads engine) or per process (mpi).
+ * Not for: the step's logic (step.c), the optimizer (optim.c) or the run's driver (train.c). */
+#ifndef CTRAIN_HOST_RANK_H
+#define CTRAIN_HOST_RANK_H
+
+#include "config.h"
+#include "data.h"
+#include "hostapi.h"
+#include "metrics.h"
+#include "registry.h"
+#include "wiring.h"
+
+#include <ctrain/ctrain.h>
+
+#define CT_MAX_LOSS 16
+
+/* One plugin instance with its host context. */
+typedef struct ct_instance {
+    const ct_plugin *plugin;
+    const void      *vt;   /* the kind's vtable, zero-extended host copy */
+    void            *self;
+    ct_host          host;
+} ct_instance;
+
+/* Per-unit optimizer state for this rank's shard (device memory). */
+typedef struct ct_unit_state {
+    uint64_t numel;       /* the model's unit length (before strategy padding) */
+    float   *m, *v;       /* (shard numel) AdamW moments */
+    uint8_t *decay_mask;  /* (shard numel) 1 = weight decay applies */
+} ct_unit_state;
+
+typedef struct ct_rank {
+    int32_t          rank, world;
+    const ct_config *cfg;
+    ct_metric_table  metrics;  /* reports of the current log interval */
+
+    ct_instance      device, comm, precision, strategy, model;
+    ct_instance      loss[CT_MAX_LOSS];
+    char             loss_name[CT_MAX_LOSS][64];
+    int32_t          n_loss;
+    ct_device_ref    dev;
+    ct_comm_ref      comm_ref;
+    ct_precision_policy policy;
+    ct_model_desc    mdesc;
+    ct_unit_state   *units;    /* (n_units) */
+    const void     **held;     /* (n_units) gathered params of units held by the strategy */
+
+    /* step shape */
+    int64_t B, T, V, N, grad_accum;
+
+    /* step buffers (device memory) */
+    int32_t *tokens, *targets;    /* (B,T) */
+    float   *logits, *dlogits;    /* (N,V) */
+    float   *row_max, *row_lse;   /* (N) */
+    /* host staging */
+    int32_t *h_tokens, *h_targets; /* (B,T) */
+
+    ct_loader *train_data, *val_data;
+    int32_t    is_root_unit_shared; /* informational */
+} ct_rank;
+
+/* Create every plugin instance of rank `rank` of `world` from the wiring, set up the strategy
+ * with freshly initialised parameters, allocate buffers and open the data. comm_world is the
+ * shared world of an in-process engine or NULL. On failure everything made so far is
+ * destroyed and err says what failed. */
+int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
+                  int32_t world, void *comm_world, ct_error *err);
+void rank_close(ct_rank *r);
+
+/* Stage s's unit uses: first/last forward stage index of each unit (host-side bookkeeping). */
+int32_t rank_unit_first_stage(const ct_rank *r, uint32_t u);
+int32_t rank_unit_last_stage(const ct_rank *r, uint32_t u);
+
+#endif /* CTRAIN_HOST_RANK_H */

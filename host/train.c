@@ -1,0 +1,364 @@
+/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume]`: resolves the
+ * configuration exactly as `validate` does, starts the ranks (threads of this process for
+ * in-process engines, else one rank per process), runs the steps, logs metrics, evaluates and
+ * checkpoints. Not for: the step's arithmetic (step.c, optim.c) or file formats (checkpoint.c). */
+#include "checkpoint.h"
+#include "commands.h"
+#include "optim.h"
+#include "rank.h"
+#include "step.h"
+#include "wiring.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+typedef struct run_shared {
+    const ct_config *cfg;
+    const ct_wiring *wiring;
+    void            *comm_world; /* in-process engines */
+    int32_t          world;
+    int32_t          resume;
+    const char      *out_dir;
+} run_shared;
+
+typedef struct rank_job {
+    run_shared *shared;
+    int32_t     rank;
+    int32_t     rc;
+    ct_error    err;
+} rank_job;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int32_t mkdir_p(const char *path, ct_error *err) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+    return CT_OK;
+fail:
+    return ct_error_set(err, CT_ERR_IO, "cannot create folder %s: %s ---> check [run] out_dir",
+                        buf, strerror(errno));
+}
+
+/* Host-side figures of one log interval, summed over steps; reduced over ranks at log time. */
+enum {
+    SUM_LOSS, SUM_MICRO, SUM_TOKENS, SUM_LOGIT, SUM_ROW_NORM, SUM_LSE, SUM_ROWS,
+    SUM_TERMS /* then one per loss term */
+};
+
+typedef struct interval {
+    double  sums[SUM_TERMS + CT_MAX_LOSS];
+    double  max_row_norm, max_abs;
+    double  t_start;
+    int64_t steps;
+} interval;
+
+static void interval_add(interval *iv, const ct_step_stats *s, int32_t n_loss) {
+    iv->sums[SUM_LOSS] += s->loss_sum;
+    iv->sums[SUM_MICRO] += (double)s->micro_batches;
+    iv->sums[SUM_TOKENS] += (double)s->tokens;
+    iv->sums[SUM_LOGIT] += s->logits.sum_logit;
+    iv->sums[SUM_ROW_NORM] += s->logits.sum_row_norm;
+    iv->sums[SUM_LSE] += s->logits.sum_lse;
+    iv->sums[SUM_ROWS] += (double)s->logits.rows;
+    for (int32_t i = 0; i < n_loss; i++) iv->sums[SUM_TERMS + i] += s->term_sum[i];
+    if (s->logits.max_row_norm > iv->max_row_norm) iv->max_row_norm = s->logits.max_row_norm;
+    if (s->logits.max_abs > iv->max_abs) iv->max_abs = s->logits.max_abs;
+    iv->steps++;
+}
+
+/* Reduce the interval and the plugins' reports over ranks into r->metrics' final table `out`. */
+static int32_t reduce_interval(ct_rank *r, interval *iv, const char *prefix, ct_metric_table *out,
+                               ct_error *err) {
+    int32_t n = SUM_TERMS + r->n_loss, rc;
+    if ((rc = optim_allreduce_f64(r, iv->sums, (uint64_t)n, CT_REDUCE_SUM, err)) != CT_OK) return rc;
+    double mx[2] = {iv->max_row_norm, iv->max_abs};
+    if ((rc = optim_allreduce_f64(r, mx, 2, CT_REDUCE_MAX, err)) != CT_OK) return rc;
+    double micro = iv->sums[SUM_MICRO], rows = iv->sums[SUM_ROWS];
+    char name[CT_METRIC_NAME_MAX];
+#define PUT(suffix, value)                                                                     \
+    do {                                                                                       \
+        snprintf(name, sizeof name, "%s%s", prefix, suffix);                                   \
+        metrics_add(out, name, (value), CT_METRIC_MEAN);                                       \
+    } while (0)
+    PUT("loss", iv->sums[SUM_LOSS] / micro);
+    for (int32_t i = 0; i < r->n_loss; i++) {
+        char term[CT_METRIC_NAME_MAX];
+        snprintf(term, sizeof term, "loss/%s", r->loss_name[i]);
+        PUT(term, iv->sums[SUM_TERMS + i] / micro);
+    }
+    PUT("logit_mean", iv->sums[SUM_LOGIT] / (rows * (double)r->V));
+    PUT("logit_norm_mean", iv->sums[SUM_ROW_NORM] / rows);
+    PUT("logit_norm_max", mx[0]);
+    PUT("lse_mean", iv->sums[SUM_LSE] / rows);
+    PUT("logit_max_abs", mx[1]);
+#undef PUT
+    return CT_OK;
+}
+
+/* Plugins' own reports (sorted by name on every rank), combined over ranks into out. */
+static int32_t reduce_plugin_metrics(ct_rank *r, ct_metric_table *out, ct_error *err) {
+    ct_metric_table *t = &r->metrics;
+    metrics_sort(t);
+    double sums[CT_METRICS_MAX], mx[CT_METRICS_MAX], mn[CT_METRICS_MAX];
+    for (int32_t i = 0; i < t->n; i++) {
+        double v = metrics_value(t, t->items[i].name);
+        sums[i] = v;
+        mx[i] = v;
+        mn[i] = v;
+    }
+    int32_t rc = optim_allreduce_f64(r, sums, (uint64_t)t->n, CT_REDUCE_SUM, err);
+    if (rc == CT_OK) rc = optim_allreduce_f64(r, mx, (uint64_t)t->n, CT_REDUCE_MAX, err);
+    if (rc == CT_OK) rc = optim_allreduce_f64(r, mn, (uint64_t)t->n, CT_REDUCE_MIN, err);
+    if (rc != CT_OK) return rc;
+    for (int32_t i = 0; i < t->n; i++) {
+        double v = t->items[i].reduce == CT_METRIC_MAX   ? mx[i]
+                   : t->items[i].reduce == CT_METRIC_MIN ? mn[i]
+                   : t->items[i].reduce == CT_METRIC_SUM ? sums[i]
+                                                         : sums[i] / r->world;
+        metrics_add(out, t->items[i].name, v, CT_METRIC_MEAN);
+    }
+    metrics_clear(t);
+    return CT_OK;
+}
+
+static void format_eta(double seconds, char *buf, size_t n) {
+    if (!isfinite(seconds) || seconds < 0) seconds = 0;
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);
+    else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+}
+
+static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
+    const ct_config *cfg = sh->cfg;
+    ct_optim_config oc;
+    int32_t rc = optim_config(cfg, &oc, err);
+    if (rc != CT_OK) return rc;
+    int64_t log_every = 10, eval_every = 0, eval_batches = 8, ckpt_every = 0, keep = 2;
+    config_get_int(cfg, "run", "log_every", &log_every, NULL);
+    config_get_int(cfg, "run", "eval_every", &eval_every, NULL);
+    config_get_int(cfg, "run", "eval_batches", &eval_batches, NULL);
+    config_get_int(cfg, "run", "checkpoint_every", &ckpt_every, NULL);
+    config_get_int(cfg, "run", "keep_checkpoints", &keep, NULL);
+
+    int64_t start = 0;
+    if (sh->resume) {
+        rc = checkpoint_resume(r, sh->out_dir, &start, err);
+        if (rc != CT_OK) return rc;
+        if (r->rank == 0) printf("resumed from step %lld\n", (long long)start);
+    }
+
+    FILE *mf = NULL;
+    if (r->rank == 0) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", sh->out_dir);
+        mf = fopen(path, start > 0 ? "a" : "w");
+        if (!mf) return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+
+    interval iv;
+    memset(&iv, 0, sizeof iv);
+    iv.t_start = now_s();
+    double t_run = now_s();
+    int64_t steps_done_here = 0;
+    for (int64_t step = start + 1; step <= oc.steps && rc == CT_OK; step++) {
+        ct_step_stats st;
+        rc = step_train(r, &st, err);
+        double gnorm = 0, lr = optim_lr(&oc, step - 1);
+        if (rc == CT_OK) rc = optim_grad_norm(r, &gnorm, err);
+        if (rc == CT_OK && !isfinite(gnorm))
+            rc = ct_error_set(err, CT_ERR_INVALID,
+                              "step %lld: gradient norm is %g ---> lower [optim] lr or use "
+                              "[optim] grad_clip",
+                              (long long)step, gnorm);
+        if (rc == CT_OK) rc = optim_step(r, &oc, step, lr, gnorm, err);
+        if (rc != CT_OK) break;
+        interval_add(&iv, &st, r->n_loss);
+        steps_done_here++;
+
+        if (step % log_every == 0 || step == oc.steps) {
+            ct_metric_table out;
+            metrics_clear(&out);
+            double hnorm = 0;
+            rc = reduce_interval(r, &iv, "", &out, err);
+            if (rc == CT_OK) rc = reduce_plugin_metrics(r, &out, err);
+            if (rc == CT_OK) rc = optim_head_norm(r, &hnorm, err);
+            if (rc != CT_OK) break;
+            double dt = now_s() - iv.t_start;
+            double tps = iv.sums[SUM_TOKENS] / (dt > 0 ? dt : 1e-9);
+            metrics_add(&out, "head_weight_norm", hnorm, CT_METRIC_MEAN);
+            metrics_add(&out, "grad_norm", gnorm, CT_METRIC_MEAN);
+            metrics_add(&out, "lr", lr, CT_METRIC_MEAN);
+            metrics_add(&out, "tokens_per_s", tps, CT_METRIC_MEAN);
+            metrics_add(&out, "world_size", r->world, CT_METRIC_MEAN);
+            metrics_sort(&out);
+            if (mf) {
+                metrics_write_json(&out, step, mf);
+                fflush(mf);
+                char eta[32];
+                double per_step = (now_s() - t_run) / (double)steps_done_here;
+                format_eta(per_step * (double)(oc.steps - step), eta, sizeof eta);
+                printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | logit norm %.2f "
+                       "| %.0f tok/s | ETA %s\n",
+                       (long long)step, (long long)oc.steps, metrics_value(&out, "loss"), lr,
+                       gnorm, metrics_value(&out, "logit_norm_mean"), tps, eta);
+                fflush(stdout);
+            }
+            memset(&iv, 0, sizeof iv);
+            iv.t_start = now_s();
+        }
+        if (eval_every > 0 && (step % eval_every == 0 || step == oc.steps) && r->val_data) {
+            ct_step_stats es;
+            rc = step_eval(r, eval_batches, &es, err);
+            if (rc != CT_OK) break;
+            interval ev;
+            memset(&ev, 0, sizeof ev);
+            interval_add(&ev, &es, r->n_loss);
+            ct_metric_table out;
+            metrics_clear(&out);
+            rc = reduce_interval(r, &ev, "val/", &out, err);
+            if (rc != CT_OK) break;
+            metrics_sort(&out);
+            if (mf) {
+                metrics_write_json(&out, step, mf);
+                fflush(mf);
+                printf("step %lld/%lld | val loss %.4f\n", (long long)step, (long long)oc.steps,
+                       metrics_value(&out, "val/loss"));
+            }
+        }
+        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == oc.steps) {
+            rc = checkpoint_save(r, sh->out_dir, step, (int32_t)keep, err);
+            if (rc == CT_OK && r->rank == 0)
+                printf("checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir, (long long)step);
+        }
+    }
+    if (mf) fclose(mf);
+    return rc;
+}
+
+static void *rank_thread(void *arg) {
+    rank_job *job = arg;
+    run_shared *sh = job->shared;
+    ct_rank r;
+    job->err.struct_size = sizeof job->err;
+    job->rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &job->err);
+    if (job->rc == CT_OK) {
+        job->rc = train_rank(&r, sh, &job->err);
+        if (job->rc != CT_OK && r.comm_ref.vt && r.comm_ref.vt->abort && job->rc != CT_ERR_COMM)
+            r.comm_ref.vt->abort(r.comm_ref.self, job->err.message);
+        rank_close(&r);
+    }
+    return NULL;
+}
+
+/* Run all ranks of this process and report the first failure (a rank's own error before the
+ * communication errors it caused elsewhere). */
+static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) {
+    rank_job *jobs = calloc((size_t)n_threads, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n_threads, sizeof *th);
+    if (!jobs || !th) {
+        free(jobs);
+        free(th);
+        fprintf(stderr, "ctrain: out of memory starting %d ranks\n", n_threads);
+        return 1;
+    }
+    for (int32_t i = 0; i < n_threads; i++) {
+        jobs[i].shared = sh;
+        jobs[i].rank = first_rank + i;
+    }
+    if (n_threads == 1) rank_thread(&jobs[0]);
+    else {
+        for (int32_t i = 0; i < n_threads; i++) pthread_create(&th[i], NULL, rank_thread, &jobs[i]);
+        for (int32_t i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+    }
+    int32_t status = 0, shown = 0;
+    for (int pass = 0; pass < 2 && !shown; pass++)
+        for (int32_t i = 0; i < n_threads; i++) {
+            if (jobs[i].rc == CT_OK) continue;
+            status = 1;
+            if (pass == 0 && jobs[i].rc == CT_ERR_COMM) continue;
+            fprintf(stderr, "ctrain: rank %d: %s\n", jobs[i].rank, jobs[i].err.message);
+            shown = 1;
+            break;
+        }
+    free(jobs);
+    free(th);
+    return status;
+}
+
+int cmd_train(int argc, char **argv) {
+    ct_error err = {.struct_size = sizeof err};
+    ct_config *cfg = NULL;
+    ct_registry *reg = NULL;
+    ct_wiring w;
+    int n_rest = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int32_t resume = 0, status = 2;
+    if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", rest ? err.message : "out of memory");
+        free(rest);
+        return 2;
+    }
+    for (int i = 0; i < n_rest; i++) {
+        if (strcmp(rest[i], "--resume") == 0) resume = 1;
+        else {
+            fprintf(stderr, "ctrain train: unknown option '%s' ---> see `ctrain help`\n", rest[i]);
+            goto out_session;
+        }
+    }
+    const char *out_dir = NULL;
+    config_get_string(cfg, "run", "out_dir", &out_dir, NULL);
+    int64_t world = 1;
+    config_get_int(cfg, "comm", "world_size", &world, NULL);
+    const ct_comm_vtable *cv = w.comm->vtable;
+    status = 1;
+    if (mkdir_p(out_dir, &err) != CT_OK || checkpoint_write_config(cfg, out_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", err.message);
+        goto out_session;
+    }
+    run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world,
+                     .resume = resume, .out_dir = out_dir};
+    if (cv->world_create) {
+        ct_create_args a = {.struct_size = sizeof a, .section = "comm", .world_size = (int32_t)world};
+        sh.comm_world = cv->world_create((int32_t)world, &a, &err);
+        if (!sh.comm_world) {
+            fprintf(stderr, "ctrain train: comm %s: %s\n", w.comm->desc.name, err.message);
+            goto out_session;
+        }
+        status = run_ranks(&sh, 0, (int32_t)world);
+        cv->world_destroy(sh.comm_world);
+    } else {
+        if (world > 1) {
+            fprintf(stderr,
+                    "ctrain train: %s: [comm] world_size = %lld needs an in-process engine; comm "
+                    "%s takes its world from its launcher ---> set [comm] plugin = threads, or "
+                    "start with mpirun and drop world_size\n",
+                    config_origin(cfg, "comm", "world_size"), (long long)world,
+                    w.comm->desc.name);
+            goto out_session;
+        }
+        status = run_ranks(&sh, 0, 1);
+    }
+    if (status == 0) printf("metrics: %s/metrics.jsonl\n", out_dir);
+out_session:
+    registry_close(reg);
+    config_free(cfg);
+    free(rest);
+    return status;
+}
