@@ -1,0 +1,461 @@
+/* data.c — llm.c token shards (atomic write, checked read-only mapping) and the loader that
+ * deals this rank's (B, T) micro-batches out of a seeded per-epoch permutation of windows.
+ * Not for: tokenizing text (prepare.c) or anything on a device. Semantics: see data.h.
+ * Assumes a little-endian machine, as llm.c does (the format is little-endian).
+ */
+#include "data.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- shards ------------------------------------------------------------------------------ */
+
+static int32_t write_all(int fd, const void *buf, size_t bytes) {
+    const char *p = buf;
+    while (bytes > 0) {
+        ssize_t w = write(fd, p, bytes);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        bytes -= (size_t)w;
+    }
+    return 0;
+}
+
+static void fsync_parent_folder(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd); /* best effort: some file systems refuse fsync on a folder */
+        close(fd);
+    }
+    free(copy);
+}
+
+int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err) {
+    if (n < 0 || n > INT32_MAX)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s: %lld tokens do not fit one shard (at most %d) ---> use "
+                            "smaller shards (ctrain prepare --shard-tokens)",
+                            path, (long long)n, INT32_MAX);
+    size_t len = strlen(path);
+    char *tmp = malloc(len + 16);
+    if (!tmp) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
+    snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
+    int32_t rc = CT_OK;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot create %s: %s ---> check that the folder "
+                          "exists and is writable", tmp, strerror(errno));
+        goto out_free_name;
+    }
+    int32_t header[CT_SHARD_HEADER_INTS] = {0};
+    header[0] = CT_SHARD_MAGIC;
+    header[1] = CT_SHARD_VERSION;
+    header[2] = (int32_t)n;
+    if (write_all(fd, header, sizeof header) != 0 ||
+        write_all(fd, tokens, (size_t)n * sizeof(uint16_t)) != 0 || fsync(fd) != 0) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                          tmp, strerror(errno));
+        goto out_close_unlink;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        goto out_close_unlink;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
+                          strerror(errno));
+        goto out_close_unlink;
+    }
+    fsync_parent_folder(path);
+    goto out_free_name;
+
+out_close_unlink:
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+out_free_name:
+    free(tmp);
+    return rc;
+}
+
+int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err) {
+    memset(out, 0, sizeof *out);
+    int32_t rc = CT_OK;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot open token shard %s: %s", path,
+                            strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+        goto out_close_file;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s is not a regular file ---> name a .bin "
+                          "token shard made by `ctrain prepare` or llm.c", path);
+        goto out_close_file;
+    }
+    if (st.st_size < CT_SHARD_HEADER_BYTES) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: %lld bytes, shorter than the %d-byte "
+                          "header of a token shard ---> the file is truncated or not a shard",
+                          path, (long long)st.st_size, CT_SHARD_HEADER_BYTES);
+        goto out_close_file;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+        goto out_close_file;
+    }
+    const int32_t *h = map;
+    if (h[0] != CT_SHARD_MAGIC) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: bad magic %d (a token shard starts with "
+                          "%d) ---> not an llm.c token shard; make shards with `ctrain "
+                          "prepare`", path, h[0], CT_SHARD_MAGIC);
+        goto out_unmap;
+    }
+    if (h[1] != CT_SHARD_VERSION) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: shard version %d; ctrain reads version %d "
+                          "(uint16 tokens)%s", path, h[1], CT_SHARD_VERSION,
+                          h[1] == 2 ? " ---> version 2 holds uint32 tokens (llm.c's LLaMA-3 "
+                                      "shards): re-tokenize with a vocabulary under 65536" : "");
+        goto out_unmap;
+    }
+    int64_t n = h[2];
+    int64_t expect = CT_SHARD_HEADER_BYTES + 2 * n;
+    if (n < 0 || st.st_size != expect) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: header says %lld tokens (%lld bytes) but "
+                          "the file has %lld bytes ---> the file is %s; re-create it",
+                          path, (long long)n, (long long)expect, (long long)st.st_size,
+                          st.st_size < expect ? "truncated" : "longer than its header says");
+        goto out_unmap;
+    }
+    out->path = strdup(path);
+    if (!out->path) {
+        rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory opening %s", path);
+        goto out_unmap;
+    }
+    out->map = map;
+    out->map_bytes = (size_t)st.st_size;
+    out->tokens = (const uint16_t *)((const char *)map + CT_SHARD_HEADER_BYTES);
+    out->n = n;
+    close(fd);
+    return CT_OK;
+
+out_unmap:
+    munmap(map, (size_t)st.st_size);
+out_close_file:
+    close(fd);
+    return rc;
+}
+
+void shard_close(ct_token_shard *s) {
+    if (!s) return;
+    if (s->map) munmap(s->map, s->map_bytes);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+}
+
+int32_t shard_max_token(const ct_token_shard *s, int64_t *position) {
+    int32_t best = -1;
+    int64_t at = -1;
+    for (int64_t i = 0; i < s->n; i++)
+        if ((int32_t)s->tokens[i] > best) {
+            best = s->tokens[i];
+            at = i;
+        }
+    if (position) *position = at;
+    return best;
+}
+
+/* ---- the permutation --------------------------------------------------------------------- */
+
+/* splitmix64: a tiny, well-mixed generator; the whole state is one counter. */
+static inline uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, bound), bound >= 1, without modulo bias (rejection). */
+static inline uint64_t rng_below(uint64_t *state, uint64_t bound) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t x;
+    do x = splitmix64(state);
+    while (x >= limit);
+    return x % bound;
+}
+
+/* order = a permutation of 0..n-1 that depends on (seed, epoch) only (Fisher-Yates). */
+static void shuffle_windows(uint32_t *order, int64_t n, uint64_t seed, uint64_t epoch) {
+    uint64_t state = seed ^ (0xd1b54a32d192ed03ull * (epoch + 1));
+    (void)splitmix64(&state);
+    for (int64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below(&state, (uint64_t)i + 1);
+        uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+/* ---- the loader -------------------------------------------------------------------------- */
+
+struct ct_loader {
+    ct_token_shard *shards;
+    int32_t   n_shards;
+    int64_t  *first_window; /* n_shards+1 prefix sums: shard i holds [first[i], first[i+1]) */
+    int64_t   n_windows;
+    int64_t   n_tokens;
+    uint32_t *order;        /* n_windows: this epoch's permutation */
+    uint64_t  order_epoch;  /* the epoch `order` was drawn for */
+    int64_t   B, T;
+    int32_t   rank, world;
+    uint64_t  seed;
+    ct_loader_state st;
+};
+
+/* A sorted list of shard paths. */
+typedef struct { char **paths; size_t n; } path_list;
+
+static void path_list_free(path_list *pl) {
+    for (size_t i = 0; i < pl->n; i++) free(pl->paths[i]);
+    free(pl->paths);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* Copy glob's matches of pattern into pl; 1 when something matched, 0 when nothing, -1 OOM. */
+static int glob_into(const char *pattern, path_list *pl) {
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) != 0) {
+        globfree(&g);
+        return 0;
+    }
+    pl->paths = calloc(g.gl_pathc, sizeof *pl->paths);
+    int rc = pl->paths ? 1 : -1;
+    for (size_t i = 0; rc == 1 && i < g.gl_pathc; i++) {
+        pl->paths[i] = strdup(g.gl_pathv[i]);
+        if (!pl->paths[i]) rc = -1;
+        else pl->n++;
+    }
+    globfree(&g);
+    if (rc < 0) path_list_free(pl);
+    return rc;
+}
+
+/* The files named by path: one file, a folder + split, or a glob; sorted by name. */
+static int32_t list_shards(const char *path, const char *split, path_list *pl, ct_error *err) {
+    struct stat st;
+    memset(pl, 0, sizeof *pl);
+    int found;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        const char *sp = split ? split : "train";
+        char pattern[PATH_MAX];
+        snprintf(pattern, sizeof pattern, "%s/%s_*.bin", path, sp);
+        found = glob_into(pattern, pl);
+        if (found == 0) {
+            snprintf(pattern, sizeof pattern, "%s/*%s*.bin", path, sp);
+            found = glob_into(pattern, pl);
+        }
+        if (found == 0)
+            return ct_error_set(err, CT_ERR_IO, "no %s shards in %s (looked for %s_*.bin and "
+                                "*%s*.bin) ---> run `ctrain prepare --text FILE --out %s`, or "
+                                "name a .bin file", sp, path, sp, sp, path);
+    } else if (stat(path, &st) == 0) {
+        pl->paths = calloc(1, sizeof *pl->paths);
+        if (pl->paths && (pl->paths[0] = strdup(path))) pl->n = 1;
+        found = pl->n == 1 ? 1 : -1;
+    } else {
+        found = glob_into(path, pl);
+        if (found == 0)
+            return ct_error_set(err, CT_ERR_IO, "no token shard matches %s ---> check the path "
+                                "([data] train / val), or make shards with `ctrain prepare`",
+                                path);
+    }
+    if (found < 0) {
+        path_list_free(pl);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory listing %s", path);
+    }
+    return CT_OK;
+}
+
+ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
+                       int64_t T, int32_t rank, int32_t world, uint64_t seed, ct_error *err) {
+    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
+        ct_error_set(err, CT_ERR_INVALID, "loader for %s: bad batch %lld x %lld on rank %d of "
+                     "%d ---> batch_size and seq_len must be >= 1", path, (long long)B,
+                     (long long)T, rank, world);
+        return NULL;
+    }
+    ct_loader *l = calloc(1, sizeof *l);
+    if (!l) {
+        ct_error_set(err, CT_ERR_NOMEM, "out of memory opening %s", path);
+        return NULL;
+    }
+    l->B = B, l->T = T, l->rank = rank, l->world = world, l->seed = seed;
+    path_list pl;
+    if (list_shards(path, split, &pl, err) != CT_OK) goto out_free_loader;
+    l->shards = calloc(pl.n, sizeof *l->shards);
+    l->first_window = calloc(pl.n + 1, sizeof *l->first_window);
+    if (!l->shards || !l->first_window) {
+        ct_error_set(err, CT_ERR_NOMEM, "out of memory opening %s", path);
+        goto out_free_list;
+    }
+    for (size_t i = 0; i < pl.n; i++) {
+        ct_token_shard *s = &l->shards[l->n_shards];
+        if (shard_open(pl.paths[i], s, err) != CT_OK) goto out_free_list;
+        l->n_shards++;
+        if (vocab_size_limit > 0) {
+            int64_t at;
+            int32_t max = shard_max_token(s, &at);
+            if (max >= vocab_size_limit) {
+                ct_error_set(err, CT_ERR_INVALID, "%s: token %d at position %lld is >= the "
+                             "model's vocab_size %lld ---> tokenize the data with the model's "
+                             "tokenizer, or set [model] vocab_size to at least %d", s->path, max,
+                             (long long)at, (long long)vocab_size_limit, max + 1);
+                goto out_free_list;
+            }
+        }
+        int64_t w = s->n > 0 ? (s->n - 1) / T : 0;
+        l->first_window[l->n_shards] = l->first_window[l->n_shards - 1] + w;
+        l->n_tokens += s->n;
+    }
+    l->n_windows = l->first_window[l->n_shards];
+    if (l->n_windows > (int64_t)UINT32_MAX) {
+        ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: %lld sequences exceed the loader's limit "
+                     "of 2^32 ---> use a longer seq_len or fewer shards", path,
+                     (long long)l->n_windows);
+        goto out_free_list;
+    }
+    if (l->n_windows < (int64_t)world * B) {
+        ct_error_set(err, CT_ERR_INVALID, "%s: %lld tokens make %lld sequences of %lld+1 "
+                     "tokens, fewer than one global batch (%d ranks x %lld) ---> use more "
+                     "text, a smaller batch_size or a shorter seq_len", path,
+                     (long long)l->n_tokens, (long long)l->n_windows, (long long)T, world,
+                     (long long)B);
+        goto out_free_list;
+    }
+    l->order = malloc((size_t)l->n_windows * sizeof *l->order);
+    if (!l->order) {
+        ct_error_set(err, CT_ERR_NOMEM, "out of memory: %lld sequences of %s",
+                     (long long)l->n_windows, path);
+        goto out_free_list;
+    }
+    shuffle_windows(l->order, l->n_windows, seed, 0);
+    l->order_epoch = 0;
+    path_list_free(&pl);
+    return l;
+
+out_free_list:
+    path_list_free(&pl);
+out_free_loader:
+    loader_close(l);
+    return NULL;
+}
+
+void loader_close(ct_loader *l) {
+    if (!l) return;
+    for (int32_t i = 0; i < l->n_shards; i++) shard_close(&l->shards[i]);
+    free(l->shards);
+    free(l->first_window);
+    free(l->order);
+    free(l);
+}
+
+/* The shard holding window w (binary search over the prefix sums). */
+static int32_t shard_of_window(const ct_loader *l, int64_t w) {
+    int32_t lo = 0, hi = l->n_shards - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (l->first_window[mid] <= w) lo = mid;
+        else hi = mid - 1;
+    }
+    assert(l->first_window[lo] <= w && w < l->first_window[lo + 1]);
+    return lo;
+}
+
+static void ensure_order(ct_loader *l) {
+    if (l->order_epoch == l->st.epoch) return;
+    shuffle_windows(l->order, l->n_windows, l->seed, l->st.epoch);
+    l->order_epoch = l->st.epoch;
+}
+
+int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *err) {
+    (void)err;
+    int64_t global = (int64_t)l->world * l->B;
+    if ((int64_t)l->st.position + global > l->n_windows) { /* skip the short tail */
+        l->st.epoch++;
+        l->st.position = 0;
+    }
+    ensure_order(l);
+    int64_t base = (int64_t)l->st.position + (int64_t)l->rank * l->B;
+    for (int64_t b = 0; b < l->B; b++) {
+        int64_t w = l->order[base + b];
+        int32_t s = shard_of_window(l, w);
+        const uint16_t *tok = l->shards[s].tokens + (w - l->first_window[s]) * l->T;
+        int32_t *in = inputs + b * l->T, *tg = targets + b * l->T;
+        for (int64_t t = 0; t < l->T; t++) {
+            in[t] = tok[t];
+            tg[t] = tok[t + 1];
+        }
+    }
+    l->st.position += (uint64_t)global;
+    return CT_OK;
+}
+
+void loader_reset(ct_loader *l) {
+    l->st.epoch = 0;
+    l->st.position = 0;
+    ensure_order(l);
+}
+
+ct_loader_state loader_get_state(const ct_loader *l) { return l->st; }
+
+int32_t loader_set_state(ct_loader *l, ct_loader_state st, ct_error *err) {
+    if (st.position > (uint64_t)l->n_windows)
+        return ct_error_set(err, CT_ERR_INVALID, "data position %llu is beyond the %lld "
+                            "sequences of this data ---> the checkpoint was made with other "
+                            "data or another seq_len", (unsigned long long)st.position,
+                            (long long)l->n_windows);
+    l->st = st;
+    ensure_order(l);
+    return CT_OK;
+}
+
+int64_t loader_batches_per_epoch(const ct_loader *l) {
+    return l->n_windows / ((int64_t)l->world * l->B);
+}
+int64_t loader_windows(const ct_loader *l) { return l->n_windows; }
+int64_t loader_tokens(const ct_loader *l) { return l->n_tokens; }
+int32_t loader_shard_count(const ct_loader *l) { return l->n_shards; }
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+double unigram_entropy(const uint64_t *counts, int64_t vocab) {
+    double total = 0;
+    for (int64_t i = 0; i < vocab; i++) total += (double)counts[i];
+    if (total <= 0) return 0;
+    double h = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        if (!counts[i]) continue;
+        double p = (double)counts[i] / total;
+        h -= p * log(p);
+    }
+    return h;
+}

@@ -1,0 +1,103 @@
+/* data.h — token shards in llm.c's format (write, check, map) and the training data loader
+ * that cuts them into (B, T) micro-batches for one rank of a run.
+ * Not for: making shards from text (prepare.c, tokenizer.h) or moving batches to a device.
+ *
+ * Shard file (llm.c's, version 1): a header of 256 little-endian int32 — [0] magic 20240520,
+ * [1] version 1, [2] token count n — then n uint16 tokens. The file is exactly 1024 + 2n bytes.
+ *
+ * Loader semantics (what the lead's equivalence tests rely on):
+ *   - A sequence is a window of T+1 consecutive tokens of one shard: inputs are its first T,
+ *     targets its last T. Window k of a shard starts at token k*T, so consecutive windows share
+ *     one boundary token and every token is an input at most once and a target at most once
+ *     (llm.c's tiling). Windows never cross a shard boundary; a shard of n tokens holds
+ *     floor((n-1)/T) windows. Targets are never -1.
+ *   - An epoch is a permutation of all windows of all shards, drawn from (seed, epoch) alone.
+ *   - The global micro-batch is the next world*B windows of the epoch's order; rank r takes
+ *     windows [r*B, (r+1)*B) of it. So one rank with batch B*N reads exactly the sequences that
+ *     N ranks with batch B read together, in rank order. A tail of fewer than world*B windows
+ *     is skipped and the next epoch (new permutation) begins.
+ *   - Position is counted in windows of the epoch, independent of rank: a checkpoint's state
+ *     resumes identically on any world size with the same world*B.
+ * Shape legend: B sequences per micro-batch on this rank, T tokens per sequence.
+ */
+#ifndef CTRAIN_HOST_DATA_H
+#define CTRAIN_HOST_DATA_H
+
+#include <ctrain/ctrain.h>
+
+#define CT_SHARD_MAGIC        20240520
+#define CT_SHARD_VERSION      1
+#define CT_SHARD_HEADER_INTS  256
+#define CT_SHARD_HEADER_BYTES (CT_SHARD_HEADER_INTS * 4)
+
+/* ---- shards ------------------------------------------------------------------------------ */
+
+/* Write n tokens to `path` atomically: to a temporary name beside it, fsync, rename, fsync the
+ * folder. A reader never sees a partial file. CT_ERR_IO naming the path on failure. */
+int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err);
+
+/* A read-only mapping of one shard. tokens points into the mapping (n of them). */
+typedef struct ct_token_shard {
+    char           *path;   /* owned copy */
+    const uint16_t *tokens; /* n tokens, inside map */
+    int64_t         n;
+    void           *map;    /* the whole file, map_bytes long (NULL for an empty mapping) */
+    size_t          map_bytes;
+} ct_token_shard;
+
+/* Open and check a shard: magic, version, and that the file length is exactly 1024 + 2n.
+ * Errors (CT_ERR_IO unreadable, CT_ERR_INVALID malformed) name the file and what is wrong.
+ * On success fill *out (release with shard_close). */
+int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err);
+void shard_close(ct_token_shard *s);
+
+/* The largest token of the shard and its first position; -1 / -1 for an empty shard. */
+int32_t shard_max_token(const ct_token_shard *s, int64_t *position);
+
+/* ---- the loader -------------------------------------------------------------------------- */
+
+typedef struct ct_loader ct_loader;
+
+/* Where the loader stands: a plain struct, saved in checkpoints as it is. */
+typedef struct ct_loader_state {
+    uint64_t epoch;    /* 0 for the first pass */
+    uint64_t position; /* windows of this epoch's order already consumed (by all ranks) */
+} ct_loader_state;
+
+/* Open the shards named by `path`:
+ *   - a shard file ("data/train_000000.bin");
+ *   - a folder, with `split` ("train" or "val"; NULL means "train"): every SPLIT_*.bin in it;
+ *   - a glob pattern ("data/fineweb_train_*.bin").
+ * Files are taken in sorted name order. Every shard is checked (shard_open) and scanned: a token
+ * >= vocab_size_limit (when > 0) is an error naming the file, the position, the token and the
+ * vocabulary size. B, T >= 1; 0 <= rank < world. Needs at least world*B windows in all.
+ * Returns NULL and fills err on failure. */
+ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
+                       int64_t T, int32_t rank, int32_t world, uint64_t seed, ct_error *err);
+void loader_close(ct_loader *l);
+
+/* This rank's next micro-batch: inputs (B, T) and targets (B, T), caller-owned, as int32.
+ * Advances the shared position by world*B windows. */
+int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *err);
+
+/* Back to the start of epoch 0 (for an evaluation pass over the same sequences each time). */
+void loader_reset(ct_loader *l);
+
+ct_loader_state loader_get_state(const ct_loader *l);
+/* CT_ERR_INVALID when position is beyond this data's epoch (a checkpoint of other data). */
+int32_t loader_set_state(ct_loader *l, ct_loader_state st, ct_error *err);
+
+/* Global micro-batches in one epoch: floor(windows / (world*B)). */
+int64_t loader_batches_per_epoch(const ct_loader *l);
+/* All windows of all shards, and all tokens of all shards. */
+int64_t loader_windows(const ct_loader *l);
+int64_t loader_tokens(const ct_loader *l);
+int32_t loader_shard_count(const ct_loader *l);
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+/* Entropy in nats of the unigram distribution of tokens (counts over vocab entries):
+ * -sum p ln p with p = count/total. 0 for fewer than two distinct tokens. */
+double unigram_entropy(const uint64_t *counts, int64_t vocab);
+
+#endif /* CTRAIN_HOST_DATA_H */

@@ -1,0 +1,45 @@
+/* prepare.h — `ctrain prepare`: text files in, llm.c token shards + meta.ini (+ the trained
+ * sentencepiece model) out. Not for: reading shards back (data.h).
+ *
+ * Output folder layout:
+ *   DIR/train_000000.bin ...  train tokens, shard_tokens per shard (the last one shorter)
+ *   DIR/val_000000.bin ...    validation tokens (the last val_fraction of each text file)
+ *   DIR/tokenizer.model       (sentencepiece only) the model the tokens come from
+ *   DIR/meta.ini              [data] tokenizer, vocab_size, token and shard counts, entropy
+ */
+#ifndef CTRAIN_HOST_PREPARE_H
+#define CTRAIN_HOST_PREPARE_H
+
+#include <ctrain/ctrain.h>
+
+typedef struct prepare_options {
+    const char *const *texts;      /* n_texts text files (UTF-8 or any bytes) */
+    int32_t     n_texts;
+    const char *out_dir;           /* created when missing */
+    double      val_fraction;      /* [0, 0.5]: the tail of each file that goes to val */
+    const char *tokenizer;         /* "bytes" (V = 256) or "sentencepiece" */
+    int32_t     vocab_size;        /* sentencepiece only: 260..65535 */
+    const char *sp_model_type;     /* "bpe" or "unigram" */
+    int64_t     sp_max_sentences;  /* lines sampled to train sentencepiece; 0 = all */
+    int64_t     shard_tokens;      /* tokens per shard file, >= 1 */
+    int32_t     quiet;             /* 1: print nothing (the summary still fills *out) */
+} prepare_options;
+
+/* The defaults of the command line: val 0.05, bytes, vocab 8192, bpe, 2M lines, 1e8 tokens. */
+prepare_options prepare_default_options(void);
+
+typedef struct prepare_summary {
+    int64_t train_tokens, val_tokens;
+    int32_t train_shards, val_shards;
+    int32_t vocab_size;
+    double  unigram_entropy; /* nats per token, of the train tokens */
+} prepare_summary;
+
+/* Do the work. Errors name the file or option and say what to do. */
+int32_t prepare_run(const prepare_options *opt, prepare_summary *out, ct_error *err);
+
+/* The subcommand: argv[0] is "prepare", options follow (see --help). Returns the exit status:
+ * 0 done, 1 failed, 2 bad command line. */
+int cmd_prepare(int argc, char **argv);
+
+#endif /* CTRAIN_HOST_PREPARE_H */

@@ -1,0 +1,48 @@
+/* tokenizer.h — a C interface to Debian's libsentencepiece: train a sub-word model on text files,
+ * load it, encode text to token ids and decode ids back to text.
+ * Not for: byte-level tokens (prepare.c does those itself) or anything the training loop needs.
+ *
+ * The models it trains decode back to exactly the bytes they encoded: no text normalization, no
+ * dummy space prefix, whitespace kept, and byte fallback (an unknown character becomes its UTF-8
+ * bytes as tokens <0x00>..<0xFF>), so any input round-trips. Ids 0, 1, 2 are <unk>, <s>, </s>.
+ */
+#ifndef CTRAIN_HOST_TOKENIZER_H
+#define CTRAIN_HOST_TOKENIZER_H
+
+#include <ctrain/ctrain.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_tokenizer ct_tokenizer;
+
+/* Train a sentencepiece model of vocab_size pieces (model_type "bpe" or "unigram") on the lines
+ * of the given text files and write it to model_path, which must end in ".model" (a
+ * human-readable ".vocab" file is written beside it). threads >= 1. Long training corpora are
+ * sampled (at most max_sentences lines; 0 = all). CT_ERR_INVALID with sentencepiece's reason
+ * (e.g. a vocabulary too small for the characters of the text, or too large for the text). */
+int32_t tokenizer_train(const char *const *files, int32_t n_files, const char *model_type,
+                        int32_t vocab_size, const char *model_path, int32_t threads,
+                        int64_t max_sentences, ct_error *err);
+
+/* Load a model file. NULL and err filled on failure. */
+ct_tokenizer *tokenizer_load(const char *model_path, ct_error *err);
+void tokenizer_free(ct_tokenizer *tok);
+
+/* Number of pieces (the vocabulary size V: ids are 0..V-1). */
+int32_t tokenizer_vocab_size(const ct_tokenizer *tok);
+
+/* Encode len bytes of text. *ids is malloc'ed (the caller frees it), *n its length. */
+int32_t tokenizer_encode(const ct_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                         int64_t *n, ct_error *err);
+
+/* Decode n ids. *text is malloc'ed and NUL-terminated (the caller frees it), *len its length. */
+int32_t tokenizer_decode(const ct_tokenizer *tok, const int32_t *ids, int64_t n, char **text,
+                         size_t *len, ct_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CTRAIN_HOST_TOKENIZER_H */

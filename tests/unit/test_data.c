@@ -1,0 +1,589 @@
+/* test_data.c — token shards, the loader's batch semantics, `ctrain prepare` and the
+ * sentencepiece shim, each against numbers the test computes itself (token = position data,
+ * the text file's own bytes, the entropy formula in double).
+ * Not for: the training loop's use of batches (the lead's equivalence tests).
+ */
+#include "ct_test.h"
+
+#include "data.h"
+#include "prepare.h"
+#include "tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GPL3 "/usr/share/common-licenses/GPL-3" /* present on every Debian machine */
+
+static ct_error new_err(void) {
+    ct_error e = {.struct_size = sizeof e};
+    return e;
+}
+
+/* A shard whose token i is (i * mul + add) % mod: windows are identifiable by their tokens. */
+static void write_pattern_shard(const char *path, int64_t n, int64_t mul, int64_t add,
+                                int64_t mod) {
+    uint16_t *t = malloc((size_t)n * sizeof *t);
+    for (int64_t i = 0; i < n; i++) t[i] = (uint16_t)((i * mul + add) % mod);
+    ct_error err = new_err();
+    CT_CHECK_MSG(shard_write(path, t, n, &err) == CT_OK, "shard_write: %s", err.message);
+    free(t);
+}
+
+static char *read_whole(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    *len = fread(buf, 1, (size_t)n, f);
+    buf[*len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void write_text(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    CT_CHECK_INT(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* Append all shards SPLIT_000000.bin, ... of dir to one int32 array. */
+static int32_t *read_split(const char *dir, const char *split, int64_t *n) {
+    int32_t *all = NULL;
+    *n = 0;
+    for (int i = 0;; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, split, i);
+        if (access(path, F_OK) != 0) break;
+        ct_token_shard s;
+        ct_error err = new_err();
+        if (shard_open(path, &s, &err) != CT_OK) {
+            CT_CHECK_MSG(0, "shard_open: %s", err.message);
+            break;
+        }
+        all = realloc(all, (size_t)(*n + s.n + 1) * sizeof *all);
+        for (int64_t j = 0; j < s.n; j++) all[*n + j] = s.tokens[j];
+        *n += s.n;
+        shard_close(&s);
+    }
+    return all;
+}
+
+/* ---- shards ------------------------------------------------------------------------------ */
+
+CT_TEST(shard_write_then_open_returns_the_same_tokens_in_llmc_layout) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/a.bin", ct_test_tmpdir());
+    write_pattern_shard(path, 1001, 7919, 3, 65536);
+    size_t len;
+    char *raw = read_whole(path, &len);
+    CT_CHECK_INT(len, 1024 + 2 * 1001);
+    const int32_t *h = (const int32_t *)raw;
+    CT_CHECK_INT(h[0], 20240520);
+    CT_CHECK_INT(h[1], 1);
+    CT_CHECK_INT(h[2], 1001);
+    for (int i = 3; i < 256; i++) CT_CHECK_INT(h[i], 0);
+    free(raw);
+
+    ct_token_shard s;
+    ct_error err = new_err();
+    CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
+    CT_CHECK_INT(s.n, 1001);
+    int bad = 0;
+    for (int64_t i = 0; i < s.n; i++) bad += s.tokens[i] != (uint16_t)((i * 7919 + 3) % 65536);
+    CT_CHECK_INT(bad, 0);
+    int64_t at;
+    int32_t max = shard_max_token(&s, &at);
+    int32_t want = 0;
+    int64_t want_at = 0;
+    for (int64_t i = 0; i < 1001; i++)
+        if ((i * 7919 + 3) % 65536 > want) want = (int32_t)((i * 7919 + 3) % 65536), want_at = i;
+    CT_CHECK_INT(max, want);
+    CT_CHECK_INT(at, want_at);
+    shard_close(&s);
+    /* no temporary file left behind */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s.tmp.* >/dev/null 2>&1", path);
+    CT_CHECK_MSG(system(cmd) != 0, "a temporary file of shard_write was left beside %s", path);
+}
+
+/* Rewrite bytes of a good shard and expect shard_open to refuse it with `needle`. */
+static void expect_refused(const char *dir, const char *name, long offset, const void *bytes,
+                           size_t n_bytes, long truncate_to, const char *needle) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    write_pattern_shard(path, 100, 1, 0, 256);
+    if (bytes) {
+        FILE *f = fopen(path, "r+b");
+        fseek(f, offset, SEEK_SET);
+        fwrite(bytes, 1, n_bytes, f);
+        fclose(f);
+    }
+    if (truncate_to >= 0) CT_CHECK(truncate(path, truncate_to) == 0);
+    ct_token_shard s;
+    ct_error err = new_err();
+    int32_t rc = shard_open(path, &s, &err);
+    CT_CHECK_MSG(rc == CT_ERR_INVALID, "%s: expected CT_ERR_INVALID, got %d", name, rc);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, needle);
+    if (rc == CT_OK) shard_close(&s);
+}
+
+CT_TEST(shard_open_refuses_bad_magic_version_and_length_naming_the_file) {
+    const char *dir = ct_test_tmpdir();
+    int32_t v;
+    v = 12345;
+    expect_refused(dir, "magic.bin", 0, &v, 4, -1, "bad magic 12345");
+    v = 2;
+    expect_refused(dir, "v2.bin", 4, &v, 4, -1, "version 2");
+    v = 7;
+    expect_refused(dir, "v7.bin", 4, &v, 4, -1, "shard version 7");
+    expect_refused(dir, "cut.bin", 0, NULL, 0, 1024 + 2 * 100 - 2, "truncated");
+    expect_refused(dir, "cut2.bin", 0, NULL, 0, 1024 + 2 * 100 - 2, "header says 100 tokens");
+    expect_refused(dir, "long.bin", 0, NULL, 0, 1024 + 2 * 100 + 2, "longer than its header");
+    expect_refused(dir, "tiny.bin", 0, NULL, 0, 10, "shorter than the 1024-byte header");
+    v = -5;
+    expect_refused(dir, "neg.bin", 8, &v, 4, -1, "header says -5 tokens");
+
+    ct_token_shard s;
+    ct_error err = new_err();
+    CT_CHECK_INT(shard_open("/nonexistent/x.bin", &s, &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/x.bin");
+}
+
+/* ---- the loader -------------------------------------------------------------------------- */
+
+/* Token i of the shard is i (mod 65536): a window's first input tells where it starts. */
+static ct_loader *open_loader(const char *path, int64_t B, int64_t T, int32_t rank, int32_t world,
+                              uint64_t seed) {
+    ct_error err = new_err();
+    ct_loader *l = loader_open(path, NULL, 65536, B, T, rank, world, seed, &err);
+    CT_CHECK_MSG(l != NULL, "loader_open: %s", err.message);
+    return l;
+}
+
+CT_TEST(loader_windows_are_T_plus_1_tokens_each_seen_once_per_epoch) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/pos.bin", ct_test_tmpdir());
+    const int64_t n = 1001, T = 10, B = 4; /* (n-1)/T = 100 windows, 25 batches per epoch */
+    write_pattern_shard(path, n, 1, 0, 65536);
+    ct_loader *l = open_loader(path, B, T, 0, 1, 42);
+    if (!l) return;
+    CT_CHECK_INT(loader_windows(l), 100);
+    CT_CHECK_INT(loader_batches_per_epoch(l), 25);
+    CT_CHECK_INT(loader_tokens(l), n);
+    int32_t in[40], tg[40];
+    int seen[100] = {0};
+    ct_error err = new_err();
+    for (int step = 0; step < 25; step++) {
+        CT_CHECK(loader_next(l, in, tg, &err) == CT_OK);
+        for (int b = 0; b < B; b++) {
+            int32_t start = in[b * T];
+            CT_CHECK_INT(start % T, 0);
+            if (start % T == 0 && start / T < 100) seen[start / T]++;
+            for (int t = 0; t < T; t++) {
+                CT_CHECK_INT(in[b * T + t], start + t);
+                CT_CHECK_INT(tg[b * T + t], start + t + 1);
+            }
+        }
+    }
+    int once = 0;
+    for (int w = 0; w < 100; w++) once += seen[w] == 1;
+    CT_CHECK_INT(once, 100);
+    ct_loader_state st = loader_get_state(l);
+    CT_CHECK_INT(st.epoch, 0);
+    CT_CHECK_INT(st.position, 100);
+    /* the next batch opens epoch 1 in another order */
+    CT_CHECK(loader_next(l, in, tg, &err) == CT_OK);
+    st = loader_get_state(l);
+    CT_CHECK_INT(st.epoch, 1);
+    CT_CHECK_INT(st.position, B);
+    loader_close(l);
+}
+
+CT_TEST(loader_one_rank_of_batch_BN_equals_N_ranks_of_batch_B_concatenated) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/pos.bin", ct_test_tmpdir());
+    const int64_t T = 8, B = 3;
+    const int32_t N = 4;
+    write_pattern_shard(path, 8 * 62 + 1, 1, 0, 65536); /* 62 windows: 5 global batches of 12 */
+    ct_loader *one = open_loader(path, B * N, T, 0, 1, 7);
+    ct_loader *ranks[4];
+    for (int r = 0; r < N; r++) ranks[r] = open_loader(path, B, T, r, N, 7);
+    int32_t in1[96], tg1[96], in[24], tg[24];
+    ct_error err = new_err();
+    int mismatches = 0;
+    for (int step = 0; step < 12; step++) { /* crosses two epoch boundaries */
+        CT_CHECK(loader_next(one, in1, tg1, &err) == CT_OK);
+        for (int r = 0; r < N; r++) {
+            CT_CHECK(loader_next(ranks[r], in, tg, &err) == CT_OK);
+            mismatches += memcmp(in, in1 + r * B * T, sizeof in) != 0;
+            mismatches += memcmp(tg, tg1 + r * B * T, sizeof tg) != 0;
+        }
+    }
+    CT_CHECK_INT(mismatches, 0);
+    CT_CHECK_INT(loader_get_state(one).epoch, 2);
+    CT_CHECK_INT(loader_get_state(ranks[3]).epoch, 2);
+    CT_CHECK_INT(loader_get_state(ranks[3]).position, loader_get_state(one).position);
+    loader_close(one);
+    for (int r = 0; r < N; r++) loader_close(ranks[r]);
+}
+
+/* The first inputs of `steps` batches, as a fingerprint of the order. */
+static void order_of(const char *path, uint64_t seed, int steps, int32_t *firsts) {
+    ct_loader *l = open_loader(path, 2, 4, 0, 1, seed);
+    if (!l) return;
+    int32_t in[8], tg[8];
+    ct_error err = new_err();
+    for (int s = 0; s < steps; s++) {
+        CT_CHECK(loader_next(l, in, tg, &err) == CT_OK);
+        firsts[2 * s] = in[0];
+        firsts[2 * s + 1] = in[4];
+    }
+    loader_close(l);
+}
+
+CT_TEST(loader_order_is_a_function_of_the_seed) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/pos.bin", ct_test_tmpdir());
+    write_pattern_shard(path, 4 * 200 + 1, 1, 0, 65536);
+    int32_t a[40], b[40], c[40];
+    order_of(path, 1, 20, a);
+    order_of(path, 1, 20, b);
+    order_of(path, 2, 20, c);
+    CT_CHECK(memcmp(a, b, sizeof a) == 0);
+    CT_CHECK_MSG(memcmp(a, c, sizeof a) != 0, "seeds 1 and 2 gave the same order");
+    /* shuffled: the windows are not read in file order */
+    int ascending = 1;
+    for (int i = 1; i < 40; i++) ascending &= a[i] > a[i - 1];
+    CT_CHECK(!ascending);
+}
+
+CT_TEST(loader_state_restored_in_a_new_loader_continues_identically) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/pos.bin", ct_test_tmpdir());
+    write_pattern_shard(path, 5 * 37 + 1, 1, 0, 65536); /* 37 windows, 7 batches of 5 */
+    ct_loader *a = open_loader(path, 5, 5, 0, 1, 99);
+    int32_t in[25], tg[25], in2[25], tg2[25];
+    ct_error err = new_err();
+    for (int s = 0; s < 11; s++) CT_CHECK(loader_next(a, in, tg, &err) == CT_OK);
+    ct_loader_state st = loader_get_state(a);
+    CT_CHECK_INT(st.epoch, 1);
+    ct_loader *b = open_loader(path, 5, 5, 0, 1, 99);
+    CT_CHECK(loader_set_state(b, st, &err) == CT_OK);
+    int diffs = 0;
+    for (int s = 0; s < 10; s++) {
+        CT_CHECK(loader_next(a, in, tg, &err) == CT_OK);
+        CT_CHECK(loader_next(b, in2, tg2, &err) == CT_OK);
+        diffs += memcmp(in, in2, sizeof in) != 0 || memcmp(tg, tg2, sizeof tg) != 0;
+    }
+    CT_CHECK_INT(diffs, 0);
+    /* reset replays epoch 0 from the start: same as a fresh loader */
+    ct_loader *fresh = open_loader(path, 5, 5, 0, 1, 99);
+    loader_reset(b);
+    CT_CHECK(loader_next(b, in, tg, &err) == CT_OK);
+    CT_CHECK(loader_next(fresh, in2, tg2, &err) == CT_OK);
+    CT_CHECK(memcmp(in, in2, sizeof in) == 0);
+    /* a position beyond this data is refused */
+    ct_loader_state bad = {.epoch = 0, .position = 1000};
+    CT_CHECK_INT(loader_set_state(b, bad, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "position 1000");
+    loader_close(a);
+    loader_close(b);
+    loader_close(fresh);
+}
+
+CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/big.bin", ct_test_tmpdir());
+    write_pattern_shard(path, 1000, 1, 0, 301); /* max token 300 at position 300 */
+    ct_error err = new_err();
+    ct_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
+    CT_CHECK(l == NULL);
+    CT_CHECK_INT(err.code, CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, "token 300 at position 300");
+    CT_CHECK_STR_CONTAINS(err.message, "vocab_size 256");
+    loader_close(l);
+    err = new_err();
+    l = loader_open(path, NULL, 300, 2, 4, 0, 1, 0, &err); /* 300 is still one too many */
+    CT_CHECK(l == NULL);
+    err = new_err();
+    l = loader_open(path, NULL, 301, 2, 4, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "vocab 301 holds token 300: %s", err.message);
+    loader_close(l);
+    /* too little data for one global batch */
+    err = new_err();
+    l = loader_open(path, NULL, 301, 100, 10, 0, 2, 0, &err); /* 99 windows < 200 */
+    CT_CHECK(l == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "fewer than one global batch");
+}
+
+CT_TEST(loader_reads_a_folder_split_or_a_glob_across_shards) {
+    const char *dir = ct_test_tmpdir();
+    char p[512];
+    snprintf(p, sizeof p, "%s/train_000000.bin", dir);
+    write_pattern_shard(p, 41, 1, 0, 65536); /* 10 windows of T=4 */
+    snprintf(p, sizeof p, "%s/train_000001.bin", dir);
+    write_pattern_shard(p, 23, 1, 1000, 65536); /* 5 windows, tokens 1000.. */
+    snprintf(p, sizeof p, "%s/val_000000.bin", dir);
+    write_pattern_shard(p, 9, 1, 5000, 65536); /* 2 windows */
+    ct_error err = new_err();
+    ct_loader *l = loader_open(dir, "train", 0, 3, 4, 0, 1, 5, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (!l) return;
+    CT_CHECK_INT(loader_shard_count(l), 2);
+    CT_CHECK_INT(loader_windows(l), 15);
+    /* one epoch: every window of both shards exactly once, never crossing a shard boundary */
+    int32_t in[12], tg[12];
+    int from_second = 0, ok = 1;
+    for (int s = 0; s < 5; s++) {
+        CT_CHECK(loader_next(l, in, tg, &err) == CT_OK);
+        for (int b = 0; b < 3; b++) {
+            int32_t s0 = in[b * 4];
+            int second = s0 >= 1000;
+            from_second += second;
+            ok &= (s0 - (second ? 1000 : 0)) % 4 == 0 && tg[b * 4 + 3] == s0 + 4;
+            ok &= second ? s0 + 4 <= 1022 : s0 + 4 <= 40;
+        }
+    }
+    CT_CHECK(ok);
+    CT_CHECK_INT(from_second, 5);
+    loader_close(l);
+    l = loader_open(dir, "val", 0, 1, 4, 0, 1, 5, &err);
+    CT_CHECK_MSG(l && loader_windows(l) == 2, "val split: %s", err.message);
+    loader_close(l);
+    snprintf(p, sizeof p, "%s/train_*.bin", dir);
+    l = loader_open(p, NULL, 0, 1, 4, 0, 1, 5, &err);
+    CT_CHECK_MSG(l && loader_shard_count(l) == 2, "glob: %s", err.message);
+    loader_close(l);
+    snprintf(p, sizeof p, "%s/nothing_*.bin", dir);
+    err = new_err();
+    CT_CHECK(loader_open(p, NULL, 0, 1, 4, 0, 1, 5, &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "no token shard matches");
+}
+
+CT_TEST(unigram_entropy_matches_the_formula) {
+    uint64_t c[4] = {1, 1, 2, 0};
+    double want = -(2 * 0.25 * log(0.25) + 0.5 * log(0.5));
+    CT_CHECK_CLOSE(unigram_entropy(c, 4), want, 1e-12, 0);
+    uint64_t one[3] = {0, 5, 0};
+    CT_CHECK_CLOSE(unigram_entropy(one, 3), 0.0, 0, 1e-15);
+    uint64_t uni[256];
+    for (int i = 0; i < 256; i++) uni[i] = 3;
+    CT_CHECK_CLOSE(unigram_entropy(uni, 256), log(256.0), 1e-12, 0);
+}
+
+/* ---- prepare ----------------------------------------------------------------------------- */
+
+CT_TEST(prepare_bytes_writes_shards_that_hold_the_file_bytes_and_their_entropy) {
+    const char *dir = ct_test_tmpdir();
+    char out[512];
+    snprintf(out, sizeof out, "%s/data", dir);
+    char *argv[] = {"prepare", "--text", GPL3, "--out", out, "--val-fraction", "0.1",
+                    "--shard-tokens", "10000", "--quiet"};
+    CT_CHECK_INT(cmd_prepare(10, argv), 0);
+    size_t len;
+    char *text = read_whole(GPL3, &len);
+    if (!text) return;
+    int64_t n_train, n_val;
+    int32_t *train = read_split(out, "train", &n_train);
+    int32_t *val = read_split(out, "val", &n_val);
+    int64_t want_val = llround(0.1 * (double)len);
+    CT_CHECK_INT(n_val, want_val);
+    CT_CHECK_INT(n_train + n_val, len);
+    int bad = 0;
+    for (int64_t i = 0; i < n_train && i < (int64_t)len; i++)
+        bad += train[i] != (uint8_t)text[i];
+    for (int64_t i = 0; i < n_val && n_train + i < (int64_t)len; i++)
+        bad += val[i] != (uint8_t)text[n_train + i];
+    CT_CHECK_INT(bad, 0);
+    /* 4 train shards of at most 10000 tokens */
+    char p[600];
+    snprintf(p, sizeof p, "%s/train_000003.bin", out);
+    CT_CHECK(access(p, F_OK) == 0);
+    snprintf(p, sizeof p, "%s/train_000004.bin", out);
+    CT_CHECK(access(p, F_OK) != 0);
+    /* the entropy in meta.ini is that of the train bytes */
+    double counts[256] = {0}, h = 0;
+    for (int64_t i = 0; i < n_train; i++) counts[(uint8_t)text[i]] += 1;
+    for (int i = 0; i < 256; i++)
+        if (counts[i] > 0) h -= counts[i] / (double)n_train * log(counts[i] / (double)n_train);
+    snprintf(p, sizeof p, "%s/meta.ini", out);
+    size_t mlen;
+    char *meta = read_whole(p, &mlen);
+    CT_CHECK_STR_CONTAINS(meta, "tokenizer = bytes");
+    CT_CHECK_STR_CONTAINS(meta, "vocab_size = 256");
+    const char *e = meta ? strstr(meta, "unigram_entropy_nats = ") : NULL;
+    CT_CHECK(e != NULL);
+    if (e) CT_CHECK_CLOSE(atof(e + strlen("unigram_entropy_nats = ")), h, 1e-5, 0);
+    /* English text: between 2.5 and 3.5 nats per byte */
+    CT_CHECK(h > 2.5 && h < 3.5);
+    /* the loader takes the folder, vocab 256 */
+    ct_error err = new_err();
+    ct_loader *l = loader_open(out, "val", 256, 4, 64, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    loader_close(l);
+    free(meta);
+    free(train);
+    free(val);
+    free(text);
+}
+
+static int32_t run_prepare(prepare_options *o, ct_error *err) {
+    prepare_summary s;
+    o->quiet = 1;
+    *err = new_err();
+    return prepare_run(o, &s, err);
+}
+
+CT_TEST(prepare_refuses_missing_or_empty_text_bad_vocab_and_unwritable_out) {
+    const char *dir = ct_test_tmpdir();
+    char out[512], empty[512], file_as_dir[600];
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+    write_text(empty, "", 0);
+    ct_error err;
+    prepare_options o = prepare_default_options();
+
+    const char *missing[] = {"/nonexistent/words.txt"};
+    o.texts = missing, o.n_texts = 1, o.out_dir = out;
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, "cannot read text file /nonexistent/words.txt");
+
+    const char *empties[] = {empty};
+    o.texts = empties;
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "empty");
+
+    const char *gpl[] = {GPL3};
+    o.texts = gpl;
+    o.tokenizer = "sentencepiece";
+    o.vocab_size = 70000;
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "--vocab-size 70000");
+    o.vocab_size = 100;
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "--vocab-size 100");
+
+    o.tokenizer = "bytes";
+    snprintf(file_as_dir, sizeof file_as_dir, "%s/sub", empty); /* a file cannot hold a folder */
+    o.out_dir = file_as_dir;
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, "output folder");
+    CT_CHECK_STR_CONTAINS(err.message, "not writable");
+
+    o.out_dir = out;
+    o.tokenizer = "wordpiece";
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "wordpiece");
+
+    /* the command line: unknown option and --vocab-size with bytes are usage errors */
+    char *bad1[] = {"prepare", "--text", GPL3, "--out", out, "--vocab", "300"};
+    CT_CHECK_INT(cmd_prepare(7, bad1), 2);
+    char *bad2[] = {"prepare", "--text", GPL3, "--out", out, "--vocab-size", "300"};
+    CT_CHECK_INT(cmd_prepare(7, bad2), 2);
+    char *bad3[] = {"prepare", "/nonexistent/words.txt", "--out", out}; /* positional text */
+    CT_CHECK_INT(cmd_prepare(4, bad3), 1);
+    char *bad4[] = {"prepare", "--out", out};
+    CT_CHECK_INT(cmd_prepare(3, bad4), 2);
+    /* sentencepiece's own refusal comes back with a hint: 300 pieces cannot hold 256 bytes,
+     * 3 specials and the ~70 characters of the license text */
+    o.texts = gpl, o.out_dir = out, o.tokenizer = "sentencepiece", o.vocab_size = 300;
+    CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "adjust --vocab-size");
+}
+
+/* ---- sentencepiece ----------------------------------------------------------------------- */
+
+CT_TEST(sentencepiece_trained_on_small_text_round_trips_any_bytes) {
+    const char *dir = ct_test_tmpdir();
+    char model[512];
+    snprintf(model, sizeof model, "%s/sp.model", dir);
+    const char *files[] = {GPL3};
+    ct_error err = new_err();
+    int32_t rc = tokenizer_train(files, 1, "bpe", 512, model, 2, 0, &err);
+    CT_CHECK_MSG(rc == CT_OK, "train: %s", err.message);
+    ct_tokenizer *tok = tokenizer_load(model, &err);
+    CT_CHECK_MSG(tok != NULL, "load: %s", err.message);
+    if (!tok) return;
+    CT_CHECK_INT(tokenizer_vocab_size(tok), 512);
+    size_t len;
+    char *text = read_whole(GPL3, &len);
+    const char extra[] = "  two  spaces, tab\there, caf\xc3\xa9 \xe6\x9d\xb1\xe4\xba\xac \xe2\x9c\x93"
+                         "\n\n\x01 control\n";
+    const char *inputs[2] = {text, extra};
+    size_t lens[2] = {len, sizeof extra - 1};
+    for (int k = 0; k < 2; k++) {
+        int32_t *ids;
+        int64_t n;
+        CT_CHECK_MSG(tokenizer_encode(tok, inputs[k], lens[k], &ids, &n, &err) == CT_OK, "%s",
+                     err.message);
+        int out_of_range = 0;
+        for (int64_t i = 0; i < n; i++) out_of_range += ids[i] < 0 || ids[i] >= 512;
+        CT_CHECK_INT(out_of_range, 0);
+        if (k == 0) /* it learned merges: well under one token per byte on its own text */
+            CT_CHECK_MSG((double)n < 0.5 * (double)len, "%lld tokens for %zu bytes",
+                         (long long)n, len);
+        char *back;
+        size_t back_len;
+        CT_CHECK_MSG(tokenizer_decode(tok, ids, n, &back, &back_len, &err) == CT_OK, "%s",
+                     err.message);
+        CT_CHECK_INT(back_len, lens[k]);
+        CT_CHECK_MSG(back_len == lens[k] && memcmp(back, inputs[k], lens[k]) == 0,
+                     "input %d does not survive encode+decode", k);
+        free(back);
+        free(ids);
+    }
+    int32_t bad_id = 512;
+    char *back;
+    size_t back_len;
+    CT_CHECK_INT(tokenizer_decode(tok, &bad_id, 1, &back, &back_len, &err), CT_ERR_INVALID);
+    tokenizer_free(tok);
+    free(text);
+}
+
+CT_TEST(prepare_sentencepiece_shards_decode_back_to_the_text) {
+    const char *dir = ct_test_tmpdir();
+    char out[512], model[600], p[600];
+    snprintf(out, sizeof out, "%s/sp", dir);
+    char *argv[] = {"prepare", "--text", GPL3, "--out", out, "--tokenizer", "sentencepiece",
+                    "--vocab-size", "400", "--sp-model", "unigram", "--quiet"};
+    CT_CHECK_INT(cmd_prepare(12, argv), 0);
+    snprintf(model, sizeof model, "%s/tokenizer.model", out);
+    ct_error err = new_err();
+    ct_tokenizer *tok = tokenizer_load(model, &err);
+    CT_CHECK_MSG(tok != NULL, "%s", err.message);
+    if (!tok) return;
+    int64_t n_train, n_val;
+    int32_t *train = read_split(out, "train", &n_train);
+    int32_t *val = read_split(out, "val", &n_val);
+    train = realloc(train, (size_t)(n_train + n_val) * sizeof *train);
+    memcpy(train + n_train, val, (size_t)n_val * sizeof *val);
+    char *back;
+    size_t back_len, len;
+    CT_CHECK(tokenizer_decode(tok, train, n_train + n_val, &back, &back_len, &err) == CT_OK);
+    char *text = read_whole(GPL3, &len);
+    CT_CHECK_MSG(back_len == len && memcmp(back, text, len) == 0,
+                 "decoded shards (%zu bytes) differ from the text (%zu bytes)", back_len, len);
+    CT_CHECK_INT(n_val, llround(0.05 * (double)(n_train + n_val)));
+    snprintf(p, sizeof p, "%s/meta.ini", out);
+    size_t mlen;
+    char *meta = read_whole(p, &mlen);
+    CT_CHECK_STR_CONTAINS(meta, "tokenizer = sentencepiece");
+    CT_CHECK_STR_CONTAINS(meta, "vocab_size = 400");
+    ct_loader *l = loader_open(out, "train", 400, 2, 16, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    loader_close(l);
+    free(meta);
+    free(text);
+    free(back);
+    free(train);
+    free(val);
+    tokenizer_free(tok);
+}
