@@ -1,0 +1,535 @@
+/* comm_mpi.c — the `mpi` comm plugin: one rank per process, started by mpirun, collectives
+ * through MPI (Open MPI). f32/f64/i32 reductions use MPI's own ops; bf16 reductions use
+ * user-defined ops that round to bf16 after every combine (the combine order is MPI's: see
+ * docs/collectives.md). Buffers must be host memory (device cpu).
+ * Not for: several ranks in one process (threads) or GPU buffers (nccl).
+ *
+ * Failure handling, decided here: a plugin may not end the process, so abort() does not call
+ * MPI_Abort. Every call waits on a non-blocking MPI request while also watching a control
+ * channel (a second communicator with a receive posted at create); abort() sends "why" to
+ * every other rank on it. A rank whose call sees that message returns CT_ERR_COMM "rank R
+ * failed: why", and so does any call that does not complete within timeout_s. After a failure
+ * the world is dead: later calls fail at once and destroy() skips MPI_Finalize (it could hang
+ * on the abandoned collective); mpirun then ends the job as failed, which it is. A rank that
+ * crashes outright is reported by mpirun itself, which ends the job.
+ */
+#include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
+
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define TAG_ABORT 7301  /* the control channel's only tag */
+#define WHY_MAX   400   /* bytes of an abort message */
+
+typedef struct mpi_comm {
+    MPI_Comm      comm;        /* dup of MPI_COMM_WORLD for collectives and send/recv */
+    MPI_Comm      ctl;         /* dup for abort messages */
+    MPI_Datatype  bf16;        /* a 2-byte type that only the bf16 ops accept */
+    MPI_Op        bf16_sum, bf16_max, bf16_min;
+    int           rank, size;
+    int           we_initialized; /* 1: MPI_Finalize in destroy (unless the world died) */
+    double        timeout_s;
+    ct_device_ref device;
+    uint64_t      n_calls;       /* calls so far, to name them in messages */
+
+    MPI_Request   ctl_req;       /* the posted receive of the control channel */
+    char          ctl_buf[WHY_MAX];
+    int           dead;          /* the world failed: every call returns `death` */
+    char          death[512];
+} mpi_comm;
+
+struct ct_request {
+    MPI_Request req;
+    char        what[48];
+};
+
+/* The world is mpirun's (-np); the host's [comm] world_size key is not used by this engine. */
+static const ct_param_spec mpi_params[] = {
+    CT_PARAM_FLOAT("timeout_s", "600", 0.001, 1e7,
+                   "longest wait for one collective or message before the run is declared "
+                   "failed"),
+    CT_PARAM_END,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * bf16 ops: every combine rounds to bf16 (f32 add, then round to nearest even)
+ * ------------------------------------------------------------------------------------- */
+
+CT_HD uint16_t bf16_add(uint16_t a, uint16_t b) {
+    return ct_bf16_from_f32(ct_bf16_to_f32(a) + ct_bf16_to_f32(b));
+}
+
+CT_HD uint16_t bf16_max(uint16_t a, uint16_t b) { /* NaN propagates */
+    float x = ct_bf16_to_f32(a), y = ct_bf16_to_f32(b);
+    return (x != x || y != y) ? 0x7fc0 : (x > y ? a : b);
+}
+
+CT_HD uint16_t bf16_min(uint16_t a, uint16_t b) {
+    float x = ct_bf16_to_f32(a), y = ct_bf16_to_f32(b);
+    return (x != x || y != y) ? 0x7fc0 : (x < y ? a : b);
+}
+
+/* MPI user functions: inout[i] = in[i] op inout[i]. */
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    (void)dt;
+    for (int i = 0; i < *len; i++) b[i] = bf16_add(a[i], b[i]);
+}
+
+static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    (void)dt;
+    for (int i = 0; i < *len; i++) b[i] = bf16_max(a[i], b[i]);
+}
+
+static void bf16_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    (void)dt;
+    for (int i = 0; i < *len; i++) b[i] = bf16_min(a[i], b[i]);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * errors
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t mpi_error(int rc, const char *what, ct_error *err) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+    return ct_error_set(err, CT_ERR_COMM, "comm mpi: %s failed: %s", what, text);
+}
+
+/* Mark the world dead with the message every later call returns (the first cause wins). */
+__attribute__((format(printf, 2, 3))) static void die(mpi_comm *self, const char *fmt, ...) {
+    if (self->dead) return;
+    self->dead = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(self->death, sizeof self->death, fmt, ap);
+    va_end(ap);
+}
+
+static int32_t dead_error(const mpi_comm *self, ct_error *err) {
+    return ct_error_set(err, CT_ERR_COMM, "%s", self->death);
+}
+
+/* 1 when another rank's abort message has arrived (then the world is dead). */
+static int abort_arrived(mpi_comm *self) {
+    if (self->dead) return 1;
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Test(&self->ctl_req, &flag, &st) != MPI_SUCCESS || !flag) return 0;
+    self->ctl_buf[WHY_MAX - 1] = 0;
+    die(self, "comm mpi: rank %d failed: %s ---> HINT: the cause is in that rank's log; this "
+              "rank stopped because of it", st.MPI_SOURCE, self->ctl_buf);
+    return 1;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Wait for r while watching the control channel and the clock. Open MPI makes progress only
+ * inside MPI calls, so test often at first, then yield and sleep briefly between tests. */
+static int32_t finish(mpi_comm *self, MPI_Request *r, const char *what, ct_error *err) {
+    double deadline = now_s() + self->timeout_s;
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            ct_error e = {.struct_size = sizeof e};
+            mpi_error(rc, what, &e);
+            die(self, "comm mpi: rank %d: %s", self->rank, e.message);
+            return dead_error(self, err);
+        }
+        if (done) return CT_OK;
+        if (abort_arrived(self)) return dead_error(self, err);
+        if ((spins & 1023) == 1023 && now_s() > deadline) {
+            char why[200];
+            snprintf(why, sizeof why, "%s did not complete within %.3g s: a rank is hung, dead "
+                     "or called the collectives in another order ---> HINT: raise [comm] "
+                     "timeout_s if it is only slow", what, self->timeout_s);
+            die(self, "comm mpi: rank %d: %s", self->rank, why);
+            return dead_error(self, err);
+        }
+        if (spins < 2000) {
+            sched_yield();
+        } else {
+            struct timespec nap = {0, 50 * 1000}; /* 50 us: keeps 2 oversubscribed cores usable */
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * create / destroy
+ * ------------------------------------------------------------------------------------- */
+
+static void *mpi_create(const ct_create_args *args, ct_error *err) {
+    if (args->device.vt && args->device.type != CT_DEVICE_CPU)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm mpi: needs host buffers (device "
+                            "cpu) ---> use [comm] plugin = nccl for GPUs"), NULL;
+    mpi_comm *self = calloc(1, sizeof *self);
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, "comm mpi: out of memory"), NULL;
+    self->device = args->device;
+    self->timeout_s = 600;
+    if (args->api && args->section &&
+        args->api->get_float(args->host, args->section, "timeout_s", &self->timeout_s, err))
+        goto out_free_self;
+
+    int inited = 0, rc;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        /* SERIALIZED: the rank thread need not be the process's main thread */
+        rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS) {
+            mpi_error(rc, "MPI_Init_thread (was the program started by mpirun?)", err);
+            goto out_free_self;
+        }
+        self->we_initialized = 1;
+    }
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &self->comm)) != MPI_SUCCESS) {
+        mpi_error(rc, "MPI_Comm_dup", err);
+        goto out_finalize;
+    }
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &self->ctl)) != MPI_SUCCESS) {
+        mpi_error(rc, "MPI_Comm_dup", err);
+        goto out_free_comm;
+    }
+    MPI_Comm_set_errhandler(self->comm, MPI_ERRORS_RETURN); /* errors come back as codes */
+    MPI_Comm_set_errhandler(self->ctl, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(self->comm, &self->rank);
+    MPI_Comm_size(self->comm, &self->size);
+
+    MPI_Type_contiguous(1, MPI_UINT16_T, &self->bf16);
+    MPI_Type_commit(&self->bf16);
+    MPI_Op_create(bf16_sum_fn, 1, &self->bf16_sum);
+    MPI_Op_create(bf16_max_fn, 1, &self->bf16_max);
+    MPI_Op_create(bf16_min_fn, 1, &self->bf16_min);
+
+    rc = MPI_Irecv(self->ctl_buf, WHY_MAX, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT, self->ctl,
+                   &self->ctl_req);
+    if (rc != MPI_SUCCESS) {
+        mpi_error(rc, "MPI_Irecv on the control channel", err);
+        goto out_free_types;
+    }
+    return self;
+
+out_free_types:
+    MPI_Op_free(&self->bf16_sum);
+    MPI_Op_free(&self->bf16_max);
+    MPI_Op_free(&self->bf16_min);
+    MPI_Type_free(&self->bf16);
+    MPI_Comm_free(&self->ctl);
+out_free_comm:
+    MPI_Comm_free(&self->comm);
+out_finalize:
+    if (self->we_initialized) MPI_Finalize();
+out_free_self:
+    free(self);
+    return NULL;
+}
+
+static void mpi_destroy(void *p) {
+    mpi_comm *self = p;
+    if (!self) return;
+    if (self->dead) { /* peers may be gone or stuck: freeing or finalizing could hang */
+        free(self);
+        return;
+    }
+    MPI_Cancel(&self->ctl_req);
+    MPI_Wait(&self->ctl_req, MPI_STATUS_IGNORE);
+    MPI_Op_free(&self->bf16_sum);
+    MPI_Op_free(&self->bf16_max);
+    MPI_Op_free(&self->bf16_min);
+    MPI_Type_free(&self->bf16);
+    MPI_Comm_free(&self->ctl);
+    MPI_Comm_free(&self->comm);
+    if (self->we_initialized) MPI_Finalize();
+    free(self);
+}
+
+static int32_t mpi_rank(void *p) { return ((mpi_comm *)p)->rank; }
+static int32_t mpi_world_size(void *p) { return ((mpi_comm *)p)->size; }
+
+/* ---------------------------------------------------------------------------------------
+ * argument mapping
+ * ------------------------------------------------------------------------------------- */
+
+/* The MPI datatype of dtype; for a bf16 reduction the private bf16 type. */
+static int32_t map_type(const mpi_comm *self, int32_t dtype, int reduce, MPI_Datatype *out,
+                        ct_error *err) {
+    switch (dtype) {
+    case CT_DTYPE_F32: *out = MPI_FLOAT; return CT_OK;
+    case CT_DTYPE_F64: *out = MPI_DOUBLE; return CT_OK;
+    case CT_DTYPE_I32: *out = MPI_INT32_T; return CT_OK;
+    case CT_DTYPE_U16: *out = MPI_UINT16_T; return CT_OK;
+    case CT_DTYPE_BF16: *out = reduce ? self->bf16 : MPI_UINT16_T; return CT_OK;
+    default:
+        return ct_error_set(err, CT_ERR_INVALID, "comm mpi: unknown dtype %d", (int)dtype);
+    }
+}
+
+static int32_t map_op(const mpi_comm *self, int32_t dtype, int32_t op, MPI_Op *out,
+                      ct_error *err) {
+    int bf = dtype == CT_DTYPE_BF16;
+    switch (op) {
+    case CT_REDUCE_SUM: *out = bf ? self->bf16_sum : MPI_SUM; return CT_OK;
+    case CT_REDUCE_MAX: *out = bf ? self->bf16_max : MPI_MAX; return CT_OK;
+    case CT_REDUCE_MIN: *out = bf ? self->bf16_min : MPI_MIN; return CT_OK;
+    default:
+        return ct_error_set(err, CT_ERR_INVALID, "comm mpi: unknown reduce op %d ---> use "
+                            "CT_REDUCE_SUM, _MAX or _MIN", (int)op);
+    }
+}
+
+static int32_t check_count(uint64_t count, const char *what, ct_error *err) {
+    if (count <= INT_MAX) return CT_OK;
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm mpi: %s of %llu elements exceeds MPI's "
+                        "int count ---> split the buffer", what, (unsigned long long)count);
+}
+
+/* Common start of every call: the world is alive, inputs are complete, a name for messages. */
+static int32_t begin(mpi_comm *self, const char *kind, char *what, size_t what_size,
+                     ct_request **req, ct_error *err) {
+    if (req) *req = NULL;
+    if (self->dead || abort_arrived(self)) return dead_error(self, err);
+    snprintf(what, what_size, "%s #%llu", kind, (unsigned long long)++self->n_calls);
+    if (self->device.vt && self->device.vt->synchronize)
+        return self->device.vt->synchronize(self->device.self, err);
+    return CT_OK;
+}
+
+/* Hand r to the caller as a request, or wait for it now. */
+static int32_t complete(mpi_comm *self, MPI_Request r, const char *what, ct_request **req,
+                        ct_error *err) {
+    if (!req) return finish(self, &r, what, err);
+    ct_request *h = malloc(sizeof *h);
+    if (!h) { /* still correct: finish now */
+        int32_t rc = finish(self, &r, what, err);
+        if (rc != CT_OK) return rc;
+        return ct_error_set(err, CT_ERR_NOMEM, "comm mpi: out of memory for a request");
+    }
+    h->req = r;
+    snprintf(h->what, sizeof h->what, "%s", what);
+    *req = h;
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * collectives
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t mpi_all_reduce(void *p, const void *send, void *recv, uint64_t count,
+                              int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Op o = MPI_OP_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "all_reduce", what, sizeof what, req, err)) ||
+        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 1, &t, err)) ||
+        (rc = map_op(self, dtype, op, &o, err)))
+        return rc;
+    MPI_Request r;
+    int mrc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, o,
+                             self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return complete(self, r, what, req, err);
+}
+
+static int32_t mpi_reduce_scatter(void *p, const void *send, void *recv, uint64_t count,
+                                  int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Op o = MPI_OP_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "reduce_scatter", what, sizeof what, req, err)) ||
+        (rc = check_count(count * (uint64_t)self->size, what, err)) ||
+        (rc = map_type(self, dtype, 1, &t, err)) || (rc = map_op(self, dtype, op, &o, err)))
+        return rc;
+    size_t es = ct_dtype_size(dtype);
+    const char *s = send, *d = recv;
+    if (count && s < d + count * es && d < s + count * (uint64_t)self->size * es)
+        return ct_error_set(err, CT_ERR_INVALID, "comm mpi: %s: send and recv overlap ---> "
+                            "reduce_scatter is not in place here", what);
+    MPI_Request r;
+    int mrc = MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return complete(self, r, what, req, err);
+}
+
+static int32_t mpi_all_gather(void *p, const void *send, void *recv, uint64_t count,
+                              int32_t dtype, ct_request **req, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "all_gather", what, sizeof what, req, err)) ||
+        (rc = check_count(count * (uint64_t)self->size, what, err)) ||
+        (rc = map_type(self, dtype, 0, &t, err)))
+        return rc;
+    size_t es = ct_dtype_size(dtype);
+    int in_place = send == (const char *)recv + (uint64_t)self->rank * count * es;
+    MPI_Request r;
+    int mrc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count, t,
+                             self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return complete(self, r, what, req, err);
+}
+
+static int32_t mpi_all_to_all(void *p, const void *send, void *recv, uint64_t count,
+                              int32_t dtype, ct_request **req, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "all_to_all", what, sizeof what, req, err)) ||
+        (rc = check_count(count * (uint64_t)self->size, what, err)) ||
+        (rc = map_type(self, dtype, 0, &t, err)))
+        return rc;
+    MPI_Request r;
+    int mrc = MPI_Ialltoall(send, (int)count, t, recv, (int)count, t, self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return complete(self, r, what, req, err);
+}
+
+static int32_t mpi_broadcast(void *p, void *buf, uint64_t count, int32_t dtype, int32_t root,
+                             ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "broadcast", what, sizeof what, NULL, err)) ||
+        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 0, &t, err)))
+        return rc;
+    if (root < 0 || root >= self->size)
+        return ct_error_set(err, CT_ERR_INVALID, "comm mpi: %s: root %d is not a rank of 0..%d",
+                            what, (int)root, self->size - 1);
+    MPI_Request r;
+    int mrc = MPI_Ibcast(buf, (int)count, t, root, self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return finish(self, &r, what, err);
+}
+
+static int32_t mpi_barrier(void *p, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    int32_t rc = begin(self, "barrier", what, sizeof what, NULL, err);
+    if (rc != CT_OK) return rc;
+    MPI_Request r;
+    int mrc = MPI_Ibarrier(self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return finish(self, &r, what, err);
+}
+
+static int32_t mpi_send(void *p, const void *buf, uint64_t count, int32_t dtype, int32_t peer,
+                        int32_t tag, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "send", what, sizeof what, NULL, err)) ||
+        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 0, &t, err)))
+        return rc;
+    MPI_Request r;
+    int mrc = MPI_Isend(buf, (int)count, t, peer, tag, self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return finish(self, &r, what, err);
+}
+
+static int32_t mpi_recv(void *p, void *buf, uint64_t count, int32_t dtype, int32_t peer,
+                        int32_t tag, ct_error *err) {
+    mpi_comm *self = p;
+    char what[48];
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    int32_t rc;
+    if ((rc = begin(self, "recv", what, sizeof what, NULL, err)) ||
+        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 0, &t, err)))
+        return rc;
+    MPI_Request r;
+    int mrc = MPI_Irecv(buf, (int)count, t, peer, tag, self->comm, &r);
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    return finish(self, &r, what, err);
+}
+
+static int32_t mpi_wait(void *p, ct_request *req, ct_error *err) {
+    mpi_comm *self = p;
+    if (!req) return CT_OK; /* a failed call hands out no request */
+    int32_t rc = finish(self, &req->req, req->what, err);
+    free(req); /* released whether or not it failed (an abandoned MPI request stays pending) */
+    return rc;
+}
+
+/* Tell every other rank why this one fails; returns within about a second. */
+static void mpi_abort(void *p, const char *why) {
+    mpi_comm *self = p;
+    if (self->dead) return;
+    char msg[WHY_MAX];
+    snprintf(msg, sizeof msg, "%s", why && *why ? why : "(no reason given)");
+    int n = 0;
+    MPI_Request *reqs = calloc((size_t)self->size, sizeof *reqs);
+    for (int r = 0; reqs && r < self->size; r++)
+        if (r != self->rank &&
+            MPI_Isend(msg, (int)strlen(msg) + 1, MPI_CHAR, r, TAG_ABORT, self->ctl, &reqs[n]) ==
+                MPI_SUCCESS)
+            n++;
+    /* small messages go out eagerly; give the transport a moment, never wait long */
+    double deadline = now_s() + 1.0;
+    int done = 0;
+    while (n && !done && now_s() < deadline) {
+        MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (!done) sched_yield();
+    }
+    free(reqs); /* unfinished sends stay pending; the process is about to end */
+    die(self, "comm mpi: rank %d (this rank) failed: %s", self->rank, msg);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * descriptor
+ * ------------------------------------------------------------------------------------- */
+
+static const ct_comm_vtable mpi_vtable = {
+    .struct_size = sizeof(ct_comm_vtable),
+    .create = mpi_create,
+    .destroy = mpi_destroy,
+    .rank = mpi_rank,
+    .world_size = mpi_world_size,
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .all_to_all = mpi_all_to_all,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .wait = mpi_wait,
+    .abort = mpi_abort,
+};
+
+static const ct_plugin_desc mpi_desc = {
+    .struct_size = sizeof(ct_plugin_desc),
+    .abi_major = CT_ABI_MAJOR,
+    .abi_minor = CT_ABI_MINOR,
+    .kind = CT_KIND_COMM,
+    .name = "mpi",
+    .version = "1.0.0",
+    .summary = "one rank per process under mpirun (Open MPI); bf16 sums round every combine",
+    .params = mpi_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices = CT_DEVICE_CPU,
+    .vtable = &mpi_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &mpi_desc; }

@@ -1,0 +1,478 @@
+/* comm_threads.c — the `threads` comm plugin: N ranks as threads of one process, collectives
+ * in shared memory with NCCL's ring arithmetic (a low-precision SUM rounds the partial sum to
+ * the wire dtype after every hop, N-1 roundings per element), so one machine reproduces the
+ * numerics of N GPUs. Also a binary-tree order for comparison (key algo = tree).
+ * Not for: GPU memory (it reads other ranks' buffers with the CPU) or several processes (mpi).
+ *
+ * How a collective runs: each rank posts its arguments (kind, count, dtype, op, buffers) in
+ * the world, meets the others at a rendezvous, checks that all ranks called the same thing,
+ * then does its share of the work by reading the other ranks' buffers directly, and meets
+ * them again so no rank touches its buffers while another still reads them. See
+ * docs/collectives.md for the exact orders.
+ */
+#include <ctrain/ctrain.h>
+
+#include "reduce.h"
+#include "world.h"
+
+#include <stdlib.h>
+
+typedef struct threads_comm {
+    comm_world   *world;
+    int32_t       rank;
+    int32_t       world_size;
+    int32_t       owns_world; /* 1: a world of one made by create (no world_create) */
+    ct_device_ref device;
+    uint64_t      n_calls;    /* collectives called so far, to name them in messages */
+    double       *scratch;    /* ((world_size + 1) * REDUCE_BLOCK) for reduce_range */
+    const void  **srcs;       /* (world_size) pointer scratch */
+    void        **dsts;       /* (world_size) pointer scratch */
+    int           done;       /* its address is the request every async call returns */
+    int64_t       outstanding; /* requests handed out and not yet waited for */
+} threads_comm;
+
+static const char *const algo_choices[] = {"ring", "tree", NULL};
+
+/* [comm] world_size is a host key (the host runs that many rank threads and passes it to
+ * world_create); these are the engine's own keys. */
+static const ct_param_spec threads_params[] = {
+    CT_PARAM_ENUM("algo", "ring", algo_choices,
+                  "reduction order: ring (NCCL's ring, N-1 roundings per element) or tree "
+                  "(binary tree rooted at rank 0, for comparison)"),
+    CT_PARAM_FLOAT("timeout_s", "300", 0.001, 1e7,
+                   "longest wait for a peer rank before the run is declared failed"),
+    CT_PARAM_END,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * world_create / world_destroy / create / destroy
+ * ------------------------------------------------------------------------------------- */
+
+/* Read algo and timeout_s from the instance's section (defaults without a host). */
+static int32_t read_config(const ct_create_args *args, int32_t *algo, double *timeout_s,
+                           ct_error *err) {
+    *algo = REDUCE_RING;
+    *timeout_s = 300.0;
+    if (!args || !args->api || !args->section) return CT_OK;
+    const char *a = NULL;
+    if (args->api->get_string(args->host, args->section, "algo", &a, err) != CT_OK ||
+        args->api->get_float(args->host, args->section, "timeout_s", timeout_s, err) != CT_OK)
+        return err ? err->code : CT_ERR_INVALID;
+    if (strcmp(a, "tree") == 0) *algo = REDUCE_TREE;
+    else if (strcmp(a, "ring") != 0)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "comm threads: [%s] algo = %s is not known ---> use ring or tree",
+                            args->section, a);
+    return CT_OK;
+}
+
+static void *threads_world_create(int32_t world_size, const ct_create_args *args,
+                                  ct_error *err) {
+    if (world_size < 1)
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: world_size %d must be >= 1",
+                            (int)world_size),
+               NULL;
+    int32_t algo;
+    double timeout_s;
+    if (read_config(args, &algo, &timeout_s, err) != CT_OK) return NULL;
+    return world_new(world_size, algo, timeout_s, err);
+}
+
+static void threads_world_destroy(void *world) { world_free(world); }
+
+static void *threads_create(const ct_create_args *args, ct_error *err) {
+    if (args->device.vt && args->device.type != CT_DEVICE_CPU)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED,
+                            "comm threads: the threads engine reads other ranks' buffers with "
+                            "the CPU and needs device cpu ---> use [comm] plugin = nccl for "
+                            "GPUs"),
+               NULL;
+    threads_comm *self = calloc(1, sizeof *self);
+    if (!self) goto out_nomem;
+    self->device = args->device;
+    self->rank = args->rank;
+    self->world_size = args->world_size;
+    if (args->comm_world) {
+        self->world = args->comm_world;
+        if (self->world_size != self->world->world_size || self->rank < 0 ||
+            self->rank >= self->world_size) {
+            ct_error_set(err, CT_ERR_INVALID,
+                         "comm threads: rank %d of world_size %d does not fit the world of %d "
+                         "ranks ---> the host must pass the world_create world and its size",
+                         (int)self->rank, (int)self->world_size,
+                         (int)self->world->world_size);
+            goto out_free_self;
+        }
+    } else if (self->world_size <= 1) { /* no host-made world: a world of one, like local */
+        int32_t algo;
+        double timeout_s;
+        if (read_config(args, &algo, &timeout_s, err) != CT_OK) goto out_free_self;
+        self->world = world_new(1, algo, timeout_s, err);
+        if (!self->world) goto out_free_self;
+        self->owns_world = 1;
+        self->rank = 0;
+        self->world_size = 1;
+    } else {
+        ct_error_set(err, CT_ERR_INVALID,
+                     "comm threads: rank %d of %d created without a world ---> the host calls "
+                     "world_create once and passes it as args->comm_world to every rank",
+                     (int)self->rank, (int)self->world_size);
+        goto out_free_self;
+    }
+    size_t n = (size_t)self->world_size;
+    self->scratch = malloc((n + 1) * REDUCE_BLOCK * sizeof *self->scratch);
+    self->srcs = malloc(n * sizeof *self->srcs);
+    self->dsts = malloc(n * sizeof *self->dsts);
+    if (!self->scratch || !self->srcs || !self->dsts) goto out_free_scratch;
+    return self;
+
+out_free_scratch:
+    free(self->scratch);
+    free(self->srcs);
+    free(self->dsts);
+    if (self->owns_world) world_free(self->world);
+    free(self);
+out_nomem:
+    ct_error_set(err, CT_ERR_NOMEM, "comm threads: out of memory creating rank %d",
+                 (int)args->rank);
+    return NULL;
+out_free_self:
+    free(self);
+    return NULL;
+}
+
+static void threads_destroy(void *p) {
+    threads_comm *self = p;
+    if (!self) return;
+    if (self->owns_world) world_free(self->world);
+    free(self->scratch);
+    free(self->srcs);
+    free(self->dsts);
+    free(self);
+}
+
+static int32_t threads_rank(void *p) { return ((threads_comm *)p)->rank; }
+static int32_t threads_world_size(void *p) { return ((threads_comm *)p)->world_size; }
+
+/* ---------------------------------------------------------------------------------------
+ * checking what the ranks posted (every rank runs the same check on the same posts, so all
+ * reach the same verdict)
+ * ------------------------------------------------------------------------------------- */
+
+static const char *kind_name(int32_t kind) {
+    switch (kind) {
+    case COLL_ALL_REDUCE: return "all_reduce";
+    case COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case COLL_ALL_GATHER: return "all_gather";
+    case COLL_ALL_TO_ALL: return "all_to_all";
+    case COLL_BROADCAST: return "broadcast";
+    case COLL_BARRIER: return "barrier";
+    default: return "?";
+    }
+}
+
+static int is_reduction(int32_t kind) {
+    return kind == COLL_ALL_REDUCE || kind == COLL_REDUCE_SCATTER;
+}
+
+/* Elements of send and recv a rank's post covers. */
+static void post_extent(const coll_post *p, int32_t world_size, uint64_t *send_n,
+                        uint64_t *recv_n) {
+    uint64_t n = p->count, nn = p->count * (uint64_t)world_size;
+    switch (p->kind) {
+    case COLL_ALL_REDUCE: *send_n = n; *recv_n = n; break;
+    case COLL_REDUCE_SCATTER: *send_n = nn; *recv_n = n; break;
+    case COLL_ALL_GATHER: *send_n = n; *recv_n = nn; break;
+    case COLL_ALL_TO_ALL: *send_n = nn; *recv_n = nn; break;
+    case COLL_BROADCAST: *send_n = 0; *recv_n = n; break;
+    default: *send_n = 0; *recv_n = 0; break;
+    }
+}
+
+/* CT_OK when every rank posted the same collective with usable arguments. *culprit is the
+ * first rank that disagrees with rank 0 (their sequences are out of step: the world cannot go
+ * on), or -1. */
+static int32_t check_posts(const threads_comm *self, const char *what, int32_t *culprit,
+                           ct_error *err) {
+    const coll_post *posts = self->world->posts, *p0 = &posts[0];
+    int32_t n = self->world_size;
+    *culprit = -1;
+    for (int32_t r = 1; r < n; r++) {
+        const coll_post *p = &posts[r];
+        int differs = p->kind != p0->kind || p->count != p0->count || p->dtype != p0->dtype ||
+                      (is_reduction(p->kind) && p->op != p0->op) ||
+                      (p->kind == COLL_BROADCAST && p->root != p0->root);
+        if (!differs) continue;
+        *culprit = r;
+        return ct_error_set(err, CT_ERR_COMM,
+                            "comm threads: %s: rank 0 called %s(count %llu, %s, op %d, root %d) "
+                            "but rank %d called %s(count %llu, %s, op %d, root %d) ---> HINT: "
+                            "every rank must call the same collectives in the same order with "
+                            "the same count, dtype, op and root",
+                            what, kind_name(p0->kind), (unsigned long long)p0->count,
+                            ct_dtype_name(p0->dtype), (int)p0->op, (int)p0->root, (int)r,
+                            kind_name(p->kind), (unsigned long long)p->count,
+                            ct_dtype_name(p->dtype), (int)p->op, (int)p->root);
+    }
+    if (p0->kind != COLL_BARRIER && !ct_dtype_size(p0->dtype))
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s with unknown dtype %d", what,
+                            (int)p0->dtype);
+    if (is_reduction(p0->kind) && !reduce_supported(p0->dtype, p0->op))
+        return ct_error_set(err, CT_ERR_UNSUPPORTED,
+                            "comm threads: %s: reduce op %d over %s is not supported ---> use "
+                            "SUM, MAX or MIN over f32, bf16, f64 or i32",
+                            what, (int)p0->op, ct_dtype_name(p0->dtype));
+    if (p0->kind == COLL_BROADCAST && (p0->root < 0 || p0->root >= n))
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s: root %d is not a rank of "
+                            "0..%d", what, (int)p0->root, (int)n - 1);
+    size_t es = ct_dtype_size(p0->dtype);
+    for (int32_t r = 0; r < n; r++) {
+        const coll_post *p = &posts[r];
+        uint64_t sn, rn;
+        post_extent(p, n, &sn, &rn);
+        if ((sn && !p->send) || (rn && !p->recv))
+            return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s: rank %d passed a NULL "
+                                "buffer for %llu elements", what, (int)r,
+                                (unsigned long long)(sn ? sn : rn));
+        if (p->kind == COLL_ALL_TO_ALL && sn) { /* others read send while we fill recv */
+            const char *s = p->send, *d = p->recv;
+            if (s < d + rn * es && d < s + sn * es)
+                return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s: rank %d's send "
+                                    "and recv overlap ---> all_to_all is not in place",
+                                    what, (int)r);
+        }
+    }
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * this rank's share of the work (between the two rendezvous)
+ * ------------------------------------------------------------------------------------- */
+
+static const void *at_c(const void *p, uint64_t elems, size_t es) {
+    return (const char *)p + elems * es;
+}
+static void *at(void *p, uint64_t elems, size_t es) { return (char *)p + elems * es; }
+
+/* All-reduce: rank c reduces ring chunk c of every rank's send and writes it into every
+ * rank's recv — the reduce-scatter and the all-gather of NCCL's ring in one pass, so every
+ * rank gets identical bits. */
+static void do_all_reduce(threads_comm *self) {
+    const coll_post *posts = self->world->posts;
+    int32_t n = self->world_size, c = self->rank;
+    size_t es = ct_dtype_size(posts[0].dtype);
+    uint64_t b, e;
+    ring_chunk_range(posts[0].count, c, n, &b, &e);
+    for (int32_t r = 0; r < n; r++) {
+        self->srcs[r] = at_c(posts[r].send, b, es);
+        self->dsts[r] = at(posts[r].recv, b, es);
+    }
+    reduce_range(self->srcs, n, c, self->world->algo, self->dsts, n, e - b, posts[0].dtype,
+                 posts[0].op, self->scratch);
+}
+
+/* Reduce-scatter: rank c reduces block c of every rank's send (ring chunk c) into its recv. */
+static void do_reduce_scatter(threads_comm *self) {
+    const coll_post *posts = self->world->posts;
+    int32_t n = self->world_size, c = self->rank;
+    uint64_t count = posts[0].count;
+    size_t es = ct_dtype_size(posts[0].dtype);
+    for (int32_t r = 0; r < n; r++) self->srcs[r] = at_c(posts[r].send, (uint64_t)c * count, es);
+    void *dst = posts[c].recv;
+    reduce_range(self->srcs, n, c, self->world->algo, &dst, 1, count, posts[0].dtype,
+                 posts[0].op, self->scratch);
+}
+
+static void copy_block(void *dst, const void *src, uint64_t bytes) {
+    if (dst != src && bytes) memmove(dst, src, (size_t)bytes);
+}
+
+static void do_all_gather(threads_comm *self) {
+    const coll_post *posts = self->world->posts;
+    uint64_t bytes = posts[0].count * ct_dtype_size(posts[0].dtype);
+    for (int32_t r = 0; r < self->world_size; r++)
+        copy_block(at(posts[self->rank].recv, (uint64_t)r, bytes), posts[r].send, bytes);
+}
+
+static void do_all_to_all(threads_comm *self) {
+    const coll_post *posts = self->world->posts;
+    uint64_t bytes = posts[0].count * ct_dtype_size(posts[0].dtype);
+    for (int32_t r = 0; r < self->world_size; r++)
+        copy_block(at(posts[self->rank].recv, (uint64_t)r, bytes),
+                   at_c(posts[r].send, (uint64_t)self->rank, bytes), bytes);
+}
+
+static void do_broadcast(threads_comm *self) {
+    const coll_post *posts = self->world->posts;
+    uint64_t bytes = posts[0].count * ct_dtype_size(posts[0].dtype);
+    if (self->rank != posts[0].root)
+        copy_block(posts[self->rank].recv, posts[posts[0].root].recv, bytes);
+}
+
+/* Post, meet, check, work, meet. On success with req non-NULL, *req is a completed request
+ * (this engine finishes every call before returning); on failure *req is NULL. */
+static int32_t run_collective(threads_comm *self, coll_post post, ct_request **req,
+                              ct_error *err) {
+    comm_world *w = self->world;
+    if (req) *req = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "%s #%llu", kind_name(post.kind),
+             (unsigned long long)++self->n_calls);
+    if (self->device.vt && self->device.vt->synchronize) { /* inputs must be complete */
+        int32_t rc = self->device.vt->synchronize(self->device.self, err);
+        if (rc != CT_OK) return rc;
+    }
+    w->posts[self->rank] = post; /* nobody reads it before the rendezvous below */
+    int32_t rc = world_rendezvous(w, self->rank, what, err);
+    if (rc != CT_OK) return rc;
+
+    int32_t culprit = -1;
+    ct_error bad = {.struct_size = sizeof bad};
+    int32_t bad_rc = check_posts(self, what, &culprit, &bad);
+    if (bad_rc == CT_OK) {
+        switch (post.kind) {
+        case COLL_ALL_REDUCE: do_all_reduce(self); break;
+        case COLL_REDUCE_SCATTER: do_reduce_scatter(self); break;
+        case COLL_ALL_GATHER: do_all_gather(self); break;
+        case COLL_ALL_TO_ALL: do_all_to_all(self); break;
+        case COLL_BROADCAST: do_broadcast(self); break;
+        default: break;
+        }
+    }
+    /* Close: nobody may reuse its buffers or its post while another rank still reads them. */
+    rc = world_rendezvous(w, self->rank, what, err);
+    if (rc != CT_OK) return rc;
+    if (bad_rc != CT_OK) {
+        if (culprit >= 0) world_fail(w, culprit, bad.message);
+        return ct_error_set(err, bad_rc, "%s", bad.message);
+    }
+    if (req) {
+        *req = (ct_request *)&self->done;
+        self->outstanding++;
+    }
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * the vtable's collectives
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t threads_all_reduce(void *p, const void *send, void *recv, uint64_t count,
+                                  int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
+    coll_post post = {COLL_ALL_REDUCE, count, dtype, op, 0, send, recv};
+    return run_collective(p, post, req, err);
+}
+
+static int32_t threads_reduce_scatter(void *p, const void *send, void *recv, uint64_t count,
+                                      int32_t dtype, int32_t op, ct_request **req,
+                                      ct_error *err) {
+    coll_post post = {COLL_REDUCE_SCATTER, count, dtype, op, 0, send, recv};
+    return run_collective(p, post, req, err);
+}
+
+static int32_t threads_all_gather(void *p, const void *send, void *recv, uint64_t count,
+                                  int32_t dtype, ct_request **req, ct_error *err) {
+    coll_post post = {COLL_ALL_GATHER, count, dtype, 0, 0, send, recv};
+    return run_collective(p, post, req, err);
+}
+
+static int32_t threads_all_to_all(void *p, const void *send, void *recv, uint64_t count,
+                                  int32_t dtype, ct_request **req, ct_error *err) {
+    coll_post post = {COLL_ALL_TO_ALL, count, dtype, 0, 0, send, recv};
+    return run_collective(p, post, req, err);
+}
+
+static int32_t threads_broadcast(void *p, void *buf, uint64_t count, int32_t dtype, int32_t root,
+                                 ct_error *err) {
+    coll_post post = {COLL_BROADCAST, count, dtype, 0, root, buf, buf};
+    return run_collective(p, post, NULL, err);
+}
+
+static int32_t threads_barrier(void *p, ct_error *err) {
+    coll_post post = {COLL_BARRIER, 0, CT_DTYPE_F32, 0, 0, NULL, NULL};
+    return run_collective(p, post, NULL, err);
+}
+
+static int32_t check_peer(const threads_comm *self, const char *what, int32_t peer,
+                          int32_t dtype, ct_error *err) {
+    if (peer < 0 || peer >= self->world_size || peer == self->rank)
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s: peer %d is not another rank "
+                            "of 0..%d", what, (int)peer, (int)self->world_size - 1);
+    if (!ct_dtype_size(dtype))
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s with unknown dtype %d", what,
+                            (int)dtype);
+    return CT_OK;
+}
+
+static int32_t threads_send(void *p, const void *buf, uint64_t count, int32_t dtype,
+                            int32_t peer, int32_t tag, ct_error *err) {
+    threads_comm *self = p;
+    int32_t rc = check_peer(self, "send", peer, dtype, err);
+    if (rc != CT_OK) return rc;
+    return world_send(self->world, self->rank, peer, tag, buf, count * ct_dtype_size(dtype),
+                      err);
+}
+
+static int32_t threads_recv(void *p, void *buf, uint64_t count, int32_t dtype, int32_t peer,
+                            int32_t tag, ct_error *err) {
+    threads_comm *self = p;
+    int32_t rc = check_peer(self, "recv", peer, dtype, err);
+    if (rc != CT_OK) return rc;
+    return world_recv(self->world, self->rank, peer, tag, buf, count * ct_dtype_size(dtype),
+                      err);
+}
+
+static int32_t threads_wait(void *p, ct_request *req, ct_error *err) {
+    threads_comm *self = p;
+    if (!req) return CT_OK; /* a failed call hands out no request */
+    if (req != (ct_request *)&self->done || self->outstanding <= 0)
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: rank %d: wait on a request this "
+                            "rank did not hand out (or waited twice)", (int)self->rank);
+    self->outstanding--;
+    return CT_OK;
+}
+
+static void threads_abort(void *p, const char *why) {
+    threads_comm *self = p;
+    world_fail(self->world, self->rank, why);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * descriptor
+ * ------------------------------------------------------------------------------------- */
+
+static const ct_comm_vtable threads_vtable = {
+    .struct_size = sizeof(ct_comm_vtable),
+    .world_create = threads_world_create,
+    .world_destroy = threads_world_destroy,
+    .create = threads_create,
+    .destroy = threads_destroy,
+    .rank = threads_rank,
+    .world_size = threads_world_size,
+    .all_reduce = threads_all_reduce,
+    .reduce_scatter = threads_reduce_scatter,
+    .all_gather = threads_all_gather,
+    .all_to_all = threads_all_to_all,
+    .broadcast = threads_broadcast,
+    .barrier = threads_barrier,
+    .send = threads_send,
+    .recv = threads_recv,
+    .wait = threads_wait,
+    .abort = threads_abort,
+};
+
+static const ct_plugin_desc threads_desc = {
+    .struct_size = sizeof(ct_plugin_desc),
+    .abi_major = CT_ABI_MAJOR,
+    .abi_minor = CT_ABI_MINOR,
+    .kind = CT_KIND_COMM,
+    .name = "threads",
+    .version = "1.0.0",
+    .summary = "N ranks as threads of one process; NCCL ring (or tree) arithmetic",
+    .params = threads_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices = CT_DEVICE_CPU,
+    .vtable = &threads_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &threads_desc; }

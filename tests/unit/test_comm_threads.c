@@ -1,0 +1,786 @@
+/* test_comm_threads.c — the threads comm engine (plugins/comm/threads) run with real rank
+ * threads: bf16/f32 ring and tree sums equal a sequential emulation written here bit for bit,
+ * error against an fp64 sum grows with the world size, copies are exact, abort / timeout /
+ * mismatched calls end every rank's call with an error naming the failed rank.
+ * Not for: the mpi engine (tests/cli/test_mpi.sh).
+ */
+#include "ct_test.h"
+#include "harness.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 64
+
+/* ---------------------------------------------------------------------------------------
+ * an in-process world of N ranks, each with its own plugin instance and thread
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct world_run {
+    ct_harness           *h;
+    const ct_comm_vtable *vt;
+    void                 *world;
+    void                 *ranks[MAX_RANKS];
+    int32_t               n;
+} world_run;
+
+typedef struct rank_job rank_job;
+struct rank_job {
+    world_run *w;
+    int32_t    rank;
+    void     (*fn)(rank_job *job);
+    void      *arg;     /* the test's shared data */
+    int32_t    rc;      /* what the rank's calls returned (first failure) */
+    ct_error   err;
+    double     seconds; /* how long fn ran */
+};
+
+/* Opens a world of n ranks configured by the [comm] text `ini`; 0 on failure (test failed). */
+static int world_open(world_run *w, int32_t n, const char *ini) {
+    memset(w, 0, sizeof *w);
+    w->n = n;
+    w->h = harness_new(ini);
+    if (!w->h) return 0;
+    ct_error err = {.struct_size = sizeof err};
+    ct_harness_plugin p; /* validates [comm] against the schema (defaults filled) */
+    if (harness_create(w->h, "comm_threads.so", "comm", &p, &err) != CT_OK) {
+        ct_test_fail(__FILE__, __LINE__, "comm_threads.so: %s", err.message);
+        return 0;
+    }
+    w->vt = p.vt;
+    ct_create_args a0 = harness_args_rank(w->h, "comm", 0, n);
+    w->world = w->vt->world_create(n, &a0, &err);
+    if (!w->world) {
+        ct_test_fail(__FILE__, __LINE__, "world_create(%d): %s", (int)n, err.message);
+        return 0;
+    }
+    for (int32_t r = 0; r < n; r++) {
+        ct_create_args a = harness_args_rank(w->h, "comm", r, n);
+        a.comm_world = w->world;
+        w->ranks[r] = w->vt->create(&a, &err);
+        if (!w->ranks[r]) {
+            ct_test_fail(__FILE__, __LINE__, "create rank %d: %s", (int)r, err.message);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void world_close(world_run *w) {
+    for (int32_t r = 0; r < w->n; r++)
+        if (w->ranks[r]) w->vt->destroy(w->ranks[r]);
+    if (w->world) w->vt->world_destroy(w->world);
+    harness_free(w->h);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *job_thread(void *p) {
+    rank_job *job = p;
+    double t0 = now_s();
+    job->fn(job);
+    job->seconds = now_s() - t0;
+    return NULL;
+}
+
+/* Runs fn on every rank in its own thread and joins them; jobs has w->n entries. */
+static void world_run_all(world_run *w, void (*fn)(rank_job *), void *arg, rank_job *jobs) {
+    pthread_t tid[MAX_RANKS];
+    for (int32_t r = 0; r < w->n; r++) {
+        jobs[r] = (rank_job){.w = w, .rank = r, .fn = fn, .arg = arg,
+                             .err = {.struct_size = sizeof(ct_error)}};
+        pthread_create(&tid[r], NULL, job_thread, &jobs[r]);
+    }
+    for (int32_t r = 0; r < w->n; r++) pthread_join(tid[r], NULL);
+}
+
+static void *job_comm(rank_job *job) { return job->w->ranks[job->rank]; }
+
+/* Record the first failing call of a rank. */
+static void job_note(rank_job *job, int32_t rc) {
+    if (rc != CT_OK && job->rc == CT_OK) job->rc = rc;
+}
+
+static void check_all_ok(const rank_job *jobs, int32_t n) {
+    for (int32_t r = 0; r < n; r++)
+        CT_CHECK_MSG(jobs[r].rc == CT_OK, "rank %d returned %d: %s", (int)r, (int)jobs[r].rc,
+                     jobs[r].err.message);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * independent references: bf16 rounding through frexp/rint in double, the orders written out
+ * ------------------------------------------------------------------------------------- */
+
+/* x rounded to 8 significant bits, nearest even, as bf16 does (finite inputs, no overflow). */
+static double ref_round_bf16(double x) {
+    if (x == 0 || !isfinite(x)) return x;
+    int e;
+    frexp(x, &e);                         /* x = m * 2^e, 0.5 <= |m| < 1 */
+    double ulp = ldexp(1.0, e - 8);
+    if (ulp < ldexp(1.0, -133)) ulp = ldexp(1.0, -133); /* subnormal spacing */
+    return rint(x / ulp) * ulp;           /* rint: ties to even in the default mode */
+}
+
+static uint16_t ref_bf16_bits(double x) { /* x already a bf16 value */
+    float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static double ref_bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+static double rng_uniform(uint64_t *s) { return (double)rng_next(s) / 2147483648.0; }
+
+/* A bf16 value of mixed sign and magnitude (2^-6 .. 2^5), so sums round often. */
+static uint16_t random_bf16(uint64_t *s) {
+    double v = (rng_uniform(s) - 0.5) * ldexp(1.0, (int)(rng_next(s) % 12) - 6);
+    return ref_bf16_bits(ref_round_bf16(v));
+}
+
+/* The ring chunk of element i when count elements are split over n ranks. */
+static int32_t ref_chunk_of(uint64_t i, uint64_t count, int32_t n) {
+    for (int32_t c = 0; c < n; c++)
+        if (i >= count * (uint64_t)c / (uint64_t)n && i < count * (uint64_t)(c + 1) / (uint64_t)n)
+            return c;
+    return -1;
+}
+
+/* Sequential bf16 adds in ring order for chunk c: start with rank c+1's value, add ranks
+ * c+2, ..., c, rounding after each add. vals[r] is rank r's contribution. */
+static double ref_ring_bf16(const double *vals, int32_t n, int32_t c) {
+    double acc = vals[(c + 1) % n];
+    for (int32_t k = 1; k < n; k++) acc = ref_round_bf16(acc + vals[(c + 1 + k) % n]);
+    return acc;
+}
+
+static double ref_ring_f32(const double *vals, int32_t n, int32_t c) {
+    float acc = (float)vals[(c + 1) % n];
+    for (int32_t k = 1; k < n; k++) acc = acc + (float)vals[(c + 1 + k) % n];
+    return acc;
+}
+
+/* Heap-ordered binary tree: node r = x_r + tree(2r+1) + tree(2r+2), rounding each add. */
+static double ref_tree_bf16(const double *vals, int32_t n, int32_t r) {
+    double acc = vals[r];
+    for (int32_t ch = 2 * r + 1; ch <= 2 * r + 2 && ch < n; ch++)
+        acc = ref_round_bf16(acc + ref_tree_bf16(vals, n, ch));
+    return acc;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * bf16 all-reduce / reduce-scatter vs the emulation
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct reduce_case {
+    uint64_t   count;     /* per-call count */
+    uint16_t **send;      /* (n) rank buffers */
+    uint16_t **recv;      /* (n) */
+    int32_t    in_place;  /* all_reduce with recv == send */
+    int32_t    dtype;
+} reduce_case;
+
+static void job_all_reduce(rank_job *job) {
+    reduce_case *rc = job->arg;
+    void *recv = rc->in_place ? (void *)rc->send[job->rank] : (void *)rc->recv[job->rank];
+    job_note(job, job->w->vt->all_reduce(job_comm(job), rc->send[job->rank], recv, rc->count,
+                                         rc->dtype, CT_REDUCE_SUM, NULL, &job->err));
+}
+
+static void job_reduce_scatter(rank_job *job) {
+    reduce_case *rc = job->arg;
+    job_note(job, job->w->vt->reduce_scatter(job_comm(job), rc->send[job->rank],
+                                             rc->recv[job->rank], rc->count, rc->dtype,
+                                             CT_REDUCE_SUM, NULL, &job->err));
+}
+
+/* Fill n rank buffers of len bf16 values; returns 0 on allocation failure. */
+static int make_buffers(reduce_case *c, int32_t n, uint64_t send_len, uint64_t recv_len,
+                        uint64_t seed) {
+    c->send = calloc((size_t)n, sizeof *c->send);
+    c->recv = calloc((size_t)n, sizeof *c->recv);
+    if (!c->send || !c->recv) return 0;
+    uint64_t s = seed;
+    for (int32_t r = 0; r < n; r++) {
+        c->send[r] = malloc((send_len + 1) * sizeof(uint16_t));
+        c->recv[r] = malloc((recv_len + 1) * sizeof(uint16_t));
+        if (!c->send[r] || !c->recv[r]) return 0;
+        for (uint64_t i = 0; i < send_len; i++) c->send[r][i] = random_bf16(&s);
+        for (uint64_t i = 0; i < recv_len; i++) c->recv[r][i] = 0xffff;
+    }
+    return 1;
+}
+
+static void free_buffers(reduce_case *c, int32_t n) {
+    for (int32_t r = 0; c->send && r < n; r++) free(c->send[r]);
+    for (int32_t r = 0; c->recv && r < n; r++) free(c->recv[r]);
+    free(c->send);
+    free(c->recv);
+}
+
+/* All-reduce of bf16 over n ranks (count elements, optionally in place): every rank's result
+ * equals the ring emulation bit for bit. Returns how many elements differ from a sum rounded
+ * only once at the end (to show the data exercises the per-hop rounding). */
+static int check_ring_all_reduce_bf16(int32_t n, uint64_t count, int32_t in_place,
+                                      uint64_t seed) {
+    world_run w;
+    reduce_case c = {.count = count, .in_place = in_place, .dtype = CT_DTYPE_BF16};
+    int differs_from_once = 0;
+    rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+    double *expect = calloc(count + 1, sizeof *expect);
+    double vals[MAX_RANKS];
+    if (!jobs || !expect || !make_buffers(&c, n, count, count, seed)) {
+        ct_test_fail(__FILE__, __LINE__, "out of memory");
+        goto out_free;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        double exact = 0;
+        for (int32_t r = 0; r < n; r++) exact += vals[r] = ref_bf16_value(c.send[r][i]);
+        expect[i] = ref_ring_bf16(vals, n, ref_chunk_of(i, count, n));
+        differs_from_once += expect[i] != ref_round_bf16(exact);
+    }
+    if (!world_open(&w, n, "[comm]\nalgo = ring\ntimeout_s = 20\n")) goto out_close;
+    world_run_all(&w, job_all_reduce, &c, jobs);
+    check_all_ok(jobs, n);
+    int bad = 0;
+    for (int32_t r = 0; r < n && bad < 3; r++) {
+        const uint16_t *got = in_place ? c.send[r] : c.recv[r];
+        for (uint64_t i = 0; i < count && bad < 3; i++) {
+            if (got[i] == ref_bf16_bits(expect[i])) continue;
+            bad++;
+            ct_test_fail(__FILE__, __LINE__, "N=%d count=%llu%s rank %d element %llu: expected "
+                         "%.9g (0x%04x), got %.9g (0x%04x)", (int)n, (unsigned long long)count,
+                         in_place ? " in place" : "", (int)r, (unsigned long long)i, expect[i],
+                         ref_bf16_bits(expect[i]), ref_bf16_value(got[i]), got[i]);
+        }
+    }
+out_close:
+    world_close(&w);
+out_free:
+    free_buffers(&c, n);
+    free(jobs);
+    free(expect);
+    return differs_from_once;
+}
+
+CT_TEST(threads_ring_all_reduce_bf16_equals_sequential_ring_emulation_bit_for_bit) {
+    static const int32_t sizes[] = {2, 3, 4, 8, 64};
+    int differs = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int32_t n = sizes[k];
+        differs += check_ring_all_reduce_bf16(n, (uint64_t)(7 * n + 3), 0, 11 + (uint64_t)n);
+        differs += check_ring_all_reduce_bf16(n, 5, 0, 99 + (uint64_t)n); /* fewer than N */
+    }
+    differs += check_ring_all_reduce_bf16(8, 1000, 1, 7); /* in place, several blocks */
+    /* the data must make per-hop rounding visible, or the test proves little */
+    CT_CHECK_MSG(differs > 50, "only %d elements differ from a once-rounded sum", differs);
+}
+
+static void check_ring_reduce_scatter_bf16(int32_t n, uint64_t count, uint64_t seed) {
+    world_run w;
+    reduce_case c = {.count = count, .dtype = CT_DTYPE_BF16};
+    rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+    double vals[MAX_RANKS];
+    if (!jobs || !make_buffers(&c, n, count * (uint64_t)n, count, seed)) {
+        ct_test_fail(__FILE__, __LINE__, "out of memory");
+        goto out_free;
+    }
+    if (!world_open(&w, n, "[comm]\nalgo = ring\ntimeout_s = 20\n")) goto out_close;
+    world_run_all(&w, job_reduce_scatter, &c, jobs);
+    check_all_ok(jobs, n);
+    int bad = 0;
+    for (int32_t r = 0; r < n && bad < 3; r++) {
+        for (uint64_t i = 0; i < count && bad < 3; i++) {
+            for (int32_t q = 0; q < n; q++)
+                vals[q] = ref_bf16_value(c.send[q][(uint64_t)r * count + i]);
+            double e = ref_ring_bf16(vals, n, r); /* chunk r ends at its owner, rank r */
+            if (c.recv[r][i] == ref_bf16_bits(e)) continue;
+            bad++;
+            ct_test_fail(__FILE__, __LINE__, "N=%d count=%llu rank %d element %llu: expected "
+                         "%.9g, got %.9g", (int)n, (unsigned long long)count, (int)r,
+                         (unsigned long long)i, e, ref_bf16_value(c.recv[r][i]));
+        }
+    }
+out_close:
+    world_close(&w);
+out_free:
+    free_buffers(&c, n);
+    free(jobs);
+}
+
+CT_TEST(threads_ring_reduce_scatter_bf16_equals_sequential_ring_emulation_bit_for_bit) {
+    static const int32_t sizes[] = {2, 3, 4, 8, 64};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        check_ring_reduce_scatter_bf16(sizes[k], 13, 5 + (uint64_t)k);
+        check_ring_reduce_scatter_bf16(sizes[k], 1, 50 + (uint64_t)k);
+    }
+    check_ring_reduce_scatter_bf16(5, 700, 3); /* several blocks of the engine's loop */
+}
+
+/* ---------------------------------------------------------------------------------------
+ * f32 in ring order, tree order, f64 / i32 sums, max / min
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct typed_case {
+    uint64_t count;
+    int32_t  dtype, op;
+    void    *send[MAX_RANKS];
+    void    *recv[MAX_RANKS];
+} typed_case;
+
+static void job_typed_all_reduce(rank_job *job) {
+    typed_case *t = job->arg;
+    job_note(job, job->w->vt->all_reduce(job_comm(job), t->send[job->rank], t->recv[job->rank],
+                                         t->count, t->dtype, t->op, NULL, &job->err));
+}
+
+CT_TEST(threads_ring_all_reduce_f32_adds_in_ring_order) {
+    enum { N = 6, COUNT = 301 };
+    static float send[N][COUNT], recv[N][COUNT];
+    typed_case t = {.count = COUNT, .dtype = CT_DTYPE_F32, .op = CT_REDUCE_SUM};
+    uint64_t s = 42;
+    for (int r = 0; r < N; r++) {
+        for (int i = 0; i < COUNT; i++) /* magnitudes 2^-12 .. 2^12: f32 order matters */
+            send[r][i] = (float)((rng_uniform(&s) - 0.3) * ldexp(1.0, (int)(rng_next(&s) % 25) - 12));
+        t.send[r] = send[r];
+        t.recv[r] = recv[r];
+    }
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\nalgo = ring\n")) {
+        world_run_all(&w, job_typed_all_reduce, &t, jobs);
+        check_all_ok(jobs, N);
+        int bad = 0, order_matters = 0;
+        for (int i = 0; i < COUNT; i++) {
+            double vals[N];
+            float forward = 0;
+            for (int r = 0; r < N; r++) forward += (float)(vals[r] = send[r][i]);
+            double e = ref_ring_f32(vals, N, ref_chunk_of((uint64_t)i, COUNT, N));
+            order_matters += (float)e != forward;
+            for (int r = 0; r < N && bad < 3; r++)
+                if (recv[r][i] != (float)e) {
+                    bad++;
+                    CT_CHECK_CLOSE(recv[r][i], e, 0, 0);
+                }
+        }
+        CT_CHECK_MSG(order_matters > 5, "only %d elements depend on the order", order_matters);
+    }
+    world_close(&w);
+}
+
+static void job_tree_bf16(rank_job *job) { job_typed_all_reduce(job); }
+
+CT_TEST(threads_tree_all_reduce_bf16_equals_heap_tree_emulation_and_differs_from_ring) {
+    enum { N = 8, COUNT = 500 };
+    static uint16_t send[N][COUNT], recv[N][COUNT];
+    typed_case t = {.count = COUNT, .dtype = CT_DTYPE_BF16, .op = CT_REDUCE_SUM};
+    uint64_t s = 77;
+    for (int r = 0; r < N; r++) {
+        for (int i = 0; i < COUNT; i++) send[r][i] = random_bf16(&s);
+        t.send[r] = send[r];
+        t.recv[r] = recv[r];
+    }
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\nalgo = tree\n")) {
+        world_run_all(&w, job_tree_bf16, &t, jobs);
+        check_all_ok(jobs, N);
+        int bad = 0, differs_from_ring = 0;
+        for (int i = 0; i < COUNT; i++) {
+            double vals[N];
+            for (int r = 0; r < N; r++) vals[r] = ref_bf16_value(send[r][i]);
+            double e = ref_tree_bf16(vals, N, 0);
+            differs_from_ring += e != ref_ring_bf16(vals, N, ref_chunk_of((uint64_t)i, COUNT, N));
+            for (int r = 0; r < N && bad < 3; r++)
+                if (recv[r][i] != ref_bf16_bits(e)) {
+                    bad++;
+                    CT_CHECK_CLOSE(ref_bf16_value(recv[r][i]), e, 0, 0);
+                }
+        }
+        CT_CHECK_MSG(differs_from_ring > 20, "tree equals ring on all but %d elements",
+                     differs_from_ring);
+    }
+    world_close(&w);
+}
+
+CT_TEST(threads_all_reduce_f64_i32_sums_and_bf16_f32_max_min_are_exact) {
+    enum { N = 5, COUNT = 37 };
+    static double sd[N][COUNT], rd[N][COUNT];
+    static int32_t si[N][COUNT], ri[N][COUNT];
+    static uint16_t sb[N][COUNT], rb[N][COUNT];
+    static float sf[N][COUNT], rf[N][COUNT];
+    uint64_t s = 5;
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < COUNT; i++) {
+            sd[r][i] = (double)(int)(rng_next(&s) % 2001) - 1000.0; /* integers: exact sums */
+            si[r][i] = (int32_t)(rng_next(&s) % 2000001) - 1000000;
+            sb[r][i] = random_bf16(&s);
+            sf[r][i] = (float)(rng_uniform(&s) - 0.5);
+        }
+    si[1][0] = 2147483647; /* wraps: 2^31-1 + others, as int32 adds modulo 2^32 do */
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\n")) {
+        typed_case t = {.count = COUNT};
+        struct { int32_t dtype, op; } runs[] = {
+            {CT_DTYPE_F64, CT_REDUCE_SUM}, {CT_DTYPE_I32, CT_REDUCE_SUM},
+            {CT_DTYPE_BF16, CT_REDUCE_MAX}, {CT_DTYPE_F32, CT_REDUCE_MIN},
+        };
+        for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+            t.dtype = runs[k].dtype;
+            t.op = runs[k].op;
+            for (int r = 0; r < N; r++) {
+                t.send[r] = t.dtype == CT_DTYPE_F64 ? (void *)sd[r] : t.dtype == CT_DTYPE_I32 ?
+                            (void *)si[r] : t.dtype == CT_DTYPE_BF16 ? (void *)sb[r] : (void *)sf[r];
+                t.recv[r] = t.dtype == CT_DTYPE_F64 ? (void *)rd[r] : t.dtype == CT_DTYPE_I32 ?
+                            (void *)ri[r] : t.dtype == CT_DTYPE_BF16 ? (void *)rb[r] : (void *)rf[r];
+            }
+            world_run_all(&w, job_typed_all_reduce, &t, jobs);
+            check_all_ok(jobs, N);
+        }
+        for (int i = 0; i < COUNT; i++) {
+            double dsum = 0, bmax = -INFINITY, fmin = INFINITY;
+            uint32_t isum = 0;
+            for (int r = 0; r < N; r++) {
+                dsum += sd[r][i];
+                isum += (uint32_t)si[r][i];
+                bmax = fmax(bmax, ref_bf16_value(sb[r][i]));
+                fmin = fmin < sf[r][i] ? fmin : sf[r][i];
+            }
+            for (int r = 0; r < N; r++) {
+                CT_CHECK_CLOSE(rd[r][i], dsum, 0, 0);
+                CT_CHECK_INT((uint32_t)ri[r][i], isum);
+                CT_CHECK_CLOSE(ref_bf16_value(rb[r][i]), bmax, 0, 0);
+                CT_CHECK_CLOSE(rf[r][i], fmin, 0, 0);
+            }
+        }
+    }
+    world_close(&w);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * error growth with N (the reason this engine exists)
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct growth_case {
+    uint64_t  count;
+    uint16_t *send[MAX_RANKS];
+    uint16_t *recv[MAX_RANKS];
+} growth_case;
+
+static void job_growth(rank_job *job) {
+    growth_case *g = job->arg;
+    job_note(job, job->w->vt->all_reduce(job_comm(job), g->send[job->rank], g->recv[job->rank],
+                                         g->count, CT_DTYPE_BF16, CT_REDUCE_SUM, NULL,
+                                         &job->err));
+}
+
+/* Mean over elements of |bf16 all-reduce - fp64 sum| / fp64 sum, positive data in [0.5, 1). */
+static double mean_rel_error(int32_t n, const char *ini, uint64_t seed) {
+    enum { COUNT = 4096 };
+    growth_case g = {.count = COUNT};
+    double mean = -1;
+    world_run w;
+    rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+    uint64_t s = seed;
+    for (int32_t r = 0; r < n; r++) {
+        g.send[r] = malloc(COUNT * sizeof(uint16_t));
+        g.recv[r] = malloc(COUNT * sizeof(uint16_t));
+        if (!g.send[r] || !g.recv[r]) goto out_free;
+        for (int i = 0; i < COUNT; i++)
+            g.send[r][i] = ref_bf16_bits(ref_round_bf16(0.5 + 0.5 * rng_uniform(&s)));
+    }
+    if (!jobs || !world_open(&w, n, ini)) goto out_close;
+    world_run_all(&w, job_growth, &g, jobs);
+    check_all_ok(jobs, n);
+    double sum_err = 0;
+    for (int i = 0; i < COUNT; i++) {
+        double exact = 0;
+        for (int32_t r = 0; r < n; r++) exact += ref_bf16_value(g.send[r][i]);
+        sum_err += fabs(ref_bf16_value(g.recv[0][i]) - exact) / exact;
+    }
+    mean = sum_err / COUNT;
+out_close:
+    world_close(&w);
+out_free:
+    for (int32_t r = 0; r < n; r++) {
+        free(g.send[r]);
+        free(g.recv[r]);
+    }
+    free(jobs);
+    return mean;
+}
+
+CT_TEST(threads_bf16_ring_error_against_fp64_grows_with_world_size_and_tree_grows_less) {
+    const char *ring = "[comm]\nalgo = ring\n", *tree = "[comm]\nalgo = tree\n";
+    double e2 = mean_rel_error(2, ring, 1), e4 = mean_rel_error(4, ring, 2);
+    double e32 = mean_rel_error(32, ring, 3), t32 = mean_rel_error(32, tree, 3);
+    printf("  bf16 ring mean relative error vs fp64: N=2 %.3g, N=4 %.3g, N=32 %.3g; "
+           "tree N=32 %.3g\n", e2, e4, e32, t32);
+    /* One rounding of a sum in [1, 2) costs about 2^-10 relative on average. With N=2 only the
+     * final result is rounded; the ring rounds N-1 times and the partial sum errors add up. */
+    CT_CHECK_MSG(e2 > 0 && e2 < 2e-3, "N=2 error %.3g is not one rounding", e2);
+    CT_CHECK_MSG(e32 > 1.5 * e4, "N=32 error %.3g not above 1.5 x N=4 error %.3g", e32, e4);
+    CT_CHECK_MSG(t32 < 0.5 * e32, "tree error %.3g not below half the ring's %.3g", t32, e32);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * copies: all_gather, all_to_all, broadcast are exact (bit patterns, NaN payloads included)
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct copy_case {
+    uint64_t count;
+    uint16_t send[8][8 * 5];
+    uint16_t recv[8][8 * 5];
+    uint16_t bcast[8][5];
+    int32_t  root;
+} copy_case;
+
+static void job_copies(rank_job *job) {
+    copy_case *c = job->arg;
+    const ct_comm_vtable *vt = job->w->vt;
+    void *self = job_comm(job);
+    int32_t r = job->rank, n = job->w->n;
+    job_note(job, vt->all_gather(self, c->send[r], c->recv[r], c->count, CT_DTYPE_BF16, NULL,
+                                 &job->err));
+    if (job->rc) return;
+    for (int32_t q = 0; q < n; q++) /* check now: the all_to_all below reuses recv */
+        if (memcmp(&c->recv[r][(uint64_t)q * c->count], c->send[q], c->count * 2)) {
+            job->rc = CT_ERR_INTERNAL;
+            snprintf(job->err.message, sizeof job->err.message, "all_gather block %d wrong",
+                     (int)q);
+            return;
+        }
+    ct_request *req = NULL;
+    job_note(job, vt->all_to_all(self, c->send[r], c->recv[r], c->count, CT_DTYPE_BF16, &req,
+                                 &job->err));
+    job_note(job, vt->wait(self, req, &job->err));
+    job_note(job, vt->broadcast(self, c->bcast[r], c->count, CT_DTYPE_BF16, c->root, &job->err));
+    job_note(job, vt->barrier(self, &job->err));
+}
+
+CT_TEST(threads_all_gather_all_to_all_broadcast_copy_bits_exactly) {
+    static const int32_t sizes[] = {3, 8};
+    for (size_t k = 0; k < 2; k++) {
+        int32_t n = sizes[k];
+        static copy_case c;
+        memset(&c, 0, sizeof c);
+        c.count = 5;
+        c.root = n - 2;
+        for (int32_t r = 0; r < n; r++) {
+            for (int i = 0; i < n * 5; i++) c.send[r][i] = (uint16_t)(0x1000 * r + 0x10 * i + 1);
+            c.send[r][0] = (uint16_t)(0x7fc1 + r); /* NaN payloads must survive */
+            for (int i = 0; i < 5; i++) c.bcast[r][i] = (uint16_t)(r * 100 + i);
+        }
+        world_run w;
+        rank_job jobs[8];
+        if (world_open(&w, n, "[comm]\n")) {
+            world_run_all(&w, job_copies, &c, jobs);
+            check_all_ok(jobs, n);
+            for (int32_t j = 0; j < n; j++)
+                for (int32_t i = 0; i < n; i++) /* block i of rank j's recv = block j of rank i */
+                    for (int e = 0; e < 5; e++)
+                        CT_CHECK_INT(c.recv[j][i * 5 + e], c.send[i][j * 5 + e]);
+            for (int32_t r = 0; r < n; r++)
+                for (int e = 0; e < 5; e++) CT_CHECK_INT(c.bcast[r][e], c.root * 100 + e);
+        }
+        world_close(&w);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * point to point, requests
+ * ------------------------------------------------------------------------------------- */
+
+static void job_ring_messages(rank_job *job) {
+    int32_t *got = job->arg;
+    const ct_comm_vtable *vt = job->w->vt;
+    int32_t r = job->rank, n = job->w->n;
+    int32_t a[2] = {r, 100 + r}, b[2] = {1000 + r, 2000 + r}, in_a[2] = {0}, in_b[2] = {0};
+    /* send tag 2 first, receive tag 1 first: matching is by tag, not arrival */
+    job_note(job, vt->send(job_comm(job), b, 2, CT_DTYPE_I32, (r + 1) % n, 2, &job->err));
+    job_note(job, vt->send(job_comm(job), a, 2, CT_DTYPE_I32, (r + 1) % n, 1, &job->err));
+    job_note(job, vt->recv(job_comm(job), in_a, 2, CT_DTYPE_I32, (r + n - 1) % n, 1, &job->err));
+    job_note(job, vt->recv(job_comm(job), in_b, 2, CT_DTYPE_I32, (r + n - 1) % n, 2, &job->err));
+    memcpy(&got[4 * r], in_a, sizeof in_a);
+    memcpy(&got[4 * r + 2], in_b, sizeof in_b);
+}
+
+CT_TEST(threads_send_recv_match_by_peer_and_tag) {
+    enum { N = 4 };
+    int32_t got[4 * N] = {0};
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\n")) {
+        world_run_all(&w, job_ring_messages, got, jobs);
+        check_all_ok(jobs, N);
+        for (int r = 0; r < N; r++) {
+            int from = (r + N - 1) % N;
+            CT_CHECK_INT(got[4 * r], from);
+            CT_CHECK_INT(got[4 * r + 1], 100 + from);
+            CT_CHECK_INT(got[4 * r + 2], 1000 + from);
+            CT_CHECK_INT(got[4 * r + 3], 2000 + from);
+        }
+    }
+    world_close(&w);
+}
+
+static void job_async_twice(rank_job *job) {
+    float *buf = job->arg;
+    const ct_comm_vtable *vt = job->w->vt;
+    ct_request *req = NULL;
+    float x = (float)(job->rank + 1);
+    job_note(job, vt->all_reduce(job_comm(job), &x, &buf[job->rank], 1, CT_DTYPE_F32,
+                                 CT_REDUCE_SUM, &req, &job->err));
+    job_note(job, vt->wait(job_comm(job), req, &job->err));
+    ct_error again = {.struct_size = sizeof again};
+    if (vt->wait(job_comm(job), req, &again) == CT_OK) { /* a second wait is a caller bug */
+        job->rc = CT_ERR_INTERNAL;
+        snprintf(job->err.message, sizeof job->err.message, "second wait succeeded");
+    }
+}
+
+CT_TEST(threads_async_all_reduce_completes_by_wait_and_a_second_wait_is_an_error) {
+    enum { N = 3 };
+    float buf[N] = {0};
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\n")) {
+        world_run_all(&w, job_async_twice, buf, jobs);
+        check_all_ok(jobs, N);
+        for (int r = 0; r < N; r++) CT_CHECK_CLOSE(buf[r], 6.0, 0, 0);
+    }
+    world_close(&w);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * failures: abort, a missing rank, mismatched calls
+ * ------------------------------------------------------------------------------------- */
+
+static void job_abort_rank2(rank_job *job) {
+    const ct_comm_vtable *vt = job->w->vt;
+    float x = 1, y = 0;
+    if (job->rank == 2) {
+        usleep(100 * 1000); /* let the others block in their collective first */
+        vt->abort(job_comm(job), "stage block.3: out of memory");
+        job_note(job, vt->barrier(job_comm(job), &job->err)); /* must fail too */
+        return;
+    }
+    if (job->rank == 3) { /* blocked in recv from the failing rank */
+        job_note(job, vt->recv(job_comm(job), &y, 1, CT_DTYPE_F32, 2, 9, &job->err));
+        return;
+    }
+    job_note(job, vt->all_reduce(job_comm(job), &x, &y, 1, CT_DTYPE_F32, CT_REDUCE_SUM, NULL,
+                                 &job->err));
+}
+
+CT_TEST(threads_abort_ends_every_blocked_call_with_an_error_naming_the_failed_rank) {
+    enum { N = 5 };
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\ntimeout_s = 60\n")) { /* far longer: abort must be faster */
+        world_run_all(&w, job_abort_rank2, NULL, jobs);
+        for (int r = 0; r < N; r++) {
+            CT_CHECK_INT(jobs[r].rc, CT_ERR_COMM);
+            CT_CHECK_STR_CONTAINS(jobs[r].err.message, "rank 2");
+            CT_CHECK_STR_CONTAINS(jobs[r].err.message, "stage block.3: out of memory");
+            CT_CHECK_MSG(jobs[r].seconds < 3.0, "rank %d took %.2f s to notice", r,
+                         jobs[r].seconds);
+        }
+    }
+    world_close(&w);
+}
+
+static void job_rank1_absent(rank_job *job) {
+    float x = 1, y = 0;
+    if (job->rank == 1) return; /* never joins */
+    job_note(job, job->w->vt->all_reduce(job_comm(job), &x, &y, 1, CT_DTYPE_F32, CT_REDUCE_SUM,
+                                         NULL, &job->err));
+}
+
+CT_TEST(threads_a_rank_that_never_joins_is_named_after_timeout_s) {
+    enum { N = 3 };
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\ntimeout_s = 0.3\n")) {
+        world_run_all(&w, job_rank1_absent, NULL, jobs);
+        for (int r = 0; r < N; r += 2) {
+            CT_CHECK_INT(jobs[r].rc, CT_ERR_COMM);
+            CT_CHECK_STR_CONTAINS(jobs[r].err.message, "rank 1 failed");
+            CT_CHECK_STR_CONTAINS(jobs[r].err.message, "all_reduce #1");
+            CT_CHECK_MSG(jobs[r].seconds < 2.0, "rank %d waited %.2f s", r, jobs[r].seconds);
+        }
+    }
+    world_close(&w);
+}
+
+static void job_mismatch(rank_job *job) {
+    const ct_comm_vtable *vt = job->w->vt;
+    float x[4] = {1, 2, 3, 4}, y[4];
+    if (job->rank == 1)
+        job_note(job, vt->all_gather(job_comm(job), x, y, 1, CT_DTYPE_F32, NULL, &job->err));
+    else
+        job_note(job, vt->all_reduce(job_comm(job), x, y, 1, CT_DTYPE_F32, CT_REDUCE_SUM, NULL,
+                                     &job->err));
+    ct_error next = {.struct_size = sizeof next}; /* the world is out of step: all later fail */
+    if (vt->barrier(job_comm(job), &next) != CT_ERR_COMM) job->rc = CT_ERR_INTERNAL;
+}
+
+CT_TEST(threads_ranks_calling_different_collectives_all_fail_naming_the_odd_rank) {
+    enum { N = 4 };
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\ntimeout_s = 10\n")) {
+        world_run_all(&w, job_mismatch, NULL, jobs);
+        for (int r = 0; r < N; r++) {
+            CT_CHECK_INT(jobs[r].rc, CT_ERR_COMM);
+            CT_CHECK_STR_CONTAINS(jobs[r].err.message, "rank 1 called all_gather");
+        }
+    }
+    world_close(&w);
+}
+
+CT_TEST(threads_schema_rejects_unknown_algo_and_one_rank_needs_no_world) {
+    ct_harness *h = harness_new("[comm]\nalgo = butterfly\n");
+    ct_error err = {.struct_size = sizeof err};
+    ct_harness_plugin p;
+    CT_CHECK_INT(harness_create(h, "comm_threads.so", "comm", &p, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "algo");
+    harness_free(h);
+
+    h = harness_new("[comm]\n");
+    err.code = CT_OK;
+    if (harness_create(h, "comm_threads.so", "comm", &p, &err) == CT_OK) {
+        const ct_comm_vtable *vt = p.vt;
+        float x[3] = {1.5f, -2, 3}, y[3] = {0};
+        CT_CHECK_INT(vt->world_size(p.self), 1);
+        CT_CHECK_INT(vt->all_reduce(p.self, x, y, 3, CT_DTYPE_F32, CT_REDUCE_SUM, NULL, &err),
+                     CT_OK);
+        CT_CHECK_CLOSE(y[1], -2.0, 0, 0);
+        /* a rank of a bigger world without world_create is a host bug, reported */
+        ct_create_args a = harness_args_rank(h, "comm", 1, 4);
+        CT_CHECK(vt->create(&a, &err) == NULL);
+        CT_CHECK_STR_CONTAINS(err.message, "world_create");
+    } else {
+        ct_test_fail(__FILE__, __LINE__, "create: %s", err.message);
+    }
+    harness_free(h);
+}
