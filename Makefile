@@ -8,6 +8,7 @@
 #   make check-abi  every plugin .so exports exactly one dynamic symbol: ctrain_plugin_v1
 # Knobs: CUDA=0 (skip CUDA plugins), SANITIZER=address|undefined, BUILD=dir, V=1.
 
+.DEFAULT_GOAL := all
 PREFIX    ?= /usr/local
 DESTDIR   ?=
 SANITIZER ?=
@@ -44,7 +45,7 @@ HOST_OBJ := $(HOST_C:%.c=$(BUILD)/obj/%.o) $(HOST_CXX:%.cc=$(BUILD)/obj/%.o)
 HOST_LIB_OBJ := $(filter-out $(BUILD)/obj/host/main.o,$(HOST_OBJ))
 
 # ---- plugins: every folder plugins/<kind>/<name>/ becomes build/plugins/<kind>_<name>.so ----
-# A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _CUDA_ONLY (see docs).
+# A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _NVCCFLAGS / _CUDA_ONLY.
 PLUGIN_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard plugins/*/*/*.c plugins/*/*/*.cu))))
 plugin_id    = $(word 2,$(subst /, ,$(1)))_$(word 3,$(subst /, ,$(1)))
 -include $(wildcard plugins/*/*/plugin.mk)
@@ -67,6 +68,7 @@ $(BUILD)/plugins/$$($(1)_ID).so: $$($(1)_OBJ)
 	@echo "  LD      $$@"
 	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_LIBS) -lm
 $$($(1)_OBJ): CFLAGS_EXTRA := $$($$($(1)_ID)_CFLAGS)
+$$($(1)_OBJ): NVCCFLAGS_EXTRA := $$($$($(1)_ID)_NVCCFLAGS)
 else
 SKIPPED_CUDA += $$($(1)_ID)
 endif
@@ -116,7 +118,7 @@ $(BUILD)/obj/plugins/%.o: plugins/%.c
 $(BUILD)/obj/plugins/%.cu.o: plugins/%.cu
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) $(NVCCFLAGS_EXTRA) -c $< -o $@
 
 deps:
 	$(Q)scripts/install-deps.sh

@@ -79,4 +79,13 @@ void config_print(const ct_config *cfg, FILE *out);
 /* Levenshtein distance, for "did you mean" suggestions. */
 int32_t config_edit_distance(const char *a, const char *b);
 
+/* The candidate nearest to `word` by edit distance when it is close enough to suggest (at
+ * most max(2, len/3) edits, or one is a prefix of the other), else NULL. NULL entries of
+ * cands are skipped. */
+const char *config_nearest(const char *word, const char *const *cands, int32_t n);
+
+/* "FILE:LINE" of a section's first header (or of its first value, e.g. "--set"); the file
+ * name when the section is absent. */
+const char *config_section_origin(const ct_config *cfg, const char *section);
+
 #endif /* CTRAIN_HOST_CONFIG_H */

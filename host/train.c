@@ -1,4 +1,5 @@
-/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume]`: resolves the
+/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume] [--stop-after N]`
+ * (stop after step N as if interrupted, e.g. to test resuming): resolves the
  * configuration exactly as `validate` does, starts the ranks (threads of this process for
  * in-process engines, else one rank per process), runs the steps, logs metrics, evaluates and
  * checkpoints. Not for: the step's arithmetic (step.c, optim.c) or file formats (checkpoint.c). */
@@ -24,6 +25,7 @@ typedef struct run_shared {
     void            *comm_world; /* in-process engines */
     int32_t          world;
     int32_t          resume;
+    int64_t          stop_after; /* 0: run to [run] steps; else stop (and checkpoint) there */
     const char      *out_dir;
 } run_shared;
 
@@ -177,7 +179,8 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
     iv.t_start = now_s();
     double t_run = now_s();
     int64_t steps_done_here = 0;
-    for (int64_t step = start + 1; step <= oc.steps && rc == CT_OK; step++) {
+    int64_t last = sh->stop_after > 0 && sh->stop_after < oc.steps ? sh->stop_after : oc.steps;
+    for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         ct_step_stats st;
         rc = step_train(r, &st, err);
         double gnorm = 0, lr = optim_lr(&oc, step - 1);
@@ -242,7 +245,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
                        metrics_value(&out, "val/loss"));
             }
         }
-        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == oc.steps) {
+        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == last) {
             rc = checkpoint_save(r, sh->out_dir, step, (int32_t)keep, err);
             if (rc == CT_OK && r->rank == 0)
                 printf("checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir, (long long)step);
@@ -310,13 +313,18 @@ int cmd_train(int argc, char **argv) {
     int n_rest = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int32_t resume = 0, status = 2;
+    int64_t stop_after = 0;
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
         fprintf(stderr, "ctrain train: %s\n", rest ? err.message : "out of memory");
         free(rest);
         return 2;
     }
     for (int i = 0; i < n_rest; i++) {
+        char *end = NULL;
         if (strcmp(rest[i], "--resume") == 0) resume = 1;
+        else if (strcmp(rest[i], "--stop-after") == 0 && i + 1 < n_rest &&
+                 (stop_after = strtoll(rest[i + 1], &end, 10)) > 0 && *end == 0)
+            i++;
         else {
             fprintf(stderr, "ctrain train: unknown option '%s' ---> see `ctrain help`\n", rest[i]);
             goto out_session;
@@ -333,7 +341,7 @@ int cmd_train(int argc, char **argv) {
         goto out_session;
     }
     run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world,
-                     .resume = resume, .out_dir = out_dir};
+                     .resume = resume, .stop_after = stop_after, .out_dir = out_dir};
     if (cv->world_create) {
         ct_create_args a = {.struct_size = sizeof a, .section = "comm", .world_size = (int32_t)world};
         sh.comm_world = cv->world_create((int32_t)world, &a, &err);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_train.sh — end-to-end training on real text through the real binary and plugins:
-# the loss falls, resume is bit-exact, amp and pure_bf16 track fp32, and strategies at world
-# sizes 1, 2, 4 (threads engine) give the single-rank losses within fp32 tolerance.
+# the loss falls, resume is bit-exact, amp and pure_bf16 track fp32. Strategies at several world
+# sizes (tests/cli/test_distributed.sh) give the single-rank losses.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/train_lib.sh
@@ -13,20 +13,20 @@ trap 'rm -rf "$work"' EXIT
     --out "$work/data" --tokenizer bytes --val-fraction 0.1 > "$work/prepare.log" 2>&1 \
     || { fail "prepare: $(tail -3 "$work/prepare.log")"; finish; exit 1; }
 
-# 1. the loss falls well below the uniform 5.55 nats and the unigram entropy of bytes (~3 nats)
+# 1. the loss falls: from ln(256) = 5.55 nats untrained to at least 2 nats lower on held-out text
 tiny_ini "$work/base.ini" "$work/base" "$work/data" 256
-"$CTRAIN" train "$work/base.ini" --set run.steps=80 --set run.eval_every=80 > "$work/base.log" 2>&1 \
+"$CTRAIN" train "$work/base.ini" --set run.steps=200 --set run.eval_every=200 > "$work/base.log" 2>&1 \
     || fail "train base: $(tail -3 "$work/base.log")"
 val=$(metric_series "$work/base" val/loss | tail -1)
 first=$(metric_series "$work/base" loss | head -1)
-python3 -c "import sys; sys.exit(0 if $val < 2.6 and $first > 5.0 else 1)" \
+python3 -c "import sys; sys.exit(0 if $first > 5.4 and $val < $first - 2.0 else 1)" \
     && { pass; echo "ok loss falls: first train loss $first, final val loss $val"; } \
-    || fail "loss falls: first train loss $first, final val loss $val (want > 5.0 then < 2.6)"
+    || fail "loss falls: first train loss $first, final val loss $val (want > 5.4, then 2 nats lower)"
 
 # 2. resume is bit-exact: 2k steps straight == k steps, then --resume to 2k
 tiny_ini "$work/r.ini" "$work/straight" "$work/data" 256
 "$CTRAIN" train "$work/r.ini" --set run.steps=16 > /dev/null 2>&1 || fail "train straight"
-"$CTRAIN" train "$work/r.ini" --set run.steps=8 --set run.out_dir="$work/resumed" > /dev/null 2>&1 \
+"$CTRAIN" train "$work/r.ini" --set run.steps=16 --stop-after 8 --set run.out_dir="$work/resumed" > /dev/null 2>&1 \
     || fail "train first half"
 "$CTRAIN" train "$work/r.ini" --set run.steps=16 --set run.out_dir="$work/resumed" --resume \
     > "$work/resume.log" 2>&1 || fail "resume: $(tail -3 "$work/resume.log")"
@@ -43,17 +43,4 @@ done
 compare_series "$work/p_amp" "$work/p_fp32" loss 0.03 "amp tracks fp32"
 compare_series "$work/p_pure_bf16" "$work/p_fp32" loss 0.03 "pure_bf16 tracks fp32"
 
-# 4. strategies x world sizes (threads engine) give the single-rank fp32 losses; the global batch
-# (world * batch_size) is the same, so only the summation order differs: 20 steps within 1e-4.
-"$CTRAIN" train "$work/base.ini" --set data.batch_size=8 --set run.out_dir="$work/w1" > /dev/null 2>&1 \
-    || fail "train world 1"
-for s in ddp no_shard full_shard; do
-    for n in 2 4; do
-        b=$((8 / n))
-        "$CTRAIN" train "$work/base.ini" --set data.batch_size=$b --set comm.plugin=threads \
-            --set comm.world_size=$n --set strategy.plugin=$s --set run.out_dir="$work/${s}_$n" \
-            > "$work/${s}_$n.log" 2>&1 || fail "train $s x $n: $(tail -3 "$work/${s}_$n.log")"
-        compare_series "$work/${s}_$n" "$work/w1" loss 1e-4 "$s at world $n equals world 1"
-    done
-done
 finish

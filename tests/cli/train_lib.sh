@@ -21,7 +21,8 @@ tiny_ini() {
 # metric_series RUN_DIR NAME: the value of NAME at every logged step, one per line, as written.
 metric_series() {
     python3 - "$1/metrics.jsonl" "$2" <<'PY'
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 for line in open(sys.argv[1]):
     d = json.loads(line)
     if sys.argv[2] in d:

@@ -1,0 +1,27 @@
+/* commands.h — the subcommands of `ctrain`. Adding one is one line in CT_COMMANDS below plus
+ * its function `int cmd_<name>(int argc, char **argv)` anywhere in host/ (argv[0] is the
+ * subcommand's name; return the process exit status: 0 ok, 1 failure, 2 usage error).
+ * Not for: shared set-up (wiring.h: session_configure) or the commands' logic.
+ */
+#ifndef CTRAIN_HOST_COMMANDS_H
+#define CTRAIN_HOST_COMMANDS_H
+
+/* X(name, usage, summary), in the order `ctrain help` lists them. */
+#define CT_COMMANDS(X)                                                                      \
+    X(plugins,  "",                         "list the plugins found, shadowed ones and problems") \
+    X(inspect,  "NAME | KIND/NAME | ctrain", "describe a plugin and its INI keys")            \
+    X(validate, "CONFIG.ini [--set s.k=v]...", "check a configuration; print it resolved")   \
+    X(train,    "CONFIG.ini [--set s.k=v]... [--resume] [--stop-after N]", "train a model")                  \
+    X(prepare,  "TEXT... [options]",        "make token shards from text (see --help)")      \
+    X(plot,     "RUN_DIR... --metric NAME... --out FILE.png [--title T] [--logy]", "draw metrics of runs against step (gnuplot)") \
+    X(compare,  "RUN_DIR... [--csv]",       "a table of the runs' logit-norm figures, losses, tokens/s") \
+    X(help,     "[COMMAND]",                "this help")
+
+#define CT_DECLARE_COMMAND(name, usage, summary) int cmd_##name(int argc, char **argv);
+CT_COMMANDS(CT_DECLARE_COMMAND)
+#undef CT_DECLARE_COMMAND
+
+/* ctrain's own version (the plugin ABI version is CT_ABI_MAJOR.CT_ABI_MINOR). */
+#define CTRAIN_VERSION "0.1.0"
+
+#endif /* CTRAIN_HOST_COMMANDS_H */

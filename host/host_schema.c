@@ -1,0 +1,99 @@
+/* host_schema.c — the tables behind host_schema.h: every key the host itself reads, with its
+ * type, default, range and help. Change a default here and `ctrain inspect ctrain` and
+ * `ctrain validate` follow. Not for: plugin keys (each plugin declares its own).
+ */
+#include "host_schema.h"
+
+#include <string.h>
+
+static const ct_param_spec run_specs[] = {
+    CT_PARAM_STRING("name", "run", "name of the run (used in logs and the default out_dir)"),
+    CT_PARAM_STRING("out_dir", "runs/run", "folder for metrics and checkpoints; default runs/<name>"),
+    CT_PARAM_INT("steps", "100", 1, 1e9, "optimizer steps to run"),
+    CT_PARAM_INT("seed", "1337", 0, 4611686018427387904.0, "seed of initialisation and data order"),
+    CT_PARAM_INT("log_every", "10", 1, 1e9, "log metrics every this many steps"),
+    CT_PARAM_INT("eval_every", "0", 0, 1e9, "evaluate on [data] val every this many steps; 0 = never"),
+    CT_PARAM_INT("eval_batches", "8", 1, 1e9, "micro-batches per evaluation"),
+    CT_PARAM_INT("checkpoint_every", "0", 0, 1e9, "checkpoint every this many steps; 0 = only at the end"),
+    CT_PARAM_INT("keep_checkpoints", "2", 1, 1e9, "checkpoints kept on disk (oldest removed)"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec data_specs[] = {
+    CT_PARAM_STRING("train", NULL, "training token shards (llm.c format): a file or a glob"),
+    CT_PARAM_STRING("val", "", "validation shards; empty = none"),
+    CT_PARAM_INT("batch_size", "4", 1, 65536, "sequences per micro-batch, per rank (B)"),
+    CT_PARAM_INT("seq_len", "64", 1, 1048576, "tokens per sequence (T)"),
+    CT_PARAM_INT("grad_accum", "1", 1, 65536, "micro-batches per optimizer step"),
+    CT_PARAM_END,
+};
+
+static const char *const schedule_choices[] = {"cosine", "linear", "constant", NULL};
+static const ct_param_spec optim_specs[] = {
+    CT_PARAM_FLOAT("lr", "6e-4", 0, 10, "peak learning rate"),
+    CT_PARAM_FLOAT("min_lr", "0", 0, 10, "learning rate at the end of the schedule"),
+    CT_PARAM_INT("warmup", "0", 0, 1e9, "linear warm-up steps"),
+    CT_PARAM_ENUM("schedule", "cosine", schedule_choices, "decay after warm-up"),
+    CT_PARAM_FLOAT("beta1", "0.9", 0, 1, "AdamW first-moment decay"),
+    CT_PARAM_FLOAT("beta2", "0.95", 0, 1, "AdamW second-moment decay"),
+    CT_PARAM_FLOAT("eps", "1e-8", 0, 1, "AdamW epsilon"),
+    CT_PARAM_FLOAT("weight_decay", "0.1", 0, 10, "decoupled weight decay"),
+    CT_PARAM_BOOL("decay_all", "false", "decay every tensor (open_lm) instead of matrices only"),
+    CT_PARAM_FLOAT("grad_clip", "1.0", 0, 1e9, "clip the global gradient norm to this; 0 = off"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec model_specs[] = {
+    CT_PARAM_STRING("plugin", "gpt", "model plugin (name or path to a .so)"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec loss_specs[] = {
+    CT_PARAM_STRING("plugins", "ce", "comma-separated loss terms; term NAME's keys go in [loss.NAME]"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec strategy_specs[] = {
+    CT_PARAM_STRING("plugin", "ddp", "sharding strategy plugin"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec precision_specs[] = {
+    CT_PARAM_STRING("plugin", "fp32", "precision policy plugin"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec comm_specs[] = {
+    CT_PARAM_STRING("plugin", "auto", "collective engine; auto = mpi under mpirun, else threads "
+                    "when world_size > 1, else local"),
+    CT_PARAM_INT("world_size", "1", 1, 1024, "ranks of an in-process engine (threads)"),
+    CT_PARAM_END,
+};
+
+static const ct_param_spec device_specs[] = {
+    CT_PARAM_STRING("type", "cpu", "device plugin: cpu or cuda"),
+    CT_PARAM_END,
+};
+
+static const host_section sections[] = {
+    {"run", run_specs, 0, NULL, "the run: length, logging, checkpoints"},
+    {"data", data_specs, 0, NULL, "token shards and batch shape"},
+    {"model", model_specs, CT_KIND_MODEL, "plugin", "the model plugin and its keys"},
+    {"loss", loss_specs, CT_KIND_LOSS, "plugins", "loss terms (keys in [loss.NAME])"},
+    {"strategy", strategy_specs, CT_KIND_STRATEGY, "plugin", "sharding strategy and its keys"},
+    {"precision", precision_specs, CT_KIND_PRECISION, "plugin", "precision policy and its keys"},
+    {"comm", comm_specs, CT_KIND_COMM, "plugin", "collective engine and its keys"},
+    {"device", device_specs, CT_KIND_DEVICE, "type", "device plugin and its keys"},
+    {"optim", optim_specs, 0, NULL, "AdamW and the learning-rate schedule"},
+};
+
+const host_section *host_schema_sections(int32_t *n) {
+    *n = (int32_t)(sizeof sections / sizeof *sections);
+    return sections;
+}
+
+const host_section *host_schema_find(const char *name) {
+    for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
+        if (!strcmp(sections[i].name, name)) return &sections[i];
+    return NULL;
+}

@@ -1,0 +1,52 @@
+/* wiring.h — which plugin owns which INI section, and the set-up that `validate` and `train`
+ * share: read CONFIG.ini and --set overrides, validate every section (the host's own and each
+ * plugin's, defaults filled), resolve every plugin.
+ * Not for: the host's schema tables (host_schema.h) or loading .so files (registry.h).
+ */
+#ifndef CTRAIN_HOST_WIRING_H
+#define CTRAIN_HOST_WIRING_H
+
+#include "config.h"
+#include "registry.h"
+
+#define CT_WIRING_MAX_LOSS 16
+
+/* The plugins of a run. Pointers are owned by the registry. */
+typedef struct ct_wiring {
+    const ct_plugin *model, *strategy, *precision, *comm, *device;
+    int32_t          n_loss;
+    const ct_plugin *loss[CT_WIRING_MAX_LOSS];
+    char             loss_section[CT_WIRING_MAX_LOSS][64]; /* "loss.<plugin name>" */
+} ct_wiring;
+
+/* Validate every section of cfg and resolve every plugin into *w:
+ *   - host sections [run] [data] [optim] against the host schema (out_dir defaults to
+ *     runs/<name>);
+ *   - [model] [strategy] [precision] [comm] [device]: the host key (plugin / type, and comm's
+ *     world_size) picks the plugin, then the section is validated against the host keys plus the
+ *     plugin's schema;
+ *   - [loss] plugins = a, b: term NAME's keys live in [loss.NAME], validated against its schema;
+ *   - any other section is an error naming the nearest known section.
+ * Afterwards every key a plugin reads exists (defaults filled, origin "default").
+ * [comm] plugin = auto picks mpi when OMPI_COMM_WORLD_SIZE is set, else threads when
+ * world_size > 1, else local. Errors are CT_ERR_INVALID with "FILE:LINE: [section] ...". */
+int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error *err);
+
+/* The comm plugin name [comm] plugin = auto stands for, given world_size. */
+const char *wiring_auto_comm(int64_t world_size);
+
+/* What `ctrain validate` and `ctrain train` share. argc/argv are the subcommand's, as its
+ * cmd_<name> received them (argv[0] is the subcommand's name and is skipped):
+ *     CONFIG.ini [--set section.key=value | --set=section.key=value]... [other arguments]
+ * The configuration is the first argument that does not start with '-' (and is not the value
+ * of --set). Every other argument is copied, in order, into rest (the caller provides room for
+ * argc entries) and counted in *n_rest, for the subcommand's own flags.
+ * On success *cfg and *reg are the caller's (config_free, registry_close) and *w is filled.
+ * On failure both are NULL and err says why (usage errors included). */
+int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_config **cfg,
+                          ct_registry **reg, ct_wiring *w, ct_error *err);
+
+/* Print the chosen plugins ("model      gpt 1.0.0  build/plugins/model_gpt.so"), one a line. */
+void wiring_print(const ct_wiring *w, FILE *out);
+
+#endif /* CTRAIN_HOST_WIRING_H */

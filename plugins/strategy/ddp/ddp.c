@@ -1,0 +1,388 @@
+/* ddp.c — strategy `ddp`: PyTorch DistributedDataParallel. Every rank holds every unit's f32
+ * master, its compute copy (param_dtype) and a local gradient (grad_accum_dtype). As units
+ * finish backward (last micro-batch) their gradients are packed, in completion order — reverse
+ * unit order — into one bucket storage, divided by N in the wire dtype, and each full bucket of
+ * `bucket_mb` MiB is SUM all-reduced at once (asynchronous where the comm allows); the last
+ * partial bucket goes at finish_backward. Not for: FSDP's divide factors (no_shard) or
+ * sharding (full_shard). Semantics and the choice of wire dtype: docs/strategies.md.
+ */
+#include <ctrain/ctrain.h>
+#include <ctrain/strategy_kit.h>
+
+#include <assert.h>
+#include <stdlib.h>
+
+/* Legend: N ranks; P a unit's padded length; W the bucket storage, sum of P over units. */
+
+typedef struct ddp_unit {
+    uint64_t numel;      /* elements before padding */
+    uint64_t padded;     /* P */
+    float   *master;     /* (P) f32 master weights, owned */
+    void    *compute;    /* (P) param_dtype; aliases master when param_dtype is f32 */
+    void    *grad_local; /* (P) grad_accum_dtype: backward stages add into it */
+    float   *grad_out;   /* (P) f32 mean when the wire dtype is not f32, else NULL (the
+                            unit's segment of the bucket storage is the result) */
+    uint64_t seg;        /* this step: element offset of the unit's segment in the storage */
+    int32_t  packed;     /* 1 once this step's gradient went into the bucket storage */
+    int32_t  holds;      /* acquire() minus release() calls */
+} ddp_unit;
+
+typedef struct ddp {
+    const ct_host_api  *api;
+    ct_host            *host;
+    ct_device_ref       dev;
+    ct_kit_reducer      reducer;
+    int32_t             world;
+    double              bucket_mb;
+    int32_t             wire_from_policy; /* key reduce_dtype = policy */
+    ct_precision_policy policy;
+    int32_t             wire_dtype;  /* grad_accum_dtype, or policy.reduce_dtype */
+    uint32_t            n_units;
+    ddp_unit           *units;       /* (n_units), host memory */
+    void               *storage;     /* (W) wire_dtype: the buckets, back to back */
+    uint64_t            storage_n;   /* W */
+    uint64_t            bucket_n;    /* elements per full bucket */
+    uint64_t            cursor;      /* this step: elements packed so far */
+    uint64_t            bucket_start;/* this step: first element not yet handed to a collective */
+    ct_request        **reqs;        /* (max_reqs) in-flight bucket all-reduces */
+    uint32_t            n_reqs, max_reqs;
+} ddp;
+
+static void *ddp_create(const ct_create_args *a, ct_error *err) {
+    if (!a->device.vt || !a->comm.vt)
+        return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: created without a device or"
+                            " comm engine ---> HINT: the host creates device and comm first"),
+               NULL;
+    ddp *s = calloc(1, sizeof *s);
+    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "strategy ddp: out of memory"), NULL;
+    const char *wire = NULL;
+    if (a->api->get_float(a->host, a->section, "bucket_mb", &s->bucket_mb, err) ||
+        a->api->get_string(a->host, a->section, "reduce_dtype", &wire, err)) {
+        free(s);
+        return NULL;
+    }
+    s->wire_from_policy = strcmp(wire, "policy") == 0;
+    s->api = a->api;
+    s->host = a->host;
+    s->dev = a->device;
+    s->reducer.comm = a->comm;
+    s->reducer.device = a->device;
+    s->world = a->comm.world_size > 0 ? a->comm.world_size : a->comm.vt->world_size(a->comm.self);
+    return s;
+}
+
+static void ddp_destroy(void *p) {
+    ddp *s = p;
+    if (!s) return;
+    ct_error ignored = {.struct_size = sizeof ignored};
+    for (uint32_t i = 0; i < s->n_reqs; i++) ct_kit_wait(s->reducer.comm, &s->reqs[i], &ignored);
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        ddp_unit *x = &s->units[u];
+        s->dev.vt->free_mem(s->dev.self, x->grad_out);
+        s->dev.vt->free_mem(s->dev.self, x->grad_local);
+        if (x->compute != (void *)x->master) s->dev.vt->free_mem(s->dev.self, x->compute);
+        s->dev.vt->free_mem(s->dev.self, x->master);
+    }
+    if (s->storage) s->dev.vt->free_mem(s->dev.self, s->storage);
+    free(s->reqs);
+    free(s->units);
+    free(s);
+}
+
+static int32_t check_dtype(const char *what, int32_t dtype, ct_error *err) {
+    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy ddp: %s %s is not supported"
+                        " ---> HINT: use a precision policy with f32 or bf16", what,
+                        ct_dtype_name(dtype));
+}
+
+static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
+    ddp *s = p;
+    ct_strategy_setup su;
+    ct_kit_copy_struct(&su, setup_in, sizeof su);
+    if (s->units) return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: setup() called twice");
+    if (su.n_units == 0 || !su.unit_numel || !su.policy)
+        return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: setup without units or"
+                            " precision policy");
+    ct_kit_copy_struct(&s->policy, su.policy, sizeof s->policy);
+    const ct_precision_policy *pol = &s->policy;
+    if (pol->master_dtype != CT_DTYPE_F32)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy ddp: master dtype %s; only f32"
+                            " master weights are supported", ct_dtype_name(pol->master_dtype));
+    if (check_dtype("param dtype", pol->param_dtype, err) ||
+        check_dtype("reduce dtype", pol->reduce_dtype, err) ||
+        check_dtype("grad accumulation dtype", pol->grad_accum_dtype, err))
+        return err->code;
+    s->wire_dtype = s->wire_from_policy ? pol->reduce_dtype : pol->grad_accum_dtype;
+    s->reducer.precision = su.precision;
+    s->reducer.precision_self = su.precision_self;
+
+    s->units = calloc(su.n_units, sizeof *s->units);
+    if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, "strategy ddp: out of memory");
+    s->n_units = su.n_units;
+    for (uint32_t u = 0; u < su.n_units; u++) {
+        ddp_unit *x = &s->units[u];
+        char what[64];
+        x->numel = su.unit_numel[u];
+        x->padded = ct_kit_padded_numel(x->numel, s->world);
+        s->storage_n += x->padded;
+        snprintf(what, sizeof what, "strategy ddp: unit %u master", u);
+        if (!(x->master = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32, what, err)))
+            return err->code;
+        x->compute = x->master;
+        if (pol->param_dtype != CT_DTYPE_F32) {
+            snprintf(what, sizeof what, "strategy ddp: unit %u compute copy", u);
+            if (!(x->compute = ct_kit_alloc(s->dev, x->padded, pol->param_dtype, what, err)))
+                return err->code;
+        }
+        snprintf(what, sizeof what, "strategy ddp: unit %u gradient", u);
+        if (!(x->grad_local = ct_kit_alloc(s->dev, x->padded, pol->grad_accum_dtype, what, err)))
+            return err->code;
+        if (s->wire_dtype != CT_DTYPE_F32) {
+            snprintf(what, sizeof what, "strategy ddp: unit %u f32 gradient", u);
+            if (!(x->grad_out = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32, what, err)))
+                return err->code;
+        }
+    }
+    if (!(s->storage = ct_kit_alloc(s->dev, s->storage_n, s->wire_dtype,
+                                    "strategy ddp: bucket storage", err)))
+        return err->code;
+    double n = s->bucket_mb * 1024.0 * 1024.0 / (double)ct_dtype_size(s->wire_dtype);
+    s->bucket_n = n < 1.0 ? 1 : n > (double)s->storage_n ? s->storage_n : (uint64_t)n;
+    s->max_reqs = (uint32_t)(s->storage_n / s->bucket_n + 1);
+    s->reqs = calloc(s->max_reqs, sizeof *s->reqs);
+    if (!s->reqs) return ct_error_set(err, CT_ERR_NOMEM, "strategy ddp: out of memory");
+    return CT_OK;
+}
+
+static int32_t check_unit(const ddp *s, uint32_t u, ct_error *err) {
+    if (!s->units) return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: used before setup()");
+    if (u >= s->n_units)
+        return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: unit %u out of range (the model"
+                            " has %u units)", u, s->n_units);
+    return CT_OK;
+}
+
+static void *storage_at(const ddp *s, uint64_t element) {
+    return (char *)s->storage + element * ct_dtype_size(s->wire_dtype);
+}
+
+static int32_t refresh_compute(ddp *s, ddp_unit *x, ct_error *err) {
+    return ct_kit_convert(s->dev, x->compute, s->policy.param_dtype, x->master, CT_DTYPE_F32,
+                          x->padded, err);
+}
+
+static int32_t ddp_load_unit(void *p, uint32_t u, const float *full, ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    ddp_unit *x = &s->units[u];
+    int32_t rc = s->dev.vt->copy(s->dev.self, x->master, full, x->numel * sizeof(float),
+                                 CT_COPY_H2D, err);
+    return rc ? rc : refresh_compute(s, x, err);
+}
+
+static int32_t ddp_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    ddp_unit *x = &s->units[u];
+    return s->dev.vt->copy(s->dev.self, full, x->master, x->numel * sizeof(float), CT_COPY_D2H,
+                           err);
+}
+
+static int32_t ddp_acquire(void *p, uint32_t u, int32_t phase, const void **params,
+                           ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    s->units[u].holds++;
+    *params = s->units[u].compute;
+    return CT_OK;
+}
+
+static int32_t ddp_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    if (s->units[u].holds == 0)
+        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: release of unit %u that is not"
+                            " acquired", u);
+    s->units[u].holds--;
+    return CT_OK;
+}
+
+static int32_t ddp_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    *grads = s->units[u].grad_local;
+    return CT_OK;
+}
+
+static int32_t ddp_begin_step(void *p, ct_error *err) {
+    ddp *s = p;
+    if (!s->units) return check_unit(s, 0, err);
+    if (s->n_reqs)
+        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: begin_step while %u bucket"
+                            " reductions are in flight ---> HINT: call finish_backward first",
+                            s->n_reqs);
+    s->cursor = s->bucket_start = 0;
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        ddp_unit *x = &s->units[u];
+        x->packed = 0;
+        int32_t rc = s->dev.vt->zero(s->dev.self, x->grad_local,
+                                     x->padded * ct_dtype_size(s->policy.grad_accum_dtype), err);
+        if (rc) return rc;
+    }
+    return CT_OK;
+}
+
+/* Hand storage[bucket_start, bucket_start + n) to a SUM all-reduce (in place). */
+static int32_t launch_bucket(ddp *s, uint64_t n, ct_error *err) {
+    assert(n > 0 && s->bucket_start + n <= s->cursor);
+    if (s->n_reqs == s->max_reqs)
+        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: more buckets than planned");
+    void *b = storage_at(s, s->bucket_start);
+    int32_t rc = ct_kit_all_reduce_sum(&s->reducer, b, b, n, s->wire_dtype,
+                                       &s->reqs[s->n_reqs], err);
+    if (rc) return rc;
+    s->n_reqs++;
+    s->bucket_start += n;
+    return CT_OK;
+}
+
+/* Last micro-batch: pack the unit's gradient into the next free part of the bucket storage
+ * (cast to the wire dtype when it differs), divide by N there, and all-reduce every bucket
+ * that is now full. */
+static int32_t ddp_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    if (!last) return CT_OK;
+    ddp_unit *x = &s->units[u];
+    if (x->packed)
+        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: unit %u reduced twice in one"
+                            " step", u);
+    x->seg = s->cursor;
+    void *seg = storage_at(s, x->seg);
+    int32_t rc = ct_kit_convert(s->dev, seg, s->wire_dtype, x->grad_local,
+                                s->policy.grad_accum_dtype, x->padded, err);
+    if (!rc) rc = ct_kit_divide(s->dev, seg, s->wire_dtype, x->padded, s->world, err);
+    if (rc) return rc;
+    x->packed = 1;
+    s->cursor += x->padded;
+    while (s->cursor - s->bucket_start >= s->bucket_n)
+        if ((rc = launch_bucket(s, s->bucket_n, err))) return rc;
+    return CT_OK;
+}
+
+/* All-reduce the last partial bucket, wait for all of them, cast the segments to f32. */
+static int32_t ddp_finish_backward(void *p, ct_error *err) {
+    ddp *s = p;
+    if (!s->units) return check_unit(s, 0, err);
+    int32_t rc = CT_OK;
+    for (uint32_t u = 0; u < s->n_units && !rc; u++)
+        if (!s->units[u].packed)
+            rc = ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: unit %u's gradient was never"
+                              " reduced ---> HINT: the host must call unit_backward_done(u,"
+                              " last=1) for every unit", u);
+    if (!rc && s->cursor > s->bucket_start) rc = launch_bucket(s, s->cursor - s->bucket_start, err);
+    for (uint32_t i = 0; i < s->n_reqs; i++) {
+        ct_error werr = {.struct_size = sizeof werr};
+        int32_t w = ct_kit_wait(s->reducer.comm, &s->reqs[i], &werr);
+        if (w && !rc) {
+            rc = w;
+            if (err) *err = werr;
+        }
+    }
+    s->n_reqs = 0;
+    for (uint32_t u = 0; u < s->n_units && !rc; u++) {
+        ddp_unit *x = &s->units[u];
+        if (x->grad_out)
+            rc = ct_kit_convert(s->dev, x->grad_out, CT_DTYPE_F32, storage_at(s, x->seg),
+                                s->wire_dtype, x->padded, err);
+    }
+    return rc;
+}
+
+static int32_t ddp_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
+    ddp *s = p;
+    if (check_unit(s, u, err)) return err->code;
+    ddp_unit *x = &s->units[u];
+    ct_shard sh = {
+        .struct_size = sizeof sh, .master = x->master,
+        .grad = x->grad_out ? x->grad_out : (float *)storage_at(s, x->seg),
+        .numel = x->padded, .offset = 0, .padded_numel = x->padded, .replicated = 1,
+    };
+    uint32_t n = out->struct_size && out->struct_size < sizeof sh ? out->struct_size : sizeof sh;
+    memcpy(out, &sh, n);
+    out->struct_size = n;
+    return CT_OK;
+}
+
+static int32_t ddp_step_done(void *p, ct_error *err) {
+    ddp *s = p;
+    if (!s->units) return check_unit(s, 0, err);
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        int32_t rc = refresh_compute(s, &s->units[u], err);
+        if (rc) return rc;
+    }
+    return CT_OK;
+}
+
+static int32_t ddp_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *gathered,
+                          ct_error *err) {
+    ddp *s = p;
+    uint64_t pb = 0, gb = s->storage_n * ct_dtype_size(s->wire_dtype);
+    size_t psz = ct_dtype_size(s->policy.param_dtype);
+    size_t gsz = ct_dtype_size(s->policy.grad_accum_dtype);
+    for (uint32_t u = 0; u < s->n_units; u++) {
+        ddp_unit *x = &s->units[u];
+        pb += x->padded * 4 + (x->compute != (void *)x->master ? x->padded * psz : 0);
+        gb += x->padded * gsz + (x->grad_out ? x->padded * 4 : 0);
+    }
+    *params = pb;
+    *grads = gb;
+    *gathered = 0;
+    return CT_OK;
+}
+
+static const char *const ddp_wire_choices[] = {"grad", "policy", NULL};
+
+static const ct_param_spec ddp_params[] = {
+    CT_PARAM_FLOAT("bucket_mb", "25", 1e-6, 1e6,
+                   "gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)"),
+    CT_PARAM_ENUM("reduce_dtype", "grad", ddp_wire_choices,
+                  "grad: all-reduce in the gradient's own dtype (grad_accum_dtype), as DDP does;"
+                  " policy: cast to the policy's reduce_dtype first (like bf16_compress_hook)"),
+    CT_PARAM_END,
+};
+
+static const ct_strategy_vtable ddp_vtable = {
+    .struct_size = sizeof(ct_strategy_vtable),
+    .create = ddp_create,
+    .destroy = ddp_destroy,
+    .setup = ddp_setup,
+    .load_unit = ddp_load_unit,
+    .save_unit = ddp_save_unit,
+    .acquire = ddp_acquire,
+    .release = ddp_release,
+    .grad_buffer = ddp_grad_buffer,
+    .begin_step = ddp_begin_step,
+    .unit_backward_done = ddp_unit_backward_done,
+    .finish_backward = ddp_finish_backward,
+    .shard = ddp_shard,
+    .step_done = ddp_step_done,
+    .memory = ddp_memory,
+};
+
+static const ct_plugin_desc ddp_desc = {
+    .struct_size = sizeof(ct_plugin_desc),
+    .abi_major = CT_ABI_MAJOR,
+    .abi_minor = CT_ABI_MINOR,
+    .kind = CT_KIND_STRATEGY,
+    .name = "ddp",
+    .version = "1.0.0",
+    .summary = "DistributedDataParallel: replicated, bucketed all-reduce dividing by N first",
+    .params = ddp_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable = &ddp_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ddp_desc; }

@@ -1,0 +1,103 @@
+/* fixture_plugin.c — a configurable loss plugin for the registry and ABI-compatibility tests
+ * (compiled by tests with cc into a temporary folder; never built by the Makefile).
+ * Knobs (-D): FX_NAME (identifier, default fx), FX_KIND (default CT_KIND_LOSS), FX_MAJOR/FX_MINOR
+ * (claimed ABI, default this header's), FX_NO_ENTRY (export no entry symbol), FX_SHORT_VTABLE
+ * (claim a vtable that ends before forward_backward), FX_WIDE_PARAMS (param specs with 24
+ * extra bytes each, as a later minor version might have), FX_MISSING_DEP (call a function
+ * of a library linked in, so deleting that library makes dlopen fail).
+ * Not for: real training (its forward_backward adds a constant 1 to the loss).
+ */
+#include <ctrain/ctrain.h>
+#include <stdlib.h>
+
+#ifndef FX_NAME
+#define FX_NAME fx
+#endif
+#ifndef FX_KIND
+#define FX_KIND CT_KIND_LOSS
+#endif
+#ifndef FX_MAJOR
+#define FX_MAJOR CT_ABI_MAJOR
+#endif
+#ifndef FX_MINOR
+#define FX_MINOR CT_ABI_MINOR
+#endif
+#define FX_STR2(x) #x
+#define FX_STR(x) FX_STR2(x)
+
+#ifdef FX_MISSING_DEP
+int fx_dep_value(void); /* defined in libfxdep.so */
+#endif
+
+static void *fx_create(const ct_create_args *a, ct_error *err) {
+    (void)a;
+    (void)err;
+    return calloc(1, 8);
+}
+static void fx_destroy(void *self) { free(self); }
+static int32_t fx_forward_backward(void *self, const ct_loss_batch *b, ct_loss_result *r,
+                                   ct_error *err) {
+    (void)self;
+    (void)b;
+    (void)err;
+    r->value = 1.0;
+#ifdef FX_MISSING_DEP
+    r->value += fx_dep_value();
+#endif
+    return CT_OK;
+}
+
+static const char *const fx_modes[] = {"fast", "slow", NULL};
+
+#ifdef FX_WIDE_PARAMS
+typedef struct {
+    ct_param_spec s;
+    double        later_members[3]; /* what a newer ct_param_spec might add */
+} fx_spec;
+#define FX_SPEC(x) {x, {1, 2, 3}}
+static const fx_spec fx_params[] = {
+    FX_SPEC(CT_PARAM_FLOAT("coef", "0.5", 0, 2, "a weight")),
+    FX_SPEC(CT_PARAM_ENUM("mode", "fast", fx_modes, "a choice")),
+    FX_SPEC(CT_PARAM_INT("count", "3", 1, 10, "a count")),
+    FX_SPEC(CT_PARAM_END),
+};
+#else
+typedef ct_param_spec fx_spec;
+static const ct_param_spec fx_params[] = {
+    CT_PARAM_FLOAT("coef", "0.5", 0, 2, "a weight"),
+    CT_PARAM_ENUM("mode", "fast", fx_modes, "a choice"),
+    CT_PARAM_INT("count", "3", 1, 10, "a count"),
+    CT_PARAM_END,
+};
+#endif
+
+static const ct_loss_vtable fx_vtable = {
+#ifdef FX_SHORT_VTABLE
+    .struct_size = offsetof(ct_loss_vtable, forward_backward),
+#else
+    .struct_size = sizeof(ct_loss_vtable),
+#endif
+    .create = fx_create,
+    .destroy = fx_destroy,
+    .forward_backward = fx_forward_backward,
+};
+
+static const ct_plugin_desc fx_desc = {
+    .struct_size = sizeof(ct_plugin_desc),
+    .abi_major = FX_MAJOR,
+    .abi_minor = FX_MINOR,
+    .kind = FX_KIND,
+    .name = FX_STR(FX_NAME),
+    .version = "0.0.1",
+    .summary = "ABI test fixture",
+    .params = (const ct_param_spec *)fx_params,
+    .param_struct_size = sizeof(fx_spec),
+    .devices = CT_DEVICE_CPU,
+    .vtable = &fx_vtable,
+};
+
+#ifndef FX_NO_ENTRY
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &fx_desc; }
+#else
+CT_EXPORT const ct_plugin_desc *not_the_entry(void) { return &fx_desc; }
+#endif

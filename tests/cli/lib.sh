@@ -1,0 +1,78 @@
+# lib.sh — helpers sourced by tests/cli/test_*.sh: pass/fail counting with the summary line
+# tests/run.sh sums ("N passed, N failed"), running ctrain with captured output, and compiling
+# the ABI fixture plugin. Not a test itself (run.sh runs only test_*.sh).
+# Use: source "$(dirname "$0")/lib.sh"; ...; ct_summary   (exits non-zero on failures)
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+CTRAIN="$BUILD/ctrain"
+ct_passed=0
+ct_failed=0
+CT_TMP=$(mktemp -d /tmp/ctrain-cli-XXXXXX)
+trap 'rm -rf "$CT_TMP"' EXIT
+
+ct_pass() { ct_passed=$((ct_passed + 1)); echo "ok $1"; }
+ct_fail() { ct_failed=$((ct_failed + 1)); echo "FAIL $1: $2"; }
+
+ct_summary() {
+    echo "$ct_passed passed, $ct_failed failed"
+    [ "$ct_failed" -eq 0 ]
+}
+
+# Run a command; sets ct_rc, ct_out (stdout) and ct_err (stderr).
+ct_run() {
+    "$@" >"$CT_TMP/out" 2>"$CT_TMP/err"
+    ct_rc=$?
+    ct_out=$(cat "$CT_TMP/out")
+    ct_err=$(cat "$CT_TMP/err")
+}
+
+# ct_expect_failure NAME "NEEDLE1|NEEDLE2..." command...: non-zero exit without a crash
+# (exit status < 128: no signal), and stderr holds every needle (fixed strings, '|'-separated).
+ct_expect_failure() {
+    local name=$1 needles=$2
+    shift 2
+    ct_run "$@"
+    if [ "$ct_rc" -eq 0 ]; then ct_fail "$name" "exited 0; expected a failure"; return; fi
+    if [ "$ct_rc" -ge 128 ]; then ct_fail "$name" "crashed (exit $ct_rc): $ct_err"; return; fi
+    local IFS='|' n
+    for n in $needles; do
+        if ! grep -qF -- "$n" "$CT_TMP/err"; then
+            ct_fail "$name" "stderr lacks \"$n\"; stderr was: $ct_err"
+            return
+        fi
+    done
+    ct_pass "$name"
+}
+
+# ct_expect_success NAME NEEDLE command...: exit 0 and stdout holds NEEDLE (may be empty).
+ct_expect_success() {
+    local name=$1 needle=$2
+    shift 2
+    ct_run "$@"
+    if [ "$ct_rc" -ne 0 ]; then ct_fail "$name" "exited $ct_rc: $ct_err"; return; fi
+    if [ -n "$needle" ] && ! grep -qF -- "$needle" "$CT_TMP/out"; then
+        ct_fail "$name" "stdout lacks \"$needle\"; stdout was: $ct_out"
+        return
+    fi
+    ct_pass "$name"
+}
+
+# ct_fixture OUT.so [cc flags...]: compile tests/abi/fixture_plugin.c against the live SDK
+# header (set FX_INCLUDE to use another include folder). Returns cc's status.
+ct_fixture() {
+    local out=$1
+    shift
+    cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs -I"${FX_INCLUDE:-$ROOT/sdk/include}" \
+        "$@" "$ROOT/tests/abi/fixture_plugin.c" -o "$out"
+}
+
+# Stop early (with a summary) when the binary is missing.
+ct_need_ctrain() {
+    if [ ! -x "$CTRAIN" ]; then
+        ct_fail "setup" "$CTRAIN not built ---> make BUILD=$BUILD"
+        ct_summary
+        exit 1
+    fi
+}

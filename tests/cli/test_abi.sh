@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# test_abi.sh — ABI compatibility of plugins built elsewhere: a plugin compiled against the
+# frozen v1.0 header (tests/abi/v1.0) loads in this ctrain; one claiming a newer minor version
+# and one claiming major 2 are refused with a message naming the file and both versions.
+# Fixtures come from tests/abi/fixture_plugin.c, compiled here with cc into a temporary folder.
+set -u
+source "$(dirname "$0")/lib.sh"
+ct_need_ctrain
+cd "$ROOT"
+
+major=$(sed -n 's/^#define CT_ABI_MAJOR \([0-9]*\).*/\1/p' sdk/include/ctrain/ctrain.h)
+minor=$(sed -n 's/^#define CT_ABI_MINOR \([0-9]*\).*/\1/p' sdk/include/ctrain/ctrain.h)
+speaks="this ctrain speaks $major.$minor"
+
+old="$CT_TMP/v1.0"; newer="$CT_TMP/newer"; major2="$CT_TMP/major2"
+mkdir -p "$old" "$newer" "$major2"
+FX_INCLUDE=tests/abi/v1.0 ct_fixture "$old/loss_fx_v10.so" -DFX_NAME=fx_v10 \
+    || ct_fail build_v10 "cc failed"
+ct_fixture "$newer/loss_fx_newer.so" -DFX_NAME=fx_newer -DFX_MINOR=$((minor + 1)) \
+    || ct_fail build_newer "cc failed"
+ct_fixture "$major2/loss_fx_major2.so" -DFX_NAME=fx_major2 -DFX_MAJOR=2 \
+    || ct_fail build_major2 "cc failed"
+
+# the frozen header still describes ABI 1.0
+if grep -q '^#define CT_ABI_MAJOR 1$' tests/abi/v1.0/ctrain/ctrain.h &&
+   grep -q '^#define CT_ABI_MINOR 0$' tests/abi/v1.0/ctrain/ctrain.h; then
+    ct_pass frozen_header_is_1_0
+else
+    ct_fail frozen_header_is_1_0 "tests/abi/v1.0/ctrain/ctrain.h is not ABI 1.0"
+fi
+
+# a fixture exports exactly the entry symbol (as scripts/check-abi.sh demands of plugins)
+syms=$(nm -D --defined-only "$old/loss_fx_v10.so" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' | sort -u)
+[ "$syms" = "ctrain_plugin_v1" ] && ct_pass fixture_exports_only_entry \
+    || ct_fail fixture_exports_only_entry "exports: $syms"
+
+ct_run env CTRAIN_PLUGIN_PATH="$old:$newer:$major2" "$CTRAIN" plugins
+if [ "$ct_rc" -eq 0 ] && grep -q "^loss  *fx_v10  *0.0.1" "$CT_TMP/out" \
+    && grep -qF "$old/loss_fx_v10.so" "$CT_TMP/out"; then
+    ct_pass v10_plugin_listed
+else
+    ct_fail v10_plugin_listed "rc $ct_rc; stdout: $ct_out"
+fi
+if grep -qF "plugin $newer/loss_fx_newer.so was built for ctrain ABI $major.$((minor + 1)); $speaks" "$CT_TMP/err"; then
+    ct_pass newer_minor_refused_in_listing
+else
+    ct_fail newer_minor_refused_in_listing "stderr: $ct_err"
+fi
+if grep -qF "plugin $major2/loss_fx_major2.so was built for ctrain ABI 2.0; $speaks" "$CT_TMP/err"; then
+    ct_pass major2_refused_in_listing
+else
+    ct_fail major2_refused_in_listing "stderr: $ct_err"
+fi
+if grep -q "fx_newer\|fx_major2" "$CT_TMP/out"; then
+    ct_fail refused_not_listed "refused plugins appear in the list: $ct_out"
+else
+    ct_pass refused_not_listed
+fi
+
+# the v1.0 plugin's schema and its use in a configuration
+ct_expect_success v10_inspect "count                int     3" \
+    env CTRAIN_PLUGIN_PATH="$old" "$CTRAIN" inspect fx_v10
+ct_expect_success v10_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$old" \
+    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set loss.plugins=ce,fx_v10 \
+    --set loss.fx_v10.coef=0.25
+
+# refused files are errors when asked for
+ct_expect_failure newer_minor_by_path "loss_fx_newer.so was built for ctrain ABI $major.$((minor + 1))|$speaks|rebuild the plugin" \
+    "$CTRAIN" inspect "$newer/loss_fx_newer.so"
+ct_expect_failure major2_by_name "loss_fx_major2.so was built for ctrain ABI 2.0|$speaks" \
+    env CTRAIN_PLUGIN_PATH="$major2" "$CTRAIN" validate tests/bad-input/ok_minimal.ini \
+    --set loss.plugins=fx_major2
+
+# a plugin compiled with the newer-minor header layout but claiming 1.0 loads (sizes differ
+# only at struct ends): param specs 24 bytes wider, a vtable shorter than ours
+ct_fixture "$old/loss_fx_wide.so" -DFX_NAME=fx_wide -DFX_WIDE_PARAMS -DFX_SHORT_VTABLE \
+    || ct_fail build_wide "cc failed"
+ct_expect_success wide_params_short_vtable "mode                 enum    fast       fast|slow" \
+    env CTRAIN_PLUGIN_PATH="$old" "$CTRAIN" inspect loss/fx_wide
+
+ct_summary

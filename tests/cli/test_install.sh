@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# test_install.sh — `make install` from an already-built build folder (no rebuild), the
+# installed ctrain finding its plugins relative to itself, the out-of-tree example plugin built
+# with nothing but `pkg-config ctrain-sdk`, found via CTRAIN_PLUGIN_PATH and via the SDK's
+# plugindir, and a DESTDIR staged install.
+set -u
+source "$(dirname "$0")/lib.sh"
+ct_need_ctrain
+cd "$ROOT"
+
+prefix="$CT_TMP/prefix"
+before=$(stat -c %Y "$BUILD/ctrain")
+# The no-rebuild claim only holds for an up-to-date build folder (in a shared checkout someone
+# may have edited a source meanwhile): check it only then.
+make -q --no-print-directory BUILD="$BUILD" "$BUILD/ctrain" "$BUILD/tests/unit_tests" \
+    "$BUILD"/plugins/*.so >/dev/null 2>&1
+up_to_date=$?
+ct_run make --no-print-directory install BUILD="$BUILD" PREFIX="$prefix"
+if [ "$ct_rc" -ne 0 ]; then
+    ct_fail make_install "exit $ct_rc: $ct_err"
+    ct_summary
+    exit 1
+fi
+ct_pass make_install
+if [ "$up_to_date" -ne 0 ]; then
+    echo "note: $BUILD was not up to date before make install; no-rebuild check skipped"
+elif grep -q '^  \(CC\|LD\|CXX\) ' "$CT_TMP/out"; then
+    ct_fail install_does_not_rebuild "make install compiled something: $(grep '^  \(CC\|LD\|CXX\)' "$CT_TMP/out" | head -3)"
+else
+    [ "$(stat -c %Y "$BUILD/ctrain")" = "$before" ] && ct_pass install_does_not_rebuild \
+        || ct_fail install_does_not_rebuild "$BUILD/ctrain changed"
+fi
+for f in bin/ctrain include/ctrain/ctrain.h lib/pkgconfig/ctrain-sdk.pc \
+         lib/ctrain/plugins/loss_ce.so; do
+    [ -e "$prefix/$f" ] && ct_pass "installed_$f" || ct_fail "installed_$f" "missing $prefix/$f"
+done
+
+# the installed ctrain finds its plugins in ../lib/ctrain/plugins
+ct_expect_success installed_finds_plugins "$prefix/lib/ctrain/plugins/loss_ce.so" \
+    "$prefix/bin/ctrain" plugins
+
+# the example, built through pkg-config only, in a copy outside the source tree
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+[ "$(pkg-config --variable=plugindir ctrain-sdk)" = "$prefix/lib/ctrain/plugins" ] \
+    && ct_pass pc_plugindir || ct_fail pc_plugindir "$(pkg-config --variable=plugindir ctrain-sdk)"
+cflags=$(pkg-config --cflags ctrain-sdk)
+[ "${cflags% }" = "-I$prefix/include" ] && ct_pass pc_cflags || ct_fail pc_cflags "$cflags"
+cp -r examples/loss_mse_logit "$CT_TMP/ex"
+ct_run make --no-print-directory -C "$CT_TMP/ex"
+if [ "$ct_rc" -eq 0 ] && [ -f "$CT_TMP/ex/loss_mse_logit.so" ]; then
+    ct_pass example_builds
+else
+    ct_fail example_builds "exit $ct_rc: $ct_err"
+fi
+bash scripts/check-abi.sh "$CT_TMP/ex/loss_mse_logit.so" >/dev/null \
+    && ct_pass example_exports_only_entry || ct_fail example_exports_only_entry "check-abi failed"
+ct_expect_success example_listed_via_path "mse_logit" \
+    env CTRAIN_PLUGIN_PATH="$CT_TMP/ex" "$prefix/bin/ctrain" plugins
+ct_expect_success example_inspect_shows_key "coef                 float   1e-4" \
+    env CTRAIN_PLUGIN_PATH="$CT_TMP/ex" "$prefix/bin/ctrain" inspect mse_logit
+ct_expect_success example_in_config "[loss.mse_logit]" env CTRAIN_PLUGIN_PATH="$CT_TMP/ex" \
+    "$prefix/bin/ctrain" validate tests/bad-input/ok_minimal.ini --set loss.plugins=ce,mse_logit
+
+# make install of the example puts it where the installed ctrain looks by itself
+ct_run make --no-print-directory -C "$CT_TMP/ex" install
+[ "$ct_rc" -eq 0 ] && ct_pass example_install || ct_fail example_install "$ct_err"
+ct_expect_success example_found_in_plugindir "$prefix/lib/ctrain/plugins/loss_mse_logit.so" \
+    env -u CTRAIN_PLUGIN_PATH "$prefix/bin/ctrain" plugins
+
+# DESTDIR: files land under the stage, the .pc names the final prefix
+stage="$CT_TMP/stage"
+ct_run make --no-print-directory install BUILD="$BUILD" PREFIX=/opt/ctrain DESTDIR="$stage"
+[ "$ct_rc" -eq 0 ] && ct_pass destdir_install || ct_fail destdir_install "$ct_err"
+[ -x "$stage/opt/ctrain/bin/ctrain" ] && [ ! -e /opt/ctrain/bin/ctrain ] \
+    && ct_pass destdir_layout || ct_fail destdir_layout "no $stage/opt/ctrain/bin/ctrain"
+grep -qx 'prefix=/opt/ctrain' "$stage/opt/ctrain/lib/pkgconfig/ctrain-sdk.pc" \
+    && ct_pass destdir_pc_prefix || ct_fail destdir_pc_prefix "$(head -5 "$stage/opt/ctrain/lib/pkgconfig/ctrain-sdk.pc")"
+ct_expect_success destdir_ctrain_runs "loss_ce.so" "$stage/opt/ctrain/bin/ctrain" plugins
+
+ct_summary

@@ -1,0 +1,315 @@
+/* test_config.c — claims about host/config.c: INI parsing with line numbers and origins,
+ * the 199-character line limit, duplicates, --set overrides, schema validation messages,
+ * defaults, typed getters and the edit distance behind "did you mean".
+ * Not for: plugin loading (test_registry.c).
+ */
+#include "ct_test.h"
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static ct_error new_err(void) {
+    ct_error e = {.struct_size = sizeof(ct_error)};
+    return e;
+}
+
+CT_TEST(config_parses_values_trimmed_with_file_line_origins) {
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    int32_t rc = config_load_string(cfg, "ini/t.ini",
+                                    "; comment\n"
+                                    "[run]\n"
+                                    "  name =  hello world   ; inline comment\n"
+                                    "# another comment\n"
+                                    "steps=12\n"
+                                    "\n"
+                                    "[loss.zloss]\r\n"
+                                    "coef = 1e-4\r\n",
+                                    &err);
+    CT_CHECK_MSG(rc == CT_OK, "load failed: %s", err.message);
+    CT_CHECK_STR_CONTAINS(config_get(cfg, "run", "name"), "hello world");
+    CT_CHECK(!strcmp(config_get(cfg, "run", "name"), "hello world"));
+    CT_CHECK(!strcmp(config_get(cfg, "run", "steps"), "12"));
+    CT_CHECK(!strcmp(config_get(cfg, "loss.zloss", "coef"), "1e-4"));
+    CT_CHECK(!strcmp(config_origin(cfg, "run", "name"), "ini/t.ini:3"));
+    CT_CHECK(!strcmp(config_origin(cfg, "run", "steps"), "ini/t.ini:5"));
+    CT_CHECK(!strcmp(config_origin(cfg, "loss.zloss", "coef"), "ini/t.ini:8"));
+    CT_CHECK(!strcmp(config_origin(cfg, "run", "absent"), "ini/t.ini"));
+    CT_CHECK(config_get(cfg, "run", "absent") == NULL);
+    CT_CHECK_INT(config_section_count(cfg), 2);
+    CT_CHECK(!strcmp(config_section_name(cfg, 1), "loss.zloss"));
+    CT_CHECK_INT(config_key_count(cfg, "run"), 2);
+    CT_CHECK(!strcmp(config_key_name(cfg, "run", 1), "steps"));
+    CT_CHECK(!strcmp(config_path(cfg), "ini/t.ini"));
+    config_free(cfg);
+}
+
+CT_TEST(config_records_empty_sections_and_indented_keys_are_keys) {
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    int32_t rc = config_load_string(cfg, "t.ini", "[empty]\n[a]\nx = 1\n    y = 2\n", &err);
+    CT_CHECK_MSG(rc == CT_OK, "load failed: %s", err.message);
+    CT_CHECK(config_has_section(cfg, "empty"));
+    CT_CHECK(!strcmp(config_section_origin(cfg, "empty"), "t.ini:1"));
+    CT_CHECK(!strcmp(config_get(cfg, "a", "x"), "1")); /* not "1\ny = 2" (multi-line off) */
+    CT_CHECK(config_get(cfg, "a", "y") && !strcmp(config_get(cfg, "a", "y"), "2"));
+    config_free(cfg);
+}
+
+/* A line of exactly 199 characters is kept whole; one of 200 is an error naming its line. */
+CT_TEST(config_line_limit_is_199_characters) {
+    char text[600];
+    char val[300];
+    /* "k = " is 4 characters: 195 more make 199 */
+    memset(val, 'v', 195);
+    val[195] = '\0';
+    snprintf(text, sizeof text, "[s]\nk = %s\n", val);
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    CT_CHECK_MSG(config_load_string(cfg, "t.ini", text, &err) == CT_OK, "%s", err.message);
+    CT_CHECK_INT(strlen(config_get(cfg, "s", "k")), 195);
+    config_free(cfg);
+
+    val[195] = 'v';
+    val[196] = '\0';
+    snprintf(text, sizeof text, "[s]\na = 1\nk = %s\n", val);
+    cfg = config_new();
+    err = new_err();
+    CT_CHECK_INT(config_load_string(cfg, "t.ini", text, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "t.ini:3: line is 200 characters");
+    CT_CHECK_STR_CONTAINS(err.message, "keeps at most 199");
+    CT_CHECK_STR_CONTAINS(err.message, "--->");
+    config_free(cfg);
+}
+
+CT_TEST(config_duplicate_key_names_both_lines) {
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    int32_t rc = config_load_string(cfg, "d.ini", "[optim]\nlr = 1\nbeta1 = 0.9\n\nlr = 2\n", &err);
+    CT_CHECK_INT(rc, CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "d.ini:5: [optim] duplicate key 'lr' (also set on line 2)");
+    config_free(cfg);
+    /* the same key in a repeated section header is also a duplicate */
+    cfg = config_new();
+    err = new_err();
+    rc = config_load_string(cfg, "d.ini", "[a]\nx = 1\n[b]\ny = 1\n[a]\nx = 3\n", &err);
+    CT_CHECK_INT(rc, CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "d.ini:6: [a] duplicate key 'x' (also set on line 2)");
+    config_free(cfg);
+}
+
+CT_TEST(config_syntax_error_names_file_and_line) {
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    int32_t rc = config_load_string(cfg, "s.ini", "[run]\nsteps = 3\nthis line has no equals\n"
+                                    "x = 1\n", &err);
+    CT_CHECK_INT(rc, CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "s.ini:3: cannot parse 'this line has no equals'");
+    config_free(cfg);
+
+    cfg = config_new();
+    err = new_err();
+    rc = config_load_string(cfg, "s.ini", "[run\nsteps = 3\n", &err);
+    CT_CHECK_INT(rc, CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "s.ini:1:");
+    config_free(cfg);
+
+    cfg = config_new();
+    err = new_err();
+    rc = config_load_string(cfg, "s.ini", "steps = 3\n", &err);
+    CT_CHECK_INT(rc, CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "s.ini:1: key 'steps' is outside any section");
+    config_free(cfg);
+}
+
+CT_TEST(config_missing_or_unreadable_file_is_a_clear_error) {
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    CT_CHECK_INT(config_load_file(cfg, "/nonexistent/x.ini", &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/x.ini: cannot open");
+    CT_CHECK_STR_CONTAINS(err.message, "No such file");
+    /* a directory opens but cannot be read, even as root */
+    err = new_err();
+    const char *dir = ct_test_tmpdir();
+    CT_CHECK_INT(config_load_file(cfg, dir, &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, dir);
+    config_free(cfg);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/ok.ini", dir);
+    FILE *f = fopen(path, "w");
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    fputs("[data]\ntrain = x.bin\n", f);
+    fclose(f);
+    cfg = config_new();
+    err = new_err();
+    CT_CHECK_MSG(config_load_file(cfg, path, &err) == CT_OK, "%s", err.message);
+    char want[600];
+    snprintf(want, sizeof want, "%s:2", path);
+    CT_CHECK(!strcmp(config_origin(cfg, "data", "train"), want));
+    config_free(cfg);
+}
+
+CT_TEST(config_override_splits_at_last_dot_and_replaces) {
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    CT_CHECK(config_load_string(cfg, "o.ini", "[optim]\nlr = 1\n", &err) == CT_OK);
+    CT_CHECK(config_apply_override(cfg, "optim.lr=3e-4", &err) == CT_OK);
+    CT_CHECK(!strcmp(config_get(cfg, "optim", "lr"), "3e-4"));
+    CT_CHECK(!strcmp(config_origin(cfg, "optim", "lr"), "--set"));
+    CT_CHECK(config_apply_override(cfg, " loss.zloss.coef = 1e-3 ", &err) == CT_OK);
+    CT_CHECK(!strcmp(config_get(cfg, "loss.zloss", "coef"), "1e-3"));
+    CT_CHECK(config_apply_override(cfg, "data.train=a=b", &err) == CT_OK);
+    CT_CHECK(!strcmp(config_get(cfg, "data", "train"), "a=b"));
+    static const char *const bad[] = {"optim.lr", "optimlr=1", ".lr=1", "optim.=1", "=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err = new_err();
+        CT_CHECK_INT(config_apply_override(cfg, bad[i], &err), CT_ERR_INVALID);
+        CT_CHECK_STR_CONTAINS(err.message, "--set section.key=value");
+    }
+    config_free(cfg);
+}
+
+static const char *const sched_choices[] = {"cosine", "linear", "constant", NULL};
+static const ct_param_spec test_specs[] = {
+    CT_PARAM_BOOL("limit_all_gathers", "true", "cap gathers in flight"),
+    CT_PARAM_INT("steps", "100", 1, 1e9, "optimizer steps"),
+    CT_PARAM_FLOAT("lr", "6e-4", 0, 1, "learning rate"),
+    CT_PARAM_STRING("train", NULL, "training shards"),
+    CT_PARAM_ENUM("schedule", "cosine", sched_choices, "lr schedule"),
+    CT_PARAM_INT("anything", "-5", 1, 0, "no range"),
+    CT_PARAM_END,
+};
+
+static int32_t validate_text(const char *text, ct_error *err, ct_config **out) {
+    ct_config *cfg = config_new();
+    *err = new_err();
+    int32_t rc = config_load_string(cfg, "ini/run.ini", text, err);
+    if (rc == CT_OK) {
+        static const char *const skip[] = {"plugin", NULL};
+        rc = config_validate_section(cfg, "strategy", test_specs, sizeof(ct_param_spec),
+                                     "plugin test", skip, err);
+    }
+    if (out) *out = cfg;
+    else config_free(cfg);
+    return rc;
+}
+
+CT_TEST(config_validate_fills_defaults_and_accepts_good_values) {
+    ct_config *cfg;
+    ct_error err;
+    int32_t rc = validate_text("[strategy]\nplugin = x\ntrain = a.bin\nsteps = 1e6\n"
+                               "limit_all_gathers = off\nschedule = linear\nlr = 1e-3\n",
+                               &err, &cfg);
+    CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
+    CT_CHECK(!strcmp(config_get(cfg, "strategy", "anything"), "-5"));
+    CT_CHECK(!strcmp(config_origin(cfg, "strategy", "anything"), "default"));
+    int64_t steps = 0;
+    CT_CHECK(config_get_int(cfg, "strategy", "steps", &steps, &err) == CT_OK);
+    CT_CHECK_INT(steps, 1000000);
+    int32_t b = 1;
+    CT_CHECK(config_get_bool(cfg, "strategy", "limit_all_gathers", &b, &err) == CT_OK);
+    CT_CHECK_INT(b, 0);
+    double lr = 0;
+    CT_CHECK(config_get_float(cfg, "strategy", "lr", &lr, &err) == CT_OK);
+    CT_CHECK_CLOSE(lr, 1e-3, 0, 0);
+    const char *s = NULL;
+    CT_CHECK(config_get_string(cfg, "strategy", "schedule", &s, &err) == CT_OK);
+    CT_CHECK(s && !strcmp(s, "linear"));
+    err = new_err();
+    CT_CHECK_INT(config_get_int(cfg, "strategy", "nope", &steps, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "'nope'");
+    CT_CHECK_INT(config_get_int(cfg, "strategy", "schedule", &steps, &err), CT_ERR_INVALID);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_print(cfg, f);
+    fclose(f);
+    CT_CHECK_STR_CONTAINS(buf, "[strategy]\n");
+    CT_CHECK_STR_CONTAINS(buf, "plugin = x");
+    CT_CHECK_STR_CONTAINS(buf, "; ini/run.ini:2\n");
+    CT_CHECK_STR_CONTAINS(buf, "anything = -5");
+    CT_CHECK_STR_CONTAINS(buf, "; default\n");
+    /* printed text parses back to the same values */
+    ct_config *again = config_new();
+    CT_CHECK_MSG(config_load_string(again, "p.ini", buf, &err) == CT_OK, "%s", err.message);
+    CT_CHECK(!strcmp(config_get(again, "strategy", "lr"), "1e-3"));
+    CT_CHECK_INT(config_key_count(again, "strategy"), config_key_count(cfg, "strategy"));
+    config_free(again);
+    free(buf);
+    config_free(cfg);
+}
+
+CT_TEST(config_validate_errors_name_line_key_and_fix) {
+    ct_error err;
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\n\nlimit_allgathers = true\n", &err, NULL),
+                 CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "ini/run.ini:4: [strategy] unknown key 'limit_allgathers' "
+                                       "(did you mean 'limit_all_gathers'?)");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nzzzzzz = 1\n", &err, NULL),
+                 CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "valid keys: limit_all_gathers, steps");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nsteps = ten\n", &err, NULL),
+                 CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "ini/run.ini:3: [strategy] steps = 'ten' is not an integer");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nsteps = 2.5\n", &err, NULL),
+                 CT_ERR_INVALID);
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nsteps = 0\n", &err, NULL), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "ini/run.ini:3: [strategy] steps = 0 is out of range "
+                                       "1..1000000000");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nlr = nan\n", &err, NULL), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "not a finite number");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nlr = 1.5\n", &err, NULL), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "out of range 0..1");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nlimit_all_gathers = maybe\n", &err, NULL),
+                 CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "is not a bool");
+    CT_CHECK_INT(validate_text("[strategy]\ntrain = a\nschedule = cosin\n", &err, NULL),
+                 CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "schedule = 'cosin' is not one of: cosine, linear, "
+                                       "constant (did you mean 'cosine'?)");
+    CT_CHECK_INT(validate_text("[strategy]\nsteps = 3\n", &err, NULL), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "ini/run.ini: [strategy] missing required key 'train'");
+    /* a --set value is named by its origin */
+    ct_config *cfg = config_new();
+    err = new_err();
+    CT_CHECK(config_load_string(cfg, "r.ini", "[strategy]\ntrain = a\n", &err) == CT_OK);
+    CT_CHECK(config_apply_override(cfg, "strategy.steps=-1", &err) == CT_OK);
+    CT_CHECK_INT(config_validate_section(cfg, "strategy", test_specs, sizeof(ct_param_spec),
+                                         "plugin test", NULL, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "--set: [strategy] steps = -1 is out of range");
+    config_free(cfg);
+}
+
+/* A plugin built against a later minor version has a larger ct_param_spec: the stride walks it. */
+CT_TEST(config_validate_walks_specs_with_a_larger_stride) {
+    typedef struct { ct_param_spec s; double extra[3]; } wide_spec;
+    wide_spec specs[3];
+    memset(specs, 0xAB, sizeof specs);
+    specs[0].s = (ct_param_spec)CT_PARAM_INT("a", "1", 0, 10, "a");
+    specs[1].s = (ct_param_spec)CT_PARAM_FLOAT("b", "2.5", 0, 10, "b");
+    specs[2].s = (ct_param_spec)CT_PARAM_END;
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    CT_CHECK(config_load_string(cfg, "w.ini", "[x]\na = 7\n", &err) == CT_OK);
+    CT_CHECK_MSG(config_validate_section(cfg, "x", &specs[0].s, sizeof(wide_spec), "plugin w",
+                                         NULL, &err) == CT_OK, "%s", err.message);
+    CT_CHECK(!strcmp(config_get(cfg, "x", "b"), "2.5"));
+    config_free(cfg);
+}
+
+CT_TEST(config_edit_distance_matches_levenshtein) {
+    CT_CHECK_INT(config_edit_distance("kitten", "sitting"), 3);
+    CT_CHECK_INT(config_edit_distance("flaw", "lawn"), 2);
+    CT_CHECK_INT(config_edit_distance("", "abc"), 3);
+    CT_CHECK_INT(config_edit_distance("abc", ""), 3);
+    CT_CHECK_INT(config_edit_distance("same", "same"), 0);
+    CT_CHECK_INT(config_edit_distance("limit_allgathers", "limit_all_gathers"), 1);
+    static const char *const cands[] = {"lr", "min_lr", "warmup", "weight_decay", NULL};
+    CT_CHECK(!strcmp(config_nearest("weight_decy", cands, 4), "weight_decay"));
+    CT_CHECK(config_nearest("qqqqqqqq", cands, 4) == NULL);
+}

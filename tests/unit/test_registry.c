@@ -1,0 +1,354 @@
+/* test_registry.c — claims about host/registry.c and host/wiring.c: ABI acceptance rules,
+ * zero-extended copies of vtables and schemas, shadowing, problems reported with the reason,
+ * name/path/kind resolution, and wiring a configuration onto plugins.
+ * Fixture plugins are compiled from tests/abi/fixture_plugin.c with cc into a temporary folder
+ * (tests run from the repository root). Not for: INI parsing (test_config.c).
+ */
+#include "ct_test.h"
+#include "config.h"
+#include "registry.h"
+#include "wiring.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static ct_error new_err(void) {
+    ct_error e = {.struct_size = sizeof(ct_error)};
+    return e;
+}
+
+/* cc the fixture with `flags` into dir/file; 1 on success. */
+static int build_fixture(const char *dir, const char *file, const char *flags) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs "
+             "-Isdk/include %s tests/abi/fixture_plugin.c -o '%s/%s' 2>&1", flags, dir, file);
+    int rc = system(cmd);
+    if (rc != 0) ct_test_fail(__FILE__, __LINE__, "could not compile fixture: %s", cmd);
+    return rc == 0;
+}
+
+static int find_problem(const ct_registry *reg, const char *path_suffix, const char *needle) {
+    for (int32_t i = 0; i < registry_problem_count(reg); i++) {
+        const char *p = registry_problem_path(reg, i);
+        size_t lp = strlen(p), ls = strlen(path_suffix);
+        if (lp >= ls && !strcmp(p + lp - ls, path_suffix) &&
+            strstr(registry_problem_message(reg, i), needle))
+            return 1;
+    }
+    return 0;
+}
+
+CT_TEST(registry_accepts_same_major_older_minor_and_refuses_newer_or_other_major) {
+    const char *a = ct_test_tmpdir();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", a);
+    if (!build_fixture(dir, "loss_fx.so", "")) return;
+    char flags[128];
+    snprintf(flags, sizeof flags, "-DFX_NAME=fx_newer -DFX_MINOR=%d", CT_ABI_MINOR + 1);
+    if (!build_fixture(dir, "loss_fx_newer.so", flags)) return;
+    if (!build_fixture(dir, "loss_fx_major2.so", "-DFX_NAME=fx_major2 -DFX_MAJOR=2")) return;
+    if (!build_fixture(dir, "loss_noentry.so", "-DFX_NO_ENTRY")) return;
+    if (CT_ABI_MINOR > 0) {
+        snprintf(flags, sizeof flags, "-DFX_NAME=fx_older -DFX_MINOR=%d", CT_ABI_MINOR - 1);
+        if (!build_fixture(dir, "loss_fx_older.so", flags)) return;
+    }
+    const char *dirs[] = {dir, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    CT_CHECK_MSG(reg != NULL, "%s", err.message);
+    if (!reg) return;
+    CT_CHECK_INT(registry_count(reg), CT_ABI_MINOR > 0 ? 2 : 1);
+    CT_CHECK_INT(registry_problem_count(reg), 3);
+    char want[160];
+    snprintf(want, sizeof want, "was built for ctrain ABI %d.%d; this ctrain speaks %d.%d",
+             CT_ABI_MAJOR, CT_ABI_MINOR + 1, CT_ABI_MAJOR, CT_ABI_MINOR);
+    CT_CHECK(find_problem(reg, "/loss_fx_newer.so", want));
+    snprintf(want, sizeof want, "was built for ctrain ABI 2.0; this ctrain speaks %d.%d",
+             CT_ABI_MAJOR, CT_ABI_MINOR);
+    CT_CHECK(find_problem(reg, "/loss_fx_major2.so", want));
+    CT_CHECK(find_problem(reg, "/loss_noentry.so", "has no symbol ctrain_plugin_v1"));
+    /* asking for a refused file by path repeats its reason */
+    char path[600];
+    snprintf(path, sizeof path, "%s/loss_fx_newer.so", dir);
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, path, &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "loss_fx_newer.so was built for ctrain ABI");
+    /* and by the name its file would have */
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "noentry", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "has no symbol ctrain_plugin_v1");
+    registry_close(reg);
+}
+
+CT_TEST(registry_zero_extends_short_vtables_and_walks_wide_param_specs) {
+    const char *dir = ct_test_tmpdir();
+    if (!build_fixture(dir, "short.so", "-DFX_NAME=short_vt -DFX_SHORT_VTABLE")) return;
+    if (!build_fixture(dir, "wide.so", "-DFX_NAME=wide -DFX_WIDE_PARAMS")) return;
+    const char *dirs[] = {dir, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    CT_CHECK_MSG(reg != NULL, "%s", err.message);
+    if (!reg) return;
+    const ct_plugin *s = registry_resolve(reg, CT_KIND_LOSS, "short_vt", &err);
+    CT_CHECK_MSG(s != NULL, "%s", err.message);
+    if (s) {
+        const ct_loss_vtable *vt = s->vtable;
+        CT_CHECK(vt->create != NULL);
+        CT_CHECK(vt->destroy != NULL);
+        CT_CHECK(vt->forward_backward == NULL); /* beyond the plugin's struct_size */
+        CT_CHECK_INT(vt->struct_size, offsetof(ct_loss_vtable, forward_backward));
+    }
+    const ct_plugin *w = registry_resolve(reg, CT_KIND_LOSS, "wide", &err);
+    CT_CHECK_MSG(w != NULL, "%s", err.message);
+    if (w) {
+        CT_CHECK_INT(w->n_params, 3);
+        CT_CHECK(!strcmp(w->params[0].key, "coef"));
+        CT_CHECK_CLOSE(w->params[0].max, 2.0, 0, 0);
+        CT_CHECK(!strcmp(w->params[1].key, "mode"));
+        CT_CHECK(!strcmp(w->params[1].choices[1], "slow"));
+        CT_CHECK(!strcmp(w->params[2].key, "count"));
+        CT_CHECK_CLOSE(w->params[2].min, 1.0, 0, 0);
+        CT_CHECK(w->params[3].key == NULL);
+        CT_CHECK_INT(w->desc.param_struct_size, sizeof(ct_param_spec) + 3 * sizeof(double));
+        /* the converted schema validates a section */
+        ct_config *cfg = config_new();
+        CT_CHECK(config_load_string(cfg, "w.ini", "[loss.wide]\nmode = slow\n", &err) == CT_OK);
+        CT_CHECK_MSG(config_validate_section(cfg, "loss.wide", w->params, sizeof(ct_param_spec),
+                                             "loss plugin wide", NULL, &err) == CT_OK,
+                     "%s", err.message);
+        CT_CHECK(!strcmp(config_get(cfg, "loss.wide", "count"), "3"));
+        config_free(cfg);
+    }
+    registry_close(reg);
+}
+
+CT_TEST(registry_first_folder_wins_and_later_same_name_is_shadowed) {
+    char d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s", ct_test_tmpdir());
+    snprintf(d2, sizeof d2, "%s", ct_test_tmpdir());
+    if (!build_fixture(d1, "loss_fx.so", "")) return;
+    if (!build_fixture(d2, "other_name.so", "")) return; /* same kind+name: fx */
+    if (!build_fixture(d2, "model_fx.so", "-DFX_KIND=CT_KIND_MODEL")) return;
+    const char *dirs[] = {d1, d2, "/nonexistent/folder", NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    CT_CHECK_MSG(reg != NULL, "%s", err.message);
+    if (!reg) return;
+    CT_CHECK_INT(registry_count(reg), 2);
+    CT_CHECK_INT(registry_shadowed_count(reg), 1);
+    CT_CHECK_INT(registry_dir_count(reg), 3);
+    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
+    CT_CHECK(p && strstr(p->path, d1) == p->path);
+    CT_CHECK_STR_CONTAINS(registry_shadowed_at(reg, 0)->path, "other_name.so");
+    /* kinds are kept apart: the model fx is a different plugin */
+    const ct_plugin *m = registry_resolve(reg, CT_KIND_MODEL, "fx", &err);
+    CT_CHECK(m && m != p && m->desc.kind == CT_KIND_MODEL);
+    /* sorted by kind: model before loss */
+    CT_CHECK_INT(registry_at(reg, 0)->desc.kind, CT_KIND_MODEL);
+    /* asking by path for the shadowed file gives that file */
+    char path[600];
+    snprintf(path, sizeof path, "%s/other_name.so", d2);
+    const ct_plugin *q = registry_resolve(reg, CT_KIND_LOSS, path, &err);
+    CT_CHECK(q && strstr(q->path, "other_name.so"));
+    registry_close(reg);
+}
+
+CT_TEST(registry_resolve_errors_list_available_and_name_wrong_kind) {
+    const char *dir = ct_test_tmpdir();
+    if (!build_fixture(dir, "loss_fx.so", "")) return;
+    if (!build_fixture(dir, "loss_fy.so", "-DFX_NAME=fy")) return;
+    const char *dirs[] = {dir, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    if (!reg) return;
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "fz", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "unknown loss plugin 'fz' ---> available loss plugins: fx, fy");
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_MODEL, "fx", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "'fx' is a loss plugin; [model] needs a model plugin");
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "/nonexistent/loss_q.so", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/loss_q.so");
+    /* a bare file name is found in the search folders */
+    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "loss_fy.so", &err);
+    CT_CHECK(p && !strcmp(p->desc.name, "fy"));
+    CT_CHECK(!strcmp(kind_name(CT_KIND_PRECISION), "precision"));
+    CT_CHECK_INT(kind_from_name("comm"), CT_KIND_COMM);
+    CT_CHECK_INT(kind_from_name("nope"), 0);
+    registry_close(reg);
+}
+
+CT_TEST(registry_reports_dlerror_of_a_plugin_whose_library_is_gone) {
+    const char *dir = ct_test_tmpdir();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && printf 'int fx_dep_value(void){return 41;}\\n' > dep.c && "
+             "cc -shared -fPIC dep.c -o libfxdep.so", dir);
+    CT_CHECK_INT(system(cmd), 0);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/plugins", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", sub);
+    CT_CHECK_INT(system(cmd), 0);
+    /* -l must follow the source: build by hand */
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs "
+             "-Isdk/include -DFX_MISSING_DEP tests/abi/fixture_plugin.c -o '%s/loss_fx.so' "
+             "-L'%s' -Wl,-rpath,'%s' -lfxdep", sub, dir, dir);
+    CT_CHECK_INT(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/libfxdep.so", dir);
+    CT_CHECK_INT(unlink(cmd), 0);
+    const char *dirs[] = {sub, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    if (!reg) return;
+    CT_CHECK_INT(registry_count(reg), 0);
+    CT_CHECK(find_problem(reg, "/loss_fx.so", "libfxdep.so: cannot open shared object file"));
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "fx", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "libfxdep.so");
+    registry_close(reg);
+}
+
+/* A folder with a fixture plugin of every kind (loss fx, model m, strategy s, precision p,
+ * comm local and threads, device cpu), built once per run; NULL when cc failed. */
+static const char *fixture_world(void) {
+    static char dir[512];
+    static int state; /* 0 not built, 1 built, -1 failed */
+    if (state) return state > 0 ? dir : NULL;
+    state = -1;
+    snprintf(dir, sizeof dir, "%s", ct_test_tmpdir());
+    if (!build_fixture(dir, "loss_fx.so", "")) return NULL;
+    if (!build_fixture(dir, "model_m.so", "-DFX_NAME=m -DFX_KIND=CT_KIND_MODEL")) return NULL;
+    if (!build_fixture(dir, "strategy_s.so", "-DFX_NAME=s -DFX_KIND=CT_KIND_STRATEGY"))
+        return NULL;
+    if (!build_fixture(dir, "precision_p.so", "-DFX_NAME=p -DFX_KIND=CT_KIND_PRECISION"))
+        return NULL;
+    if (!build_fixture(dir, "comm_local.so", "-DFX_NAME=local -DFX_KIND=CT_KIND_COMM"))
+        return NULL;
+    if (!build_fixture(dir, "comm_threads.so", "-DFX_NAME=threads -DFX_KIND=CT_KIND_COMM"))
+        return NULL;
+    if (!build_fixture(dir, "device_cpu.so", "-DFX_NAME=cpu -DFX_KIND=CT_KIND_DEVICE"))
+        return NULL;
+    state = 1;
+    return dir;
+}
+
+/* Wiring over the fixtures: every host section gets its defaults, a loss term its section. */
+CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
+    const char *dir = fixture_world();
+    if (!dir) return;
+    const char *dirs[] = {dir, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    if (!reg) return;
+    const char *base = "[run]\nname = t\n[data]\ntrain = a.bin\n[model]\nplugin = m\ncount = 4\n"
+                       "[loss]\nplugins = fx\n[loss.fx]\nmode = slow\n[strategy]\nplugin = s\n"
+                       "[precision]\nplugin = p\n[comm]\nworld_size = 3\n";
+    ct_config *cfg = config_new();
+    CT_CHECK(config_load_string(cfg, "w.ini", base, &err) == CT_OK);
+    ct_wiring w;
+    int32_t rc = wiring_resolve(cfg, reg, &w, &err);
+    CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
+    if (rc == CT_OK) {
+        CT_CHECK(!strcmp(w.model->desc.name, "m"));
+        CT_CHECK(!strcmp(w.comm->desc.name, getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "threads"));
+        CT_CHECK(!strcmp(w.device->desc.name, "cpu"));
+        CT_CHECK_INT(w.n_loss, 1);
+        CT_CHECK(!strcmp(w.loss_section[0], "loss.fx"));
+        CT_CHECK(!strcmp(config_get(cfg, "run", "out_dir"), "runs/t"));
+        CT_CHECK(!strcmp(config_get(cfg, "run", "steps"), "100"));
+        CT_CHECK(!strcmp(config_get(cfg, "optim", "schedule"), "cosine"));
+        CT_CHECK(!strcmp(config_get(cfg, "model", "coef"), "0.5"));     /* plugin default */
+        CT_CHECK(!strcmp(config_get(cfg, "model", "count"), "4"));
+        CT_CHECK(!strcmp(config_get(cfg, "loss.fx", "count"), "3"));
+        CT_CHECK(!strcmp(config_get(cfg, "device", "type"), "cpu"));
+        CT_CHECK(!strcmp(config_origin(cfg, "device", "type"), "default"));
+    }
+    config_free(cfg);
+
+    struct { const char *extra, *want; } bad[] = {
+        {"[optm]\nlr = 1\n", "w.ini:18: unknown section [optm] (did you mean [optim]?)"},
+        {"[loss.zz]\ncoef = 1\n", "[loss.zz] configures loss term 'zz'"},
+        {"[device]\ntype = gpu\n", "w.ini:19: [device] type = gpu: unknown device plugin 'gpu'"},
+        {"[run]\nsteps = 0\n", "[run] steps = 0 is out of range"},
+        {"[optim]\nschedule = cos\n", "is not one of: cosine, linear, constant"},
+        {"[comm]\nplugin = fx\n", "'fx' is a loss plugin; [comm] needs a comm plugin"},
+        {"[loss.fx]\ncout = 1\n", "[loss.fx] unknown key 'cout' (did you mean 'count'?)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s", base, bad[i].extra);
+        /* a repeated section header adds keys to the section (line 18 onwards) */
+        cfg = config_new();
+        err = new_err();
+        rc = config_load_string(cfg, "w.ini", text, &err);
+        if (rc == CT_OK) rc = wiring_resolve(cfg, reg, &w, &err);
+        CT_CHECK_MSG(rc != CT_OK, "case %zu passed but should fail", i);
+        CT_CHECK_STR_CONTAINS(err.message, bad[i].want);
+        config_free(cfg);
+    }
+    /* missing [data] train */
+    cfg = config_new();
+    err = new_err();
+    CT_CHECK(config_load_string(cfg, "w.ini", "[model]\nplugin = m\n[loss]\nplugins = fx\n"
+                                "[strategy]\nplugin = s\n[precision]\nplugin = p\n", &err) == CT_OK);
+    CT_CHECK(wiring_resolve(cfg, reg, &w, &err) != CT_OK);
+    CT_CHECK_STR_CONTAINS(err.message, "[data] missing required key 'train'");
+    config_free(cfg);
+    registry_close(reg);
+}
+
+/* session_configure: the file, then --set in order (both spellings), other arguments
+ * handed back in order; plugins found on CTRAIN_PLUGIN_PATH. */
+CT_TEST(session_configure_reads_file_then_overrides_and_returns_other_flags) {
+    const char *dir = fixture_world();
+    if (!dir) return;
+    char ini[600];
+    snprintf(ini, sizeof ini, "%s/s.ini", ct_test_tmpdir());
+    FILE *f = fopen(ini, "w");
+    if (!f) {
+        ct_test_fail(__FILE__, __LINE__, "cannot write %s", ini);
+        return;
+    }
+    fputs("[data]\ntrain = a.bin\n[model]\nplugin = m\n[loss]\nplugins = fx\n[strategy]\n"
+          "plugin = s\n[precision]\nplugin = p\n[optim]\nlr = 1\n", f);
+    fclose(f);
+    const char *old = getenv("CTRAIN_PLUGIN_PATH");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("CTRAIN_PLUGIN_PATH", dir, 1);
+    char *argv[] = {"train", "--set", "optim.lr=2", "--resume", ini, "--set=optim.lr=3",
+                    "--set", "model.count=7", "extra", NULL};
+    int argc = 9;
+    char *rest[10];
+    int n_rest = -1;
+    ct_config *cfg = NULL;
+    ct_registry *reg = NULL;
+    ct_wiring w;
+    ct_error err = new_err();
+    int32_t rc = session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err);
+    CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
+    if (rc == CT_OK) {
+        CT_CHECK(!strcmp(config_get(cfg, "optim", "lr"), "3")); /* the last --set wins */
+        CT_CHECK(!strcmp(config_origin(cfg, "optim", "lr"), "--set"));
+        CT_CHECK(!strcmp(config_get(cfg, "model", "count"), "7"));
+        CT_CHECK(!strcmp(config_path(cfg), ini));
+        CT_CHECK_INT(n_rest, 2);
+        CT_CHECK(n_rest == 2 && !strcmp(rest[0], "--resume") && !strcmp(rest[1], "extra"));
+        CT_CHECK(!strcmp(w.model->desc.name, "m"));
+        config_free(cfg);
+        registry_close(reg);
+    }
+    /* a bad override fails the whole set-up and leaves nothing to free */
+    char *bad[] = {"validate", ini, "--set", "optim.lr", NULL};
+    err = new_err();
+    CT_CHECK_INT(session_configure(4, bad, &n_rest, rest, &cfg, &reg, &w, &err), CT_ERR_INVALID);
+    CT_CHECK(cfg == NULL && reg == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "--set section.key=value");
+    char *none[] = {"validate", "--set", "optim.lr=1", NULL};
+    err = new_err();
+    CT_CHECK_INT(session_configure(3, none, &n_rest, rest, &cfg, &reg, &w, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "no configuration file given");
+    if (saved) setenv("CTRAIN_PLUGIN_PATH", saved, 1);
+    else unsetenv("CTRAIN_PLUGIN_PATH");
+    free(saved);
+}
