@@ -62,7 +62,7 @@ static int32_t fsync_path(const char *path) {
 int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_error *err) {
     char path[1100], tmp[1110];
     snprintf(path, sizeof path, "%s/config.ini", out_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     config_print(cfg, f);

@@ -253,6 +253,9 @@ int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t 
     return CT_OK;
 #undef TRY
 out_close:
+    /* tell the other ranks, so they stop instead of waiting for this one in a collective */
+    if (r->comm.self && r->comm_ref.vt && r->comm_ref.vt->abort)
+        r->comm_ref.vt->abort(r->comm_ref.self, err->message);
     rank_close(r);
     return rc;
 }

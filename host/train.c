@@ -336,7 +336,11 @@ int cmd_train(int argc, char **argv) {
     config_get_int(cfg, "comm", "world_size", &world, NULL);
     const ct_comm_vtable *cv = w.comm->vtable;
     status = 1;
-    if (mkdir_p(out_dir, &err) != CT_OK || checkpoint_write_config(cfg, out_dir, &err) != CT_OK) {
+    /* under mpirun every process gets here: the first one of the job writes config.ini */
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    int first_process = !mpi_rank || strcmp(mpi_rank, "0") == 0;
+    if (mkdir_p(out_dir, &err) != CT_OK ||
+        (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;
     }

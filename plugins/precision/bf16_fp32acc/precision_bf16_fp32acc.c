@@ -1,0 +1,196 @@
+/* precision_bf16_fp32acc.c — the `bf16_fp32acc` research policy: pure_bf16's dtypes (bf16
+ * compute, bf16 on the wire, f32 master), but the sum over ranks is accumulated in f32 and
+ * rounded to bf16 once: reduce-scatter = all_to_all of the bf16 blocks (the same bytes a bf16
+ * ring reduce-scatter moves) + a local f32 sum of the N contributions in rank order.
+ * Not for: the arithmetic of the comm's own collectives (pure_bf16) or f32 wires (amp).
+ *
+ * Shape legend: N ranks, n = count (elements per rank's result).
+ */
+#include <ctrain/ctrain.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fp32acc_precision {
+    int32_t       grad_accum_dtype; /* CT_DTYPE_BF16 (as FSDP) or CT_DTYPE_F32 */
+    ct_device_ref dev;              /* the device the scratch below lives on (first hook call) */
+    void         *blocks;           /* (N*n) bf16: all_to_all's result, or the padded send */
+    uint64_t      blocks_cap;       /*   its capacity in elements */
+    void         *padded;           /* (N*n) bf16: all_reduce's padded send / gathered result */
+    uint64_t      padded_cap;
+    void         *acc;              /* (n) f32: the local sum */
+    uint64_t      acc_cap;
+    void         *mine;             /* (n) bf16: this rank's reduced chunk (all_reduce) */
+    uint64_t      mine_cap;
+} fp32acc_precision;
+
+static void *fp32acc_create(const ct_create_args *args, ct_error *err) {
+    const char *accum = NULL;
+    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK)
+        return NULL;
+    fp32acc_precision *self = calloc(1, sizeof *self);
+    if (!self)
+        return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_fp32acc: out of memory"), NULL;
+    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    return self;
+}
+
+static void free_scratch(fp32acc_precision *self) {
+    if (!self->dev.vt) return;
+    self->dev.vt->free_mem(self->dev.self, self->blocks);
+    self->dev.vt->free_mem(self->dev.self, self->padded);
+    self->dev.vt->free_mem(self->dev.self, self->acc);
+    self->dev.vt->free_mem(self->dev.self, self->mine);
+    self->blocks = self->padded = self->mine = self->acc = NULL;
+    self->blocks_cap = self->padded_cap = self->acc_cap = self->mine_cap = 0;
+}
+
+static void fp32acc_destroy(void *p) {
+    fp32acc_precision *self = p;
+    if (!self) return;
+    free_scratch(self);
+    free(self);
+}
+
+static int32_t fp32acc_policy(void *p, ct_precision_policy *out, ct_error *err) {
+    fp32acc_precision *self = p;
+    (void)err;
+    out->param_dtype = CT_DTYPE_BF16;
+    out->reduce_dtype = CT_DTYPE_BF16;
+    out->master_dtype = CT_DTYPE_F32;
+    out->grad_accum_dtype = self->grad_accum_dtype;
+    out->buffer_dtype = CT_DTYPE_BF16;
+    return CT_OK;
+}
+
+/* *buf holds at least n elements of dtype on dev (grown, contents lost, when smaller). */
+static int32_t ensure(fp32acc_precision *self, void **buf, uint64_t *cap, uint64_t n,
+                      int32_t dtype, const char *what, ct_error *err) {
+    if (n <= *cap) return CT_OK;
+    self->dev.vt->free_mem(self->dev.self, *buf);
+    *cap = 0;
+    uint64_t bytes = (n ? n : 1) * ct_dtype_size(dtype);
+    *buf = self->dev.vt->alloc(self->dev.self, bytes, err);
+    if (!*buf)
+        return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_fp32acc: cannot allocate %llu "
+                            "bytes for the %s ---> use a smaller model or more ranks",
+                            (unsigned long long)bytes, what);
+    *cap = n;
+    return CT_OK;
+}
+
+/* The scratch belongs to the device of the first call; a later call with another device is a
+ * wiring bug (one instance serves one rank). */
+static int32_t bind_device(fp32acc_precision *self, ct_device_ref dev, ct_error *err) {
+    if (!self->dev.vt) self->dev = dev;
+    if (self->dev.self != dev.self)
+        return ct_error_set(err, CT_ERR_INTERNAL, "precision bf16_fp32acc: called with another "
+                            "device than before ---> one instance serves one rank");
+    return CT_OK;
+}
+
+/* recv (n, bf16) = bf16( f32 sum over ranks r = 0..N-1, in that order, of blocks[r] ) where
+ * blocks (N*n, bf16) holds every rank's contribution to this rank's chunk. */
+static int32_t sum_blocks_f32(fp32acc_precision *self, int32_t N, uint64_t n, const void *blocks,
+                              void *recv, ct_error *err) {
+    const ct_device_vtable *d = self->dev.vt;
+    void *ds = self->dev.self;
+    int32_t rc = ensure(self, &self->acc, &self->acc_cap, n, CT_DTYPE_F32,
+                        "f32 accumulator", err);
+    if (rc != CT_OK) return rc;
+    rc = d->zero(ds, self->acc, n * sizeof(float), err);
+    /* 0 + x_0 is exact; then each add rounds to f32 once, in rank order. */
+    for (int32_t r = 0; r < N && rc == CT_OK; r++)
+        rc = d->axpy(ds, self->acc, 1.0f, (const uint16_t *)blocks + (uint64_t)r * n,
+                     CT_DTYPE_BF16, n, err);
+    if (rc == CT_OK) rc = d->cast(ds, recv, CT_DTYPE_BF16, self->acc, CT_DTYPE_F32, n, err);
+    return rc;
+}
+
+/* SUM reduce-scatter: send (N*n) bf16, recv (n) bf16 = rank's chunk, summed in f32. Other
+ * dtypes go to the comm's own collective (the policy only ever reduces bf16). */
+static int32_t fp32acc_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref device,
+                                      const void *send, void *recv, uint64_t count,
+                                      int32_t dtype, ct_error *err) {
+    fp32acc_precision *self = p;
+    if (dtype != CT_DTYPE_BF16)
+        return comm.vt->reduce_scatter(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL,
+                                       err);
+    int32_t N = comm.world_size, rc = bind_device(self, device, err);
+    if (rc == CT_OK)
+        rc = ensure(self, &self->blocks, &self->blocks_cap, (uint64_t)N * count, CT_DTYPE_BF16,
+                    "all_to_all buffer", err);
+    /* Block j of my send goes to rank j; block r of `blocks` is rank r's block for me. */
+    if (rc == CT_OK)
+        rc = comm.vt->all_to_all(comm.self, send, self->blocks, count, CT_DTYPE_BF16, NULL, err);
+    if (rc == CT_OK) rc = sum_blocks_f32(self, N, count, self->blocks, recv, err);
+    return rc;
+}
+
+/* SUM all-reduce: send, recv (n) bf16 (may be the same buffer). The buffer is padded to N
+ * equal chunks, reduce-scattered as above, and all-gathered, so every rank gets the same bits.
+ */
+static int32_t fp32acc_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device,
+                                  const void *send, void *recv, uint64_t count, int32_t dtype,
+                                  ct_error *err) {
+    fp32acc_precision *self = p;
+    if (dtype != CT_DTYPE_BF16)
+        return comm.vt->all_reduce(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL, err);
+    int32_t N = comm.world_size, rc = bind_device(self, device, err);
+    uint64_t chunk = (count + (uint64_t)N - 1) / (uint64_t)N, total = chunk * (uint64_t)N;
+    const ct_device_vtable *d = device.vt;
+    if (rc == CT_OK)
+        rc = ensure(self, &self->padded, &self->padded_cap, total, CT_DTYPE_BF16,
+                    "padded all_reduce buffer", err);
+    if (rc == CT_OK)
+        rc = ensure(self, &self->mine, &self->mine_cap, chunk, CT_DTYPE_BF16, "reduced chunk",
+                    err);
+    if (rc != CT_OK) return rc;
+    uint64_t es = ct_dtype_size(CT_DTYPE_BF16);
+    rc = d->zero(device.self, self->padded, total * es, err);
+    if (rc == CT_OK)
+        rc = d->copy(device.self, self->padded, send, count * es, CT_COPY_D2D, err);
+    if (rc == CT_OK)
+        rc = fp32acc_reduce_scatter(self, comm, device, self->padded, self->mine, chunk, dtype,
+                                    err);
+    if (rc == CT_OK)
+        rc = comm.vt->all_gather(comm.self, self->mine, self->padded, chunk, CT_DTYPE_BF16, NULL,
+                                 err);
+    if (rc == CT_OK) rc = d->copy(device.self, recv, self->padded, count * es, CT_COPY_D2D, err);
+    return rc;
+}
+
+static const char *const fp32acc_accum_choices[] = {"bf16", "f32", NULL};
+
+static const ct_param_spec fp32acc_params[] = {
+    CT_PARAM_ENUM("grad_accum_dtype", "bf16", fp32acc_accum_choices,
+                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
+                  "to accumulate micro-batches exactly"),
+    CT_PARAM_END,
+};
+
+static const ct_precision_vtable fp32acc_vtable = {
+    .struct_size    = sizeof(ct_precision_vtable),
+    .create         = fp32acc_create,
+    .destroy        = fp32acc_destroy,
+    .policy         = fp32acc_policy,
+    .reduce_scatter = fp32acc_reduce_scatter,
+    .all_reduce     = fp32acc_all_reduce,
+};
+
+static const ct_plugin_desc fp32acc_desc = {
+    .struct_size       = sizeof(ct_plugin_desc),
+    .abi_major         = CT_ABI_MAJOR,
+    .abi_minor         = CT_ABI_MINOR,
+    .kind              = CT_KIND_PRECISION,
+    .name              = "bf16_fp32acc",
+    .version           = "1.0.0",
+    .summary           = "bf16 compute and bf16 wire, but the sum over ranks accumulated in f32 "
+                         "(all_to_all + local sum)",
+    .params            = fp32acc_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable            = &fp32acc_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &fp32acc_desc; }

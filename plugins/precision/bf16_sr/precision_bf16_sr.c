@@ -1,0 +1,238 @@
+/* precision_bf16_sr.c — the `bf16_sr` research policy: pure_bf16's dtypes and a bf16 ring
+ * reduction, built here from the comm's send/recv, in which every hop's partial sum is rounded
+ * to bf16 stochastically instead of to nearest. Same order as the threads engine's ring (and
+ * NCCL's): the partial sum of chunk c is born at rank c+1 (its own value, unrounded), each next
+ * rank adds its value in f32 and rounds, rank c adds last. N-1 roundings per element, each
+ * unbiased, so the sum's expectation is the exact sum (round-to-nearest instead drops addends
+ * smaller than half an ulp of the partial sum every time).
+ * Not for: GPUs (the hop's arithmetic runs on the CPU; a CUDA kernel could reuse sr_combine)
+ * or f32 wires (other dtypes go to the comm's own collective).
+ *
+ * Random bits: ct_hash64 of (seed, call, element, hop), where seed = [run] seed mixed with the
+ * key seed_offset, call counts this instance's reductions (every rank calls them in the same
+ * order, so ranks agree), element is the index into the full send buffer and hop = 1..N-1. A
+ * fixed seed reproduces a run bit for bit; a resumed run restarts the call counter, so its bits
+ * differ from the uninterrupted run's (statistically the same).
+ *
+ * Shape legend: N ranks, n = count.
+ */
+#include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SR_TAG 0x5352 /* "SR": the tag of every ring message of this plugin */
+
+typedef struct sr_precision {
+    int32_t  grad_accum_dtype; /* CT_DTYPE_BF16 (as FSDP) or CT_DTYPE_F32 */
+    uint64_t seed;             /* [run] seed mixed with seed_offset */
+    uint64_t calls;            /* reductions done so far (the per-call counter) */
+    uint16_t *out, *in;        /* (chunk) host scratch: the partial sum sent / received */
+    uint64_t  cap;             /* capacity of out and in, in elements */
+} sr_precision;
+
+/* One hop: bf16 partial (received) + bf16 own contribution, added in f32 and rounded to bf16
+ * with the random bits of (call stream, element, hop). */
+CT_HD uint16_t sr_combine(uint16_t partial, uint16_t own, uint64_t stream, uint64_t element,
+                          int32_t hop, int32_t world_size) {
+    float v = ct_bf16_to_f32(partial) + ct_bf16_to_f32(own);
+    uint64_t bits = ct_hash64(stream, element * (uint64_t)world_size + (uint64_t)hop);
+    return ct_bf16_from_f32_sr(v, (uint32_t)(bits >> 48));
+}
+
+static void *sr_create(const ct_create_args *args, ct_error *err) {
+    const char *accum = NULL;
+    int64_t offset = 0;
+    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK ||
+        args->api->get_int(args->host, args->section, "seed_offset", &offset, err) != CT_OK)
+        return NULL;
+    if (args->device.vt && args->device.type != CT_DEVICE_CPU)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision bf16_sr: the stochastic ring "
+                            "runs on the CPU only ---> use [device] type = cpu, or precision "
+                            "bf16_fp32acc / pure_bf16 on GPUs"),
+               NULL;
+    sr_precision *self = calloc(1, sizeof *self);
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_sr: out of memory"), NULL;
+    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    self->seed = ct_hash64(args->seed, 0x5352000000000000ull ^ (uint64_t)offset);
+    return self;
+}
+
+static void sr_destroy(void *p) {
+    sr_precision *self = p;
+    if (!self) return;
+    free(self->out);
+    free(self->in);
+    free(self);
+}
+
+static int32_t sr_policy(void *p, ct_precision_policy *out, ct_error *err) {
+    sr_precision *self = p;
+    (void)err;
+    out->param_dtype = CT_DTYPE_BF16;
+    out->reduce_dtype = CT_DTYPE_BF16;
+    out->master_dtype = CT_DTYPE_F32;
+    out->grad_accum_dtype = self->grad_accum_dtype;
+    out->buffer_dtype = CT_DTYPE_BF16;
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * the ring
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t ensure_scratch(sr_precision *self, uint64_t n, ct_error *err) {
+    if (n <= self->cap) return CT_OK;
+    free(self->out);
+    free(self->in);
+    self->cap = 0;
+    self->out = malloc((n ? n : 1) * sizeof *self->out);
+    self->in = malloc((n ? n : 1) * sizeof *self->in);
+    if (!self->out || !self->in)
+        return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_sr: cannot allocate 2 x %llu "
+                            "elements of ring scratch", (unsigned long long)n);
+    self->cap = n;
+    return CT_OK;
+}
+
+/* Send `sn` elements to the next rank and receive `rn` from the previous one. Even ranks send
+ * first, odd ranks receive first, so a blocking (rendezvous) send cannot deadlock the ring. */
+static int32_t ring_exchange(ct_comm_ref comm, const uint16_t *out, uint64_t sn, uint16_t *in,
+                             uint64_t rn, ct_error *err) {
+    int32_t N = comm.world_size, r = comm.rank;
+    int32_t next = (r + 1) % N, prev = (r + N - 1) % N, rc;
+    if (r % 2 == 0) {
+        rc = comm.vt->send(comm.self, out, sn, CT_DTYPE_BF16, next, SR_TAG, err);
+        if (rc == CT_OK) rc = comm.vt->recv(comm.self, in, rn, CT_DTYPE_BF16, prev, SR_TAG, err);
+    } else {
+        rc = comm.vt->recv(comm.self, in, rn, CT_DTYPE_BF16, prev, SR_TAG, err);
+        if (rc == CT_OK) rc = comm.vt->send(comm.self, out, sn, CT_DTYPE_BF16, next, SR_TAG, err);
+    }
+    return rc;
+}
+
+/* Where chunk c of the buffer lies: begin[c] .. begin[c+1]. reduce_scatter: blocks of `count`;
+ * all_reduce: the threads engine's split, floor(c*count/N). */
+static uint64_t chunk_begin(int all_reduce, uint64_t count, int32_t c, int32_t N) {
+    return all_reduce ? count * (uint64_t)c / (uint64_t)N : (uint64_t)c * count;
+}
+
+/* The reduce-scatter phase of a ring over `send` (host memory, bf16): after it, self->out
+ * holds the final sum of chunk `rank`. At step s (0 .. N-2) rank r sends the partial of chunk
+ * (r-1-s) mod N and receives the partial of chunk (r-2-s) mod N, to which it adds its own value
+ * (hop s+1). */
+static int32_t ring_reduce(sr_precision *self, ct_comm_ref comm, const uint16_t *send,
+                           uint64_t count, int all_reduce, uint64_t stream, ct_error *err) {
+    int32_t N = comm.world_size, r = comm.rank;
+#define CHUNK(c) ((((c) % N) + N) % N)
+    int32_t c0 = CHUNK(r - 1);
+    uint64_t b0 = chunk_begin(all_reduce, count, c0, N), e0 = chunk_begin(all_reduce, count, c0 + 1, N);
+    memcpy(self->out, send + b0, (size_t)(e0 - b0) * sizeof *self->out);
+    uint64_t out_n = e0 - b0;
+    for (int32_t s = 0; s <= N - 2; s++) {
+        int32_t c = CHUNK(r - 2 - s);
+        uint64_t b = chunk_begin(all_reduce, count, c, N), e = chunk_begin(all_reduce, count, c + 1, N);
+        int32_t rc = ring_exchange(comm, self->out, out_n, self->in, e - b, err);
+        if (rc != CT_OK) return rc;
+        for (uint64_t j = 0; j < e - b; j++)
+            self->out[j] = sr_combine(self->in[j], send[b + j], stream, b + j, s + 1, N);
+        out_n = e - b;
+    }
+#undef CHUNK
+    return CT_OK;
+}
+
+/* The device must be the CPU's: the ring reads and writes the buffers directly. */
+static int32_t check_device(ct_device_ref device, ct_error *err) {
+    if (device.vt && device.type != CT_DEVICE_CPU)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision bf16_sr: buffers on a non-CPU "
+                            "device ---> use [device] type = cpu");
+    if (device.vt && device.vt->synchronize) return device.vt->synchronize(device.self, err);
+    return CT_OK;
+}
+
+/* SUM reduce-scatter: send (N*n) bf16, recv (n) bf16 = chunk `rank`, by the stochastic ring. */
+static int32_t sr_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref device,
+                                 const void *send, void *recv, uint64_t count, int32_t dtype,
+                                 ct_error *err) {
+    sr_precision *self = p;
+    int32_t N = comm.world_size;
+    if (dtype != CT_DTYPE_BF16 || N == 1)
+        return comm.vt->reduce_scatter(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL,
+                                       err);
+    uint64_t stream = ct_hash64(self->seed, self->calls++);
+    int32_t rc = check_device(device, err);
+    if (rc == CT_OK) rc = ensure_scratch(self, count, err);
+    if (rc == CT_OK) rc = ring_reduce(self, comm, send, count, 0, stream, err);
+    if (rc == CT_OK) memcpy(recv, self->out, (size_t)count * sizeof *self->out);
+    return rc;
+}
+
+/* SUM all-reduce: send, recv (n) bf16, may be the same buffer. The stochastic ring
+ * reduce-scatter over the threads engine's chunks, then a ring all-gather: at step s rank r
+ * forwards chunk (r-s) mod N and receives chunk (r-1-s) mod N, so every rank gets the bits of
+ * the rank that reduced each chunk. */
+static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, const void *send,
+                             void *recv, uint64_t count, int32_t dtype, ct_error *err) {
+    sr_precision *self = p;
+    int32_t N = comm.world_size, r = comm.rank;
+    if (dtype != CT_DTYPE_BF16 || N == 1)
+        return comm.vt->all_reduce(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL, err);
+    uint64_t stream = ct_hash64(self->seed, self->calls++);
+    uint64_t max_chunk = count / (uint64_t)N + 1;
+    int32_t rc = check_device(device, err);
+    if (rc == CT_OK) rc = ensure_scratch(self, max_chunk, err);
+    if (rc == CT_OK) rc = ring_reduce(self, comm, send, count, 1, stream, err);
+    if (rc != CT_OK) return rc;
+    /* send is no longer read: recv may alias it from here on. */
+    uint16_t *dst = recv;
+    uint64_t b = chunk_begin(1, count, r, N), e = chunk_begin(1, count, r + 1, N);
+    memcpy(dst + b, self->out, (size_t)(e - b) * sizeof *dst);
+    for (int32_t s = 0; s <= N - 2 && rc == CT_OK; s++) {
+        int32_t cs = ((r - s) % N + N) % N, cr = ((r - 1 - s) % N + N) % N;
+        uint64_t sb = chunk_begin(1, count, cs, N), se = chunk_begin(1, count, cs + 1, N);
+        uint64_t rb = chunk_begin(1, count, cr, N), re = chunk_begin(1, count, cr + 1, N);
+        memcpy(self->out, dst + sb, (size_t)(se - sb) * sizeof *dst);
+        rc = ring_exchange(comm, self->out, se - sb, dst + rb, re - rb, err);
+    }
+    return rc;
+}
+
+static const char *const sr_accum_choices[] = {"bf16", "f32", NULL};
+
+static const ct_param_spec sr_params[] = {
+    CT_PARAM_ENUM("grad_accum_dtype", "bf16", sr_accum_choices,
+                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
+                  "to accumulate micro-batches exactly"),
+    CT_PARAM_INT("seed_offset", "0", -9.0e18, 9.0e18,
+                 "mixed with [run] seed into the rounding's random stream: change it to draw "
+                 "other roundings with the same data order"),
+    CT_PARAM_END,
+};
+
+static const ct_precision_vtable sr_vtable = {
+    .struct_size    = sizeof(ct_precision_vtable),
+    .create         = sr_create,
+    .destroy        = sr_destroy,
+    .policy         = sr_policy,
+    .reduce_scatter = sr_reduce_scatter,
+    .all_reduce     = sr_all_reduce,
+};
+
+static const ct_plugin_desc sr_desc = {
+    .struct_size       = sizeof(ct_plugin_desc),
+    .abi_major         = CT_ABI_MAJOR,
+    .abi_minor         = CT_ABI_MINOR,
+    .kind              = CT_KIND_PRECISION,
+    .name              = "bf16_sr",
+    .version           = "1.0.0",
+    .summary           = "pure bf16 with a bf16 ring whose every hop rounds stochastically "
+                         "(unbiased sum)",
+    .params            = sr_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices           = CT_DEVICE_CPU,
+    .vtable            = &sr_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &sr_desc; }
