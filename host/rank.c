@@ -283,5 +283,8 @@ void rank_close(ct_rank *r) {
     drop_instance(&r->precision);
     drop_instance(&r->comm);
     drop_instance(&r->device);
+    int32_t rank = r->rank, world = r->world; /* kept: error reports name the rank */
     memset(r, 0, sizeof *r);
+    r->rank = rank;
+    r->world = world;
 }

@@ -67,6 +67,7 @@ typedef struct ct_rank {
  * destroyed and err says what failed. */
 int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
                   int32_t world, void *comm_world, ct_error *err);
+/* Destroy everything; r->rank and r->world stay readable (for error reports). */
 void rank_close(ct_rank *r);
 
 /* Stage s's unit uses: first/last forward stage index of each unit (host-side bookkeeping). */

@@ -261,6 +261,7 @@ static void *rank_thread(void *arg) {
     ct_rank r;
     job->err.struct_size = sizeof job->err;
     job->rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &job->err);
+    job->rank = r.rank; /* the comm's rank (mpi: this process's rank in the job) */
     if (job->rc == CT_OK) {
         job->rc = train_rank(&r, sh, &job->err);
         if (job->rc != CT_OK && r.comm_ref.vt && r.comm_ref.vt->abort && job->rc != CT_ERR_COMM)
