@@ -446,6 +446,12 @@ struct ct_device_vtable {
     /* Optional (NULL on devices without streams): the native stream of the compute queue
      * (cudaStream_t for cuda), so a comm plugin can order its work after the compute. */
     void *(*native_stream)(void *self);
+
+    /* Optional (NULL: not provided): dst (n bf16) = src (n f32) rounded stochastically,
+     * element i with ct_bf16_from_f32_sr(src[i], ct_hash64(seed, i) & 0xffff) — the same bits
+     * on every device. Pass a new seed per call. dst and src must not overlap. */
+    int32_t (*cast_bf16_sr)(void *self, uint16_t *dst, const float *src, uint64_t n,
+                            uint64_t seed, ct_error *err);
 };
 
 /* ---------------------------------------------------------------------------------------

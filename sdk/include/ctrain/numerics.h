@@ -18,16 +18,25 @@
 
 /* --- bit casts ------------------------------------------------------------------------- */
 
+/* In device code the CUDA intrinsics (one register move); on the host memcpy. */
 CT_HD uint32_t ct_f32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(x);
+#else
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
+#endif
 }
 
 CT_HD float ct_f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+#endif
 }
 
 /* --- bfloat16 -------------------------------------------------------------------------- */
