@@ -16,6 +16,11 @@ static const ct_param_spec run_specs[] = {
     CT_PARAM_INT("eval_batches", "8", 1, 1e9, "micro-batches per evaluation"),
     CT_PARAM_INT("checkpoint_every", "0", 0, 1e9, "checkpoint every this many steps; 0 = only at the end"),
     CT_PARAM_INT("keep_checkpoints", "2", 1, 1e9, "checkpoints kept on disk (oldest removed)"),
+    CT_PARAM_BOOL("probe", "false",
+                  "reduction-error probe at each log step: the policy's reduction of a gradient "
+                  "sample against an exact f64 one (metrics probe/<unit>/...)"),
+    CT_PARAM_INT("probe_sample", "4096", 1, 1e9,
+                 "gradient elements per unit the probe reduces (the head is probed whole)"),
     CT_PARAM_END,
 };
 

@@ -58,6 +58,7 @@ typedef struct ct_rank {
     int32_t *h_tokens, *h_targets; /* (B,T) */
 
     ct_loader *train_data, *val_data;
+    int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
     int32_t    is_root_unit_shared; /* informational */
 } ct_rank;
 

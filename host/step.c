@@ -1,6 +1,8 @@
 /* step.c — the forward/backward drive of one rank (see step.h). */
 #include "step.h"
 
+#include "probe.h"
+
 #include <string.h>
 
 /* Load the next micro-batch of `data` into the device's token and target buffers. */
@@ -105,6 +107,7 @@ static int32_t backward(ct_rank *r, int32_t micro, int32_t last, ct_error *err) 
          * its gradient to the strategy (which may start the reduction asynchronously) */
         if (s == rank_unit_first_stage(r, u)) {
             rc = st->release(r->strategy.self, u, CT_PHASE_BACKWARD, err);
+            if (rc == CT_OK && last && r->probe_now) rc = probe_unit(r, u, err);
             if (rc == CT_OK) rc = st->unit_backward_done(r->strategy.self, u, last, err);
             if (rc != CT_OK) return rc;
         }

@@ -180,8 +180,11 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
     double t_run = now_s();
     int64_t steps_done_here = 0;
     int64_t last = sh->stop_after > 0 && sh->stop_after < oc.steps ? sh->stop_after : oc.steps;
+    int32_t probe = 0;
+    config_get_bool(cfg, "run", "probe", &probe, NULL);
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         ct_step_stats st;
+        r->probe_now = probe && (step % log_every == 0 || step == oc.steps);
         rc = step_train(r, &st, err);
         double gnorm = 0, lr = optim_lr(&oc, step - 1);
         if (rc == CT_OK) rc = optim_grad_norm(r, &gnorm, err);

@@ -103,7 +103,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 0
+#define CT_ABI_MINOR 1
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -668,6 +668,12 @@ typedef struct ct_model_vtable {
      * with streams. */
     int32_t (*forward)(void *self, const ct_stage_args *args, ct_error *err);
     int32_t (*backward)(void *self, const ct_stage_args *args, ct_error *err);
+
+    /* Since ABI 1.1, optional: the mean over the rows of the latest forward micro-batch of the
+     * final hidden state — the (C) vector the output head multiplies — into `out` (C floats,
+     * host memory). Synchronises. Used by the reduction-error probe to turn an error in the
+     * head's gradient into the change of the mean logit it causes. */
+    int32_t (*mean_hidden)(void *self, float *out, ct_error *err);
 } ct_model_vtable;
 
 /* ---------------------------------------------------------------------------------------

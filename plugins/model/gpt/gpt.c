@@ -1,0 +1,484 @@
+/* gpt.c — the gpt model plugin's face to the host: descriptor, INI schema, create (reading and
+ * validating the shape), the units/stages description with init rules, and prepare (the
+ * activation buffers). Not for: the arithmetic (stages.c, layers.c, attention.c).
+ *
+ * Variants: GPT-2 (layernorm, gelu, learned positions, tied head, biases) and open_lm
+ * (gain-only layernorm, swiglu, rope, qk-norm, untied head, no biases), and mixes of them.
+ * Shape legend: see gpt.h.
+ */
+#include "gpt.h"
+
+#include <assert.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS's own cblas.h declares it */
+
+/* ---------------------------------------------------------------------------------------
+ * Schema
+ * ------------------------------------------------------------------------------------- */
+
+static const char *const norm_choices[] = {"layernorm", "rmsnorm", "gain_only_layernorm", NULL};
+static const char *const mlp_choices[] = {"gelu", "swiglu", NULL};
+static const char *const pos_choices[] = {"learned", "rope", NULL};
+static const char *const init_choices[] = {"gpt2", "open_lm", NULL};
+
+static const ct_param_spec gpt_params[] = {
+    CT_PARAM_INT("n_layer", "4", 1, 1024, "L: transformer blocks"),
+    CT_PARAM_INT("n_head", "4", 1, 4096, "NH: attention heads; must divide d_model"),
+    CT_PARAM_INT("d_model", "256", 1, 65536, "C: channels of the residual stream"),
+    CT_PARAM_INT("vocab_size", "50257", 1, 2147483647.0, "V: tokens of the vocabulary (logits per row)"),
+    CT_PARAM_INT("seq_len", "1024", 1, 1048576, "largest sequence length T (rows of wpe)"),
+    CT_PARAM_ENUM("norm", "layernorm", norm_choices,
+                  "layernorm (gain+bias), rmsnorm (gain), gain_only_layernorm (open_lm)"),
+    CT_PARAM_ENUM("mlp", "gelu", mlp_choices,
+                  "gelu: 4C hidden (GPT-2); swiglu: 256*ceil((8C/3)/256) hidden (open_lm)"),
+    CT_PARAM_ENUM("pos", "learned", pos_choices, "learned position table or rotary (rope)"),
+    CT_PARAM_BOOL("qk_norm", "false", "normalise q and k over all heads before attention (open_lm)"),
+    CT_PARAM_BOOL("tie_embeddings", "true", "the output head is the token embedding (GPT-2)"),
+    CT_PARAM_BOOL("bias", "true", "biases in the linear layers (GPT-2); norms keep their own"),
+    CT_PARAM_ENUM("init", "gpt2", init_choices,
+                  "gpt2: N(0,0.02), output projections /sqrt(2L); open_lm: trunc normal 1/sqrt(fan_in), "
+                  "output projections /sqrt(2(layer+1))"),
+    CT_PARAM_FLOAT("norm_eps", "1e-5", 1e-12, 1.0, "epsilon of every norm"),
+    CT_PARAM_FLOAT("rope_theta", "10000", 1.0, 1e12, "rotary base (pos = rope)"),
+    CT_PARAM_END
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Units: tensor specs and their offsets
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    gpt            *m;
+    ct_tensor_spec *t;      /* next free spec */
+    uint64_t        off;    /* running offset within the current unit */
+    char           *names;  /* next free name byte */
+    char           *names_end;
+} unit_builder;
+
+/* Append a tensor to the current unit; returns its element offset. */
+static int64_t add_tensor(unit_builder *ub, const char *prefix, const char *name, int64_t d0,
+                          int64_t d1, int32_t init, double std) {
+    ct_tensor_spec *t = ub->t++;
+    int len = snprintf(ub->names, (size_t)(ub->names_end - ub->names), "%s%s", prefix, name);
+    assert(len > 0 && ub->names + len < ub->names_end);
+    t->name = ub->names;
+    ub->names += len + 1;
+    t->ndim = d1 > 0 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1 > 0 ? d1 : 0;
+    t->init = init;
+    t->init_std = (float)std;
+    t->decay = t->ndim >= 2;
+    int64_t off = (int64_t)ub->off;
+    ub->off += ct_align_up(ct_tensor_numel(t), CT_TENSOR_ALIGN);
+    return off;
+}
+
+/* A weight matrix's init rule: gpt2 N(0, std_gpt2), open_lm trunc normal std_openlm. */
+static int64_t add_matrix(unit_builder *ub, const char *prefix, const char *name, int64_t rows,
+                          int64_t cols, double std_gpt2, double std_openlm) {
+    gpt *m = ub->m;
+    if (m->init == GPT_INIT_OPENLM)
+        return add_tensor(ub, prefix, name, rows, cols, CT_INIT_TRUNC_NORMAL, std_openlm);
+    return add_tensor(ub, prefix, name, rows, cols, CT_INIT_NORMAL, std_gpt2);
+}
+
+/* A norm's gain (ones) and, for layernorm, its bias (zeros). */
+static void add_norm(unit_builder *ub, const char *prefix, const char *name, int64_t *w,
+                     int64_t *b) {
+    char n[64];
+    snprintf(n, sizeof n, "%s.weight", name);
+    *w = add_tensor(ub, prefix, n, ub->m->C, 0, CT_INIT_ONES, 0);
+    *b = -1;
+    if (ub->m->norm == GPT_NORM_LAYERNORM) {
+        snprintf(n, sizeof n, "%s.bias", name);
+        *b = add_tensor(ub, prefix, n, ub->m->C, 0, CT_INIT_ZEROS, 0);
+    }
+}
+
+static int64_t add_bias(unit_builder *ub, const char *prefix, const char *name, int64_t n) {
+    if (!ub->m->bias) return -1;
+    return add_tensor(ub, prefix, name, n, 0, CT_INIT_ZEROS, 0);
+}
+
+#define GPT_MAX_TENSORS_PER_UNIT 20
+#define GPT_NAME_BYTES 64
+
+static int32_t build_units(gpt *m, ct_error *err) {
+    int64_t L = m->L, C = m->C, F = m->F;
+    size_t n_tensors = (size_t)(L + 1) * GPT_MAX_TENSORS_PER_UNIT;
+    size_t name_bytes = n_tensors * GPT_NAME_BYTES + (size_t)(L + 1 + L + 2) * 32;
+    m->units = calloc((size_t)L + 1, sizeof *m->units);
+    m->stages = calloc((size_t)L + 2, sizeof *m->stages);
+    m->tensors = calloc(n_tensors, sizeof *m->tensors);
+    m->names = calloc(name_bytes, 1);
+    if (!m->units || !m->stages || !m->tensors || !m->names)
+        return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory describing %lld layers",
+                            (long long)L);
+    unit_builder ub = {m, m->tensors, 0, m->names, m->names + name_bytes};
+    double s_lm = 1.0 / sqrt((double)C);                 /* open_lm: 1/sqrt(fan_in = C) */
+    double s_out_gpt2 = 0.02 / sqrt(2.0 * (double)L);    /* GPT-2 residual projections */
+
+    /* unit 0: root */
+    m->units[0].tensors = ub.t;
+    m->root.wte = add_matrix(&ub, "", "wte.weight", m->V, C, 0.02, s_lm);
+    m->root.wpe = m->pos == GPT_POS_LEARNED ? add_matrix(&ub, "", "wpe.weight", m->max_T, C, 0.02, s_lm)
+                                           : -1;
+    add_norm(&ub, "", "lnf", &m->root.lnf_w, &m->root.lnf_b);
+    m->head_tensor = 0; /* wte */
+    m->root.head = m->root.wte;
+    if (!m->tie) {
+        m->head_tensor = (int32_t)(ub.t - m->units[0].tensors);
+        m->root.head = add_matrix(&ub, "", "lm_head.weight", m->V, C, 0.02, s_lm);
+    }
+    m->units[0].name = "root";
+    m->units[0].n_tensors = (uint32_t)(ub.t - m->units[0].tensors);
+    m->unit_numel_max = ub.off;
+    uint64_t n_params = 0;
+    for (uint32_t k = 0; k < m->units[0].n_tensors; k++)
+        n_params += ct_tensor_numel(&m->units[0].tensors[k]);
+
+    /* units 1..L: blocks; offsets are the same in each, init stds depend on depth (open_lm) */
+    for (int64_t l = 0; l < L; l++) {
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "blocks.%lld.", (long long)l);
+        ct_unit_spec *u = &m->units[l + 1];
+        u->tensors = ub.t;
+        ub.off = 0;
+        gpt_block_layout b;
+        double depth = sqrt(2.0 * (double)(l + 1));
+        add_norm(&ub, prefix, "ln1", &b.ln1_w, &b.ln1_b);
+        b.qkv_w = add_matrix(&ub, prefix, "attn.qkv.weight", 3 * C, C, 0.02, s_lm);
+        b.qkv_b = add_bias(&ub, prefix, "attn.qkv.bias", 3 * C);
+        b.qn_w = b.qn_b = b.kn_w = b.kn_b = -1;
+        if (m->qk_norm) {
+            add_norm(&ub, prefix, "attn.q_norm", &b.qn_w, &b.qn_b);
+            add_norm(&ub, prefix, "attn.k_norm", &b.kn_w, &b.kn_b);
+        }
+        b.proj_w = add_matrix(&ub, prefix, "attn.proj.weight", C, C, s_out_gpt2, s_lm / depth);
+        b.proj_b = add_bias(&ub, prefix, "attn.proj.bias", C);
+        add_norm(&ub, prefix, "ln2", &b.ln2_w, &b.ln2_b);
+        int64_t fc_rows = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+        b.fc_w = add_matrix(&ub, prefix, "mlp.fc.weight", fc_rows, C, 0.02, s_lm);
+        b.fc_b = add_bias(&ub, prefix, "mlp.fc.bias", fc_rows);
+        b.fc2_w = add_matrix(&ub, prefix, "mlp.proj.weight", C, F, s_out_gpt2,
+                             1.0 / sqrt((double)F) / depth);
+        b.fc2_b = add_bias(&ub, prefix, "mlp.proj.bias", C);
+        m->blk = b;
+        int len = snprintf(ub.names, (size_t)(ub.names_end - ub.names), "block.%lld", (long long)l);
+        u->name = ub.names;
+        ub.names += len + 1;
+        u->n_tensors = (uint32_t)(ub.t - u->tensors);
+        assert(u->n_tensors <= GPT_MAX_TENSORS_PER_UNIT);
+        const ct_tensor_spec *last = ub.t - 1; /* end of the last tensor, without its padding */
+        m->block_numel = ub.off - ct_align_up(ct_tensor_numel(last), CT_TENSOR_ALIGN) +
+                         ct_tensor_numel(last);
+        if (ub.off > m->unit_numel_max) m->unit_numel_max = ub.off;
+        for (uint32_t k = 0; k < u->n_tensors; k++) n_params += ct_tensor_numel(&u->tensors[k]);
+    }
+    m->n_params = n_params;
+
+    /* stages: embed, block.0 .. block.L-1, head */
+    m->stages[0].name = "embed";
+    m->stages[0].unit = 0;
+    for (int64_t l = 0; l < L; l++) {
+        m->stages[l + 1].name = m->units[l + 1].name;
+        m->stages[l + 1].unit = (int32_t)(l + 1);
+    }
+    m->stages[L + 1].name = "head";
+    m->stages[L + 1].unit = 0;
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * create / destroy
+ * ------------------------------------------------------------------------------------- */
+
+static void gpt_destroy(void *self) {
+    gpt *m = self;
+    if (!m) return;
+    if (m->arena) m->api->free_mem(m->host, m->arena);
+    free(m->units);
+    free(m->stages);
+    free(m->tensors);
+    free(m->names);
+    free(m->rope_cos);
+    free(m->rope_sin);
+    free(m->acts);
+    free(m);
+}
+
+/* Look up one enum key and map it to its index in choices. */
+static int32_t get_enum(const ct_create_args *a, const char *key, const char *const *choices,
+                        int *out, ct_error *err) {
+    const char *s = NULL;
+    if (a->api->get_string(a->host, a->section, key, &s, err) != CT_OK) return CT_ERR_INVALID;
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(s, choices[i]) == 0) return *out = i, CT_OK;
+    return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] %s = '%s' is not one of the choices "
+                        "---> see `ctrain inspect gpt`", a->section, key, s);
+}
+
+static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
+    const ct_host_api *api = a->api;
+    const char *sec = a->section;
+    int64_t v[5];
+    const char *ikeys[5] = {"n_layer", "n_head", "d_model", "vocab_size", "seq_len"};
+    for (int i = 0; i < 5; i++) {
+        if (api->get_int(a->host, sec, ikeys[i], &v[i], err) != CT_OK) return CT_ERR_INVALID;
+        if (v[i] < 1)
+            return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] %s = %lld must be >= 1",
+                                sec, ikeys[i], (long long)v[i]);
+    }
+    m->L = v[0], m->NH = v[1], m->C = v[2], m->V = v[3], m->max_T = v[4];
+    int32_t b;
+    if (api->get_bool(a->host, sec, "qk_norm", &b, err) != CT_OK) return CT_ERR_INVALID;
+    m->qk_norm = b != 0;
+    if (api->get_bool(a->host, sec, "tie_embeddings", &b, err) != CT_OK) return CT_ERR_INVALID;
+    m->tie = b != 0;
+    if (api->get_bool(a->host, sec, "bias", &b, err) != CT_OK) return CT_ERR_INVALID;
+    m->bias = b != 0;
+    if (get_enum(a, "norm", norm_choices, &m->norm, err) != CT_OK ||
+        get_enum(a, "mlp", mlp_choices, &m->mlp, err) != CT_OK ||
+        get_enum(a, "pos", pos_choices, &m->pos, err) != CT_OK ||
+        get_enum(a, "init", init_choices, &m->init, err) != CT_OK)
+        return CT_ERR_INVALID;
+    double eps, theta;
+    if (api->get_float(a->host, sec, "norm_eps", &eps, err) != CT_OK ||
+        api->get_float(a->host, sec, "rope_theta", &theta, err) != CT_OK)
+        return CT_ERR_INVALID;
+    if (!(eps > 0))
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] norm_eps = %g must be > 0", sec, eps);
+    m->eps = (float)eps;
+    m->rope_theta = (float)theta;
+
+    if (m->C % m->NH != 0)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "model gpt: [%s] n_head = %lld must divide d_model = %lld "
+                            "---> pick n_head among the divisors of d_model", sec,
+                            (long long)m->NH, (long long)m->C);
+    m->HD = m->C / m->NH;
+    if (m->pos == GPT_POS_ROPE && m->HD % 2 != 0)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "model gpt: [%s] pos = rope needs an even head dim, but d_model/n_head "
+                            "= %lld ---> change n_head or d_model", sec, (long long)m->HD);
+    if (m->mlp == GPT_MLP_SWIGLU) /* open_lm / llama: 2/3 of 4C rounded up to 256 */
+        m->F = 256 * (((int64_t)(2.0 * 4.0 * (double)m->C / 3.0) + 256 - 1) / 256);
+    else
+        m->F = 4 * m->C;
+
+    /* [device] threads: 0 or absent = all cores */
+    int64_t threads = 0;
+    ct_error ignored = {sizeof ignored, 0, {0}};
+    if (api->get_int(a->host, "device", "threads", &threads, &ignored) != CT_OK) threads = 0;
+    m->threads = threads > 0 ? (int)threads : omp_get_num_procs();
+    if (m->threads < 1) m->threads = 1;
+    /* one thread pool: the plugin splits products over OpenMP threads itself, so OpenBLAS
+     * runs each part on the calling thread (a second spinning pool halves the throughput) */
+    openblas_set_num_threads(1);
+    return CT_OK;
+}
+
+static int32_t build_rope(gpt *m, ct_error *err) {
+    if (m->pos != GPT_POS_ROPE) return CT_OK;
+    int64_t half = m->HD / 2;
+    m->rope_cos = malloc((size_t)(m->max_T * half) * sizeof(float));
+    m->rope_sin = malloc((size_t)(m->max_T * half) * sizeof(float));
+    if (!m->rope_cos || !m->rope_sin)
+        return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory for the rope table "
+                            "(seq_len %lld) ---> lower seq_len", (long long)m->max_T);
+    for (int64_t t = 0; t < m->max_T; t++)
+        for (int64_t d = 0; d < half; d++) {
+            /* inv_freq = theta^(-2d/HD), angle = t * inv_freq (f32 as PyTorch computes it) */
+            float inv = (float)(1.0 / pow((double)m->rope_theta, (double)(2 * d) / (double)m->HD));
+            float ang = (float)t * inv;
+            m->rope_cos[t * half + d] = cosf(ang);
+            m->rope_sin[t * half + d] = sinf(ang);
+        }
+    return CT_OK;
+}
+
+static void *gpt_create(const ct_create_args *a, ct_error *err) {
+    gpt *m = calloc(1, sizeof *m);
+    if (!m) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory"), NULL;
+    m->api = a->api;
+    m->host = a->host;
+    if (read_config(m, a, err) != CT_OK) goto out_destroy;
+    if (build_units(m, err) != CT_OK) goto out_destroy;
+    if (build_rope(m, err) != CT_OK) goto out_destroy;
+    return m;
+
+out_destroy:
+    gpt_destroy(m);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * describe / prepare
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t gpt_describe(void *self, ct_model_desc *out, ct_error *err) {
+    gpt *m = self;
+    ct_model_desc d = {
+        .struct_size = sizeof d,
+        .n_units = (uint32_t)(m->L + 1),
+        .units = m->units,
+        .n_stages = (uint32_t)(m->L + 2),
+        .stages = m->stages,
+        .tensor_struct_size = sizeof(ct_tensor_spec),
+        .vocab_size = m->V,
+        .max_seq_len = m->max_T,
+        .d_model = m->C,
+        .head_unit = 0,
+        .head_tensor = m->head_tensor,
+        .n_params = m->n_params,
+    };
+    if (!out) return ct_error_set(err, CT_ERR_INVALID, "model gpt: describe() got a NULL desc");
+    uint32_t size = out->struct_size && out->struct_size < sizeof d ? out->struct_size : sizeof d;
+    memcpy(out, &d, size);
+    out->struct_size = size;
+    return CT_OK;
+}
+
+/* Carve n floats (64-byte aligned) from the arena cursor; with base == NULL only count. */
+static float *carve(char *base, uint64_t *cursor, uint64_t n) {
+    uint64_t at = *cursor;
+    *cursor += ct_align_up(n * sizeof(float), 64);
+    return base ? (float *)(base + at) : NULL;
+}
+
+/* Lay out every activation buffer; with base == NULL just compute the total bytes. */
+static uint64_t layout(gpt *m, char *base) {
+    uint64_t c = 0;
+    uint64_t N = (uint64_t)m->N, C = (uint64_t)m->C, T = (uint64_t)m->T, F = (uint64_t)m->F;
+    uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    m->tokens = (int32_t *)carve(base, &c, N);
+    m->tok_order = (int32_t *)carve(base, &c, N);
+    m->tok_start = (int32_t *)carve(base, &c, (uint64_t)m->V + 1);
+    m->res = carve(base, &c, (uint64_t)(m->L + 1) * N * C);
+    for (int64_t l = 0; l < m->L; l++) {
+        gpt_block_acts *b = &m->acts[l];
+        b->ln1 = carve(base, &c, N * C);
+        b->ln1_mean = carve(base, &c, N);
+        b->ln1_rstd = carve(base, &c, N);
+        b->qkv = carve(base, &c, N * 3 * C);
+        b->q_mean = b->q_rstd = b->k_mean = b->k_rstd = NULL;
+        if (m->qk_norm) {
+            b->q_mean = carve(base, &c, N);
+            b->q_rstd = carve(base, &c, N);
+            b->k_mean = carve(base, &c, N);
+            b->k_rstd = carve(base, &c, N);
+        }
+        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? carve(base, &c, N * 3 * C) : b->qkv;
+        b->att = carve(base, &c, N * C);
+        b->lse = carve(base, &c, N * (uint64_t)m->NH);
+        b->xmid = carve(base, &c, N * C);
+        b->ln2 = carve(base, &c, N * C);
+        b->ln2_mean = carve(base, &c, N);
+        b->ln2_rstd = carve(base, &c, N);
+        b->h = carve(base, &c, N * FH);
+        b->g = carve(base, &c, N * F);
+    }
+    m->lnf = carve(base, &c, N * C);
+    m->lnf_mean = carve(base, &c, N);
+    m->lnf_rstd = carve(base, &c, N);
+    m->dres = carve(base, &c, N * C);
+    m->dnc = carve(base, &c, N * C);
+    m->dqkv = carve(base, &c, N * 3 * C);
+    m->dh = carve(base, &c, N * FH);
+    m->dg = carve(base, &c, N * F);
+    m->att_s = carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
+    m->att_dp = carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
+    /* gradient scratch: whole bias/norm vectors, the wpe gradient (T,C), and >= one row chunk */
+    uint64_t g = 1u << 20;
+    if (g < T * C) g = T * C;
+    if (g < 4 * FH) g = 4 * FH;
+    if (g < 8 * C) g = 8 * C;
+    m->gbuf_n = (int64_t)g;
+    m->gbuf = carve(base, &c, g);
+    m->wbuf = NULL;
+    m->dlog = NULL;
+    if (m->dtype == CT_DTYPE_BF16) {
+        m->wbuf = carve(base, &c, m->unit_numel_max);
+        m->dlog = carve(base, &c, N * GPT_VCHUNK);
+    }
+    return c;
+}
+
+static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_error *err) {
+    gpt *m = self;
+    if (B < 1 || T < 1 || T > m->max_T)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "model gpt: prepare(B=%lld, T=%lld): T must be in 1..seq_len=%lld "
+                            "---> raise [model] seq_len or lower [data] seq_len",
+                            (long long)B, (long long)T, (long long)m->max_T);
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED,
+                            "model gpt: compute dtype %s is not supported ---> use f32 or bf16",
+                            ct_dtype_name(dtype));
+    if (m->arena && m->B == B && m->T == T && m->dtype == dtype) return CT_OK;
+    if (m->arena) m->api->free_mem(m->host, m->arena);
+    m->arena = NULL;
+    free(m->acts);
+    m->acts = calloc((size_t)m->L, sizeof *m->acts);
+    if (!m->acts) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
+    m->B = B, m->T = T, m->N = B * T, m->dtype = dtype;
+    uint64_t bytes = layout(m, NULL);
+    m->arena = m->api->alloc(m->host, bytes);
+    if (!m->arena)
+        return ct_error_set(err, CT_ERR_NOMEM,
+                            "model gpt: cannot allocate %.1f MiB of activations for B=%lld T=%lld "
+                            "---> lower [data] batch_size or seq_len",
+                            (double)bytes / 1048576.0, (long long)B, (long long)T);
+    layout(m, m->arena);
+    return CT_OK;
+}
+
+/* Mean over the N rows of the latest forward's final-norm output lnf (N,C): the head's input. */
+static int32_t gpt_mean_hidden(void *self, float *out, ct_error *err) {
+    gpt *m = self;
+    if (!m->arena)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: mean_hidden before any forward");
+    for (int64_t c = 0; c < m->C; c++) {
+        double s = 0;
+        for (int64_t i = 0; i < m->N; i++) s += m->lnf[i * m->C + c];
+        out[c] = (float)(s / (double)m->N);
+    }
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The descriptor
+ * ------------------------------------------------------------------------------------- */
+
+static const ct_model_vtable gpt_vtable = {
+    .struct_size = sizeof(ct_model_vtable),
+    .create = gpt_create,
+    .destroy = gpt_destroy,
+    .describe = gpt_describe,
+    .prepare = gpt_prepare,
+    .forward = gpt_forward,
+    .backward = gpt_backward,
+    .mean_hidden = gpt_mean_hidden,
+};
+
+static const ct_plugin_desc gpt_desc = {
+    .struct_size = sizeof(ct_plugin_desc),
+    .abi_major = CT_ABI_MAJOR,
+    .abi_minor = CT_ABI_MINOR,
+    .kind = CT_KIND_MODEL,
+    .name = "gpt",
+    .version = "1.0.0",
+    .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU",
+    .params = gpt_params,
+    .param_struct_size = sizeof(ct_param_spec),
+    .devices = CT_DEVICE_CPU,
+    .vtable = &gpt_vtable,
+};
+
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &gpt_desc; }

@@ -1,0 +1,173 @@
+/* gpt.h — private declarations of the gpt model plugin: the instance, where each tensor sits in
+ * its unit's flat buffer, the activation buffers, and the kernels the stages call.
+ * Not for: anything the host sees (that is ctrain.h) or CUDA code.
+ *
+ * Shape legend (every file of this plugin): B batch, T time, C channels (d_model), V vocabulary,
+ * L layers, NH heads, HD head dim (C/NH), F MLP hidden width, N = B*T rows. Matrices are
+ * row-major; a linear layer's weight is (out, in) as in PyTorch: y = x W^T + b.
+ */
+#ifndef GPT_PLUGIN_GPT_H
+#define GPT_PLUGIN_GPT_H
+
+#include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
+#include <assert.h>
+#include <stdint.h>
+
+typedef enum { GPT_NORM_LAYERNORM = 0, GPT_NORM_RMSNORM = 1, GPT_NORM_GAIN_ONLY = 2 } gpt_norm;
+typedef enum { GPT_MLP_GELU = 0, GPT_MLP_SWIGLU = 1 } gpt_mlp;
+typedef enum { GPT_POS_LEARNED = 0, GPT_POS_ROPE = 1 } gpt_pos;
+typedef enum { GPT_INIT_GPT2 = 0, GPT_INIT_OPENLM = 1 } gpt_init_kind;
+
+/* Element offsets of the root unit's tensors in its flat buffer; -1 when absent. */
+typedef struct {
+    int64_t wte;         /* (V,C) token embedding */
+    int64_t wpe;         /* (seq_len,C) learned positions */
+    int64_t lnf_w, lnf_b; /* (C) final norm */
+    int64_t head;        /* (V,C) output head; == wte when tied */
+} gpt_root_layout;
+
+/* Element offsets of a block's tensors (the same in every block); -1 when absent. */
+typedef struct {
+    int64_t ln1_w, ln1_b;   /* (C) */
+    int64_t qkv_w, qkv_b;   /* (3C,C), (3C): rows 0..C-1 make q, then k, then v */
+    int64_t qn_w, qn_b;     /* (C) qk-norm of q (over all heads, as open_lm) */
+    int64_t kn_w, kn_b;     /* (C) qk-norm of k */
+    int64_t proj_w, proj_b; /* (C,C), (C) attention output projection */
+    int64_t ln2_w, ln2_b;   /* (C) */
+    int64_t fc_w, fc_b;     /* gelu: (F,C); swiglu: (2F,C), rows 0..F-1 the gate */
+    int64_t fc2_w, fc2_b;   /* (C,F), (C) MLP output projection */
+} gpt_block_layout;
+
+/* Activations of one block for backward (f32; bf16-representable when computing in bf16). */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C), (N), (N) */
+    float *qkv;                          /* (N,3C) output of the qkv linear layer */
+    float *q_mean, *q_rstd, *k_mean, *k_rstd; /* (N) qk-norm statistics, when qk_norm */
+    float *qkv_att;                      /* (N,3C) q,k after qk-norm and rope, v: attention's input
+                                            (== qkv when neither qk_norm nor rope) */
+    float *att;                          /* (N,C) attention output, heads side by side */
+    float *lse;                          /* (B,NH,T) log-sum-exp of each softmax row */
+    float *xmid;                         /* (N,C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;    /* (N,C), (N), (N) */
+    float *h;                            /* (N,F) gelu input, or (N,2F) swiglu gate|up */
+    float *g;                            /* (N,F) MLP activation: input of fc2 */
+} gpt_block_acts;
+
+typedef struct gpt {
+    const ct_host_api *api;
+    ct_host           *host;
+
+    /* configuration */
+    int64_t L, NH, C, V, max_T, HD, F;
+    int     norm, mlp, pos, qk_norm, tie, bias, init;
+    float   eps, rope_theta;
+    int     threads; /* OpenMP threads of element-wise loops (>= 1) */
+
+    /* units and stages, as describe() returns them */
+    gpt_root_layout  root;
+    gpt_block_layout blk;
+    uint64_t         unit_numel_max;   /* largest unit, unpadded, in elements */
+    uint64_t         block_numel;      /* a block unit, unpadded, in elements */
+    ct_unit_spec    *units;            /* L+1 */
+    ct_tensor_spec  *tensors;          /* every unit's tensors, unit after unit */
+    char            *names;            /* storage of the tensor and unit names */
+    ct_stage_spec   *stages;           /* L+2 */
+    uint64_t         n_params;
+    int32_t          head_tensor;
+    float           *rope_cos, *rope_sin; /* (max_T, HD/2) when pos == rope */
+
+    /* activation buffers, sized by prepare() */
+    int64_t         B, T, N;
+    int32_t         dtype;        /* compute dtype given to prepare() */
+    int             bf16;         /* the current stage call computes in bf16 */
+    void           *arena;        /* one host allocation holding everything below */
+    int32_t        *tokens;       /* (N) copy of the micro-batch's tokens */
+    float          *res;          /* (L+1,N,C) residual stream: input of block l, final output */
+    gpt_block_acts *acts;         /* L */
+    float          *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
+    float          *dres;         /* (N,C) gradient of the residual stream between stages */
+    float          *dnc;          /* (N,C) scratch gradient */
+    float          *dqkv;         /* (N,3C) */
+    float          *dh;           /* (N,F) or (N,2F) */
+    float          *dg;           /* (N,F) */
+    float          *att_s, *att_dp; /* (threads,GPT_ATT_QB,T) per-thread scores /
+                                       probabilities and their gradient, one query block */
+    float          *wbuf;         /* (unit_numel_max) f32 copy of bf16 params, else NULL */
+    float          *gbuf;         /* (gbuf_n) f32 scratch for parameter gradients */
+    int64_t         gbuf_n;
+    float          *dlog;         /* (N, VCHUNK) rounded slice of dlogits (bf16 only) */
+    int32_t        *tok_order;    /* (N) positions sorted by token, for the embedding grad */
+    int32_t        *tok_start;    /* (V+1) counting-sort buckets */
+} gpt;
+
+/* Query rows per attention block (attention.c). */
+#define GPT_ATT_QB 64
+
+/* Rows of V handled at once by the head's chunked bf16 path. */
+#define GPT_VCHUNK 1024
+
+/* ---- stages.c: the stages, forward and backward ------------------------------------ */
+int32_t gpt_forward(void *self, const ct_stage_args *a, ct_error *err);
+int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err);
+
+/* ---- layers.c: kernels (forward and backward side by side) -------------------------- */
+
+/* x[i] = bf16(x[i]) for i < n: what a GPU stores when an activation is bf16. */
+void gpt_round_bf16(const gpt *m, float *x, int64_t n);
+
+/* f32 view of n elements of the stage's params at element offset off: the params themselves
+ * when they are f32, else converted (exactly) into wbuf at the same offset. */
+const float *gpt_weights(gpt *m, const ct_stage_args *a, int64_t off, int64_t n);
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major (ta/tb: 0 plain, 1 transposed). Split along
+ * the longer side of C over m->threads OpenMP threads, each part one single-threaded OpenBLAS
+ * call (one thread pool for the whole plugin: OpenBLAS's own threads are set to 1 in create).
+ * Inside a parallel region it is one plain call. */
+void gpt_sgemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+               int64_t ldc);
+/* y (N,M) = x (N,K) W^T + b; W (M,K), b (M) or NULL. */
+void gpt_linear_forward(const gpt *m, float *y, const float *x, const float *w, const float *b, int64_t N,
+                        int64_t K, int64_t M);
+/* dx (N,K) = beta*dx + dy (N,M) W; W (M,K). */
+void gpt_linear_backward_dx(const gpt *m, float *dx, const float *dy, const float *w, int64_t N, int64_t K,
+                            int64_t M, float beta);
+/* grads[off..] += dy^T (M,N) x (N,K) with ldy/ldx row strides, in the stage's grad dtype
+ * (bf16: summed in f32, then g = bf16(f32(g) + sum), in row chunks of gbuf). */
+void gpt_grad_matmul(gpt *m, const ct_stage_args *a, int64_t off, const float *dy, int64_t ldy,
+                     const float *x, int64_t ldx, int64_t N, int64_t M, int64_t K);
+/* grads[off..off+n) += d[0..n) in the stage's grad dtype. */
+void gpt_grad_add(const ct_stage_args *a, int64_t off, const float *d, int64_t n);
+/* db (M) = column sums of dy (N,M). */
+void gpt_colsum(float *db, const float *dy, int64_t N, int64_t M);
+
+/* Normalise each row of x (N rows of C, stride ldx) into y (stride ldy); mean and rstd (N) are
+ * kept for backward. w (C) gain, b (C) bias or NULL. rmsnorm stores mean = 0. */
+void gpt_norm_forward(const gpt *m, float *y, int64_t ldy, float *mean, float *rstd,
+                      const float *x, int64_t ldx, const float *w, const float *b, int64_t N,
+                      int64_t C);
+/* dx = (add ? dx : 0) + d norm / dx . dy; dw (C) += sum dy*xhat; db (C, or NULL) += sum dy.
+ * dx may alias dy when add == 0 and the strides match. */
+void gpt_norm_backward(const gpt *m, float *dx, int64_t lddx, float *dw, float *db,
+                       const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                       const float *mean, const float *rstd, const float *w, int64_t N,
+                       int64_t C, int add);
+
+/* MLP activation: gelu g = gelu(h), h (N,F); swiglu g = silu(h[:, :F]) * h[:, F:], h (N,2F). */
+void gpt_act_forward(const gpt *m, float *g, const float *h, int64_t N);
+/* dh from dg (N,F) and the stored h. */
+void gpt_act_backward(const gpt *m, float *dh, const float *dg, const float *h, int64_t N);
+
+/* ---- attention.c ---------------------------------------------------------------------- */
+
+/* Rotary embedding (NeoX/open_lm: halves of each head rotate together) of the q and k parts of
+ * qkv (N,3C) in place; inverse == 1 applies the transposed rotation (backward). */
+void gpt_rope(const gpt *m, float *qkv, int64_t N, int inverse);
+/* Causal softmax attention of qkv (N,3C) into att (N,C); lse (B,NH,T) kept for backward. */
+void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv);
+/* From datt (N,C) write dqkv (N,3C) (every element), recomputing probabilities from lse. */
+void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float *qkv,
+                            const float *lse);
+
+#endif /* GPT_PLUGIN_GPT_H */

@@ -1,0 +1,240 @@
+/* layers.c — the gpt plugin's layer kernels on the CPU: linear layers through OpenBLAS sgemm,
+ * norms (layernorm / rmsnorm / gain-only layernorm), the MLP activations (gelu, swiglu), bf16
+ * emulation and the adding of parameter gradients in the host's grad dtype. Forward and
+ * backward of each layer sit side by side. Not for: attention (attention.c), stage order
+ * (stages.c). Shape legend: see gpt.h.
+ */
+#include "gpt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+
+/* Loops over fewer elements than this stay on one thread. */
+#define GPT_PAR_MIN 32768
+
+/* ---------------------------------------------------------------------------------------
+ * Matrix products
+ * ------------------------------------------------------------------------------------- */
+
+static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+void gpt_sgemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+               int64_t ldc) {
+    if (m->threads <= 1 || (double)M * (double)N * (double)K < 262144.0 || omp_in_parallel()) {
+        sgemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int rows = M >= N; /* split the rows of C (and of op(A)), else its columns (op(B)'s) */
+    int64_t len = rows ? M : N;
+#pragma omp parallel num_threads(m->threads)
+    {
+        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t per = ((len + nt - 1) / nt + 15) / 16 * 16; /* multiples of 16 rows/columns */
+        int64_t s = t * per, e = s + per < len ? s + per : len;
+        if (s < e) {
+            if (rows)
+                sgemm1(ta, tb, e - s, N, K, alpha, ta ? A + s : A + s * lda, lda, B, ldb, beta,
+                       C + s * ldc, ldc);
+            else
+                sgemm1(ta, tb, M, e - s, K, alpha, A, lda, tb ? B + s * ldb : B + s, ldb, beta,
+                       C + s, ldc);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * bf16 emulation, weights, gradients
+ * ------------------------------------------------------------------------------------- */
+
+void gpt_round_bf16(const gpt *m, float *x, int64_t n) {
+#pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
+}
+
+const float *gpt_weights(gpt *m, const ct_stage_args *a, int64_t off, int64_t n) {
+    assert(off >= 0);
+    if (a->param_dtype == CT_DTYPE_F32) return (const float *)a->params + off;
+    assert(a->param_dtype == CT_DTYPE_BF16 && m->wbuf);
+    const uint16_t *src = (const uint16_t *)a->params + off;
+    float *dst = m->wbuf + off;
+#pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(src[i]);
+    return dst;
+}
+
+/* One gradient element in bf16: the sum is formed in f32 and rounded once. */
+static inline uint16_t bf16_add(uint16_t g, float d) {
+    return ct_bf16_from_f32(ct_bf16_to_f32(g) + d);
+}
+
+void gpt_grad_add(const ct_stage_args *a, int64_t off, const float *d, int64_t n) {
+    assert(off >= 0);
+    if (a->grad_dtype == CT_DTYPE_F32) {
+        float *g = (float *)a->grads + off;
+        for (int64_t i = 0; i < n; i++) g[i] += d[i];
+    } else {
+        uint16_t *g = (uint16_t *)a->grads + off;
+        for (int64_t i = 0; i < n; i++) g[i] = bf16_add(g[i], d[i]);
+    }
+}
+
+void gpt_grad_matmul(gpt *m, const ct_stage_args *a, int64_t off, const float *dy, int64_t ldy,
+                     const float *x, int64_t ldx, int64_t N, int64_t M, int64_t K) {
+    assert(off >= 0);
+    if (a->grad_dtype == CT_DTYPE_F32) { /* sgemm adds straight into the f32 gradient */
+        gpt_sgemm(m, 1, 0, M, K, N, 1.0f, dy, ldy, x, ldx, 1.0f, (float *)a->grads + off, K);
+        return;
+    }
+    int64_t rows = m->gbuf_n / K; /* rows of dW per chunk */
+    assert(rows >= 1);
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+        int64_t mr = M - r0 < rows ? M - r0 : rows;
+        gpt_sgemm(m, 1, 0, mr, K, N, 1.0f, dy + r0, ldy, x, ldx, 0.0f, m->gbuf, K);
+        uint16_t *g = (uint16_t *)a->grads + off + r0 * K;
+        int64_t n = mr * K;
+        const float *d = m->gbuf;
+#pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) g[i] = bf16_add(g[i], d[i]);
+    }
+}
+
+void gpt_colsum(float *db, const float *dy, int64_t N, int64_t M) {
+    for (int64_t j = 0; j < M; j++) db[j] = 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+        const float *row = dy + n * M;
+        for (int64_t j = 0; j < M; j++) db[j] += row[j];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Linear layer: y = x W^T + b
+ * ------------------------------------------------------------------------------------- */
+
+void gpt_linear_forward(const gpt *m, float *y, const float *x, const float *w, const float *b,
+                        int64_t N, int64_t K, int64_t M) {
+    gpt_sgemm(m, 0, 1, N, M, K, 1.0f, x, K, w, K, 0.0f, y, M);
+    if (!b) return;
+#pragma omp parallel for num_threads(m->threads) if (N * M > GPT_PAR_MIN) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < M; j++) y[n * M + j] += b[j];
+}
+
+void gpt_linear_backward_dx(const gpt *m, float *dx, const float *dy, const float *w, int64_t N,
+                            int64_t K, int64_t M, float beta) {
+    gpt_sgemm(m, 0, 0, N, K, M, 1.0f, dy, M, w, K, beta, dx, K);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Norms. layernorm: y = (x-mean)*rstd*w + b, rstd = 1/sqrt(var + eps) (biased var);
+ * gain_only: the same without b; rmsnorm: y = x*rstd*w, rstd = 1/sqrt(mean(x^2) + eps).
+ * ------------------------------------------------------------------------------------- */
+
+/* mean and rstd of one row of C values, in f32 as a GPU kernel would form them. */
+static inline void norm_stats(int kind, const float *x, int64_t C, float eps, float *mean,
+                              float *rstd) {
+    float mu = 0.0f;
+    if (kind != GPT_NORM_RMSNORM) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < C; i++) s += x[i];
+        mu = s / (float)C;
+    }
+    float ss = 0.0f;
+    for (int64_t i = 0; i < C; i++) ss += (x[i] - mu) * (x[i] - mu);
+    *mean = mu;
+    *rstd = 1.0f / sqrtf(ss / (float)C + eps);
+}
+
+void gpt_norm_forward(const gpt *m, float *y, int64_t ldy, float *mean, float *rstd,
+                      const float *x, int64_t ldx, const float *w, const float *b, int64_t N,
+                      int64_t C) {
+    int kind = m->norm;
+    float eps = m->eps;
+#pragma omp parallel for num_threads(m->threads) if (N * C > GPT_PAR_MIN) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = x + n * ldx;
+        float *yr = y + n * ldy;
+        float mu, rs;
+        norm_stats(kind, xr, C, eps, &mu, &rs);
+        mean[n] = mu;
+        rstd[n] = rs;
+        for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs * w[i] + (b ? b[i] : 0.0f);
+    }
+}
+
+void gpt_norm_backward(const gpt *m, float *dx, int64_t lddx, float *dw, float *db,
+                       const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                       const float *mean, const float *rstd, const float *w, int64_t N,
+                       int64_t C, int add) {
+    int kind = m->norm;
+    /* parameter gradients first (dy may be overwritten by dx below) */
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = x + n * ldx, *dyr = dy + n * lddy;
+        float mu = mean[n], rs = rstd[n];
+        for (int64_t i = 0; i < C; i++) {
+            dw[i] += dyr[i] * (xr[i] - mu) * rs;
+            if (db) db[i] += dyr[i];
+        }
+    }
+#pragma omp parallel for num_threads(m->threads) if (N * C > GPT_PAR_MIN) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = x + n * ldx, *dyr = dy + n * lddy;
+        float *dxr = dx + n * lddx;
+        float mu = mean[n], rs = rstd[n];
+        float s_d = 0.0f, s_dx = 0.0f; /* sums of dxhat and dxhat*xhat */
+        for (int64_t i = 0; i < C; i++) {
+            float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * w[i];
+            s_d += dxhat;
+            s_dx += dxhat * xhat;
+        }
+        float m_d = kind == GPT_NORM_RMSNORM ? 0.0f : s_d / (float)C;
+        float m_dx = s_dx / (float)C;
+        for (int64_t i = 0; i < C; i++) {
+            float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * w[i];
+            float v = rs * (dxhat - m_d - xhat * m_dx);
+            dxr[i] = add ? dxr[i] + v : v;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * MLP activations
+ * ------------------------------------------------------------------------------------- */
+
+void gpt_act_forward(const gpt *m, float *g, const float *h, int64_t N) {
+    int64_t F = m->F;
+    if (m->mlp == GPT_MLP_GELU) {
+#pragma omp parallel for num_threads(m->threads) if (N * F > GPT_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < N * F; i++) g[i] = ct_gelu(h[i]);
+        return;
+    }
+#pragma omp parallel for num_threads(m->threads) if (N * F > GPT_PAR_MIN) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *gate = h + n * 2 * F, *up = gate + F;
+        for (int64_t j = 0; j < F; j++) g[n * F + j] = ct_silu(gate[j]) * up[j];
+    }
+}
+
+void gpt_act_backward(const gpt *m, float *dh, const float *dg, const float *h, int64_t N) {
+    int64_t F = m->F;
+    if (m->mlp == GPT_MLP_GELU) {
+#pragma omp parallel for num_threads(m->threads) if (N * F > GPT_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < N * F; i++) dh[i] = dg[i] * ct_gelu_grad(h[i]);
+        return;
+    }
+#pragma omp parallel for num_threads(m->threads) if (N * F > GPT_PAR_MIN) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *gate = h + n * 2 * F, *up = gate + F;
+        float *dgate = dh + n * 2 * F, *dup = dgate + F;
+        for (int64_t j = 0; j < F; j++) {
+            float d = dg[n * F + j];
+            dgate[j] = d * up[j] * ct_silu_grad(gate[j]);
+            dup[j] = d * ct_silu(gate[j]);
+        }
+    }
+}

@@ -1,0 +1,319 @@
+/* stages.c — the gpt plugin's stages (embed, block.0..L-1, head), forward and backward side
+ * by side: which kernel runs on which buffer, where bf16 rounding happens, and how parameter
+ * gradients reach the host's buffer. Not for: the kernels themselves (layers.c, attention.c).
+ *
+ * bf16 (param_dtype BF16) emulates a GPU: weights are widened exactly to f32, products
+ * accumulate in f32 (sgemm), and every activation and activation gradient a GPU would store in
+ * bf16 (outputs of each op, the residual stream, the logits, dlogits) is rounded with
+ * ct_round_bf16. Parameter gradients are summed in f32 within a stage, then added once into the
+ * host's buffer in grad_dtype. With f32 params nothing is rounded. Shape legend: see gpt.h.
+ */
+#include "gpt.h"
+
+#include <string.h>
+
+/* bf16 storage of an activation buffer (a no-op in f32). */
+static void store(const gpt *m, float *x, int64_t n) {
+    if (m->bf16) gpt_round_bf16(m, x, n);
+}
+
+/* Add a (C)-vector pair of norm parameter gradients held in gbuf. */
+static void norm_grads_begin(gpt *m) { memset(m->gbuf, 0, (size_t)(2 * m->C) * sizeof(float)); }
+static void norm_grads_end(gpt *m, const ct_stage_args *a, int64_t w_off, int64_t b_off) {
+    gpt_grad_add(a, w_off, m->gbuf, m->C);
+    if (b_off >= 0) gpt_grad_add(a, b_off, m->gbuf + m->C, m->C);
+}
+
+/* A linear layer's bias gradient: column sums of dy (N,M) into gbuf, then added. */
+static void bias_grad(gpt *m, const ct_stage_args *a, int64_t b_off, const float *dy, int64_t M) {
+    if (b_off < 0) return;
+    gpt_colsum(m->gbuf, dy, m->N, M);
+    gpt_grad_add(a, b_off, m->gbuf, M);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * embed: x0[n] = wte[token[n]] (+ wpe[t])          (unit root)
+ * ------------------------------------------------------------------------------------- */
+
+/* Element i of a params tensor at offset off, as f32. */
+static inline float param_at(const ct_stage_args *a, int64_t off) {
+    if (a->param_dtype == CT_DTYPE_F32) return ((const float *)a->params)[off];
+    return ct_bf16_to_f32(((const uint16_t *)a->params)[off]);
+}
+
+static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    int64_t N = m->N, T = m->T, C = m->C;
+    if (!a->tokens)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage embed got no tokens (NULL)");
+    for (int64_t n = 0; n < N; n++) {
+        int32_t tok = a->tokens[n];
+        if (tok < 0 || tok >= m->V)
+            return ct_error_set(err, CT_ERR_INVALID,
+                                "model gpt: token %d at position %lld is outside the vocabulary "
+                                "0..%lld ---> check the data's tokenizer against [model] vocab_size",
+                                (int)tok, (long long)n, (long long)(m->V - 1));
+        m->tokens[n] = tok;
+    }
+    float *x = m->res;
+#pragma omp parallel for num_threads(m->threads) if (N * C > 32768) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        int64_t te = m->root.wte + (int64_t)m->tokens[n] * C;
+        int64_t pe = m->root.wpe >= 0 ? m->root.wpe + (n % T) * C : -1;
+        for (int64_t i = 0; i < C; i++)
+            x[n * C + i] = param_at(a, te + i) + (pe >= 0 ? param_at(a, pe + i) : 0.0f);
+    }
+    store(m, x, N * C);
+    return CT_OK;
+}
+
+static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    int64_t N = m->N, T = m->T, C = m->C, V = m->V;
+    const float *dx = m->dres;
+    (void)err;
+    if (m->root.wpe >= 0) { /* dwpe[t] = sum over b of dx[b,t] */
+        float *g = m->gbuf;
+        memset(g, 0, (size_t)(T * C) * sizeof(float));
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < C; i++) g[(n % T) * C + i] += dx[n * C + i];
+        gpt_grad_add(a, m->root.wpe, g, T * C);
+    }
+    /* dwte[v] = sum of dx rows whose token is v: positions grouped by token (counting sort),
+     * each group summed in f32 and added once */
+    int32_t *start = m->tok_start, *order = m->tok_order;
+    memset(start, 0, (size_t)(V + 1) * sizeof *start);
+    for (int64_t n = 0; n < N; n++) start[m->tokens[n] + 1]++;
+    for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
+    for (int64_t n = 0; n < N; n++) order[start[m->tokens[n]]++] = (int32_t)n;
+    /* start[v] is now the end of group v; group v begins where group v-1 ended */
+    int64_t begin = 0;
+    float *row = m->gbuf;
+    while (begin < N) {
+        int32_t v = m->tokens[order[begin]];
+        int64_t end = start[v];
+        memset(row, 0, (size_t)C * sizeof(float));
+        for (int64_t k = begin; k < end; k++)
+            for (int64_t i = 0; i < C; i++) row[i] += dx[(int64_t)order[k] * C + i];
+        gpt_grad_add(a, m->root.wte + (int64_t)v * C, row, C);
+        begin = end;
+    }
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * block l: x_mid = x + proj(attn(norm1(x))); out = x_mid + mlp(norm2(x_mid))   (unit l+1)
+ * ------------------------------------------------------------------------------------- */
+
+static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
+    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    const gpt_block_layout *o = &m->blk;
+    const float *P = gpt_weights(m, a, 0, (int64_t)m->block_numel);
+#define W(off) ((off) >= 0 ? P + (off) : NULL)
+    gpt_block_acts *A = &m->acts[l];
+    const float *x = m->res + l * N * C;
+    float *out = m->res + (l + 1) * N * C;
+    float *tmp = m->dnc; /* (N,C) branch outputs; free during forward */
+
+    gpt_norm_forward(m, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, W(o->ln1_w), W(o->ln1_b), N, C);
+    store(m, A->ln1, N * C);
+    gpt_linear_forward(m, A->qkv, A->ln1, W(o->qkv_w), W(o->qkv_b), N, C, 3 * C);
+    store(m, A->qkv, N * 3 * C);
+    if (A->qkv_att != A->qkv) {
+        memcpy(A->qkv_att, A->qkv, (size_t)(N * 3 * C) * sizeof(float));
+        if (m->qk_norm) {
+            gpt_norm_forward(m, A->qkv_att, 3 * C, A->q_mean, A->q_rstd, A->qkv, 3 * C,
+                             W(o->qn_w), W(o->qn_b), N, C);
+            gpt_norm_forward(m, A->qkv_att + C, 3 * C, A->k_mean, A->k_rstd, A->qkv + C, 3 * C,
+                             W(o->kn_w), W(o->kn_b), N, C);
+            store(m, A->qkv_att, N * 3 * C);
+        }
+        if (m->pos == GPT_POS_ROPE) {
+            gpt_rope(m, A->qkv_att, N, 0);
+            store(m, A->qkv_att, N * 3 * C);
+        }
+    }
+    gpt_attention_forward(m, A->att, A->lse, A->qkv_att);
+    store(m, A->att, N * C);
+    gpt_linear_forward(m, tmp, A->att, W(o->proj_w), W(o->proj_b), N, C, C);
+    store(m, tmp, N * C);
+    for (int64_t i = 0; i < N * C; i++) A->xmid[i] = x[i] + tmp[i];
+    store(m, A->xmid, N * C);
+
+    gpt_norm_forward(m, A->ln2, C, A->ln2_mean, A->ln2_rstd, A->xmid, C, W(o->ln2_w),
+                     W(o->ln2_b), N, C);
+    store(m, A->ln2, N * C);
+    gpt_linear_forward(m, A->h, A->ln2, W(o->fc_w), W(o->fc_b), N, C, FH);
+    store(m, A->h, N * FH);
+    gpt_act_forward(m, A->g, A->h, N);
+    store(m, A->g, N * F);
+    gpt_linear_forward(m, tmp, A->g, W(o->fc2_w), W(o->fc2_b), N, F, C);
+    store(m, tmp, N * C);
+    for (int64_t i = 0; i < N * C; i++) out[i] = A->xmid[i] + tmp[i];
+    store(m, out, N * C);
+#undef W
+}
+
+/* m->dres: d loss / d out on entry, d loss / d x on return. */
+static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
+    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    const gpt_block_layout *o = &m->blk;
+    const float *P = gpt_weights(m, a, 0, (int64_t)m->block_numel);
+#define W(off) ((off) >= 0 ? P + (off) : NULL)
+    gpt_block_acts *A = &m->acts[l];
+    const float *x = m->res + l * N * C;
+    float *dres = m->dres, *dnc = m->dnc;
+
+    /* MLP branch: its output's gradient is dres */
+    gpt_grad_matmul(m, a, o->fc2_w, dres, C, A->g, F, N, C, F);
+    bias_grad(m, a, o->fc2_b, dres, C);
+    gpt_linear_backward_dx(m, m->dg, dres, W(o->fc2_w), N, F, C, 0.0f);
+    store(m, m->dg, N * F);
+    gpt_act_backward(m, m->dh, m->dg, A->h, N);
+    store(m, m->dh, N * FH);
+    gpt_grad_matmul(m, a, o->fc_w, m->dh, FH, A->ln2, C, N, FH, C);
+    bias_grad(m, a, o->fc_b, m->dh, FH);
+    gpt_linear_backward_dx(m, dnc, m->dh, W(o->fc_w), N, C, FH, 0.0f);
+    store(m, dnc, N * C);
+    norm_grads_begin(m);
+    gpt_norm_backward(m, dres, C, m->gbuf, o->ln2_b >= 0 ? m->gbuf + C : NULL, dnc, C, A->xmid,
+                      C, A->ln2_mean, A->ln2_rstd, W(o->ln2_w), N, C, 1);
+    norm_grads_end(m, a, o->ln2_w, o->ln2_b);
+    store(m, dres, N * C); /* now d loss / d x_mid */
+
+    /* attention branch */
+    gpt_grad_matmul(m, a, o->proj_w, dres, C, A->att, C, N, C, C);
+    bias_grad(m, a, o->proj_b, dres, C);
+    gpt_linear_backward_dx(m, dnc, dres, W(o->proj_w), N, C, C, 0.0f);
+    store(m, dnc, N * C);
+    gpt_attention_backward(m, m->dqkv, dnc, A->qkv_att, A->lse);
+    store(m, m->dqkv, N * 3 * C);
+    if (m->pos == GPT_POS_ROPE) {
+        gpt_rope(m, m->dqkv, N, 1);
+        store(m, m->dqkv, N * 3 * C);
+    }
+    if (m->qk_norm) {
+        norm_grads_begin(m);
+        gpt_norm_backward(m, m->dqkv, 3 * C, m->gbuf, o->qn_b >= 0 ? m->gbuf + C : NULL, m->dqkv,
+                          3 * C, A->qkv, 3 * C, A->q_mean, A->q_rstd, W(o->qn_w), N, C, 0);
+        norm_grads_end(m, a, o->qn_w, o->qn_b);
+        norm_grads_begin(m);
+        gpt_norm_backward(m, m->dqkv + C, 3 * C, m->gbuf, o->kn_b >= 0 ? m->gbuf + C : NULL,
+                          m->dqkv + C, 3 * C, A->qkv + C, 3 * C, A->k_mean, A->k_rstd,
+                          W(o->kn_w), N, C, 0);
+        norm_grads_end(m, a, o->kn_w, o->kn_b);
+        store(m, m->dqkv, N * 3 * C);
+    }
+    gpt_grad_matmul(m, a, o->qkv_w, m->dqkv, 3 * C, A->ln1, C, N, 3 * C, C);
+    bias_grad(m, a, o->qkv_b, m->dqkv, 3 * C);
+    gpt_linear_backward_dx(m, dnc, m->dqkv, W(o->qkv_w), N, C, 3 * C, 0.0f);
+    store(m, dnc, N * C);
+    norm_grads_begin(m);
+    gpt_norm_backward(m, dres, C, m->gbuf, o->ln1_b >= 0 ? m->gbuf + C : NULL, dnc, C, x, C,
+                      A->ln1_mean, A->ln1_rstd, W(o->ln1_w), N, C, 1);
+    norm_grads_end(m, a, o->ln1_w, o->ln1_b);
+    store(m, dres, N * C); /* now d loss / d x */
+#undef W
+}
+
+/* ---------------------------------------------------------------------------------------
+ * head: logits (N,V) = norm_f(x_L) W_head^T        (unit root)
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    int64_t N = m->N, C = m->C, V = m->V;
+    if (!a->logits)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no logits buffer (NULL)");
+    const float *x = m->res + m->L * N * C;
+    const float *w = gpt_weights(m, a, m->root.lnf_w, C);
+    const float *b = m->root.lnf_b >= 0 ? gpt_weights(m, a, m->root.lnf_b, C) : NULL;
+    gpt_norm_forward(m, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, w, b, N, C);
+    store(m, m->lnf, N * C);
+    const float *wh = gpt_weights(m, a, m->root.head, V * C);
+    gpt_linear_forward(m, a->logits, m->lnf, wh, NULL, N, C, V);
+    store(m, a->logits, N * V);
+    return CT_OK;
+}
+
+static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    int64_t N = m->N, C = m->C, V = m->V;
+    if (!a->dlogits)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
+    const float *wh = gpt_weights(m, a, m->root.head, V * C);
+    float *dlnf = m->dnc;
+    if (!m->bf16) {
+        gpt_linear_backward_dx(m, dlnf, a->dlogits, wh, N, C, V, 0.0f);
+        gpt_grad_matmul(m, a, m->root.head, a->dlogits, V, m->lnf, C, N, V, C);
+    } else { /* slices of GPT_VCHUNK vocabulary columns: dlogits rounded to bf16 first */
+        for (int64_t v0 = 0; v0 < V; v0 += GPT_VCHUNK) {
+            int64_t vc = V - v0 < GPT_VCHUNK ? V - v0 : GPT_VCHUNK;
+            float *d = m->dlog;
+#pragma omp parallel for num_threads(m->threads) if (N * vc > 32768) schedule(static)
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t j = 0; j < vc; j++) d[n * vc + j] = ct_round_bf16(a->dlogits[n * V + v0 + j]);
+            gpt_sgemm(m, 0, 0, N, C, vc, 1.0f, d, vc, wh + v0 * C, C, v0 ? 1.0f : 0.0f, dlnf, C);
+            gpt_grad_matmul(m, a, m->root.head + v0 * C, d, vc, m->lnf, C, N, vc, C);
+        }
+    }
+    store(m, dlnf, N * C);
+    const float *x = m->res + m->L * N * C;
+    const float *w = gpt_weights(m, a, m->root.lnf_w, C);
+    norm_grads_begin(m);
+    gpt_norm_backward(m, m->dres, C, m->gbuf, m->root.lnf_b >= 0 ? m->gbuf + C : NULL, dlnf, C,
+                      x, C, m->lnf_mean, m->lnf_rstd, w, N, C, 0);
+    norm_grads_end(m, a, m->root.lnf_w, m->root.lnf_b);
+    store(m, m->dres, N * C);
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Entry points
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t check_args(gpt *m, const ct_stage_args *a, int backward, ct_error *err) {
+    if (!m->arena)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: %s before prepare() ---> call "
+                            "prepare(B, T, dtype) first", backward ? "backward" : "forward");
+    if (a->stage < 0 || a->stage > m->L + 1)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage %d does not exist (0..%lld)",
+                            (int)a->stage, (long long)(m->L + 1));
+    if (!a->params)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage %d got no params (NULL)",
+                            (int)a->stage);
+    if (a->param_dtype != CT_DTYPE_F32 && a->param_dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: param dtype %s is not supported "
+                            "---> use f32 or bf16", ct_dtype_name(a->param_dtype));
+    if (a->param_dtype == CT_DTYPE_BF16 && m->dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: bf16 params but prepare() was given "
+                            "%s ---> prepare with the compute dtype (bf16)", ct_dtype_name(m->dtype));
+    if (backward) {
+        if (!a->grads)
+            return ct_error_set(err, CT_ERR_INVALID, "model gpt: backward of stage %d got no "
+                                "grads buffer (NULL)", (int)a->stage);
+        if (a->grad_dtype != CT_DTYPE_F32 && a->grad_dtype != CT_DTYPE_BF16)
+            return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: grad dtype %s is not "
+                                "supported ---> use f32 or bf16", ct_dtype_name(a->grad_dtype));
+    }
+    m->bf16 = a->param_dtype == CT_DTYPE_BF16;
+    return CT_OK;
+}
+
+int32_t gpt_forward(void *self, const ct_stage_args *a, ct_error *err) {
+    gpt *m = self;
+    int32_t rc = check_args(m, a, 0, err);
+    if (rc != CT_OK) return rc;
+    if (a->stage == 0) return embed_forward(m, a, err);
+    if (a->stage == m->L + 1) return head_forward(m, a, err);
+    block_forward(m, a, a->stage - 1);
+    return CT_OK;
+}
+
+int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err) {
+    gpt *m = self;
+    int32_t rc = check_args(m, a, 1, err);
+    if (rc != CT_OK) return rc;
+    if (a->stage == 0) return embed_backward(m, a, err);
+    if (a->stage == m->L + 1) return head_backward(m, a, err);
+    block_backward(m, a, a->stage - 1);
+    return CT_OK;
+}
