@@ -18,7 +18,7 @@ FX_INCLUDE=tests/abi/v1.0 ct_fixture "$old/loss_fx_v10.so" -DFX_NAME=fx_v10 \
     || ct_fail build_v10 "cc failed"
 ct_fixture "$newer/loss_fx_newer.so" -DFX_NAME=fx_newer -DFX_MINOR=$((minor + 1)) \
     || ct_fail build_newer "cc failed"
-ct_fixture "$major2/loss_fx_major2.so" -DFX_NAME=fx_major2 -DFX_MAJOR=2 \
+ct_fixture "$major2/loss_fx_major2.so" -DFX_NAME=fx_major2 -DFX_MAJOR=2 -DFX_MINOR=0 \
     || ct_fail build_major2 "cc failed"
 
 # the frozen header still describes ABI 1.0

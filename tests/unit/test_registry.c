@@ -47,7 +47,7 @@ CT_TEST(registry_accepts_same_major_older_minor_and_refuses_newer_or_other_major
     char flags[128];
     snprintf(flags, sizeof flags, "-DFX_NAME=fx_newer -DFX_MINOR=%d", CT_ABI_MINOR + 1);
     if (!build_fixture(dir, "loss_fx_newer.so", flags)) return;
-    if (!build_fixture(dir, "loss_fx_major2.so", "-DFX_NAME=fx_major2 -DFX_MAJOR=2")) return;
+    if (!build_fixture(dir, "loss_fx_major2.so", "-DFX_NAME=fx_major2 -DFX_MAJOR=2 -DFX_MINOR=0")) return;
     if (!build_fixture(dir, "loss_noentry.so", "-DFX_NO_ENTRY")) return;
     if (CT_ABI_MINOR > 0) {
         snprintf(flags, sizeof flags, "-DFX_NAME=fx_older -DFX_MINOR=%d", CT_ABI_MINOR - 1);
