@@ -20,9 +20,11 @@
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
+#include <ctrain/precision_kit.h>
 
 #include <stdlib.h>
-#include <string.h>
+
+#define AVG_WHO "precision bf16_avg" /* starts every error message */
 
 typedef struct avg_precision {
     int32_t       grad_accum_dtype; /* CT_DTYPE_BF16 (as FSDP) or CT_DTYPE_F32 */
@@ -35,12 +37,11 @@ typedef struct avg_precision {
 static inline float avg_premul(int32_t N) { return ct_round_bf16(1.0f / (float)N); }
 
 static void *avg_create(const ct_create_args *args, ct_error *err) {
-    const char *accum = NULL;
-    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK)
-        return NULL;
+    int32_t accum;
+    if (ct_pkit_get_grad_accum(args, &accum, err) != CT_OK) return NULL;
     avg_precision *self = calloc(1, sizeof *self);
-    if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_avg: out of memory"), NULL;
-    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, AVG_WHO ": out of memory"), NULL;
+    self->grad_accum_dtype = accum;
     return self;
 }
 
@@ -54,33 +55,20 @@ static void avg_destroy(void *p) {
 static int32_t avg_policy(void *p, ct_precision_policy *out, ct_error *err) {
     avg_precision *self = p;
     (void)err;
-    out->param_dtype = CT_DTYPE_BF16;
-    out->reduce_dtype = CT_DTYPE_BF16;
-    out->master_dtype = CT_DTYPE_F32;
-    out->grad_accum_dtype = self->grad_accum_dtype;
-    out->buffer_dtype = CT_DTYPE_BF16;
+    ct_pkit_policy(out, CT_DTYPE_BF16, CT_DTYPE_BF16, self->grad_accum_dtype);
     return CT_OK;
 }
 
 /* self->pre = bf16(send[i] * bf16(1/N)) for n elements, on `device`. */
 static int32_t premultiply(avg_precision *self, ct_device_ref device, int32_t N, const void *send,
                            uint64_t n, ct_error *err) {
-    if (!self->dev.vt) self->dev = device;
-    if (self->dev.self != device.self)
-        return ct_error_set(err, CT_ERR_INTERNAL, "precision bf16_avg: called with another "
-                            "device than before ---> one instance serves one rank");
+    int32_t rc = ct_pkit_bind_device(&self->dev, device, AVG_WHO, err);
+    if (rc == CT_OK)
+        rc = ct_pkit_ensure(device, &self->pre, &self->pre_cap, n, CT_DTYPE_BF16, AVG_WHO,
+                            "premultiplied gradient", err);
     const ct_device_vtable *d = device.vt;
-    if (n > self->pre_cap) {
-        d->free_mem(device.self, self->pre);
-        self->pre_cap = 0;
-        self->pre = d->alloc(device.self, n * sizeof(uint16_t), err);
-        if (!self->pre)
-            return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_avg: cannot allocate %llu "
-                                "bytes for the premultiplied gradient ---> use a smaller model "
-                                "or more ranks", (unsigned long long)(n * sizeof(uint16_t)));
-        self->pre_cap = n;
-    }
-    int32_t rc = d->copy(device.self, self->pre, send, n * sizeof(uint16_t), CT_COPY_D2D, err);
+    if (rc == CT_OK)
+        rc = d->copy(device.self, self->pre, send, n * sizeof(uint16_t), CT_COPY_D2D, err);
     /* scale computes bf16(x * a) with the product in f32: exact for two bf16 factors, so this
      * is the correctly rounded bf16 product, as __hmul2 on the GPU. */
     if (rc == CT_OK) rc = d->scale(device.self, self->pre, CT_DTYPE_BF16, n, avg_premul(N), err);
@@ -94,12 +82,10 @@ static int32_t avg_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref devic
     avg_precision *self = p;
     int32_t N = comm.world_size;
     if (dtype != CT_DTYPE_BF16 || N == 1)
-        return comm.vt->reduce_scatter(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL,
-                                       err);
+        return ct_pkit_comm_reduce_scatter(comm, send, recv, count, dtype, err);
     int32_t rc = premultiply(self, device, N, send, (uint64_t)N * count, err);
     if (rc == CT_OK)
-        rc = comm.vt->reduce_scatter(comm.self, self->pre, recv, count, CT_DTYPE_BF16,
-                                     CT_REDUCE_SUM, NULL, err);
+        rc = ct_pkit_comm_reduce_scatter(comm, self->pre, recv, count, CT_DTYPE_BF16, err);
     if (rc == CT_OK) rc = device.vt->scale(device.self, recv, CT_DTYPE_BF16, count, (float)N, err);
     return rc;
 }
@@ -110,21 +96,16 @@ static int32_t avg_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, c
     avg_precision *self = p;
     int32_t N = comm.world_size;
     if (dtype != CT_DTYPE_BF16 || N == 1)
-        return comm.vt->all_reduce(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL, err);
+        return ct_pkit_comm_all_reduce(comm, send, recv, count, dtype, err);
     int32_t rc = premultiply(self, device, N, send, count, err);
     if (rc == CT_OK)
-        rc = comm.vt->all_reduce(comm.self, self->pre, recv, count, CT_DTYPE_BF16, CT_REDUCE_SUM,
-                                 NULL, err);
+        rc = ct_pkit_comm_all_reduce(comm, self->pre, recv, count, CT_DTYPE_BF16, err);
     if (rc == CT_OK) rc = device.vt->scale(device.self, recv, CT_DTYPE_BF16, count, (float)N, err);
     return rc;
 }
 
-static const char *const avg_accum_choices[] = {"bf16", "f32", NULL};
-
 static const ct_param_spec avg_params[] = {
-    CT_PARAM_ENUM("grad_accum_dtype", "bf16", avg_accum_choices,
-                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
-                  "to accumulate micro-batches exactly"),
+    CT_PKIT_PARAM_GRAD_ACCUM,
     CT_PARAM_END,
 };
 

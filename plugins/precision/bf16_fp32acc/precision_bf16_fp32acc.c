@@ -7,9 +7,11 @@
  * Shape legend: N ranks, n = count (elements per rank's result).
  */
 #include <ctrain/ctrain.h>
+#include <ctrain/precision_kit.h>
 
 #include <stdlib.h>
-#include <string.h>
+
+#define FP32ACC_WHO "precision bf16_fp32acc" /* starts every error message */
 
 typedef struct fp32acc_precision {
     int32_t       grad_accum_dtype; /* CT_DTYPE_BF16 (as FSDP) or CT_DTYPE_F32 */
@@ -25,13 +27,11 @@ typedef struct fp32acc_precision {
 } fp32acc_precision;
 
 static void *fp32acc_create(const ct_create_args *args, ct_error *err) {
-    const char *accum = NULL;
-    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK)
-        return NULL;
+    int32_t accum;
+    if (ct_pkit_get_grad_accum(args, &accum, err) != CT_OK) return NULL;
     fp32acc_precision *self = calloc(1, sizeof *self);
-    if (!self)
-        return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_fp32acc: out of memory"), NULL;
-    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    if (!self) return ct_error_set(err, CT_ERR_NOMEM, FP32ACC_WHO ": out of memory"), NULL;
+    self->grad_accum_dtype = accum;
     return self;
 }
 
@@ -55,38 +55,15 @@ static void fp32acc_destroy(void *p) {
 static int32_t fp32acc_policy(void *p, ct_precision_policy *out, ct_error *err) {
     fp32acc_precision *self = p;
     (void)err;
-    out->param_dtype = CT_DTYPE_BF16;
-    out->reduce_dtype = CT_DTYPE_BF16;
-    out->master_dtype = CT_DTYPE_F32;
-    out->grad_accum_dtype = self->grad_accum_dtype;
-    out->buffer_dtype = CT_DTYPE_BF16;
+    ct_pkit_policy(out, CT_DTYPE_BF16, CT_DTYPE_BF16, self->grad_accum_dtype);
     return CT_OK;
 }
 
-/* *buf holds at least n elements of dtype on dev (grown, contents lost, when smaller). */
+/* *buf holds at least n elements of dtype on the bound device (grown, contents lost, when
+ * smaller). */
 static int32_t ensure(fp32acc_precision *self, void **buf, uint64_t *cap, uint64_t n,
                       int32_t dtype, const char *what, ct_error *err) {
-    if (n <= *cap) return CT_OK;
-    self->dev.vt->free_mem(self->dev.self, *buf);
-    *cap = 0;
-    uint64_t bytes = (n ? n : 1) * ct_dtype_size(dtype);
-    *buf = self->dev.vt->alloc(self->dev.self, bytes, err);
-    if (!*buf)
-        return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_fp32acc: cannot allocate %llu "
-                            "bytes for the %s ---> use a smaller model or more ranks",
-                            (unsigned long long)bytes, what);
-    *cap = n;
-    return CT_OK;
-}
-
-/* The scratch belongs to the device of the first call; a later call with another device is a
- * wiring bug (one instance serves one rank). */
-static int32_t bind_device(fp32acc_precision *self, ct_device_ref dev, ct_error *err) {
-    if (!self->dev.vt) self->dev = dev;
-    if (self->dev.self != dev.self)
-        return ct_error_set(err, CT_ERR_INTERNAL, "precision bf16_fp32acc: called with another "
-                            "device than before ---> one instance serves one rank");
-    return CT_OK;
+    return ct_pkit_ensure(self->dev, buf, cap, n, dtype, FP32ACC_WHO, what, err);
 }
 
 /* recv (n, bf16) = bf16( f32 sum over ranks r = 0..N-1, in that order, of blocks[r] ) where
@@ -114,9 +91,8 @@ static int32_t fp32acc_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref d
                                       int32_t dtype, ct_error *err) {
     fp32acc_precision *self = p;
     if (dtype != CT_DTYPE_BF16)
-        return comm.vt->reduce_scatter(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL,
-                                       err);
-    int32_t N = comm.world_size, rc = bind_device(self, device, err);
+        return ct_pkit_comm_reduce_scatter(comm, send, recv, count, dtype, err);
+    int32_t N = comm.world_size, rc = ct_pkit_bind_device(&self->dev, device, FP32ACC_WHO, err);
     if (rc == CT_OK)
         rc = ensure(self, &self->blocks, &self->blocks_cap, (uint64_t)N * count, CT_DTYPE_BF16,
                     "all_to_all buffer", err);
@@ -135,8 +111,8 @@ static int32_t fp32acc_all_reduce(void *p, ct_comm_ref comm, ct_device_ref devic
                                   ct_error *err) {
     fp32acc_precision *self = p;
     if (dtype != CT_DTYPE_BF16)
-        return comm.vt->all_reduce(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL, err);
-    int32_t N = comm.world_size, rc = bind_device(self, device, err);
+        return ct_pkit_comm_all_reduce(comm, send, recv, count, dtype, err);
+    int32_t N = comm.world_size, rc = ct_pkit_bind_device(&self->dev, device, FP32ACC_WHO, err);
     uint64_t chunk = (count + (uint64_t)N - 1) / (uint64_t)N, total = chunk * (uint64_t)N;
     const ct_device_vtable *d = device.vt;
     if (rc == CT_OK)
@@ -160,12 +136,8 @@ static int32_t fp32acc_all_reduce(void *p, ct_comm_ref comm, ct_device_ref devic
     return rc;
 }
 
-static const char *const fp32acc_accum_choices[] = {"bf16", "f32", NULL};
-
 static const ct_param_spec fp32acc_params[] = {
-    CT_PARAM_ENUM("grad_accum_dtype", "bf16", fp32acc_accum_choices,
-                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
-                  "to accumulate micro-batches exactly"),
+    CT_PKIT_PARAM_GRAD_ACCUM,
     CT_PARAM_END,
 };
 

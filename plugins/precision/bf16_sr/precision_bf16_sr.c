@@ -18,6 +18,7 @@
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
+#include <ctrain/precision_kit.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,9 @@ CT_HD uint16_t sr_combine(uint16_t partial, uint16_t own, uint64_t stream, uint6
 }
 
 static void *sr_create(const ct_create_args *args, ct_error *err) {
-    const char *accum = NULL;
+    int32_t accum;
     int64_t offset = 0;
-    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK ||
+    if (ct_pkit_get_grad_accum(args, &accum, err) != CT_OK ||
         args->api->get_int(args->host, args->section, "seed_offset", &offset, err) != CT_OK)
         return NULL;
     if (args->device.vt && args->device.type != CT_DEVICE_CPU)
@@ -54,7 +55,7 @@ static void *sr_create(const ct_create_args *args, ct_error *err) {
                NULL;
     sr_precision *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_sr: out of memory"), NULL;
-    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    self->grad_accum_dtype = accum;
     self->seed = ct_hash64(args->seed, 0x5352000000000000ull ^ (uint64_t)offset);
     return self;
 }
@@ -70,11 +71,7 @@ static void sr_destroy(void *p) {
 static int32_t sr_policy(void *p, ct_precision_policy *out, ct_error *err) {
     sr_precision *self = p;
     (void)err;
-    out->param_dtype = CT_DTYPE_BF16;
-    out->reduce_dtype = CT_DTYPE_BF16;
-    out->master_dtype = CT_DTYPE_F32;
-    out->grad_accum_dtype = self->grad_accum_dtype;
-    out->buffer_dtype = CT_DTYPE_BF16;
+    ct_pkit_policy(out, CT_DTYPE_BF16, CT_DTYPE_BF16, self->grad_accum_dtype);
     return CT_OK;
 }
 
@@ -159,8 +156,7 @@ static int32_t sr_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref device
     sr_precision *self = p;
     int32_t N = comm.world_size;
     if (dtype != CT_DTYPE_BF16 || N == 1)
-        return comm.vt->reduce_scatter(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL,
-                                       err);
+        return ct_pkit_comm_reduce_scatter(comm, send, recv, count, dtype, err);
     uint64_t stream = ct_hash64(self->seed, self->calls++);
     int32_t rc = check_device(device, err);
     if (rc == CT_OK) rc = ensure_scratch(self, count, err);
@@ -178,7 +174,7 @@ static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, co
     sr_precision *self = p;
     int32_t N = comm.world_size, r = comm.rank;
     if (dtype != CT_DTYPE_BF16 || N == 1)
-        return comm.vt->all_reduce(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL, err);
+        return ct_pkit_comm_all_reduce(comm, send, recv, count, dtype, err);
     uint64_t stream = ct_hash64(self->seed, self->calls++);
     uint64_t max_chunk = count / (uint64_t)N + 1;
     int32_t rc = check_device(device, err);
@@ -199,12 +195,8 @@ static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, co
     return rc;
 }
 
-static const char *const sr_accum_choices[] = {"bf16", "f32", NULL};
-
 static const ct_param_spec sr_params[] = {
-    CT_PARAM_ENUM("grad_accum_dtype", "bf16", sr_accum_choices,
-                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
-                  "to accumulate micro-batches exactly"),
+    CT_PKIT_PARAM_GRAD_ACCUM,
     CT_PARAM_INT("seed_offset", "0", -9.0e18, 9.0e18,
                  "mixed with [run] seed into the rounding's random stream: change it to draw "
                  "other roundings with the same data order"),

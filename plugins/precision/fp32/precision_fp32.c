@@ -3,6 +3,7 @@
  * is compared with. Not for: custom reductions (the comm's own f32 collective is used).
  */
 #include <ctrain/ctrain.h>
+#include <ctrain/precision_kit.h>
 
 #include <stdlib.h>
 
@@ -22,11 +23,7 @@ static void fp32_destroy(void *self) { free(self); }
 static int32_t fp32_policy(void *self, ct_precision_policy *out, ct_error *err) {
     (void)self;
     (void)err;
-    out->param_dtype = CT_DTYPE_F32;
-    out->reduce_dtype = CT_DTYPE_F32;
-    out->master_dtype = CT_DTYPE_F32;
-    out->grad_accum_dtype = CT_DTYPE_F32;
-    out->buffer_dtype = CT_DTYPE_F32;
+    ct_pkit_policy(out, CT_DTYPE_F32, CT_DTYPE_F32, CT_DTYPE_F32);
     return CT_OK;
 }
 

@@ -7,21 +7,20 @@
  * Not for: custom reductions (the comm's own bf16 collective is used).
  */
 #include <ctrain/ctrain.h>
+#include <ctrain/precision_kit.h>
 
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct pure_bf16_precision {
     int32_t grad_accum_dtype; /* CT_DTYPE_BF16 (FSDP) or CT_DTYPE_F32 */
 } pure_bf16_precision;
 
 static void *pure_bf16_create(const ct_create_args *args, ct_error *err) {
-    const char *accum = NULL;
-    if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK)
-        return NULL;
+    int32_t accum;
+    if (ct_pkit_get_grad_accum(args, &accum, err) != CT_OK) return NULL;
     pure_bf16_precision *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision pure_bf16: out of memory"), NULL;
-    self->grad_accum_dtype = strcmp(accum, "f32") == 0 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+    self->grad_accum_dtype = accum;
     return self;
 }
 
@@ -30,20 +29,12 @@ static void pure_bf16_destroy(void *self) { free(self); }
 static int32_t pure_bf16_policy(void *p, ct_precision_policy *out, ct_error *err) {
     pure_bf16_precision *self = p;
     (void)err;
-    out->param_dtype = CT_DTYPE_BF16;
-    out->reduce_dtype = CT_DTYPE_BF16;
-    out->master_dtype = CT_DTYPE_F32;
-    out->grad_accum_dtype = self->grad_accum_dtype;
-    out->buffer_dtype = CT_DTYPE_BF16;
+    ct_pkit_policy(out, CT_DTYPE_BF16, CT_DTYPE_BF16, self->grad_accum_dtype);
     return CT_OK;
 }
 
-static const char *const pure_bf16_accum_choices[] = {"bf16", "f32", NULL};
-
 static const ct_param_spec pure_bf16_params[] = {
-    CT_PARAM_ENUM("grad_accum_dtype", "bf16", pure_bf16_accum_choices,
-                  "dtype of the local gradient buffer: bf16 = the compute dtype, as FSDP; f32 "
-                  "to accumulate micro-batches exactly"),
+    CT_PKIT_PARAM_GRAD_ACCUM,
     CT_PARAM_END,
 };
 

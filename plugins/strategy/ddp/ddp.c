@@ -14,17 +14,14 @@
 
 /* Legend: N ranks; P a unit's padded length; W the bucket storage, sum of P over units. */
 
+#define DDP_WHO "strategy ddp" /* starts every error message */
+
 typedef struct ddp_unit {
-    uint64_t numel;      /* elements before padding */
-    uint64_t padded;     /* P */
-    float   *master;     /* (P) f32 master weights, owned */
-    void    *compute;    /* (P) param_dtype; aliases master when param_dtype is f32 */
-    void    *grad_local; /* (P) grad_accum_dtype: backward stages add into it */
+    ct_kit_replica r;    /* numel, P, master, compute copy, grad_local (P each), holds */
     float   *grad_out;   /* (P) f32 mean when the wire dtype is not f32, else NULL (the
                             unit's segment of the bucket storage is the result) */
     uint64_t seg;        /* this step: element offset of the unit's segment in the storage */
     int32_t  packed;     /* 1 once this step's gradient went into the bucket storage */
-    int32_t  holds;      /* acquire() minus release() calls */
 } ddp_unit;
 
 typedef struct ddp {
@@ -49,12 +46,9 @@ typedef struct ddp {
 } ddp;
 
 static void *ddp_create(const ct_create_args *a, ct_error *err) {
-    if (!a->device.vt || !a->comm.vt)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: created without a device or"
-                            " comm engine ---> HINT: the host creates device and comm first"),
-               NULL;
+    if (ct_kit_check_engines(a, DDP_WHO, err)) return NULL;
     ddp *s = calloc(1, sizeof *s);
-    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "strategy ddp: out of memory"), NULL;
+    if (!s) return ct_error_set(err, CT_ERR_NOMEM, DDP_WHO ": out of memory"), NULL;
     const char *wire = NULL;
     if (a->api->get_float(a->host, a->section, "bucket_mb", &s->bucket_mb, err) ||
         a->api->get_string(a->host, a->section, "reduce_dtype", &wire, err)) {
@@ -67,7 +61,7 @@ static void *ddp_create(const ct_create_args *a, ct_error *err) {
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
-    s->world = a->comm.world_size > 0 ? a->comm.world_size : a->comm.vt->world_size(a->comm.self);
+    s->world = ct_kit_world_size(a->comm);
     return s;
 }
 
@@ -79,9 +73,7 @@ static void ddp_destroy(void *p) {
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
         s->dev.vt->free_mem(s->dev.self, x->grad_out);
-        s->dev.vt->free_mem(s->dev.self, x->grad_local);
-        if (x->compute != (void *)x->master) s->dev.vt->free_mem(s->dev.self, x->compute);
-        s->dev.vt->free_mem(s->dev.self, x->master);
+        ct_kit_replica_free(s->dev, &x->r);
     }
     if (s->storage) s->dev.vt->free_mem(s->dev.self, s->storage);
     free(s->reqs);
@@ -89,129 +81,78 @@ static void ddp_destroy(void *p) {
     free(s);
 }
 
-static int32_t check_dtype(const char *what, int32_t dtype, ct_error *err) {
-    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
-    return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy ddp: %s %s is not supported"
-                        " ---> HINT: use a precision policy with f32 or bf16", what,
-                        ct_dtype_name(dtype));
-}
-
 static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
     ddp *s = p;
     ct_strategy_setup su;
-    ct_kit_copy_struct(&su, setup_in, sizeof su);
-    if (s->units) return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: setup() called twice");
-    if (su.n_units == 0 || !su.unit_numel || !su.policy)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: setup without units or"
-                            " precision policy");
-    ct_kit_copy_struct(&s->policy, su.policy, sizeof s->policy);
-    const ct_precision_policy *pol = &s->policy;
-    if (pol->master_dtype != CT_DTYPE_F32)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy ddp: master dtype %s; only f32"
-                            " master weights are supported", ct_dtype_name(pol->master_dtype));
-    if (check_dtype("param dtype", pol->param_dtype, err) ||
-        check_dtype("reduce dtype", pol->reduce_dtype, err) ||
-        check_dtype("grad accumulation dtype", pol->grad_accum_dtype, err))
+    if (ct_kit_setup_begin(DDP_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
+                           err))
         return err->code;
+    const ct_precision_policy *pol = &s->policy;
     s->wire_dtype = s->wire_from_policy ? pol->reduce_dtype : pol->grad_accum_dtype;
-    s->reducer.precision = su.precision;
-    s->reducer.precision_self = su.precision_self;
-
     s->units = calloc(su.n_units, sizeof *s->units);
-    if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, "strategy ddp: out of memory");
+    if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, DDP_WHO ": out of memory");
     s->n_units = su.n_units;
     for (uint32_t u = 0; u < su.n_units; u++) {
         ddp_unit *x = &s->units[u];
-        char what[64];
-        x->numel = su.unit_numel[u];
-        x->padded = ct_kit_padded_numel(x->numel, s->world);
-        s->storage_n += x->padded;
-        snprintf(what, sizeof what, "strategy ddp: unit %u master", u);
-        if (!(x->master = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32, what, err)))
+        if (ct_kit_replica_alloc(s->dev, &x->r, su.unit_numel[u], s->world, pol, DDP_WHO, u, err))
             return err->code;
-        x->compute = x->master;
-        if (pol->param_dtype != CT_DTYPE_F32) {
-            snprintf(what, sizeof what, "strategy ddp: unit %u compute copy", u);
-            if (!(x->compute = ct_kit_alloc(s->dev, x->padded, pol->param_dtype, what, err)))
-                return err->code;
-        }
-        snprintf(what, sizeof what, "strategy ddp: unit %u gradient", u);
-        if (!(x->grad_local = ct_kit_alloc(s->dev, x->padded, pol->grad_accum_dtype, what, err)))
+        s->storage_n += x->r.padded;
+        if (s->wire_dtype != CT_DTYPE_F32 &&
+            !(x->grad_out = ct_kit_alloc_unit(s->dev, x->r.padded, CT_DTYPE_F32, DDP_WHO, u,
+                                              "f32 gradient", err)))
             return err->code;
-        if (s->wire_dtype != CT_DTYPE_F32) {
-            snprintf(what, sizeof what, "strategy ddp: unit %u f32 gradient", u);
-            if (!(x->grad_out = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32, what, err)))
-                return err->code;
-        }
     }
     if (!(s->storage = ct_kit_alloc(s->dev, s->storage_n, s->wire_dtype,
-                                    "strategy ddp: bucket storage", err)))
+                                    DDP_WHO ": bucket storage", err)))
         return err->code;
     double n = s->bucket_mb * 1024.0 * 1024.0 / (double)ct_dtype_size(s->wire_dtype);
     s->bucket_n = n < 1.0 ? 1 : n > (double)s->storage_n ? s->storage_n : (uint64_t)n;
     s->max_reqs = (uint32_t)(s->storage_n / s->bucket_n + 1);
     s->reqs = calloc(s->max_reqs, sizeof *s->reqs);
-    if (!s->reqs) return ct_error_set(err, CT_ERR_NOMEM, "strategy ddp: out of memory");
+    if (!s->reqs) return ct_error_set(err, CT_ERR_NOMEM, DDP_WHO ": out of memory");
     return CT_OK;
 }
 
 static int32_t check_unit(const ddp *s, uint32_t u, ct_error *err) {
-    if (!s->units) return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: used before setup()");
-    if (u >= s->n_units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy ddp: unit %u out of range (the model"
-                            " has %u units)", u, s->n_units);
-    return CT_OK;
+    return ct_kit_check_unit(DDP_WHO, s->units != NULL, u, s->n_units, err);
 }
 
 static void *storage_at(const ddp *s, uint64_t element) {
     return (char *)s->storage + element * ct_dtype_size(s->wire_dtype);
 }
 
-static int32_t refresh_compute(ddp *s, ddp_unit *x, ct_error *err) {
-    return ct_kit_convert(s->dev, x->compute, s->policy.param_dtype, x->master, CT_DTYPE_F32,
-                          x->padded, err);
-}
-
 static int32_t ddp_load_unit(void *p, uint32_t u, const float *full, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    ddp_unit *x = &s->units[u];
-    int32_t rc = s->dev.vt->copy(s->dev.self, x->master, full, x->numel * sizeof(float),
-                                 CT_COPY_H2D, err);
-    return rc ? rc : refresh_compute(s, x, err);
+    return ct_kit_replica_load(s->dev, &s->units[u].r, s->policy.param_dtype, full, err);
 }
 
 static int32_t ddp_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    ddp_unit *x = &s->units[u];
-    return s->dev.vt->copy(s->dev.self, full, x->master, x->numel * sizeof(float), CT_COPY_D2H,
-                           err);
+    return ct_kit_replica_save(s->dev, &s->units[u].r, full, err);
 }
 
+/* Replicated: the compute copy is always there; acquire/release only count, to catch a host
+ * whose calls do not pair up. */
 static int32_t ddp_acquire(void *p, uint32_t u, int32_t phase, const void **params,
                            ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    s->units[u].holds++;
-    *params = s->units[u].compute;
+    ct_kit_replica_acquire(&s->units[u].r, params);
     return CT_OK;
 }
 
 static int32_t ddp_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    if (s->units[u].holds == 0)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: release of unit %u that is not"
-                            " acquired", u);
-    s->units[u].holds--;
-    return CT_OK;
+    return ct_kit_replica_release(DDP_WHO, u, &s->units[u].r, err);
 }
 
 static int32_t ddp_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    *grads = s->units[u].grad_local;
+    *grads = s->units[u].r.grad_local;
     return CT_OK;
 }
 
@@ -219,15 +160,14 @@ static int32_t ddp_begin_step(void *p, ct_error *err) {
     ddp *s = p;
     if (!s->units) return check_unit(s, 0, err);
     if (s->n_reqs)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: begin_step while %u bucket"
+        return ct_error_set(err, CT_ERR_INTERNAL, DDP_WHO ": begin_step while %u bucket"
                             " reductions are in flight ---> HINT: call finish_backward first",
                             s->n_reqs);
     s->cursor = s->bucket_start = 0;
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
         x->packed = 0;
-        int32_t rc = s->dev.vt->zero(s->dev.self, x->grad_local,
-                                     x->padded * ct_dtype_size(s->policy.grad_accum_dtype), err);
+        int32_t rc = ct_kit_replica_zero_grad(s->dev, &x->r, s->policy.grad_accum_dtype, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -237,7 +177,7 @@ static int32_t ddp_begin_step(void *p, ct_error *err) {
 static int32_t launch_bucket(ddp *s, uint64_t n, ct_error *err) {
     assert(n > 0 && s->bucket_start + n <= s->cursor);
     if (s->n_reqs == s->max_reqs)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: more buckets than planned");
+        return ct_error_set(err, CT_ERR_INTERNAL, DDP_WHO ": more buckets than planned");
     void *b = storage_at(s, s->bucket_start);
     int32_t rc = ct_kit_all_reduce_sum(&s->reducer, b, b, n, s->wire_dtype,
                                        &s->reqs[s->n_reqs], err);
@@ -255,17 +195,14 @@ static int32_t ddp_unit_backward_done(void *p, uint32_t u, int32_t last, ct_erro
     if (check_unit(s, u, err)) return err->code;
     if (!last) return CT_OK;
     ddp_unit *x = &s->units[u];
-    if (x->packed)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: unit %u reduced twice in one"
-                            " step", u);
+    if (x->packed) return ct_kit_error_reduced_twice(DDP_WHO, u, err);
     x->seg = s->cursor;
-    void *seg = storage_at(s, x->seg);
-    int32_t rc = ct_kit_convert(s->dev, seg, s->wire_dtype, x->grad_local,
-                                s->policy.grad_accum_dtype, x->padded, err);
-    if (!rc) rc = ct_kit_divide(s->dev, seg, s->wire_dtype, x->padded, s->world, err);
+    int32_t rc = ct_kit_convert_and_divide(s->dev, storage_at(s, x->seg), s->wire_dtype,
+                                           x->r.grad_local, s->policy.grad_accum_dtype,
+                                           x->r.padded, s->world, err);
     if (rc) return rc;
     x->packed = 1;
-    s->cursor += x->padded;
+    s->cursor += x->r.padded;
     while (s->cursor - s->bucket_start >= s->bucket_n)
         if ((rc = launch_bucket(s, s->bucket_n, err))) return rc;
     return CT_OK;
@@ -278,9 +215,7 @@ static int32_t ddp_finish_backward(void *p, ct_error *err) {
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < s->n_units && !rc; u++)
         if (!s->units[u].packed)
-            rc = ct_error_set(err, CT_ERR_INTERNAL, "strategy ddp: unit %u's gradient was never"
-                              " reduced ---> HINT: the host must call unit_backward_done(u,"
-                              " last=1) for every unit", u);
+            rc = ct_kit_error_never_reduced(DDP_WHO, u, err);
     if (!rc && s->cursor > s->bucket_start) rc = launch_bucket(s, s->cursor - s->bucket_start, err);
     for (uint32_t i = 0; i < s->n_reqs; i++) {
         ct_error werr = {.struct_size = sizeof werr};
@@ -295,7 +230,7 @@ static int32_t ddp_finish_backward(void *p, ct_error *err) {
         ddp_unit *x = &s->units[u];
         if (x->grad_out)
             rc = ct_kit_convert(s->dev, x->grad_out, CT_DTYPE_F32, storage_at(s, x->seg),
-                                s->wire_dtype, x->padded, err);
+                                s->wire_dtype, x->r.padded, err);
     }
     return rc;
 }
@@ -305,13 +240,11 @@ static int32_t ddp_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     if (check_unit(s, u, err)) return err->code;
     ddp_unit *x = &s->units[u];
     ct_shard sh = {
-        .struct_size = sizeof sh, .master = x->master,
+        .struct_size = sizeof sh, .master = x->r.params.master,
         .grad = x->grad_out ? x->grad_out : (float *)storage_at(s, x->seg),
-        .numel = x->padded, .offset = 0, .padded_numel = x->padded, .replicated = 1,
+        .numel = x->r.padded, .offset = 0, .padded_numel = x->r.padded, .replicated = 1,
     };
-    uint32_t n = out->struct_size && out->struct_size < sizeof sh ? out->struct_size : sizeof sh;
-    memcpy(out, &sh, n);
-    out->struct_size = n;
+    ct_kit_put_shard(out, &sh);
     return CT_OK;
 }
 
@@ -319,7 +252,9 @@ static int32_t ddp_step_done(void *p, ct_error *err) {
     ddp *s = p;
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
-        int32_t rc = refresh_compute(s, &s->units[u], err);
+        ddp_unit *x = &s->units[u];
+        int32_t rc = ct_kit_params_refresh(s->dev, &x->r.params, x->r.padded,
+                                           s->policy.param_dtype, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -329,12 +264,12 @@ static int32_t ddp_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *
                           ct_error *err) {
     ddp *s = p;
     uint64_t pb = 0, gb = s->storage_n * ct_dtype_size(s->wire_dtype);
-    size_t psz = ct_dtype_size(s->policy.param_dtype);
     size_t gsz = ct_dtype_size(s->policy.grad_accum_dtype);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
-        pb += x->padded * 4 + (x->compute != (void *)x->master ? x->padded * psz : 0);
-        gb += x->padded * gsz + (x->grad_out ? x->padded * 4 : 0);
+        const uint64_t P = x->r.padded;
+        pb += ct_kit_params_bytes(&x->r.params, P, s->policy.param_dtype);
+        gb += P * gsz + (x->grad_out ? P * 4 : 0);
     }
     *params = pb;
     *grads = gb;

@@ -16,6 +16,8 @@
 /* Legend: N ranks, r this rank; P a unit's padded length; S = P/N its shard length; the shard
  * of rank r covers elements [r*S, r*S + S) of the unit's flat buffer. */
 
+#define FS_WHO "strategy full_shard" /* starts every error message */
+
 enum { FS_PREFETCH_NONE = 0, FS_PREFETCH_PRE = 1, FS_PREFETCH_POST = 2 };
 #define FS_GATHER_LIMIT 2 /* units held at once with limit_all_gathers */
 
@@ -24,8 +26,7 @@ typedef struct fs_unit {
     uint64_t    padded;      /* P */
     uint64_t    shard_n;     /* S */
     uint64_t    offset;      /* r*S */
-    float      *master;      /* (S) f32 master shard, owned */
-    void       *compute;     /* (S) param_dtype shard; aliases master when param_dtype is f32 */
+    ct_kit_params params;    /* (S) f32 master shard and its param_dtype compute shard */
     void       *gathered;    /* (P) param_dtype, while gathered; NULL otherwise */
     ct_request *gather_req;  /* a prefetch all-gather into `gathered` still in flight */
     int32_t     holds;       /* acquire() minus release() calls */
@@ -59,12 +60,9 @@ typedef struct full_shard {
 } full_shard;
 
 static void *fs_create(const ct_create_args *a, ct_error *err) {
-    if (!a->device.vt || !a->comm.vt)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: created without a device"
-                            " or comm engine ---> HINT: the host creates device and comm first"),
-               NULL;
+    if (ct_kit_check_engines(a, FS_WHO, err)) return NULL;
     full_shard *s = calloc(1, sizeof *s);
-    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "strategy full_shard: out of memory"), NULL;
+    if (!s) return ct_error_set(err, CT_ERR_NOMEM, FS_WHO ": out of memory"), NULL;
     const char *prefetch = NULL;
     if (a->api->get_bool(a->host, a->section, "limit_all_gathers", &s->limit_all_gathers, err) ||
         a->api->get_bool(a->host, a->section, "reshard_after_forward",
@@ -81,8 +79,8 @@ static void *fs_create(const ct_create_args *a, ct_error *err) {
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
-    s->world = a->comm.world_size > 0 ? a->comm.world_size : a->comm.vt->world_size(a->comm.self);
-    s->rank = a->comm.world_size > 0 ? a->comm.rank : a->comm.vt->rank(a->comm.self);
+    s->world = ct_kit_world_size(a->comm);
+    s->rank = ct_kit_rank(a->comm);
     s->pre = ct_kit_predivide_factor(s->world);
     s->post = ct_kit_postdivide_factor(s->world);
     return s;
@@ -96,10 +94,9 @@ static uint64_t gathered_bytes(const full_shard *s, const fs_unit *x) {
 
 static int32_t gather_alloc(full_shard *s, uint32_t u, ct_error *err) {
     fs_unit *x = &s->units[u];
-    char what[64];
     assert(!x->gathered);
-    snprintf(what, sizeof what, "strategy full_shard: unit %u gathered parameters", u);
-    if (!(x->gathered = ct_kit_alloc(s->dev, x->padded, s->policy.param_dtype, what, err)))
+    if (!(x->gathered = ct_kit_alloc_unit(s->dev, x->padded, s->policy.param_dtype, FS_WHO, u,
+                                          "gathered parameters", err)))
         return err->code;
     s->gathered_now += gathered_bytes(s, x);
     if (s->gathered_now > s->gathered_peak) s->gathered_peak = s->gathered_now;
@@ -125,14 +122,13 @@ static uint64_t unsharded_grad_bytes(const full_shard *s, const fs_unit *x) {
 
 static int32_t grads_alloc(full_shard *s, uint32_t u, ct_error *err) {
     fs_unit *x = &s->units[u];
-    char what[64];
-    snprintf(what, sizeof what, "strategy full_shard: unit %u unsharded gradient", u);
-    if (!(x->grad_local = ct_kit_alloc(s->dev, x->padded, s->policy.grad_accum_dtype, what, err)))
+    if (!(x->grad_local = ct_kit_alloc_unit(s->dev, x->padded, s->policy.grad_accum_dtype, FS_WHO,
+                                            u, "unsharded gradient", err)))
         return err->code;
     x->grad_wire = x->grad_local;
     if (s->policy.reduce_dtype != s->policy.grad_accum_dtype) {
-        snprintf(what, sizeof what, "strategy full_shard: unit %u reduce buffer", u);
-        if (!(x->grad_wire = ct_kit_alloc(s->dev, x->padded, s->policy.reduce_dtype, what, err))) {
+        if (!(x->grad_wire = ct_kit_alloc_unit(s->dev, x->padded, s->policy.reduce_dtype, FS_WHO,
+                                               u, "reduce buffer", err))) {
             s->dev.vt->free_mem(s->dev.self, x->grad_local);
             x->grad_local = NULL;
             return err->code;
@@ -162,8 +158,7 @@ static void fs_destroy(void *p) {
         grads_free(s, x);
         if (x->grad_out != x->rs_out) s->dev.vt->free_mem(s->dev.self, x->grad_out);
         s->dev.vt->free_mem(s->dev.self, x->rs_out);
-        if (x->compute != (void *)x->master) s->dev.vt->free_mem(s->dev.self, x->compute);
-        s->dev.vt->free_mem(s->dev.self, x->master);
+        ct_kit_params_free(s->dev, &x->params);
     }
     free(s->bwd_now);
     free(s->bwd_last);
@@ -171,85 +166,49 @@ static void fs_destroy(void *p) {
     free(s);
 }
 
-static int32_t check_dtype(const char *what, int32_t dtype, ct_error *err) {
-    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
-    return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy full_shard: %s %s is not supported"
-                        " ---> HINT: use a precision policy with f32 or bf16", what,
-                        ct_dtype_name(dtype));
-}
-
 /* Allocate the persistent shard buffers; gathered parameters and unsharded gradients come and
  * go during the step. */
 static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
     full_shard *s = p;
     ct_strategy_setup su;
-    ct_kit_copy_struct(&su, setup_in, sizeof su);
-    if (s->units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: setup() called twice");
-    if (su.n_units == 0 || !su.unit_numel || !su.policy)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: setup without units or"
-                            " precision policy");
-    ct_kit_copy_struct(&s->policy, su.policy, sizeof s->policy);
-    const ct_precision_policy *pol = &s->policy;
-    if (pol->master_dtype != CT_DTYPE_F32)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy full_shard: master dtype %s;"
-                            " only f32 master weights are supported",
-                            ct_dtype_name(pol->master_dtype));
-    if (check_dtype("param dtype", pol->param_dtype, err) ||
-        check_dtype("reduce dtype", pol->reduce_dtype, err) ||
-        check_dtype("grad accumulation dtype", pol->grad_accum_dtype, err))
+    if (ct_kit_setup_begin(FS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
+                           err))
         return err->code;
-    s->reducer.precision = su.precision;
-    s->reducer.precision_self = su.precision_self;
-
+    const ct_precision_policy *pol = &s->policy;
     s->units = calloc(su.n_units, sizeof *s->units);
     s->bwd_now = calloc(su.n_units, sizeof *s->bwd_now);
     s->bwd_last = calloc(su.n_units, sizeof *s->bwd_last);
     if (!s->units || !s->bwd_now || !s->bwd_last)
-        return ct_error_set(err, CT_ERR_NOMEM, "strategy full_shard: out of memory");
+        return ct_error_set(err, CT_ERR_NOMEM, FS_WHO ": out of memory");
     s->n_units = su.n_units;
     for (uint32_t u = 0; u < su.n_units; u++) {
         fs_unit *x = &s->units[u];
-        char what[64];
         x->numel = su.unit_numel[u];
         x->padded = ct_kit_padded_numel(x->numel, s->world);
         x->shard_n = x->padded / (uint64_t)s->world;
         x->offset = (uint64_t)s->rank * x->shard_n;
-        snprintf(what, sizeof what, "strategy full_shard: unit %u master shard", u);
-        if (!(x->master = ct_kit_alloc(s->dev, x->shard_n, CT_DTYPE_F32, what, err)))
+        if (ct_kit_params_alloc(s->dev, &x->params, x->shard_n, pol->param_dtype, FS_WHO, u, 1,
+                                err))
             return err->code;
-        x->compute = x->master;
-        if (pol->param_dtype != CT_DTYPE_F32) {
-            snprintf(what, sizeof what, "strategy full_shard: unit %u compute shard", u);
-            if (!(x->compute = ct_kit_alloc(s->dev, x->shard_n, pol->param_dtype, what, err)))
-                return err->code;
-        }
-        snprintf(what, sizeof what, "strategy full_shard: unit %u gradient shard", u);
-        if (!(x->rs_out = ct_kit_alloc(s->dev, x->shard_n, pol->reduce_dtype, what, err)))
+        if (!(x->rs_out = ct_kit_alloc_unit(s->dev, x->shard_n, pol->reduce_dtype, FS_WHO, u,
+                                            "gradient shard", err)))
             return err->code;
         x->grad_out = x->rs_out;
-        if (pol->reduce_dtype != CT_DTYPE_F32) {
-            snprintf(what, sizeof what, "strategy full_shard: unit %u f32 gradient shard", u);
-            if (!(x->grad_out = ct_kit_alloc(s->dev, x->shard_n, CT_DTYPE_F32, what, err)))
-                return err->code;
-        }
+        if (pol->reduce_dtype != CT_DTYPE_F32 &&
+            !(x->grad_out = ct_kit_alloc_unit(s->dev, x->shard_n, CT_DTYPE_F32, FS_WHO, u,
+                                              "f32 gradient shard", err)))
+            return err->code;
     }
     return CT_OK;
 }
 
 static int32_t check_unit(const full_shard *s, uint32_t u, ct_error *err) {
-    if (!s->units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: used before setup()");
-    if (u >= s->n_units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: unit %u out of range"
-                            " (the model has %u units)", u, s->n_units);
-    return CT_OK;
+    return ct_kit_check_unit(FS_WHO, s->units != NULL, u, s->n_units, err);
 }
 
 /* Compute shard = master shard cast to param_dtype (nothing when they alias). */
 static int32_t refresh_compute(full_shard *s, fs_unit *x, ct_error *err) {
-    return ct_kit_convert(s->dev, x->compute, s->policy.param_dtype, x->master, CT_DTYPE_F32,
-                          x->shard_n, err);
+    return ct_kit_params_refresh(s->dev, &x->params, x->shard_n, s->policy.param_dtype, err);
 }
 
 /* Keep elements [r*S, r*S + S) of the full unpadded copy; the padding stays zero. */
@@ -258,14 +217,14 @@ static int32_t fs_load_unit(void *p, uint32_t u, const float *full, ct_error *er
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
     if (x->holds)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: load_unit of unit %u"
-                            " while it is acquired", u);
+        return ct_error_set(err, CT_ERR_INVALID, FS_WHO ": load_unit of unit %u while it is"
+                            " acquired", u);
     int32_t rc = gather_free(s, x, err); /* a kept gather holds the old values */
-    if (!rc) rc = s->dev.vt->zero(s->dev.self, x->master, x->shard_n * sizeof(float), err);
+    if (!rc) rc = s->dev.vt->zero(s->dev.self, x->params.master, x->shard_n * sizeof(float), err);
     if (rc) return rc;
     if (x->offset < x->numel) {
         uint64_t n = x->numel - x->offset < x->shard_n ? x->numel - x->offset : x->shard_n;
-        rc = s->dev.vt->copy(s->dev.self, x->master, full + x->offset, n * sizeof(float),
+        rc = s->dev.vt->copy(s->dev.self, x->params.master, full + x->offset, n * sizeof(float),
                              CT_COPY_H2D, err);
     }
     return rc ? rc : refresh_compute(s, x, err);
@@ -277,10 +236,10 @@ static int32_t fs_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
     float *all = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32,
-                              "strategy full_shard: save_unit gather buffer", err);
+                              FS_WHO ": save_unit gather buffer", err);
     if (!all) return err->code;
-    int32_t rc = s->reducer.comm.vt->all_gather(s->reducer.comm.self, x->master, all, x->shard_n,
-                                                CT_DTYPE_F32, NULL, err);
+    int32_t rc = s->reducer.comm.vt->all_gather(s->reducer.comm.self, x->params.master, all,
+                                                x->shard_n, CT_DTYPE_F32, NULL, err);
     if (!rc) rc = s->dev.vt->copy(s->dev.self, full, all, x->numel * sizeof(float), CT_COPY_D2H,
                                   err);
     s->dev.vt->free_mem(s->dev.self, all);
@@ -303,8 +262,8 @@ static int32_t gather(full_shard *s, uint32_t u, int32_t async, ct_error *err) {
     if (rc) return rc;
     const ct_comm_ref c = s->reducer.comm;
     ct_request **req = async && c.vt->wait ? &x->gather_req : NULL;
-    rc = c.vt->all_gather(c.self, x->compute, x->gathered, x->shard_n, s->policy.param_dtype, req,
-                          err);
+    rc = c.vt->all_gather(c.self, x->params.compute, x->gathered, x->shard_n,
+                          s->policy.param_dtype, req, err);
     if (rc) gather_free(s, x, NULL);
     return rc;
 }
@@ -334,7 +293,7 @@ static int32_t fs_acquire(void *p, uint32_t u, int32_t phase, const void **param
         for (uint32_t v = 0; v < s->n_units && n + 16 < sizeof held; v++)
             if (s->units[v].holds)
                 n += (size_t)snprintf(held + n, sizeof held - n, "%s%u", n ? ", " : "", v);
-        return ct_error_set(err, CT_ERR_INVALID, "strategy full_shard: acquire of unit %u while"
+        return ct_error_set(err, CT_ERR_INVALID, FS_WHO ": acquire of unit %u while"
                             " units %s are held: limit_all_gathers allows %d at once ---> HINT:"
                             " release a unit first, or set [strategy] limit_all_gathers = false",
                             u, held, FS_GATHER_LIMIT);
@@ -358,9 +317,7 @@ static int32_t fs_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     full_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
-    if (x->holds == 0)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy full_shard: release of unit %u that"
-                            " is not acquired", u);
+    if (x->holds == 0) return ct_kit_error_not_acquired(FS_WHO, u, err);
     if (--x->holds > 0) return CT_OK;
     int32_t rc = CT_OK;
     if (phase == CT_PHASE_BACKWARD || s->reshard_after_forward) rc = gather_free(s, x, err);
@@ -378,7 +335,7 @@ static int32_t fs_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) 
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
     if (x->reduce_started)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy full_shard: grad_buffer of unit %u"
+        return ct_error_set(err, CT_ERR_INTERNAL, FS_WHO ": grad_buffer of unit %u"
                             " after its reduction started this step", u);
     if (!x->grad_local && grads_alloc(s, u, err)) return err->code;
     *grads = x->grad_local;
@@ -390,10 +347,7 @@ static int32_t fs_begin_step(void *p, ct_error *err) {
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
         fs_unit *x = &s->units[u];
-        if (x->req)
-            return ct_error_set(err, CT_ERR_INTERNAL, "strategy full_shard: begin_step while"
-                                " unit %u's reduction is in flight ---> HINT: call"
-                                " finish_backward first", u);
+        if (x->req) return ct_kit_error_in_flight(FS_WHO, u, err);
         x->reduce_started = 0;
         if (x->grad_local) { /* left over from an unfinished step */
             int32_t rc = s->dev.vt->zero(s->dev.self, x->grad_local,
@@ -411,9 +365,8 @@ static int32_t fs_begin_step(void *p, ct_error *err) {
 static int32_t finish_unit(full_shard *s, fs_unit *x, ct_error *err) {
     const int32_t rdt = s->policy.reduce_dtype;
     int32_t rc = ct_kit_wait(s->reducer.comm, &x->req, err);
-    if (!rc) rc = ct_kit_divide(s->dev, x->rs_out, rdt, x->shard_n, s->post, err);
-    if (!rc) rc = ct_kit_convert(s->dev, x->grad_out, CT_DTYPE_F32, x->rs_out, rdt, x->shard_n,
-                                 err);
+    if (!rc) rc = ct_kit_divide_to_f32(s->dev, x->grad_out, x->rs_out, rdt, x->shard_n, s->post,
+                                       err);
     grads_free(s, x);
     return rc;
 }
@@ -427,18 +380,15 @@ static int32_t fs_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     if (!last) return CT_OK;
     fs_unit *x = &s->units[u];
     const int32_t rdt = s->policy.reduce_dtype;
-    if (x->reduce_started)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy full_shard: unit %u reduced twice"
-                            " in one step", u);
+    if (x->reduce_started) return ct_kit_error_reduced_twice(FS_WHO, u, err);
     int32_t rc = CT_OK;
     for (uint32_t v = 0; v < s->n_units && !rc; v++) {
         fs_unit *y = &s->units[v];
         if (y->reduce_started && y->grad_local) rc = finish_unit(s, y, err);
     }
     if (!rc && !x->grad_local) rc = grads_alloc(s, u, err); /* no backward: zeros */
-    if (!rc) rc = ct_kit_convert(s->dev, x->grad_wire, rdt, x->grad_local,
-                                 s->policy.grad_accum_dtype, x->padded, err);
-    if (!rc) rc = ct_kit_divide(s->dev, x->grad_wire, rdt, x->padded, s->pre, err);
+    if (!rc) rc = ct_kit_convert_and_divide(s->dev, x->grad_wire, rdt, x->grad_local,
+                                            s->policy.grad_accum_dtype, x->padded, s->pre, err);
     if (!rc) rc = ct_kit_reduce_scatter_sum(&s->reducer, x->grad_wire, x->rs_out, x->shard_n, rdt,
                                             &x->req, err);
     if (rc) return rc;
@@ -457,9 +407,7 @@ static int32_t fs_finish_backward(void *p, ct_error *err) {
         int32_t w = CT_OK;
         if (x->reduce_started && x->grad_local) w = finish_unit(s, x, &werr);
         else if (!x->reduce_started && !rc)
-            w = ct_error_set(&werr, CT_ERR_INTERNAL, "strategy full_shard: unit %u's gradient"
-                             " was never reduced ---> HINT: the host must call"
-                             " unit_backward_done(u, last=1) for every unit", u);
+            w = ct_kit_error_never_reduced(FS_WHO, u, &werr);
         if (!x->holds) {
             int32_t f = gather_free(s, x, &werr);
             if (!w) w = f;
@@ -479,12 +427,10 @@ static int32_t fs_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
     ct_shard sh = {
-        .struct_size = sizeof sh, .master = x->master, .grad = x->grad_out,
+        .struct_size = sizeof sh, .master = x->params.master, .grad = x->grad_out,
         .numel = x->shard_n, .offset = x->offset, .padded_numel = x->padded, .replicated = 0,
     };
-    uint32_t n = out->struct_size && out->struct_size < sizeof sh ? out->struct_size : sizeof sh;
-    memcpy(out, &sh, n);
-    out->struct_size = n;
+    ct_kit_put_shard(out, &sh);
     return CT_OK;
 }
 
@@ -507,11 +453,10 @@ static int32_t fs_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
                          ct_error *err) {
     full_shard *s = p;
     uint64_t pb = 0, gb = 0;
-    size_t psz = ct_dtype_size(s->policy.param_dtype);
     size_t rsz = ct_dtype_size(s->policy.reduce_dtype);
     for (uint32_t u = 0; u < s->n_units; u++) {
         fs_unit *x = &s->units[u];
-        pb += x->shard_n * 4 + (x->compute != (void *)x->master ? x->shard_n * psz : 0);
+        pb += ct_kit_params_bytes(&x->params, x->shard_n, s->policy.param_dtype);
         gb += x->shard_n * rsz + (x->grad_out != x->rs_out ? x->shard_n * 4 : 0);
     }
     *params = pb;

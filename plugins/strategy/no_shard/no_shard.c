@@ -12,17 +12,14 @@
 
 /* Legend: N ranks; P a unit's padded length (ct_kit_padded_numel). */
 
+#define NS_WHO "strategy no_shard" /* starts every error message */
+
 typedef struct ns_unit {
-    uint64_t    numel;      /* elements before padding */
-    uint64_t    padded;     /* P */
-    float      *master;     /* (P) f32 master weights, owned */
-    void       *compute;    /* (P) param_dtype; aliases master when param_dtype is f32 */
-    void       *grad_local; /* (P) grad_accum_dtype: backward stages add into it */
-    void       *grad_wire;  /* (P) reduce_dtype; aliases grad_local when the dtypes agree */
+    ct_kit_replica r;       /* numel, P, master, compute copy, grad_local (P each), holds */
+    void       *grad_wire;  /* (P) reduce_dtype; aliases r.grad_local when the dtypes agree */
     float      *grad_out;   /* (P) f32 global mean; aliases grad_wire when reduce_dtype is f32 */
     ct_request *req;        /* the in-flight all-reduce of this step, or NULL */
     int32_t     reduce_started; /* 1 once this step's all-reduce of the unit was started */
-    int32_t     holds;      /* acquire() minus release() calls */
 } ns_unit;
 
 typedef struct no_shard {
@@ -39,18 +36,15 @@ typedef struct no_shard {
 } no_shard;
 
 static void *ns_create(const ct_create_args *a, ct_error *err) {
-    if (!a->device.vt || !a->comm.vt)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy no_shard: created without a device"
-                            " or comm engine ---> HINT: the host creates device and comm first"),
-               NULL;
+    if (ct_kit_check_engines(a, NS_WHO, err)) return NULL;
     no_shard *s = calloc(1, sizeof *s);
-    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "strategy no_shard: out of memory"), NULL;
+    if (!s) return ct_error_set(err, CT_ERR_NOMEM, NS_WHO ": out of memory"), NULL;
     s->api = a->api;
     s->host = a->host;
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
-    s->world = a->comm.world_size > 0 ? a->comm.world_size : a->comm.vt->world_size(a->comm.self);
+    s->world = ct_kit_world_size(a->comm);
     s->pre = ct_kit_predivide_factor(s->world);
     s->post = ct_kit_postdivide_factor(s->world);
     return s;
@@ -64,110 +58,56 @@ static void ns_destroy(void *p) {
         ct_error ignored = {.struct_size = sizeof ignored};
         ct_kit_wait(s->reducer.comm, &x->req, &ignored);
         if (x->grad_out != x->grad_wire) s->dev.vt->free_mem(s->dev.self, x->grad_out);
-        if (x->grad_wire != x->grad_local) s->dev.vt->free_mem(s->dev.self, x->grad_wire);
-        s->dev.vt->free_mem(s->dev.self, x->grad_local);
-        if (x->compute != (void *)x->master) s->dev.vt->free_mem(s->dev.self, x->compute);
-        s->dev.vt->free_mem(s->dev.self, x->master);
+        if (x->grad_wire != x->r.grad_local) s->dev.vt->free_mem(s->dev.self, x->grad_wire);
+        ct_kit_replica_free(s->dev, &x->r);
     }
     free(s->units);
     free(s);
-}
-
-static int32_t check_dtype(const char *what, int32_t dtype, ct_error *err) {
-    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
-    return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy no_shard: %s %s is not supported"
-                        " ---> HINT: use a precision policy with f32 or bf16", what,
-                        ct_dtype_name(dtype));
 }
 
 /* Allocate every unit's buffers, aliasing the ones whose dtypes agree. */
 static int32_t ns_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
     no_shard *s = p;
     ct_strategy_setup su;
-    ct_kit_copy_struct(&su, setup_in, sizeof su);
-    if (s->units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy no_shard: setup() called twice");
-    if (su.n_units == 0 || !su.unit_numel || !su.policy)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy no_shard: setup without units or"
-                            " precision policy");
-    ct_kit_copy_struct(&s->policy, su.policy, sizeof s->policy);
-    const ct_precision_policy *pol = &s->policy;
-    if (pol->master_dtype != CT_DTYPE_F32)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy no_shard: master dtype %s; only"
-                            " f32 master weights are supported", ct_dtype_name(pol->master_dtype));
-    if (check_dtype("param dtype", pol->param_dtype, err) ||
-        check_dtype("reduce dtype", pol->reduce_dtype, err) ||
-        check_dtype("grad accumulation dtype", pol->grad_accum_dtype, err))
+    if (ct_kit_setup_begin(NS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer, err))
         return err->code;
-    s->reducer.precision = su.precision;
-    s->reducer.precision_self = su.precision_self;
-
+    const ct_precision_policy *pol = &s->policy;
     s->units = calloc(su.n_units, sizeof *s->units);
-    if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, "strategy no_shard: out of memory");
+    if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, NS_WHO ": out of memory");
     s->n_units = su.n_units;
     for (uint32_t u = 0; u < su.n_units; u++) {
         ns_unit *x = &s->units[u];
-        char what[64];
-        x->numel = su.unit_numel[u];
-        x->padded = ct_kit_padded_numel(x->numel, s->world);
-        snprintf(what, sizeof what, "strategy no_shard: unit %u master", u);
-        if (!(x->master = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32, what, err)))
+        if (ct_kit_replica_alloc(s->dev, &x->r, su.unit_numel[u], s->world, pol, NS_WHO, u, err))
             return err->code;
-        x->compute = x->master;
-        if (pol->param_dtype != CT_DTYPE_F32) {
-            snprintf(what, sizeof what, "strategy no_shard: unit %u compute copy", u);
-            if (!(x->compute = ct_kit_alloc(s->dev, x->padded, pol->param_dtype, what, err)))
-                return err->code;
-        }
-        snprintf(what, sizeof what, "strategy no_shard: unit %u gradient", u);
-        if (!(x->grad_local = ct_kit_alloc(s->dev, x->padded, pol->grad_accum_dtype, what, err)))
+        const uint64_t P = x->r.padded;
+        x->grad_wire = x->r.grad_local;
+        if (pol->reduce_dtype != pol->grad_accum_dtype &&
+            !(x->grad_wire = ct_kit_alloc_unit(s->dev, P, pol->reduce_dtype, NS_WHO, u,
+                                               "reduce buffer", err)))
             return err->code;
-        x->grad_wire = x->grad_local;
-        if (pol->reduce_dtype != pol->grad_accum_dtype) {
-            snprintf(what, sizeof what, "strategy no_shard: unit %u reduce buffer", u);
-            if (!(x->grad_wire = ct_kit_alloc(s->dev, x->padded, pol->reduce_dtype, what, err)))
-                return err->code;
-        }
         x->grad_out = x->grad_wire;
-        if (pol->reduce_dtype != CT_DTYPE_F32) {
-            snprintf(what, sizeof what, "strategy no_shard: unit %u f32 gradient", u);
-            if (!(x->grad_out = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32, what, err)))
-                return err->code;
-        }
+        if (pol->reduce_dtype != CT_DTYPE_F32 &&
+            !(x->grad_out = ct_kit_alloc_unit(s->dev, P, CT_DTYPE_F32, NS_WHO, u, "f32 gradient",
+                                              err)))
+            return err->code;
     }
     return CT_OK;
 }
 
 static int32_t check_unit(const no_shard *s, uint32_t u, ct_error *err) {
-    if (!s->units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy no_shard: used before setup()");
-    if (u >= s->n_units)
-        return ct_error_set(err, CT_ERR_INVALID, "strategy no_shard: unit %u out of range"
-                            " (the model has %u units)", u, s->n_units);
-    return CT_OK;
-}
-
-/* Compute copy = master cast to param_dtype (nothing when they alias). */
-static int32_t refresh_compute(no_shard *s, ns_unit *x, ct_error *err) {
-    return ct_kit_convert(s->dev, x->compute, s->policy.param_dtype, x->master, CT_DTYPE_F32,
-                          x->padded, err);
+    return ct_kit_check_unit(NS_WHO, s->units != NULL, u, s->n_units, err);
 }
 
 static int32_t ns_load_unit(void *p, uint32_t u, const float *full, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    ns_unit *x = &s->units[u];
-    int32_t rc = s->dev.vt->copy(s->dev.self, x->master, full, x->numel * sizeof(float),
-                                 CT_COPY_H2D, err);
-    return rc ? rc : refresh_compute(s, x, err);
+    return ct_kit_replica_load(s->dev, &s->units[u].r, s->policy.param_dtype, full, err);
 }
 
 static int32_t ns_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    ns_unit *x = &s->units[u];
-    return s->dev.vt->copy(s->dev.self, full, x->master, x->numel * sizeof(float), CT_COPY_D2H,
-                           err);
+    return ct_kit_replica_save(s->dev, &s->units[u].r, full, err);
 }
 
 /* Replicated: the compute copy is always there; acquire/release only count, to catch a host
@@ -176,25 +116,20 @@ static int32_t ns_acquire(void *p, uint32_t u, int32_t phase, const void **param
                           ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    s->units[u].holds++;
-    *params = s->units[u].compute;
+    ct_kit_replica_acquire(&s->units[u].r, params);
     return CT_OK;
 }
 
 static int32_t ns_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    if (s->units[u].holds == 0)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy no_shard: release of unit %u that"
-                            " is not acquired", u);
-    s->units[u].holds--;
-    return CT_OK;
+    return ct_kit_replica_release(NS_WHO, u, &s->units[u].r, err);
 }
 
 static int32_t ns_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    *grads = s->units[u].grad_local;
+    *grads = s->units[u].r.grad_local;
     return CT_OK;
 }
 
@@ -203,13 +138,9 @@ static int32_t ns_begin_step(void *p, ct_error *err) {
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
-        if (x->req)
-            return ct_error_set(err, CT_ERR_INTERNAL, "strategy no_shard: begin_step while unit"
-                                " %u's reduction is in flight ---> HINT: call finish_backward"
-                                " first", u);
+        if (x->req) return ct_kit_error_in_flight(NS_WHO, u, err);
         x->reduce_started = 0;
-        int32_t rc = s->dev.vt->zero(s->dev.self, x->grad_local,
-                                     x->padded * ct_dtype_size(s->policy.grad_accum_dtype), err);
+        int32_t rc = ct_kit_replica_zero_grad(s->dev, &x->r, s->policy.grad_accum_dtype, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -222,14 +153,11 @@ static int32_t ns_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     if (!last) return CT_OK;
     ns_unit *x = &s->units[u];
     const int32_t rdt = s->policy.reduce_dtype;
-    if (x->reduce_started)
-        return ct_error_set(err, CT_ERR_INTERNAL, "strategy no_shard: unit %u reduced twice in"
-                            " one step", u);
-    int32_t rc = ct_kit_convert(s->dev, x->grad_wire, rdt, x->grad_local,
-                                s->policy.grad_accum_dtype, x->padded, err);
-    if (!rc) rc = ct_kit_divide(s->dev, x->grad_wire, rdt, x->padded, s->pre, err);
-    if (!rc) rc = ct_kit_all_reduce_sum(&s->reducer, x->grad_wire, x->grad_wire, x->padded, rdt,
-                                        &x->req, err);
+    if (x->reduce_started) return ct_kit_error_reduced_twice(NS_WHO, u, err);
+    int32_t rc = ct_kit_convert_and_divide(s->dev, x->grad_wire, rdt, x->r.grad_local,
+                                           s->policy.grad_accum_dtype, x->r.padded, s->pre, err);
+    if (!rc) rc = ct_kit_all_reduce_sum(&s->reducer, x->grad_wire, x->grad_wire, x->r.padded,
+                                        rdt, &x->req, err);
     if (rc) return rc;
     x->reduce_started = 1;
     return CT_OK;
@@ -247,14 +175,11 @@ static int32_t ns_finish_backward(void *p, ct_error *err) {
         if (rc) continue; /* keep waiting so no request is left behind */
         if ((rc = w)) continue;
         if (!x->reduce_started) {
-            rc = ct_error_set(err, CT_ERR_INTERNAL, "strategy no_shard: unit %u's gradient was"
-                              " never reduced ---> HINT: the host must call"
-                              " unit_backward_done(u, last=1) for every unit", u);
+            rc = ct_kit_error_never_reduced(NS_WHO, u, err);
             continue;
         }
-        rc = ct_kit_divide(s->dev, x->grad_wire, rdt, x->padded, s->post, err);
-        if (!rc) rc = ct_kit_convert(s->dev, x->grad_out, CT_DTYPE_F32, x->grad_wire, rdt,
-                                     x->padded, err);
+        rc = ct_kit_divide_to_f32(s->dev, x->grad_out, x->grad_wire, rdt, x->r.padded, s->post,
+                                  err);
     }
     return rc;
 }
@@ -264,12 +189,10 @@ static int32_t ns_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     if (check_unit(s, u, err)) return err->code;
     ns_unit *x = &s->units[u];
     ct_shard sh = {
-        .struct_size = sizeof sh, .master = x->master, .grad = x->grad_out,
-        .numel = x->padded, .offset = 0, .padded_numel = x->padded, .replicated = 1,
+        .struct_size = sizeof sh, .master = x->r.params.master, .grad = x->grad_out,
+        .numel = x->r.padded, .offset = 0, .padded_numel = x->r.padded, .replicated = 1,
     };
-    uint32_t n = out->struct_size && out->struct_size < sizeof sh ? out->struct_size : sizeof sh;
-    memcpy(out, &sh, n);
-    out->struct_size = n;
+    ct_kit_put_shard(out, &sh);
     return CT_OK;
 }
 
@@ -277,7 +200,9 @@ static int32_t ns_step_done(void *p, ct_error *err) {
     no_shard *s = p;
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
-        int32_t rc = refresh_compute(s, &s->units[u], err);
+        ns_unit *x = &s->units[u];
+        int32_t rc = ct_kit_params_refresh(s->dev, &x->r.params, x->r.padded,
+                                           s->policy.param_dtype, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -287,14 +212,14 @@ static int32_t ns_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
                          ct_error *err) {
     no_shard *s = p;
     uint64_t pb = 0, gb = 0;
-    size_t psz = ct_dtype_size(s->policy.param_dtype);
     size_t gsz = ct_dtype_size(s->policy.grad_accum_dtype);
     size_t rsz = ct_dtype_size(s->policy.reduce_dtype);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
-        pb += x->padded * 4 + (x->compute != (void *)x->master ? x->padded * psz : 0);
-        gb += x->padded * gsz + (x->grad_wire != x->grad_local ? x->padded * rsz : 0) +
-              (x->grad_out != x->grad_wire ? x->padded * 4 : 0);
+        const uint64_t P = x->r.padded;
+        pb += ct_kit_params_bytes(&x->r.params, P, s->policy.param_dtype);
+        gb += P * gsz + (x->grad_wire != x->r.grad_local ? P * rsz : 0) +
+              (x->grad_out != x->grad_wire ? P * 4 : 0);
     }
     *params = pb;
     *grads = gb;

@@ -1,9 +1,12 @@
 /* strategy_kit.h — header-only helpers for writing a strategy plugin: FSDP1's pre/post divide
- * factors, flat-buffer padding and shard arithmetic, typed device buffers, and the reduction
- * dispatch (the precision plugin's hooks when it has them, the comm's own collective otherwise).
- * The built-in ddp, no_shard and full_shard use it; a third-party strategy (shard_grad_op,
- * hybrid_shard, ...) gets the same arithmetic by including it. Not part of the ABI: nothing here
- * crosses the plugin boundary, and it keeps no state.
+ * factors, flat-buffer padding and shard arithmetic, typed device buffers, the checks and
+ * errors every strategy's create/setup/per-unit calls share, a replicated unit's bookkeeping,
+ * and the reduction dispatch (the precision plugin's hooks when it has them, the comm's own
+ * collective otherwise). The built-in ddp, no_shard and full_shard use it; a third-party
+ * strategy (shard_grad_op, hybrid_shard, ...) gets the same arithmetic and messages by including
+ * it. Not part of the ABI: nothing here crosses the plugin boundary, and it keeps no state.
+ *
+ * `who` arguments start error messages and name the plugin: "strategy no_shard".
  */
 #ifndef CTRAIN_STRATEGY_KIT_H
 #define CTRAIN_STRATEGY_KIT_H
@@ -11,6 +14,8 @@
 #include <ctrain/ctrain.h>
 
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 /* --- arithmetic ------------------------------------------------------------------------ */
 
@@ -76,6 +81,16 @@ static inline void *ct_kit_alloc(ct_device_ref dev, uint64_t n, int32_t dtype, c
                      why);
     }
     return p;
+}
+
+/* ct_kit_alloc for a buffer of unit u, named "<who>: unit <u> <label>" in errors (label e.g.
+ * "gradient", "master shard"). */
+static inline void *ct_kit_alloc_unit(ct_device_ref dev, uint64_t n, int32_t dtype,
+                                      const char *who, uint32_t u, const char *label,
+                                      ct_error *err) {
+    char what[64];
+    snprintf(what, sizeof what, "%s: unit %u %s", who, u, label);
+    return ct_kit_alloc(dev, n, dtype, what, err);
 }
 
 /* dst = src converted from src_dtype to dst_dtype (n elements, device memory): a device copy
@@ -146,6 +161,236 @@ static inline int32_t ct_kit_wait(ct_comm_ref comm, ct_request **req, ct_error *
     ct_request *q = *req;
     *req = NULL;
     return comm.vt->wait(comm.self, q, err);
+}
+
+/* The send side of a gradient reduction: dst (dst_dtype, the wire) = src (src_dtype, the local
+ * gradient) converted as ct_kit_convert, then divided by `divisor` in dst_dtype as
+ * ct_kit_divide (FSDP1's pre-divide factor f, or N for ddp). n elements; dst may alias src only
+ * when the dtypes agree. */
+static inline int32_t ct_kit_convert_and_divide(ct_device_ref dev, void *dst, int32_t dst_dtype,
+                                                const void *src, int32_t src_dtype, uint64_t n,
+                                                double divisor, ct_error *err) {
+    int32_t rc = ct_kit_convert(dev, dst, dst_dtype, src, src_dtype, n, err);
+    return rc ? rc : ct_kit_divide(dev, dst, dst_dtype, n, divisor, err);
+}
+
+/* The receive side of FSDP1's reduction: x (x_dtype, the collective's result) divided by
+ * `divisor` (N/f) in place, then out (f32) = x converted. n elements; out may be x when
+ * x_dtype is f32. */
+static inline int32_t ct_kit_divide_to_f32(ct_device_ref dev, float *out, void *x,
+                                           int32_t x_dtype, uint64_t n, double divisor,
+                                           ct_error *err) {
+    int32_t rc = ct_kit_divide(dev, x, x_dtype, n, divisor, err);
+    return rc ? rc : ct_kit_convert(dev, out, CT_DTYPE_F32, x, x_dtype, n, err);
+}
+
+/* --- a unit's parameters ----------------------------------------------------------------- */
+
+/* What a rank holds of a unit's parameters: the f32 master (the whole unit, or this rank's
+ * shard) and the compute copy that forward and backward read (or that is all-gathered). */
+typedef struct ct_kit_params {
+    float *master;  /* (n) f32 master weights, owned; the optimizer updates them */
+    void  *compute; /* (n) param_dtype, owned; aliases master when param_dtype is f32 */
+} ct_kit_params;
+
+/* Allocate both for n elements of unit u (compute only when param_dtype is not f32). sharded
+ * only changes their names in errors: "master shard" / "compute shard" instead of "master" /
+ * "compute copy". On error what was allocated stays in *p for ct_kit_params_free. */
+static inline int32_t ct_kit_params_alloc(ct_device_ref dev, ct_kit_params *p, uint64_t n,
+                                          int32_t param_dtype, const char *who, uint32_t u,
+                                          int sharded, ct_error *err) {
+    p->master = (float *)ct_kit_alloc_unit(dev, n, CT_DTYPE_F32, who, u,
+                                           sharded ? "master shard" : "master", err);
+    if (!p->master) return err->code;
+    p->compute = p->master;
+    if (param_dtype == CT_DTYPE_F32) return CT_OK;
+    p->compute = ct_kit_alloc_unit(dev, n, param_dtype, who, u,
+                                   sharded ? "compute shard" : "compute copy", err);
+    return p->compute ? CT_OK : err->code;
+}
+
+/* Free what ct_kit_params_alloc made (NULL members are fine: a device frees NULL as nothing). */
+static inline void ct_kit_params_free(ct_device_ref dev, ct_kit_params *p) {
+    if (p->compute != (void *)p->master) dev.vt->free_mem(dev.self, p->compute);
+    dev.vt->free_mem(dev.self, p->master);
+}
+
+/* compute = master cast to param_dtype (round to nearest even), as FSDP does before its
+ * all-gather; nothing when they alias. n elements. */
+static inline int32_t ct_kit_params_refresh(ct_device_ref dev, ct_kit_params *p, uint64_t n,
+                                            int32_t param_dtype, ct_error *err) {
+    return ct_kit_convert(dev, p->compute, param_dtype, p->master, CT_DTYPE_F32, n, err);
+}
+
+/* Bytes of device memory both take, n elements: for memory(). */
+static inline uint64_t ct_kit_params_bytes(const ct_kit_params *p, uint64_t n,
+                                           int32_t param_dtype) {
+    return n * 4 + (p->compute != (void *)p->master ? n * ct_dtype_size(param_dtype) : 0);
+}
+
+/* --- create, setup and the per-unit checks ----------------------------------------------- */
+
+/* create()'s first check: a strategy works through the rank's device and comm engines. */
+static inline int32_t ct_kit_check_engines(const ct_create_args *a, const char *who,
+                                           ct_error *err) {
+    if (a->device.vt && a->comm.vt) return CT_OK;
+    return ct_error_set(err, CT_ERR_INVALID, "%s: created without a device or comm engine"
+                        " ---> HINT: the host creates device and comm first", who);
+}
+
+/* The world size and this rank's index: the values in the ref when the host filled them in
+ * (world_size > 0), else the engine's own answer. */
+static inline int32_t ct_kit_world_size(ct_comm_ref c) {
+    return c.world_size > 0 ? c.world_size : c.vt->world_size(c.self);
+}
+static inline int32_t ct_kit_rank(ct_comm_ref c) {
+    return c.world_size > 0 ? c.rank : c.vt->rank(c.self);
+}
+
+/* The dtypes a built-in strategy moves gradients and parameters in: the device casts only
+ * between these two. */
+static inline int32_t ct_kit_check_dtype(const char *who, const char *what, int32_t dtype,
+                                         ct_error *err) {
+    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: %s %s is not supported"
+                        " ---> HINT: use a precision policy with f32 or bf16", who, what,
+                        ct_dtype_name(dtype));
+}
+
+/* setup()'s common part, before any buffer: *su = *setup_in and *policy = *su->policy (both by
+ * the ABI copy rule); then the checks every built-in strategy makes, in this order: setup()
+ * not run before (`already` non-zero is an error), units and a policy given, an f32 master,
+ * f32 or bf16 param / reduce / grad accumulation dtypes. On success the precision plugin's
+ * hooks go into *r. On error *su and *policy may be filled, *r is untouched. */
+static inline int32_t ct_kit_setup_begin(const char *who, int already,
+                                         const ct_strategy_setup *setup_in,
+                                         ct_strategy_setup *su, ct_precision_policy *policy,
+                                         ct_kit_reducer *r, ct_error *err) {
+    ct_kit_copy_struct(su, setup_in, sizeof *su);
+    if (already) return ct_error_set(err, CT_ERR_INVALID, "%s: setup() called twice", who);
+    if (su->n_units == 0 || !su->unit_numel || !su->policy)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: setup without units or precision policy",
+                            who);
+    ct_kit_copy_struct(policy, su->policy, sizeof *policy);
+    if (policy->master_dtype != CT_DTYPE_F32)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: master dtype %s; only f32 master"
+                            " weights are supported", who, ct_dtype_name(policy->master_dtype));
+    if (ct_kit_check_dtype(who, "param dtype", policy->param_dtype, err) ||
+        ct_kit_check_dtype(who, "reduce dtype", policy->reduce_dtype, err) ||
+        ct_kit_check_dtype(who, "grad accumulation dtype", policy->grad_accum_dtype, err))
+        return err->code;
+    r->precision = su->precision;
+    r->precision_self = su->precision_self;
+    return CT_OK;
+}
+
+/* Every per-unit call's check: setup() done (`ready` non-zero) and u < n_units. */
+static inline int32_t ct_kit_check_unit(const char *who, int ready, uint32_t u, uint32_t n_units,
+                                        ct_error *err) {
+    if (!ready) return ct_error_set(err, CT_ERR_INVALID, "%s: used before setup()", who);
+    if (u >= n_units)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: unit %u out of range (the model has %u"
+                            " units)", who, u, n_units);
+    return CT_OK;
+}
+
+/* The host broke the step protocol (ctrain.h, ct_strategy_vtable): unit u's gradient was
+ * handed over twice in one step, or never. CT_ERR_INTERNAL: a host bug, not a user error. */
+static inline int32_t ct_kit_error_reduced_twice(const char *who, uint32_t u, ct_error *err) {
+    return ct_error_set(err, CT_ERR_INTERNAL, "%s: unit %u reduced twice in one step", who, u);
+}
+static inline int32_t ct_kit_error_never_reduced(const char *who, uint32_t u, ct_error *err) {
+    return ct_error_set(err, CT_ERR_INTERNAL, "%s: unit %u's gradient was never reduced"
+                        " ---> HINT: the host must call unit_backward_done(u, last=1) for every"
+                        " unit", who, u);
+}
+/* ... or began a step while unit u's reduction of the last one was still in flight. */
+static inline int32_t ct_kit_error_in_flight(const char *who, uint32_t u, ct_error *err) {
+    return ct_error_set(err, CT_ERR_INTERNAL, "%s: begin_step while unit %u's reduction is in"
+                        " flight ---> HINT: call finish_backward first", who, u);
+}
+/* ... or released unit u more often than it acquired it. */
+static inline int32_t ct_kit_error_not_acquired(const char *who, uint32_t u, ct_error *err) {
+    return ct_error_set(err, CT_ERR_INTERNAL, "%s: release of unit %u that is not acquired", who,
+                        u);
+}
+
+/* shard()'s answer: as much of *sh as out->struct_size asks for (0: all of it), and
+ * out->struct_size set to the bytes written. */
+static inline void ct_kit_put_shard(ct_shard *out, const ct_shard *sh) {
+    uint32_t n = out->struct_size && out->struct_size < sizeof *sh ? out->struct_size
+                                                                    : (uint32_t)sizeof *sh;
+    memcpy(out, sh, n);
+    out->struct_size = n;
+}
+
+/* --- a replicated unit (ddp, no_shard) ---------------------------------------------------- */
+
+/* Every rank holds all of the unit: master, compute copy and a local gradient, each of the
+ * padded length. acquire/release only count holds, to catch a host whose calls do not pair. */
+typedef struct ct_kit_replica {
+    uint64_t      numel;      /* elements before padding */
+    uint64_t      padded;     /* ct_kit_padded_numel(numel, N) */
+    ct_kit_params params;     /* (padded) each */
+    void         *grad_local; /* (padded) grad_accum_dtype: backward stages add into it */
+    int32_t       holds;      /* acquire() minus release() calls */
+} ct_kit_replica;
+
+/* Allocate unit u's master, compute copy and local gradient (zero-filled). On error what was
+ * allocated stays in *x for ct_kit_replica_free. */
+static inline int32_t ct_kit_replica_alloc(ct_device_ref dev, ct_kit_replica *x, uint64_t numel,
+                                           int32_t world_size, const ct_precision_policy *pol,
+                                           const char *who, uint32_t u, ct_error *err) {
+    x->numel = numel;
+    x->padded = ct_kit_padded_numel(numel, world_size);
+    if (ct_kit_params_alloc(dev, &x->params, x->padded, pol->param_dtype, who, u, 0, err))
+        return err->code;
+    x->grad_local = ct_kit_alloc_unit(dev, x->padded, pol->grad_accum_dtype, who, u, "gradient",
+                                      err);
+    return x->grad_local ? CT_OK : err->code;
+}
+
+/* Free the local gradient, then the parameters. */
+static inline void ct_kit_replica_free(ct_device_ref dev, ct_kit_replica *x) {
+    dev.vt->free_mem(dev.self, x->grad_local);
+    ct_kit_params_free(dev, &x->params);
+}
+
+/* load_unit: master = the full unpadded copy in host memory (the padding stays zero), then the
+ * compute copy is refreshed. */
+static inline int32_t ct_kit_replica_load(ct_device_ref dev, ct_kit_replica *x,
+                                          int32_t param_dtype, const float *full, ct_error *err) {
+    int32_t rc = dev.vt->copy(dev.self, x->params.master, full, x->numel * sizeof(float),
+                              CT_COPY_H2D, err);
+    return rc ? rc : ct_kit_params_refresh(dev, &x->params, x->padded, param_dtype, err);
+}
+
+/* save_unit: the unpadded master into host memory `full` (no collective: every rank has it). */
+static inline int32_t ct_kit_replica_save(ct_device_ref dev, const ct_kit_replica *x, float *full,
+                                          ct_error *err) {
+    return dev.vt->copy(dev.self, full, x->params.master, x->numel * sizeof(float), CT_COPY_D2H,
+                        err);
+}
+
+/* acquire: one more hold; the compute copy is always there. */
+static inline void ct_kit_replica_acquire(ct_kit_replica *x, const void **params) {
+    x->holds++;
+    *params = x->params.compute;
+}
+
+/* release: one hold less; an error when there is none. */
+static inline int32_t ct_kit_replica_release(const char *who, uint32_t u, ct_kit_replica *x,
+                                             ct_error *err) {
+    if (x->holds == 0) return ct_kit_error_not_acquired(who, u, err);
+    x->holds--;
+    return CT_OK;
+}
+
+/* begin_step: the local gradient back to zero. */
+static inline int32_t ct_kit_replica_zero_grad(ct_device_ref dev, ct_kit_replica *x,
+                                               int32_t grad_accum_dtype, ct_error *err) {
+    return dev.vt->zero(dev.self, x->grad_local, x->padded * ct_dtype_size(grad_accum_dtype),
+                        err);
 }
 
 #endif /* CTRAIN_STRATEGY_KIT_H */
