@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — everything ctrain checks on a GPU machine, in one script of at most ~8
 # minutes: build with nvcc for sm_90 using only what is carried (.deps-gpu), run each
-# tests/gpu/*_vs_cpu.c program (CUDA plugin against CPU plugin on the same inputs), the unit
-# tests, then the throughput benchmarks (ctrain GPT-2 124M bf16 amp; PyTorch's reference).
+# tests/gpu/*_vs_cpu.c program (CUDA plugin against CPU plugin on the same inputs), 20 training
+# steps of ctrain on cuda against cpu, the unit tests, then the throughput benchmarks (ctrain
+# GPT-2 124M bf16 amp at the largest batch that fits, with MFU; PyTorch's reference).
 # Writes summary.txt and logs under $OUT (at most 8 files). Not for: CI (no GPU there).
 # Usage (on the GPU machine, from the repository root): bash tests/gpu/run.sh
 set -u
@@ -57,7 +58,7 @@ rc=$?
 say "build: exit $rc after $(elapsed) s ($(grep -c 'error' "$OUT/build.log") lines mention error; see build.log)"
 ls "$BUILD"/plugins/ >>"$OUT/build.log" 2>&1
 
-# ---- 4. CUDA-vs-CPU programs: tests/gpu/*_vs_cpu.c (device now; model and losses later) ---
+# ---- 4. CUDA-vs-CPU programs: tests/gpu/*_vs_cpu.c (device, model, losses) ----------------
 # Each is a standalone C program: cc it with the SDK headers, run it with the plugin folder.
 : >"$OUT/gpu_tests.log"
 for src in tests/gpu/*_vs_cpu.c; do
@@ -76,6 +77,93 @@ for src in tests/gpu/*_vs_cpu.c; do
     grep -E '^(FAIL|  )|^bench ' "$OUT/gpu_tests.log" | sed 's/^/    /' | tail -20 >>"$summary"
 done
 
+# ---- 4b. 20 training steps, ctrain with [device] type = cuda against type = cpu -----------
+# Same INI, seed and data (a learnable bigram-chain shard, V=512); losses ce + zloss; the
+# per-step loss of the cuda run must stay within 1e-3 (fp32) / 5e-3 (amp) relative of the cpu
+# run's, and the run must learn (last < first). On the CPU alone, amp and fp32 runs of this
+# INI differ by < 1e-4 over the 20 steps; the margins are for the GPU's f32 sum order and bf16
+# rounding flips (model_vs_cpu.c), which Adam's normalised steps carry forward.
+train_compare() {
+    local work=/tmp/ctrain-gpu-train
+    rm -rf "$work" && mkdir -p "$work"
+    python3 - "$work/train.bin" <<'PY' || return 1
+import random, struct, sys
+rng = random.Random(7); V = 512; n = 400000
+nxt = [rng.randrange(V) for _ in range(V)]
+toks, t = [], 0
+for _ in range(n):
+    t = nxt[t] if rng.random() < 0.8 else rng.randrange(V)
+    toks.append(t)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *([20240520, 1, n] + [0] * 253)))
+    f.write(struct.pack("<%dH" % n, *toks))
+PY
+    local prec dev rc=0
+    for prec in fp32 amp; do
+        for dev in cpu cuda; do
+            cat >"$work/$prec-$dev.ini" <<INI
+[run]
+name = $prec-$dev
+out_dir = $work/$prec-$dev
+steps = 20
+seed = 1234
+log_every = 1
+[data]
+train = $work/train.bin
+batch_size = 8
+seq_len = 64
+[model]
+plugin = gpt
+n_layer = 2
+n_head = 4
+d_model = 128
+vocab_size = 512
+seq_len = 64
+[loss]
+plugins = ce, zloss
+[precision]
+plugin = $prec
+[strategy]
+plugin = ddp
+[device]
+type = $dev
+[optim]
+lr = 3e-3
+warmup = 5
+INI
+            timeout 60 "$BUILD/ctrain" train "$work/$prec-$dev.ini" >"$work/$prec-$dev.log" 2>&1 ||
+                { echo "train $prec $dev failed:"; tail -5 "$work/$prec-$dev.log"; rc=1; }
+        done
+        python3 - "$work/$prec-cpu/metrics.jsonl" "$work/$prec-cuda/metrics.jsonl" "$prec" <<'PY' || rc=1
+import json, sys
+def losses(p):
+    rows = [json.loads(l) for l in open(p)]
+    return [(r["step"], r["loss"], r.get("loss/zloss", 0.0)) for r in rows if "loss" in r]
+a, b, prec = losses(sys.argv[1]), losses(sys.argv[2]), sys.argv[3]
+tol = 1e-3 if prec == "fp32" else 5e-3
+worst = max(abs(y[1] - x[1]) / abs(x[1]) for x, y in zip(a, b)) if a and len(a) == len(b) else 1e9
+learns = len(b) > 1 and b[-1][1] < b[0][1]
+ok = len(a) == 20 and len(b) == 20 and worst <= tol and learns
+print(("ok" if ok else "FAIL") + f" train_20_steps_{prec}_cuda_vs_cpu: {len(b)} steps, loss "
+      f"{a[0][1]:.4f} -> {a[-1][1]:.4f} (cpu) vs {b[0][1]:.4f} -> {b[-1][1]:.4f} (cuda), "
+      f"worst rel diff {worst:.2e} (tol {tol:.0e}); zloss term {a[-1][2]:.3e} vs {b[-1][2]:.3e}")
+for x, y in zip(a, b):
+    print(f"  step {x[0]:2d}  cpu {x[1]:.6f}  cuda {y[1]:.6f}")
+sys.exit(0 if ok else 1)
+PY
+    done
+    return $rc
+}
+if [ -x "$BUILD/ctrain" ]; then
+    echo "== train_compare" >>"$OUT/gpu_tests.log"
+    train_compare >>"$OUT/gpu_tests.log" 2>&1
+    rc=$?
+    grep -E '^(ok|FAIL) train_20_steps' "$OUT/gpu_tests.log" | tee -a "$summary" >/dev/null
+    say "train_compare: exit $rc"
+else
+    say "train_compare: skipped (no ctrain binary)"
+fi
+
 # ---- 5. the unit tests, with a GPU present (test_cuda_build then opens the device) -------
 if [ -x "$BUILD/tests/unit_tests" ]; then
     BUILD=$BUILD timeout 150 "$BUILD/tests/unit_tests" >"$OUT/unit.log" 2>&1
@@ -87,19 +175,24 @@ else
 fi
 
 # ---- 6. throughput: ctrain GPT-2 124M, bf16 amp, on the GPU -------------------------------
+# T = 1024, bf16 amp, the largest per-GPU batch that fits (tried 64, 32, 16; grad_accum 1);
+# MFU = tokens/s * (6 N + 12 L C T) / 790e12 (N = 124.48M parameters, tied head; the attention
+# term as PaLM's appendix B), against 790 TFLOP/s dense bf16.
 bench_ctrain() {
-    local work=/tmp/ctrain-gpu-bench
+    local work=/tmp/ctrain-gpu-bench B
     rm -rf "$work" && mkdir -p "$work"
-    python3 bench/make_random_shard.py "$work/train.bin" 50257 2000000 || return 1
-    cat >"$work/gpt2.ini" <<INI
+    python3 bench/make_random_shard.py "$work/train.bin" 50257 4000000 || return 1
+    for B in 64 32 16; do
+        rm -rf "$work/out"
+        cat >"$work/gpt2.ini" <<INI
 [run]
 name = gpt2_cuda
 out_dir = $work/out
-steps = 12
+steps = 10
 log_every = 1
 [data]
 train = $work/train.bin
-batch_size = 16
+batch_size = $B
 seq_len = 1024
 [model]
 plugin = gpt
@@ -118,13 +211,25 @@ type = cuda
 [optim]
 lr = 6e-4
 INI
-    timeout 120 "$BUILD/ctrain" train "$work/gpt2.ini" 2>&1 | tail -15
-    python3 - "$work/out/metrics.jsonl" <<'PY' 2>/dev/null
+        echo "== batch_size $B"
+        if timeout 100 "$BUILD/ctrain" train "$work/gpt2.ini" >"$work/train-$B.log" 2>&1; then
+            tail -4 "$work/train-$B.log"
+            python3 - "$work/out/metrics.jsonl" "$B" <<'PY' 2>/dev/null
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
 tps = sorted(r["tokens_per_s"] for r in rows[3:]) or [0]
-print(f"bench ctrain_gpt2_124M_bf16_amp: {tps[len(tps)//2]:.0f} tokens/s (median of steps 4..)")
+med = tps[len(tps) // 2]
+L, C, V, T = 12, 768, 50257, 1024
+n = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+flops = 6 * n + 12 * L * C * T
+print(f"bench ctrain_gpt2_124M_bf16_amp: {med:.0f} tokens/s (median of steps 4..), "
+      f"B={sys.argv[2]} T=1024, MFU {100 * med * flops / 790e12:.1f}% of 790 TFLOP/s")
 PY
+            return 0
+        fi
+        tail -3 "$work/train-$B.log"
+    done
+    return 1
 }
 if [ $(( $(date +%s) - start )) -lt 330 ] && [ -x "$BUILD/ctrain" ]; then
     bench_ctrain >"$OUT/bench.log" 2>&1

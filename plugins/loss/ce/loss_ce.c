@@ -2,22 +2,28 @@
  *   value      = (1/n) * sum over counted rows i of (lse_i - z[i, t_i])      n = n_counted
  *   d/dz[i,j]  = (softmax(z_i)_j - [j == t_i]) / n   for counted rows, 0 for ignored rows
  * lse_i is the host's row log-sum-exp (ct_loss_batch.row_lse). Runs on host memory (device
- * cpu). Not for: z-loss or logit penalties (loss zloss, loss logitreg).
+ * cpu); batches on a CUDA device go to ce_cuda.cu when built with nvcc (CT_HAVE_CUDA).
+ * Not for: z-loss or logit penalties (loss zloss, loss logitreg).
  * Shape legend: N rows (B*T positions), V vocabulary.
  */
 #include <ctrain/ctrain.h>
 
+#include <ctrain/numerics.h>
+
 #include <math.h>
 #include <stdlib.h>
 
+#ifdef CT_HAVE_CUDA
+#include "ce_cuda.h"
+#define CE_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
+#else
+#define CE_DEVICES CT_DEVICE_CPU
+#endif
+
 typedef struct ce_loss {
     const char *section; /* "loss.ce", for messages */
+    struct ce_cuda *cuda; /* CUDA scratch, allocated on the first CUDA batch; else NULL */
 } ce_loss;
-
-/* d/dz_j of (lse - z_t) for one element: softmax_j - onehot_j. */
-static inline float ce_dlogit(float z, float lse, int is_target) {
-    return expf(z - lse) - (is_target ? 1.0f : 0.0f);
-}
 
 static void *ce_create(const ct_create_args *args, ct_error *err) {
     ce_loss *self = calloc(1, sizeof *self);
@@ -26,15 +32,29 @@ static void *ce_create(const ct_create_args *args, ct_error *err) {
     return self;
 }
 
-static void ce_destroy(void *self) { free(self); }
+static void ce_destroy(void *p) {
+    ce_loss *self = p;
+#ifdef CT_HAVE_CUDA
+    if (self && self->cuda) ce_cuda_free(self->cuda);
+#endif
+    free(self);
+}
 
 static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *out,
                                    ct_error *err) {
     ce_loss *self = p;
-    if (b->device.type == CT_DEVICE_CUDA)
+    if (b->device.type == CT_DEVICE_CUDA) {
+#ifdef CT_HAVE_CUDA
+        if (!b->logits || !b->targets || !b->row_lse)
+            return ct_error_set(err, CT_ERR_INVALID, "loss ce: batch without logits, targets or "
+                                "row_lse (a host bug; please report it)");
+        return ce_cuda_forward_backward(&self->cuda, b, &out->value, err);
+#else
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss ce: logits on a CUDA device; this "
-                            "build of [%s] runs on cpu only ---> use [device] type = cpu",
-                            self->section);
+                            "build of [%s] runs on cpu only ---> rebuild with nvcc, or use "
+                            "[device] type = cpu", self->section);
+#endif
+    }
     if (!b->logits || !b->targets || !b->row_lse)
         return ct_error_set(err, CT_ERR_INVALID, "loss ce: batch without logits, targets or "
                             "row_lse (a host bug; please report it)");
@@ -66,7 +86,7 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
         const float *z = b->logits + i * V;
         float *dz = b->dlogits + i * V;
         float lse = b->row_lse[i];
-        for (int64_t j = 0; j < V; j++) dz[j] += g * ce_dlogit(z[j], lse, j == t);
+        for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit(z[j], lse, j == t);
     }
     return CT_OK;
 }
@@ -92,7 +112,7 @@ static const ct_plugin_desc ce_desc = {
     .summary           = "next-token cross-entropy, mean over counted positions",
     .params            = ce_params,
     .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU,
+    .devices           = CE_DEVICES,
     .vtable            = &ce_vtable,
 };
 

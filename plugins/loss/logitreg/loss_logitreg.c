@@ -5,11 +5,19 @@
  * Unlike z-loss (which only pins the softmax normaliser lse, leaving the spread free) it
  * shrinks every logit towards 0, the shift and the spread alike. mask_ignored as in zloss:
  * true (default) leaves out rows with target < 0 (n = n_counted); false counts all N rows.
- * Runs on host memory (device cpu). Not for: z-loss (loss zloss). Legend: N rows, V vocab.
+ * Runs on host memory (device cpu); batches on a CUDA device go to logitreg_cuda.cu when built
+ * with nvcc (CT_HAVE_CUDA). Not for: z-loss (loss zloss). Legend: N rows, V vocab.
  */
 #include <ctrain/ctrain.h>
 
 #include <stdlib.h>
+
+#ifdef CT_HAVE_CUDA
+#include "logitreg_cuda.h"
+#define LOGITREG_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
+#else
+#define LOGITREG_DEVICES CT_DEVICE_CPU
+#endif
 
 typedef struct logitreg {
     const ct_host_api *api;
@@ -17,6 +25,7 @@ typedef struct logitreg {
     const char        *section;      /* "loss.logitreg", for messages */
     double             coef;
     int32_t            mask_ignored; /* 1: skip rows with target < 0 */
+    struct logitreg_cuda *cuda;  /* CUDA scratch after the first CUDA batch; else NULL */
 } logitreg;
 
 static void *logitreg_create(const ct_create_args *args, ct_error *err) {
@@ -34,7 +43,13 @@ static void *logitreg_create(const ct_create_args *args, ct_error *err) {
     return self;
 }
 
-static void logitreg_destroy(void *self) { free(self); }
+static void logitreg_destroy(void *p) {
+    logitreg *self = p;
+#ifdef CT_HAVE_CUDA
+    if (self && self->cuda) logitreg_cuda_free(self->cuda);
+#endif
+    free(self);
+}
 
 static inline int row_counts(const logitreg *self, int32_t target) {
     return !self->mask_ignored || target >= 0;
@@ -43,10 +58,6 @@ static inline int row_counts(const logitreg *self, int32_t target) {
 static int32_t logitreg_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *out,
                                          ct_error *err) {
     logitreg *self = p;
-    if (b->device.type == CT_DEVICE_CUDA)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss logitreg: logits on a CUDA device; "
-                            "this build of [%s] runs on cpu only ---> use [device] type = cpu",
-                            self->section);
     if (!b->logits || !b->targets)
         return ct_error_set(err, CT_ERR_INVALID, "loss logitreg: batch without logits or "
                             "targets (a host bug; please report it)");
@@ -56,6 +67,24 @@ static int32_t logitreg_forward_backward(void *p, const ct_loss_batch *b, ct_los
     if (rows <= 0 || V <= 0) return CT_OK;
     const double nv = (double)rows * (double)V; /* elements averaged over */
 
+    if (b->device.type == CT_DEVICE_CUDA) {
+#ifdef CT_HAVE_CUDA
+        double sum = 0.0;
+        int32_t rc = logitreg_cuda_run(&self->cuda, b, self->mask_ignored,
+                                       (float)(2.0 * self->coef * b->grad_scale / nv),
+                                       b->dlogits != NULL, &sum, err);
+        if (rc != CT_OK) return rc;
+        out->value = self->coef * sum / nv;
+        if (b->dlogits && self->api && self->api->metric)
+            self->api->metric(self->host, "loss/logitreg/mean_sq_logit", sum / nv,
+                              CT_METRIC_MEAN);
+        return CT_OK;
+#else
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss logitreg: logits on a CUDA device; "
+                            "this build of [%s] runs on cpu only ---> rebuild with nvcc, or use "
+                            "[device] type = cpu", self->section);
+#endif
+    }
     double sum_sq = 0.0;
     for (int64_t i = 0; i < N; i++) {
         if (!row_counts(self, b->targets[i])) continue;
@@ -103,7 +132,7 @@ static const ct_plugin_desc logitreg_desc = {
     .summary           = "logit regulariser: coef * mean squared logit (pushes logits to 0)",
     .params            = logitreg_params,
     .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU,
+    .devices           = LOGITREG_DEVICES,
     .vtable            = &logitreg_vtable,
 };
 

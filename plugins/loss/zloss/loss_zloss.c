@@ -4,13 +4,22 @@
  *   d/dz[i,j]  = coef * 2 * lse_i * softmax(z_i)_j / n
  * mask_ignored = true (default, as OLMo): rows with target < 0 are left out and n = n_counted;
  * false (as open_lm, which has no mask): every row counts and n = N.
- * Runs on host memory (device cpu). Not for: the cross-entropy itself (loss ce).
+ * Runs on host memory (device cpu); batches on a CUDA device go to zloss_cuda.cu when built
+ * with nvcc (CT_HAVE_CUDA). Not for: the cross-entropy itself (loss ce).
  * Shape legend: N rows (B*T positions), V vocabulary.
  */
 #include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
 
 #include <math.h>
 #include <stdlib.h>
+
+#ifdef CT_HAVE_CUDA
+#include "zloss_cuda.h"
+#define ZLOSS_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
+#else
+#define ZLOSS_DEVICES CT_DEVICE_CPU
+#endif
 
 typedef struct zloss {
     const ct_host_api *api;
@@ -18,10 +27,8 @@ typedef struct zloss {
     const char        *section;      /* "loss.zloss", for messages */
     double             coef;
     int32_t            mask_ignored; /* 1: skip rows with target < 0 */
+    struct zloss_cuda *cuda;     /* CUDA scratch after the first CUDA batch; else NULL */
 } zloss;
-
-/* d(lse^2)/dz_j for one element: 2 * lse * softmax_j. */
-static inline float zloss_dlogit(float z, float lse) { return 2.0f * lse * expf(z - lse); }
 
 static void *zloss_create(const ct_create_args *args, ct_error *err) {
     zloss *self = calloc(1, sizeof *self);
@@ -38,7 +45,13 @@ static void *zloss_create(const ct_create_args *args, ct_error *err) {
     return self;
 }
 
-static void zloss_destroy(void *self) { free(self); }
+static void zloss_destroy(void *p) {
+    zloss *self = p;
+#ifdef CT_HAVE_CUDA
+    if (self && self->cuda) zloss_cuda_free(self->cuda);
+#endif
+    free(self);
+}
 
 static inline int row_counts(const zloss *self, int32_t target) {
     return !self->mask_ignored || target >= 0;
@@ -47,10 +60,6 @@ static inline int row_counts(const zloss *self, int32_t target) {
 static int32_t zloss_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *out,
                                       ct_error *err) {
     zloss *self = p;
-    if (b->device.type == CT_DEVICE_CUDA)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss zloss: logits on a CUDA device; this "
-                            "build of [%s] runs on cpu only ---> use [device] type = cpu",
-                            self->section);
     if (!b->logits || !b->targets || !b->row_lse)
         return ct_error_set(err, CT_ERR_INVALID, "loss zloss: batch without logits, targets or "
                             "row_lse (a host bug; please report it)");
@@ -60,6 +69,23 @@ static int32_t zloss_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
     if (rows <= 0) return CT_OK;
     const double n = (double)rows;
 
+    if (b->device.type == CT_DEVICE_CUDA) {
+#ifdef CT_HAVE_CUDA
+        double sum = 0.0;
+        int32_t rc = zloss_cuda_run(&self->cuda, b, self->mask_ignored,
+                                    (float)(self->coef * b->grad_scale / n), b->dlogits != NULL,
+                                    &sum, err);
+        if (rc != CT_OK) return rc;
+        out->value = self->coef * sum / n;
+        if (b->dlogits && self->api && self->api->metric)
+            self->api->metric(self->host, "loss/zloss/lse_sq", sum / n, CT_METRIC_MEAN);
+        return CT_OK;
+#else
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss zloss: logits on a CUDA device; this "
+                            "build of [%s] runs on cpu only ---> rebuild with nvcc, or use "
+                            "[device] type = cpu", self->section);
+#endif
+    }
     double sum_sq = 0.0;
     for (int64_t i = 0; i < N; i++)
         if (row_counts(self, b->targets[i])) sum_sq += (double)b->row_lse[i] * b->row_lse[i];
@@ -74,7 +100,7 @@ static int32_t zloss_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
         const float *z = b->logits + i * V;
         float *dz = b->dlogits + i * V;
         float lse = b->row_lse[i];
-        for (int64_t j = 0; j < V; j++) dz[j] += g * zloss_dlogit(z[j], lse);
+        for (int64_t j = 0; j < V; j++) dz[j] += g * ct_zloss_dlogit(z[j], lse);
     }
     return CT_OK;
 }
@@ -105,7 +131,7 @@ static const ct_plugin_desc zloss_desc = {
     .summary           = "z-loss: coef * mean over positions of logsumexp(logits)^2",
     .params            = zloss_params,
     .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU,
+    .devices           = ZLOSS_DEVICES,
     .vtable            = &zloss_vtable,
 };
 

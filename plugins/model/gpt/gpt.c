@@ -8,6 +8,13 @@
  */
 #include "gpt.h"
 
+#ifdef CT_HAVE_CUDA
+#include "gpt_cuda.h"
+#define GPT_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
+#else
+#define GPT_DEVICES CT_DEVICE_CPU
+#endif
+
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
@@ -202,6 +209,9 @@ static int32_t build_units(gpt *m, ct_error *err) {
 static void gpt_destroy(void *self) {
     gpt *m = self;
     if (!m) return;
+#ifdef CT_HAVE_CUDA
+    if (m->on_cuda) gpt_cuda_free(m); /* the device arena; m->arena becomes NULL */
+#endif
     if (m->arena) m->api->free_mem(m->host, m->arena);
     free(m->units);
     free(m->stages);
@@ -308,6 +318,17 @@ static void *gpt_create(const ct_create_args *a, ct_error *err) {
     if (!m) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory"), NULL;
     m->api = a->api;
     m->host = a->host;
+    m->dev = a->device;
+    if (a->device.type == CT_DEVICE_CUDA) {
+#ifdef CT_HAVE_CUDA
+        m->on_cuda = 1;
+#else
+        ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: [device] type = cuda, but this build "
+                     "of model_gpt.so has no CUDA code ---> rebuild with nvcc (CUDA=1), or use "
+                     "[device] type = cpu");
+        goto out_destroy;
+#endif
+    }
     if (read_config(m, a, err) != CT_OK) goto out_destroy;
     if (build_units(m, err) != CT_OK) goto out_destroy;
     if (build_rope(m, err) != CT_OK) goto out_destroy;
@@ -421,6 +442,9 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "model gpt: compute dtype %s is not supported ---> use f32 or bf16",
                             ct_dtype_name(dtype));
+#ifdef CT_HAVE_CUDA
+    if (m->on_cuda) return gpt_cuda_prepare(m, B, T, dtype, err);
+#endif
     if (m->arena && m->B == B && m->T == T && m->dtype == dtype) return CT_OK;
     if (m->arena) m->api->free_mem(m->host, m->arena);
     m->arena = NULL;
@@ -444,6 +468,9 @@ static int32_t gpt_mean_hidden(void *self, float *out, ct_error *err) {
     gpt *m = self;
     if (!m->arena)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: mean_hidden before any forward");
+#ifdef CT_HAVE_CUDA
+    if (m->on_cuda) return gpt_cuda_mean_hidden(m, out, err);
+#endif
     for (int64_t c = 0; c < m->C; c++) {
         double s = 0;
         for (int64_t i = 0; i < m->N; i++) s += m->lnf[i * m->C + c];
@@ -474,10 +501,14 @@ static const ct_plugin_desc gpt_desc = {
     .kind = CT_KIND_MODEL,
     .name = "gpt",
     .version = "1.0.0",
+#ifdef CT_HAVE_CUDA
+    .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU+CUDA",
+#else
     .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU",
+#endif
     .params = gpt_params,
     .param_struct_size = sizeof(ct_param_spec),
-    .devices = CT_DEVICE_CPU,
+    .devices = GPT_DEVICES,
     .vtable = &gpt_vtable,
 };
 

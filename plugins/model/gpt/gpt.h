@@ -1,6 +1,6 @@
 /* gpt.h — private declarations of the gpt model plugin: the instance, where each tensor sits in
  * its unit's flat buffer, the activation buffers, and the kernels the stages call.
- * Not for: anything the host sees (that is ctrain.h) or CUDA code.
+ * Not for: anything the host sees (that is ctrain.h); the CUDA entry points are gpt_cuda.h.
  *
  * Shape legend (every file of this plugin): B batch, T time, C channels (d_model), V vocabulary,
  * L layers, NH heads, HD head dim (C/NH), F MLP hidden width, N = B*T rows. Matrices are
@@ -99,6 +99,12 @@ typedef struct gpt {
     float          *dlog;         /* (N, VCHUNK) rounded slice of dlogits (bf16 only) */
     int32_t        *tok_order;    /* (N) positions sorted by token, for the embedding grad */
     int32_t        *tok_start;    /* (V+1) counting-sort buckets */
+
+    /* CUDA path (gpt_cuda.cu, built with nvcc: CT_HAVE_CUDA). When on_cuda, every stage runs
+     * there and the activation buffers above are device memory (arena: the device arena). */
+    ct_device_ref   dev;          /* the rank's device, from create() */
+    int             on_cuda;      /* 1: created on a CUDA device */
+    void           *cuda;         /* gpt_cuda state (stream, cuBLAS, scratch); NULL on the CPU */
 } gpt;
 
 /* Query rows per attention block (attention.c). */

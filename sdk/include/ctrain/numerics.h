@@ -108,6 +108,33 @@ CT_HD float ct_silu_grad(float x) {
     return s * (1.0f + x * (1.0f - s));
 }
 
+/* --- loss terms: d/dz_j of one logit, given the row's log-sum-exp (the loss plugins' CPU
+ * loops and CUDA kernels both call these) ----------------------------------------------- */
+
+/* Cross-entropy lse - z_t: softmax_j - [j == t]. */
+CT_HD float ct_ce_dlogit(float z, float lse, int is_target) {
+    return expf(z - lse) - (is_target ? 1.0f : 0.0f);
+}
+
+/* z-loss lse^2: 2 * lse * softmax_j. */
+CT_HD float ct_zloss_dlogit(float z, float lse) { return 2.0f * lse * expf(z - lse); }
+
+/* --- norms (layernorm, gain-only layernorm, rmsnorm) over a row of C values ----------- *
+ * Forward y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(ss / C + eps) with ss the sum of
+ * squared deviations from mean (mean = 0 for rmsnorm). Backward, with xhat = (x - mean) *
+ * rstd, dxhat = dy * w and the row means m_d = mean(dxhat) (0 for rmsnorm) and
+ * m_dx = mean(dxhat * xhat): dx = rstd * (dxhat - m_d - xhat * m_dx). A CPU loop and a GPU
+ * block form ss, m_d and m_dx in their own order; these give the same per-element steps. */
+CT_HD float ct_norm_rstd(float ss, float C, float eps) { return 1.0f / sqrtf(ss / C + eps); }
+
+CT_HD float ct_norm_apply(float x, float mean, float rstd, float w, float b) {
+    return (x - mean) * rstd * w + b;
+}
+
+CT_HD float ct_norm_dx(float dxhat, float xhat, float rstd, float m_d, float m_dx) {
+    return rstd * (dxhat - m_d - xhat * m_dx);
+}
+
 /* --- AdamW (PyTorch's torch.optim.AdamW, decoupled decay) ------------------------------ */
 
 /* Update one element in place. bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (precomputed). */

@@ -1,0 +1,1002 @@
+/* gpt_cuda.cu — the gpt plugin's stages on a CUDA device: the same units, stages, options and
+ * numerics as the CPU code (stages.c, layers.c, attention.c), with cuBLAS products and small
+ * kernels for everything else. Not for: the host-facing parts (gpt.c) or the CPU path.
+ *
+ * Numerics, matching the CPU's GPU emulation: activations live in f32 buffers; under bf16
+ * params every activation the CPU rounds is rounded here at the same point (ct_round_bf16),
+ * products take bf16 operands (exact copies of the bf16-valued activations, the params as they
+ * are) with f32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F) and an f32 result, which a
+ * kernel then biases and rounds. Under f32 every product is an f32 GEMM (CUBLAS_COMPUTE_32F,
+ * default math: no TF32). Per-element math is numerics.h, built with --fmad=false. Parameter
+ * gradients are summed in f32 and added once into the host's buffer in grad_dtype (bf16:
+ * g = bf16(f32(g) + sum)), as on the CPU. What differs from the CPU is the order of f32 sums
+ * (GEMM tiling, tree reductions in norms and softmax) and expf/logf (<= 2 ulp).
+ *
+ * Attention is the simple version: scores of every (batch, head) pair as one (T,T) f32 matrix
+ * (strided-batched GEMMs over a (B*NH,T,T) scratch, causal mask applied in the softmax
+ * kernel); backward recomputes the probabilities from the saved row log-sum-exp. The scratch
+ * is 8*B*NH*T^2 bytes (1.6 GB for B=16, NH=12, T=1024). Not flash attention (yet).
+ * The embedding gradient groups positions by token on the host (tokens are read back in
+ * embed forward to validate them) and sums each group in position order: deterministic and
+ * the CPU's order. Shape legend: see gpt.h; BH = B*NH.
+ */
+#include "gpt.h"
+#include "gpt_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NT 256          /* threads per block of the row kernels (a multiple of 32) */
+#define EW 256          /* threads per block of element-wise kernels */
+#define EW_MAX 8448     /* element-wise grids stride beyond this many blocks */
+#define NCH 64          /* row chunks of the two-pass column sums (bias and norm gradients) */
+
+typedef struct gpt_cuda {
+    cudaStream_t   st;
+    cublasHandle_t blas;
+    char          *arena;       /* one cudaMalloc holding every device buffer */
+    uint64_t       arena_bytes;
+    /* attention scratch (BH,T,T) and (BH,T,HD); "op" buffers hold GEMM operands in the
+     * operand dtype (bf16 or f32: 4 bytes per element reserved) */
+    float         *S;           /* scores; in backward then dP */
+    void          *P;           /* probabilities (op); in backward then dS */
+    void          *q, *k, *v;   /* (BH,T,HD) op */
+    void          *dO;          /* (BH,T,HD) op: attention output gradient */
+    float         *o;           /* (BH,T,HD) f32: O in forward, dQ in backward */
+    float         *dk, *dv;     /* (BH,T,HD) f32 */
+    uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits */
+    uint16_t      *xb;          /* bf16 operand copies (N * max(C,F)): x */
+    float         *gscr;        /* (unit_numel_max) f32 parameter-gradient scratch */
+    float         *part;        /* (NCH, 2*max(FH,3C)) partial column sums */
+    float         *rope_cos, *rope_sin; /* (max_T, HD/2) when pos == rope */
+    int32_t       *order;       /* (N) positions grouped by token */
+    int32_t       *gstart;      /* (N+1) group g is order[gstart[g] .. gstart[g+1]) */
+    int32_t       *gtok;        /* (N) token of group g */
+    double        *dmean;       /* (C) mean_hidden */
+    /* host */
+    int32_t       *h_tokens;    /* (N) the micro-batch's tokens (read back in embed forward) */
+    int32_t       *h_order, *h_gstart, *h_gtok; /* (N), (N+1), (N) */
+    int32_t       *h_count;     /* (V+1) counting sort */
+} gpt_cuda;
+
+/* ---------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t cuda_fail(ct_error *err, const char *what, cudaError_t e) {
+    return ct_error_set(err, CT_ERR_DEVICE, "model gpt: %s failed on the GPU: %s (%s) ---> run "
+                        "with CUDA_LAUNCH_BLOCKING=1 to find the failing call", what,
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+}
+#define TRY(call, what)                                           \
+    do {                                                          \
+        cudaError_t e_ = (call);                                  \
+        if (e_ != cudaSuccess) return cuda_fail(err, (what), e_); \
+    } while (0)
+#define LAUNCHED(what) TRY(cudaGetLastError(), (what))
+#define CHECK(expr)                      \
+    do {                                 \
+        int32_t rc_ = (expr);            \
+        if (rc_ != CT_OK) return rc_;    \
+    } while (0)
+
+static unsigned ew_blocks(int64_t n) {
+    int64_t b = (n + EW - 1) / EW;
+    if (b < 1) b = 1;
+    return (unsigned)(b > EW_MAX ? EW_MAX : b);
+}
+
+#define FOR_EACH(i, n)                                                                    \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);             \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---------------------------------------------------------------------------------------
+ * Per-element helpers: typed loads of params, adds into the gradient in grad_dtype
+ * ------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float ldp(const void *p, int64_t i, int bf16) {
+    return bf16 ? ct_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void gadd(void *g, int64_t i, float d, int bf16) {
+    if (bf16) {
+        uint16_t *h = (uint16_t *)g;
+        h[i] = ct_bf16_from_f32(ct_bf16_to_f32(h[i]) + d);
+    } else {
+        ((float *)g)[i] += d;
+    }
+}
+
+__device__ __forceinline__ float maybe_round(float x, int r) { return r ? ct_round_bf16(x) : x; }
+
+/* Store x as an operand of dtype bf16 (exact for bf16-valued x) or f32. */
+__device__ __forceinline__ void stop(void *p, int64_t i, float x, int bf16) {
+    if (bf16) ((uint16_t *)p)[i] = ct_bf16_from_f32(x);
+    else ((float *)p)[i] = x;
+}
+
+/* Sum / max over the block (blockDim.x == NT), the same on every thread; fixed order. */
+__device__ float block_sum(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float s = threadIdx.x < NT / 32 ? sh[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (threadIdx.x == 0) sh[32] = s;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+__device__ float block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float s = threadIdx.x < NT / 32 ? sh[threadIdx.x] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, o));
+        if (threadIdx.x == 0) sh[32] = s;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Element-wise kernels
+ * ------------------------------------------------------------------------------------- */
+
+__global__ void k_round(float *x, int64_t n) { FOR_EACH(i, n) x[i] = ct_round_bf16(x[i]); }
+
+__global__ void k_to_bf16(uint16_t *d, const float *s, int64_t n) {
+    FOR_EACH(i, n) d[i] = ct_bf16_from_f32(s[i]);
+}
+
+/* y (N,M) += b (typed params at b_off, or none); rounded when r. */
+__global__ void k_bias_round(float *y, int64_t N, int64_t M, const void *P, int pbf16,
+                             int64_t b_off, int r) {
+    FOR_EACH(i, N * M) {
+        float v = y[i];
+        if (b_off >= 0) v += ldp(P, b_off + i % M, pbf16);
+        y[i] = maybe_round(v, r);
+    }
+}
+
+__global__ void k_add(float *out, const float *a, const float *b, int64_t n, int r) {
+    FOR_EACH(i, n) out[i] = maybe_round(a[i] + b[i], r);
+}
+
+/* grads[off + i] += d[i] in grad dtype. */
+__global__ void k_gadd(void *g, int gbf16, int64_t off, const float *d, int64_t n) {
+    FOR_EACH(i, n) gadd(g, off + i, d[i], gbf16);
+}
+
+/* MLP activation: gelu g = gelu(h) (N,F); swiglu g = silu(h[:, :F]) * h[:, F:], h (N,2F). */
+__global__ void k_act_fwd(float *g, const float *h, int64_t N, int64_t F, int swiglu, int r) {
+    FOR_EACH(i, N * F) {
+        float v;
+        if (!swiglu) {
+            v = ct_gelu(h[i]);
+        } else {
+            int64_t n = i / F, j = i % F;
+            v = ct_silu(h[n * 2 * F + j]) * h[n * 2 * F + F + j];
+        }
+        g[i] = maybe_round(v, r);
+    }
+}
+
+__global__ void k_act_bwd(float *dh, const float *dg, const float *h, int64_t N, int64_t F,
+                          int swiglu, int r) {
+    FOR_EACH(i, N * F) {
+        if (!swiglu) {
+            dh[i] = maybe_round(dg[i] * ct_gelu_grad(h[i]), r);
+        } else {
+            int64_t n = i / F, j = i % F;
+            float gate = h[n * 2 * F + j], up = h[n * 2 * F + F + j], d = dg[i];
+            dh[n * 2 * F + j] = maybe_round(d * up * ct_silu_grad(gate), r);
+            dh[n * 2 * F + F + j] = maybe_round(d * ct_silu(gate), r);
+        }
+    }
+}
+
+/* Rotary embedding of q and k in qkv (N,3C), in place; inverse: the transposed rotation. */
+__global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, int64_t HD,
+                       const float *cs, const float *sn, int inverse, int r) {
+    int64_t half = HD / 2;
+    FOR_EACH(i, N * 2 * NH * half) {
+        int64_t d = i % half, h = (i / half) % NH, part = (i / (half * NH)) % 2,
+                n = i / (half * NH * 2);
+        int64_t t = n % T;
+        float c = cs[t * half + d], s = inverse ? -sn[t * half + d] : sn[t * half + d];
+        float *x = qkv + n * 3 * C + part * C + h * HD;
+        float a = x[d], b = x[d + half];
+        x[d] = maybe_round(a * c - b * s, r);
+        x[d + half] = maybe_round(b * c + a * s, r);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Embedding: x[n] = wte[tok[n]] (+ wpe[n % T]); backward by token groups and positions
+ * ------------------------------------------------------------------------------------- */
+
+__global__ void k_embed_fwd(float *x, const int32_t *tok, const void *P, int pbf16, int64_t wte,
+                            int64_t wpe, int64_t N, int64_t T, int64_t C, int r) {
+    FOR_EACH(i, N * C) {
+        int64_t n = i / C, c = i % C;
+        float v = ldp(P, wte + (int64_t)tok[n] * C + c, pbf16) +
+                  (wpe >= 0 ? ldp(P, wpe + (n % T) * C + c, pbf16) : 0.0f);
+        x[i] = maybe_round(v, r);
+    }
+}
+
+/* One block per token group: the group's rows of dx summed in position order, added once. */
+__global__ void k_embed_bwd_wte(void *g, int gbf16, int64_t wte, const float *dx,
+                                const int32_t *order, const int32_t *gstart,
+                                const int32_t *gtok, int64_t C) {
+    int64_t grp = blockIdx.x;
+    int32_t b = gstart[grp], e = gstart[grp + 1];
+    int64_t base = wte + (int64_t)gtok[grp] * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0.0f;
+        for (int32_t k = b; k < e; k++) s += dx[(int64_t)order[k] * C + c];
+        gadd(g, base + c, s, gbf16);
+    }
+}
+
+/* dwpe[t] = sum over b (in order) of dx[b, t]. */
+__global__ void k_embed_bwd_wpe(void *g, int gbf16, int64_t wpe, const float *dx, int64_t B,
+                                int64_t T, int64_t C) {
+    FOR_EACH(i, T * C) {
+        float s = 0.0f;
+        for (int64_t b = 0; b < B; b++) s += dx[b * T * C + i];
+        gadd(g, wpe + i, s, gbf16);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Norms: one block per row (numerics.h ct_norm_*); parameter gradients as column sums
+ * ------------------------------------------------------------------------------------- */
+
+__global__ void k_norm_fwd(float *y, int64_t ldy, float *mean, float *rstd, const float *x,
+                           int64_t ldx, const void *P, int pbf16, int64_t w_off, int64_t b_off,
+                           int64_t C, int rms, float eps, int r) {
+    __shared__ float sh[33];
+    int64_t n = blockIdx.x;
+    const float *xr = x + n * ldx;
+    float *yr = y + n * ldy;
+    float mu = 0.0f;
+    if (!rms) {
+        float s = 0.0f;
+        for (int64_t i = threadIdx.x; i < C; i += NT) s += xr[i];
+        mu = block_sum(s, sh) / (float)C;
+    }
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < C; i += NT) ss += (xr[i] - mu) * (xr[i] - mu);
+    float rs = ct_norm_rstd(block_sum(ss, sh), (float)C, eps);
+    if (threadIdx.x == 0) mean[n] = mu, rstd[n] = rs;
+    for (int64_t i = threadIdx.x; i < C; i += NT) {
+        float b = b_off >= 0 ? ldp(P, b_off + i, pbf16) : 0.0f;
+        yr[i] = maybe_round(ct_norm_apply(xr[i], mu, rs, ldp(P, w_off + i, pbf16), b), r);
+    }
+}
+
+/* dx = (add ? dx : 0) + d norm/dx . dy; dx may alias dy when add == 0 (same strides). */
+__global__ void k_norm_bwd(float *dx, int64_t lddx, const float *dy, int64_t lddy,
+                           const float *x, int64_t ldx, const float *mean, const float *rstd,
+                           const void *P, int pbf16, int64_t w_off, int64_t C, int rms, int add) {
+    __shared__ float sh[33];
+    int64_t n = blockIdx.x;
+    const float *xr = x + n * ldx, *dyr = dy + n * lddy;
+    float *dxr = dx + n * lddx;
+    float mu = mean[n], rs = rstd[n];
+    float s_d = 0.0f, s_dx = 0.0f;
+    for (int64_t i = threadIdx.x; i < C; i += NT) {
+        float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * ldp(P, w_off + i, pbf16);
+        s_d += dxhat;
+        s_dx += dxhat * xhat;
+    }
+    s_d = block_sum(s_d, sh);
+    s_dx = block_sum(s_dx, sh);
+    float m_d = rms ? 0.0f : s_d / (float)C, m_dx = s_dx / (float)C;
+    for (int64_t i = threadIdx.x; i < C; i += NT) {
+        float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * ldp(P, w_off + i, pbf16);
+        float v = ct_norm_dx(dxhat, xhat, rs, m_d, m_dx);
+        dxr[i] = add ? dxr[i] + v : v;
+    }
+}
+
+/* Partial column sums over row chunk blockIdx.y: part[ch*2M + j] = sum dy*xhat (norm mode)
+ * or sum dy (plain mode, x == NULL); part[ch*2M + M + j] = sum dy (norm mode). */
+__global__ void k_colsum_part(float *part, const float *dy, int64_t lddy, const float *x,
+                              int64_t ldx, const float *mean, const float *rstd, int64_t N,
+                              int64_t M, int64_t rows_per) {
+    int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (j >= M) return;
+    int64_t ch = blockIdx.y, r0 = ch * rows_per, r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    float sw = 0.0f, sb = 0.0f;
+    for (int64_t n = r0; n < r1; n++) {
+        float d = dy[n * lddy + j];
+        if (x) sw += d * (x[n * ldx + j] - mean[n]) * rstd[n];
+        sb += d;
+    }
+    part[ch * 2 * M + j] = x ? sw : sb;
+    part[ch * 2 * M + M + j] = sb;
+}
+
+/* grads[off + j] += sum over chunks (in order) of part[ch*2M + j]. */
+__global__ void k_colsum_finish(void *g, int gbf16, int64_t off, const float *part, int64_t nch,
+                                int64_t M) {
+    FOR_EACH(j, M) {
+        float s = 0.0f;
+        for (int64_t ch = 0; ch < nch; ch++) s += part[ch * 2 * M + j];
+        gadd(g, off + j, s, gbf16);
+    }
+}
+
+/* out[c] = sum over rows (in order) of x[n, c], in double. */
+__global__ void k_colsum_double(double *out, const float *x, int64_t N, int64_t C) {
+    FOR_EACH(c, C) {
+        double s = 0.0;
+        for (int64_t n = 0; n < N; n++) s += (double)x[n * C + c];
+        out[c] = s;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Attention kernels: layout changes, causal softmax forward and backward
+ * ------------------------------------------------------------------------------------- */
+
+/* (N, ld) rows, columns col0 + h*HD + d  ->  op buffer (BH,T,HD). */
+__global__ void k_to_heads(void *dst, int obf16, const float *src, int64_t ld, int64_t col0,
+                           int64_t B, int64_t T, int64_t NH, int64_t HD) {
+    FOR_EACH(i, B * T * NH * HD) {
+        int64_t d = i % HD, t = (i / HD) % T, bh = i / (HD * T);
+        int64_t b = bh / NH, h = bh % NH;
+        stop(dst, i, src[(b * T + t) * ld + col0 + h * HD + d], obf16);
+    }
+}
+
+/* (BH,T,HD) f32 -> (N, ld) rows at columns col0 + h*HD + d; rounded when r. */
+__global__ void k_from_heads(float *dst, int64_t ld, int64_t col0, const float *src, int64_t B,
+                             int64_t T, int64_t NH, int64_t HD, int r) {
+    FOR_EACH(i, B * T * NH * HD) {
+        int64_t d = i % HD, t = (i / HD) % T, bh = i / (HD * T);
+        int64_t b = bh / NH, h = bh % NH;
+        dst[(b * T + t) * ld + col0 + h * HD + d] = maybe_round(src[i], r);
+    }
+}
+
+/* One block per score row (bh, t): with_lse: lse = log-sum-exp over j <= t (written);
+ * then P[j] = exp(S[j] - lse) (bf16-rounded when r) for j <= t, 0 above. */
+__global__ void k_softmax(const float *S, float *lse, void *P, int obf16, int64_t T,
+                          int with_lse, int r) {
+    __shared__ float sh[33];
+    int64_t row = blockIdx.x, t = row % T;
+    const float *s = S + row * T;
+    float L;
+    if (with_lse) {
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j <= t; j += NT) mx = fmaxf(mx, s[j]);
+        mx = block_max(mx, sh);
+        float sum = 0.0f;
+        for (int64_t j = threadIdx.x; j <= t; j += NT) sum += expf(s[j] - mx);
+        L = mx + logf(block_sum(sum, sh));
+        if (threadIdx.x == 0) lse[row] = L;
+    } else {
+        L = lse[row];
+    }
+    for (int64_t j = threadIdx.x; j < T; j += NT)
+        stop(P, row * T + j, j <= t ? maybe_round(expf(s[j] - L), r) : 0.0f, obf16);
+}
+
+/* One block per row: D = sum_j P*dP; dS = P * (dP - D) (rounded when r) in place of P. */
+__global__ void k_softmax_bwd(void *P, int obf16, const float *dP, int64_t T, int r) {
+    __shared__ float sh[33];
+    int64_t row = blockIdx.x, t = row % T;
+    const float *dp = dP + row * T;
+    float D = 0.0f;
+    for (int64_t j = threadIdx.x; j <= t; j += NT) D += ldp(P, row * T + j, obf16) * dp[j];
+    D = block_sum(D, sh);
+    for (int64_t j = threadIdx.x; j <= t; j += NT) {
+        float p = ldp(P, row * T + j, obf16);
+        stop(P, row * T + j, maybe_round(p * (dp[j] - D), r), obf16);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Products (row-major, as gpt_sgemm): C (M,N) = alpha op(A) op(B) + beta C, batched with
+ * element strides sA, sB, sC. Operands in the stage's operand dtype; C is f32.
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t gemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb,
+                    int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch,
+                    ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    cudaDataType_t t = m->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    /* column-major view: C^T (N,M) = op(B)^T op(A)^T */
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t s;
+    if (batch == 1)
+        s = cublasGemmEx(g->blas, ob, oa, (int)N, (int)M, (int)K, &alpha, B, t, (int)ldb, A, t,
+                         (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+    else
+        s = cublasGemmStridedBatchedEx(g->blas, ob, oa, (int)N, (int)M, (int)K, &alpha, B, t,
+                                       (int)ldb, sB, A, t, (int)lda, sA, &beta, C, CUDA_R_32F,
+                                       (int)ldc, sC, (int)batch, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return ct_error_set(err, CT_ERR_DEVICE, "model gpt: cuBLAS GEMM (%lld x %lld x %lld, "
+                            "batch %lld) failed: %s ---> run with CUDA_LAUNCH_BLOCKING=1",
+                            (long long)M, (long long)N, (long long)K, (long long)batch,
+                            cublasGetStatusString(s));
+    return CT_OK;
+}
+
+/* An f32 activation (n elements) as a GEMM operand: itself in f32, else its bf16 copy in buf
+ * (exact: the activation is bf16-valued). */
+static const void *operand(const gpt *m, uint16_t *buf, const float *x, int64_t n) {
+    if (!m->bf16) return x;
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    k_to_bf16<<<ew_blocks(n), EW, 0, g->st>>>(buf, x, n);
+    return buf;
+}
+
+/* Element offset off of the stage's params, typed. */
+static const void *pw(const gpt *m, const ct_stage_args *a, int64_t off) {
+    return m->bf16 ? (const void *)((const uint16_t *)a->params + off)
+                   : (const void *)((const float *)a->params + off);
+}
+
+static void round_if(const gpt *m, float *x, int64_t n) {
+    if (!m->bf16) return;
+    k_round<<<ew_blocks(n), EW, 0, ((gpt_cuda *)m->cuda)->st>>>(x, n);
+}
+
+/* y (N,M) = x W^T + b, rounded under bf16. xo: x as an operand (operand()). */
+static int32_t linear_fwd(const gpt *m, const ct_stage_args *a, float *y, const void *xo,
+                          int64_t w_off, int64_t b_off, int64_t N, int64_t K, int64_t M,
+                          ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    CHECK(gemm(m, 0, 1, N, M, K, 1.0f, xo, K, 0, pw(m, a, w_off), K, 0, 0.0f, y, M, 0, 1, err));
+    if (b_off >= 0 || m->bf16) {
+        k_bias_round<<<ew_blocks(N * M), EW, 0, g->st>>>(y, N, M, a->params, m->bf16, b_off,
+                                                         m->bf16);
+        LAUNCHED("bias");
+    }
+    return CT_OK;
+}
+
+/* dx (N,K) = dy (N,M) W, W (M,K); dyo: dy as an operand. Rounded under bf16. */
+static int32_t linear_bwd_dx(const gpt *m, const ct_stage_args *a, float *dx, const void *dyo,
+                             int64_t w_off, int64_t N, int64_t K, int64_t M, ct_error *err) {
+    CHECK(gemm(m, 0, 0, N, K, M, 1.0f, dyo, M, 0, pw(m, a, w_off), K, 0, 0.0f, dx, K, 0, 1, err));
+    round_if(m, dx, N * K);
+    return CT_OK;
+}
+
+/* grads[off..] (M,K) += dy^T x, dy (N,M), x (N,K) as operands; f32 grads take the GEMM's
+ * accumulation directly, bf16 grads get the f32 sum added once. */
+static int32_t grad_matmul(const gpt *m, const ct_stage_args *a, int64_t off, const void *dyo,
+                           const void *xo, int64_t N, int64_t M, int64_t K, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (a->grad_dtype == CT_DTYPE_F32)
+        return gemm(m, 1, 0, M, K, N, 1.0f, dyo, M, 0, xo, K, 0, 1.0f, (float *)a->grads + off,
+                    K, 0, 1, err);
+    CHECK(gemm(m, 1, 0, M, K, N, 1.0f, dyo, M, 0, xo, K, 0, 0.0f, g->gscr, K, 0, 1, err));
+    k_gadd<<<ew_blocks(M * K), EW, 0, g->st>>>(a->grads, 1, off, g->gscr, M * K);
+    LAUNCHED("grad add");
+    return CT_OK;
+}
+
+static int64_t n_chunks(int64_t N) { return N < NCH ? N : NCH; }
+
+/* grads[b_off..] (M) += column sums of dy (N,M). */
+static int32_t bias_grad(const gpt *m, const ct_stage_args *a, int64_t b_off, const float *dy,
+                         int64_t M, ct_error *err) {
+    if (b_off < 0) return CT_OK;
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, nch = n_chunks(N), per = (N + nch - 1) / nch;
+    dim3 grid((unsigned)((M + EW - 1) / EW), (unsigned)nch);
+    k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, M, NULL, 0, NULL, NULL, N, M, per);
+    k_colsum_finish<<<ew_blocks(M), EW, 0, g->st>>>(a->grads, a->grad_dtype == CT_DTYPE_BF16,
+                                                    b_off, g->part, nch, M);
+    LAUNCHED("bias grad");
+    return CT_OK;
+}
+
+/* Norm of N rows of C (x stride ldx) into y (stride ldy), stats kept. */
+static int32_t norm_fwd(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
+                        float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
+                        int64_t b_off, int round, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    k_norm_fwd<<<(unsigned)m->N, NT, 0, g->st>>>(y, ldy, mean, rstd, x, ldx, a->params, m->bf16,
+                                                 w_off, b_off, m->C, m->norm == GPT_NORM_RMSNORM,
+                                                 m->eps, round && m->bf16);
+    LAUNCHED("norm forward");
+    return CT_OK;
+}
+
+/* Parameter gradients (first: dx may overwrite dy), then dx; see k_norm_bwd. */
+static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
+                        const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                        const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
+                        int add, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, C = m->C, nch = n_chunks(N), per = (N + nch - 1) / nch;
+    int gb = a->grad_dtype == CT_DTYPE_BF16;
+    dim3 grid((unsigned)((C + EW - 1) / EW), (unsigned)nch);
+    k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, lddy, x, ldx, mean, rstd, N, C, per);
+    k_colsum_finish<<<ew_blocks(C), EW, 0, g->st>>>(a->grads, gb, w_off, g->part, nch, C);
+    if (b_off >= 0)
+        k_colsum_finish<<<ew_blocks(C), EW, 0, g->st>>>(a->grads, gb, b_off, g->part + C, nch, C);
+    k_norm_bwd<<<(unsigned)N, NT, 0, g->st>>>(dx, lddx, dy, lddy, x, ldx, mean, rstd, a->params,
+                                              m->bf16, w_off, C, m->norm == GPT_NORM_RMSNORM,
+                                              add);
+    LAUNCHED("norm backward");
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Attention, forward and backward (see the file's opening comment)
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t attention_fwd(const gpt *m, float *att, float *lse, const float *qkv,
+                             ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
+    int64_t nh = BH * T * HD;
+    int ob = m->bf16;
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->k, ob, qkv, 3 * C, C, B, T, NH, HD);
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->v, ob, qkv, 3 * C, 2 * C, B, T, NH, HD);
+    LAUNCHED("attention layout");
+    float scale = 1.0f / sqrtf((float)HD);
+    CHECK(gemm(m, 0, 1, T, T, HD, scale, g->q, HD, T * HD, g->k, HD, T * HD, 0.0f, g->S, T,
+               T * T, BH, err));
+    k_softmax<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->S, lse, g->P, ob, T, 1, ob);
+    LAUNCHED("softmax");
+    CHECK(gemm(m, 0, 0, T, HD, T, 1.0f, g->P, T, T * T, g->v, HD, T * HD, 0.0f, g->o, HD,
+               T * HD, BH, err));
+    k_from_heads<<<ew_blocks(nh), EW, 0, g->st>>>(att, C, 0, g->o, B, T, NH, HD, ob);
+    LAUNCHED("attention output");
+    return CT_OK;
+}
+
+/* From datt (N,C) write dqkv (N,3C), every element (not rounded: the caller stores). */
+static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const float *qkv,
+                             const float *lse, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
+    int64_t nh = BH * T * HD;
+    int ob = m->bf16;
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->k, ob, qkv, 3 * C, C, B, T, NH, HD);
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->v, ob, qkv, 3 * C, 2 * C, B, T, NH, HD);
+    k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->dO, ob, datt, C, 0, B, T, NH, HD);
+    LAUNCHED("attention layout");
+    float scale = 1.0f / sqrtf((float)HD);
+    /* P again from the scores and the saved lse */
+    CHECK(gemm(m, 0, 1, T, T, HD, scale, g->q, HD, T * HD, g->k, HD, T * HD, 0.0f, g->S, T,
+               T * T, BH, err));
+    k_softmax<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->S, (float *)lse, g->P, ob, T, 0, ob);
+    LAUNCHED("softmax (recompute)");
+    /* dV = P^T dO; dP = dO V^T (into S) */
+    CHECK(gemm(m, 1, 0, T, HD, T, 1.0f, g->P, T, T * T, g->dO, HD, T * HD, 0.0f, g->dv, HD,
+               T * HD, BH, err));
+    CHECK(gemm(m, 0, 1, T, T, HD, 1.0f, g->dO, HD, T * HD, g->v, HD, T * HD, 0.0f, g->S, T,
+               T * T, BH, err));
+    k_softmax_bwd<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->P, ob, g->S, T, ob);
+    LAUNCHED("softmax backward");
+    /* dQ = scale dS K (into o); dK = scale dS^T Q */
+    CHECK(gemm(m, 0, 0, T, HD, T, scale, g->P, T, T * T, g->k, HD, T * HD, 0.0f, g->o, HD,
+               T * HD, BH, err));
+    CHECK(gemm(m, 1, 0, T, HD, T, scale, g->P, T, T * T, g->q, HD, T * HD, 0.0f, g->dk, HD,
+               T * HD, BH, err));
+    k_from_heads<<<ew_blocks(nh), EW, 0, g->st>>>(dqkv, 3 * C, 0, g->o, B, T, NH, HD, 0);
+    k_from_heads<<<ew_blocks(nh), EW, 0, g->st>>>(dqkv, 3 * C, C, g->dk, B, T, NH, HD, 0);
+    k_from_heads<<<ew_blocks(nh), EW, 0, g->st>>>(dqkv, 3 * C, 2 * C, g->dv, B, T, NH, HD, 0);
+    LAUNCHED("attention gradient layout");
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Stages (the CPU's stages.c, step for step)
+ * ------------------------------------------------------------------------------------- */
+
+static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, T = m->T, C = m->C;
+    if (!a->tokens)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage embed got no tokens (NULL)");
+    TRY(cudaMemcpyAsync(g->h_tokens, a->tokens, (size_t)N * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, g->st), "token read-back");
+    TRY(cudaStreamSynchronize(g->st), "token read-back");
+    for (int64_t n = 0; n < N; n++) {
+        int32_t tok = g->h_tokens[n];
+        if (tok < 0 || tok >= m->V)
+            return ct_error_set(err, CT_ERR_INVALID,
+                                "model gpt: token %d at position %lld is outside the vocabulary "
+                                "0..%lld ---> check the data's tokenizer against [model] vocab_size",
+                                (int)tok, (long long)n, (long long)(m->V - 1));
+    }
+    k_embed_fwd<<<ew_blocks(N * C), EW, 0, g->st>>>(m->res, a->tokens, a->params, m->bf16,
+                                                    m->root.wte, m->root.wpe, N, T, C, m->bf16);
+    LAUNCHED("embed forward");
+    return CT_OK;
+}
+
+static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, T = m->T, C = m->C, V = m->V;
+    int gb = a->grad_dtype == CT_DTYPE_BF16;
+    if (m->root.wpe >= 0) {
+        k_embed_bwd_wpe<<<ew_blocks(T * C), EW, 0, g->st>>>(a->grads, gb, m->root.wpe, m->dres,
+                                                            m->B, T, C);
+        LAUNCHED("embed backward (wpe)");
+    }
+    /* positions grouped by token (counting sort of the tokens read in forward) */
+    int32_t *cnt = g->h_count;
+    memset(cnt, 0, (size_t)(V + 1) * sizeof *cnt);
+    for (int64_t n = 0; n < N; n++) cnt[g->h_tokens[n] + 1]++;
+    for (int64_t v = 0; v < V; v++) cnt[v + 1] += cnt[v];
+    int64_t ng = 0;
+    for (int64_t v = 0; v < V; v++)
+        if (cnt[v + 1] > cnt[v]) g->h_gstart[ng] = cnt[v], g->h_gtok[ng] = (int32_t)v, ng++;
+    g->h_gstart[ng] = (int32_t)N;
+    for (int64_t n = 0; n < N; n++) g->h_order[cnt[g->h_tokens[n]]++] = (int32_t)n;
+    /* pageable host memory: each copy is staged before it returns */
+    TRY(cudaMemcpyAsync(g->order, g->h_order, (size_t)N * 4, cudaMemcpyHostToDevice, g->st),
+        "upload");
+    TRY(cudaMemcpyAsync(g->gstart, g->h_gstart, (size_t)(ng + 1) * 4, cudaMemcpyHostToDevice,
+                        g->st), "upload");
+    TRY(cudaMemcpyAsync(g->gtok, g->h_gtok, (size_t)ng * 4, cudaMemcpyHostToDevice, g->st),
+        "upload");
+    if (ng > 0) {
+        k_embed_bwd_wte<<<(unsigned)ng, NT, 0, g->st>>>(a->grads, gb, m->root.wte, m->dres,
+                                                        g->order, g->gstart, g->gtok, C);
+        LAUNCHED("embed backward (wte)");
+    }
+    return CT_OK;
+}
+
+static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    const gpt_block_layout *o = &m->blk;
+    gpt_block_acts *A = &m->acts[l];
+    const float *x = m->res + l * N * C;
+    float *out = m->res + (l + 1) * N * C;
+    float *tmp = m->dnc;
+    int r = m->bf16;
+
+    CHECK(norm_fwd(m, a, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, o->ln1_w, o->ln1_b, 1, err));
+    CHECK(linear_fwd(m, a, A->qkv, operand(m, g->xb, A->ln1, N * C), o->qkv_w, o->qkv_b, N, C,
+                     3 * C, err));
+    if (A->qkv_att != A->qkv) {
+        TRY(cudaMemcpyAsync(A->qkv_att, A->qkv, (size_t)(N * 3 * C) * sizeof(float),
+                            cudaMemcpyDeviceToDevice, g->st), "copy qkv");
+        if (m->qk_norm) {
+            CHECK(norm_fwd(m, a, A->qkv_att, 3 * C, A->q_mean, A->q_rstd, A->qkv, 3 * C,
+                           o->qn_w, o->qn_b, 1, err));
+            CHECK(norm_fwd(m, a, A->qkv_att + C, 3 * C, A->k_mean, A->k_rstd, A->qkv + C, 3 * C,
+                           o->kn_w, o->kn_b, 1, err));
+        }
+        if (m->pos == GPT_POS_ROPE) {
+            k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(A->qkv_att, N, m->T, C, m->NH, m->HD,
+                                                       g->rope_cos, g->rope_sin, 0, r);
+            LAUNCHED("rope");
+        }
+    }
+    CHECK(attention_fwd(m, A->att, A->lse, A->qkv_att, err));
+    CHECK(linear_fwd(m, a, tmp, operand(m, g->xb, A->att, N * C), o->proj_w, o->proj_b, N, C, C,
+                     err));
+    k_add<<<ew_blocks(N * C), EW, 0, g->st>>>(A->xmid, x, tmp, N * C, r);
+    LAUNCHED("residual");
+
+    CHECK(norm_fwd(m, a, A->ln2, C, A->ln2_mean, A->ln2_rstd, A->xmid, C, o->ln2_w, o->ln2_b, 1,
+                   err));
+    CHECK(linear_fwd(m, a, A->h, operand(m, g->xb, A->ln2, N * C), o->fc_w, o->fc_b, N, C, FH,
+                     err));
+    k_act_fwd<<<ew_blocks(N * F), EW, 0, g->st>>>(A->g, A->h, N, F, m->mlp == GPT_MLP_SWIGLU, r);
+    LAUNCHED("mlp activation");
+    CHECK(linear_fwd(m, a, tmp, operand(m, g->xb, A->g, N * F), o->fc2_w, o->fc2_b, N, F, C,
+                     err));
+    k_add<<<ew_blocks(N * C), EW, 0, g->st>>>(out, A->xmid, tmp, N * C, r);
+    LAUNCHED("residual");
+    return CT_OK;
+}
+
+/* m->dres: d loss / d out on entry, d loss / d x on return. */
+static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    const gpt_block_layout *o = &m->blk;
+    gpt_block_acts *A = &m->acts[l];
+    const float *x = m->res + l * N * C;
+    float *dres = m->dres, *dnc = m->dnc;
+    int r = m->bf16;
+    const void *dyo;
+
+    /* MLP branch: its output's gradient is dres */
+    dyo = operand(m, g->xa, dres, N * C);
+    CHECK(grad_matmul(m, a, o->fc2_w, dyo, operand(m, g->xb, A->g, N * F), N, C, F, err));
+    CHECK(bias_grad(m, a, o->fc2_b, dres, C, err));
+    CHECK(linear_bwd_dx(m, a, m->dg, dyo, o->fc2_w, N, F, C, err));
+    k_act_bwd<<<ew_blocks(N * F), EW, 0, g->st>>>(m->dh, m->dg, A->h, N, F,
+                                                  m->mlp == GPT_MLP_SWIGLU, r);
+    LAUNCHED("mlp activation backward");
+    dyo = operand(m, g->xa, m->dh, N * FH);
+    CHECK(grad_matmul(m, a, o->fc_w, dyo, operand(m, g->xb, A->ln2, N * C), N, FH, C, err));
+    CHECK(bias_grad(m, a, o->fc_b, m->dh, FH, err));
+    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->fc_w, N, C, FH, err));
+    CHECK(norm_bwd(m, a, dres, C, dnc, C, A->xmid, C, A->ln2_mean, A->ln2_rstd, o->ln2_w,
+                   o->ln2_b, 1, err));
+    round_if(m, dres, N * C); /* now d loss / d x_mid */
+
+    /* attention branch */
+    dyo = operand(m, g->xa, dres, N * C);
+    CHECK(grad_matmul(m, a, o->proj_w, dyo, operand(m, g->xb, A->att, N * C), N, C, C, err));
+    CHECK(bias_grad(m, a, o->proj_b, dres, C, err));
+    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->proj_w, N, C, C, err));
+    CHECK(attention_bwd(m, m->dqkv, dnc, A->qkv_att, A->lse, err));
+    round_if(m, m->dqkv, N * 3 * C);
+    if (m->pos == GPT_POS_ROPE) {
+        k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->HD,
+                                                   g->rope_cos, g->rope_sin, 1, r);
+        LAUNCHED("rope backward");
+    }
+    if (m->qk_norm) {
+        CHECK(norm_bwd(m, a, m->dqkv, 3 * C, m->dqkv, 3 * C, A->qkv, 3 * C, A->q_mean, A->q_rstd,
+                       o->qn_w, o->qn_b, 0, err));
+        CHECK(norm_bwd(m, a, m->dqkv + C, 3 * C, m->dqkv + C, 3 * C, A->qkv + C, 3 * C,
+                       A->k_mean, A->k_rstd, o->kn_w, o->kn_b, 0, err));
+        round_if(m, m->dqkv, N * 3 * C);
+    }
+    dyo = operand(m, g->xa, m->dqkv, N * 3 * C);
+    CHECK(grad_matmul(m, a, o->qkv_w, dyo, operand(m, g->xb, A->ln1, N * C), N, 3 * C, C, err));
+    CHECK(bias_grad(m, a, o->qkv_b, m->dqkv, 3 * C, err));
+    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->qkv_w, N, C, 3 * C, err));
+    CHECK(norm_bwd(m, a, dres, C, dnc, C, x, C, A->ln1_mean, A->ln1_rstd, o->ln1_w, o->ln1_b, 1,
+                   err));
+    round_if(m, dres, N * C); /* now d loss / d x */
+    return CT_OK;
+}
+
+static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, C = m->C, V = m->V;
+    if (!a->logits)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no logits buffer (NULL)");
+    const float *x = m->res + m->L * N * C;
+    CHECK(norm_fwd(m, a, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, m->root.lnf_w, m->root.lnf_b,
+                   1, err));
+    CHECK(linear_fwd(m, a, a->logits, operand(m, g->xb, m->lnf, N * C), m->root.head, -1, N, C,
+                     V, err));
+    return CT_OK;
+}
+
+static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    int64_t N = m->N, C = m->C, V = m->V;
+    if (!a->dlogits)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
+    float *dlnf = m->dnc;
+    /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
+    const void *dyo = operand(m, g->xa, a->dlogits, N * V);
+    CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, N, C, V, err));
+    CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, m->lnf, N * C), N, V, C, err));
+    const float *x = m->res + m->L * N * C;
+    CHECK(norm_bwd(m, a, m->dres, C, dlnf, C, x, C, m->lnf_mean, m->lnf_rstd, m->root.lnf_w,
+                   m->root.lnf_b, 0, err));
+    round_if(m, m->dres, N * C);
+    return CT_OK;
+}
+
+extern "C" int32_t gpt_cuda_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    if (a->stage == 0) return embed_forward(m, a, err);
+    if (a->stage == m->L + 1) return head_forward(m, a, err);
+    return block_forward(m, a, a->stage - 1, err);
+}
+
+extern "C" int32_t gpt_cuda_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
+    if (a->stage == 0) return embed_backward(m, a, err);
+    if (a->stage == m->L + 1) return head_backward(m, a, err);
+    return block_backward(m, a, a->stage - 1, err);
+}
+
+extern "C" int32_t gpt_cuda_mean_hidden(gpt *m, float *out, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!g || !m->arena)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: mean_hidden before any forward");
+    k_colsum_double<<<ew_blocks(m->C), EW, 0, g->st>>>(g->dmean, m->lnf, m->N, m->C);
+    LAUNCHED("mean_hidden");
+    double *h = (double *)malloc((size_t)m->C * sizeof(double));
+    if (!h) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
+    cudaError_t e = cudaMemcpyAsync(h, g->dmean, (size_t)m->C * sizeof(double),
+                                    cudaMemcpyDeviceToHost, g->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g->st);
+    if (e == cudaSuccess)
+        for (int64_t c = 0; c < m->C; c++) out[c] = (float)(h[c] / (double)m->N);
+    free(h);
+    if (e != cudaSuccess) return cuda_fail(err, "mean_hidden read-back", e);
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * prepare / free: one device arena for activations and scratch
+ * ------------------------------------------------------------------------------------- */
+
+/* Carve `bytes` (256-byte aligned) from the arena cursor; base NULL: only count. */
+static void *carve(char *base, uint64_t *cursor, uint64_t bytes) {
+    uint64_t at = *cursor;
+    *cursor += ct_align_up(bytes ? bytes : 1, 256);
+    return base ? (void *)(base + at) : NULL;
+}
+#define CARVE_F(n) ((float *)carve(base, &c, (uint64_t)(n) * 4))
+
+static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
+    uint64_t c = 0;
+    uint64_t N = (uint64_t)m->N, C = (uint64_t)m->C, T = (uint64_t)m->T, F = (uint64_t)m->F;
+    uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, V = (uint64_t)m->V;
+    uint64_t BH = (uint64_t)(m->B * m->NH), HD = (uint64_t)m->HD;
+    m->tokens = m->tok_order = m->tok_start = NULL; /* CPU-only buffers */
+    m->att_s = m->att_dp = m->wbuf = m->gbuf = m->dlog = NULL;
+    m->gbuf_n = 0;
+    m->res = CARVE_F((uint64_t)(m->L + 1) * N * C);
+    for (int64_t l = 0; l < m->L; l++) {
+        gpt_block_acts *b = &m->acts[l];
+        b->ln1 = CARVE_F(N * C);
+        b->ln1_mean = CARVE_F(N);
+        b->ln1_rstd = CARVE_F(N);
+        b->qkv = CARVE_F(N * 3 * C);
+        b->q_mean = b->q_rstd = b->k_mean = b->k_rstd = NULL;
+        if (m->qk_norm) {
+            b->q_mean = CARVE_F(N);
+            b->q_rstd = CARVE_F(N);
+            b->k_mean = CARVE_F(N);
+            b->k_rstd = CARVE_F(N);
+        }
+        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? CARVE_F(N * 3 * C) : b->qkv;
+        b->att = CARVE_F(N * C);
+        b->lse = CARVE_F(N * (uint64_t)m->NH);
+        b->xmid = CARVE_F(N * C);
+        b->ln2 = CARVE_F(N * C);
+        b->ln2_mean = CARVE_F(N);
+        b->ln2_rstd = CARVE_F(N);
+        b->h = CARVE_F(N * FH);
+        b->g = CARVE_F(N * F);
+    }
+    m->lnf = CARVE_F(N * C);
+    m->lnf_mean = CARVE_F(N);
+    m->lnf_rstd = CARVE_F(N);
+    m->dres = CARVE_F(N * C);
+    m->dnc = CARVE_F(N * C);
+    m->dqkv = CARVE_F(N * 3 * C);
+    m->dh = CARVE_F(N * FH);
+    m->dg = CARVE_F(N * F);
+    g->S = CARVE_F(BH * T * T);
+    g->P = CARVE_F(BH * T * T);
+    g->q = CARVE_F(BH * T * HD);
+    g->k = CARVE_F(BH * T * HD);
+    g->v = CARVE_F(BH * T * HD);
+    g->dO = CARVE_F(BH * T * HD);
+    g->o = CARVE_F(BH * T * HD);
+    g->dk = CARVE_F(BH * T * HD);
+    g->dv = CARVE_F(BH * T * HD);
+    g->xa = g->xb = NULL;
+    if (m->dtype == CT_DTYPE_BF16) {
+        uint64_t wa = V > FH ? V : FH, wb = C > F ? C : F;
+        if (wa < 3 * C) wa = 3 * C;
+        g->xa = (uint16_t *)carve(base, &c, N * wa * 2);
+        g->xb = (uint16_t *)carve(base, &c, N * wb * 2);
+    }
+    g->gscr = CARVE_F(m->unit_numel_max);
+    uint64_t pw = FH > 3 * C ? FH : 3 * C;
+    g->part = CARVE_F((uint64_t)NCH * 2 * pw);
+    g->rope_cos = g->rope_sin = NULL;
+    if (m->pos == GPT_POS_ROPE) {
+        g->rope_cos = CARVE_F((uint64_t)m->max_T * HD / 2);
+        g->rope_sin = CARVE_F((uint64_t)m->max_T * HD / 2);
+    }
+    g->order = (int32_t *)carve(base, &c, N * 4);
+    g->gstart = (int32_t *)carve(base, &c, (N + 1) * 4);
+    g->gtok = (int32_t *)carve(base, &c, N * 4);
+    g->dmean = (double *)carve(base, &c, C * 8);
+    return c;
+}
+
+static void free_host(gpt_cuda *g) {
+    free(g->h_tokens);
+    free(g->h_order);
+    free(g->h_gstart);
+    free(g->h_gtok);
+    free(g->h_count);
+    g->h_tokens = g->h_order = g->h_gstart = g->h_gtok = g->h_count = NULL;
+}
+
+extern "C" void gpt_cuda_free(gpt *m) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!g) return;
+    if (g->st || g->arena) cudaStreamSynchronize(g->st);
+    if (g->arena) cudaFree(g->arena);
+    if (g->blas) cublasDestroy(g->blas);
+    free_host(g);
+    free(g);
+    m->cuda = NULL;
+    m->arena = NULL;
+}
+
+extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype, ct_error *err) {
+    if (m->arena && m->B == B && m->T == T && m->dtype == dtype) return CT_OK;
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!g) {
+        g = (gpt_cuda *)calloc(1, sizeof *g);
+        if (!g) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
+        m->cuda = g;
+        g->st = m->dev.vt && m->dev.vt->native_stream
+                    ? (cudaStream_t)m->dev.vt->native_stream(m->dev.self) : 0;
+        cublasStatus_t s = cublasCreate(&g->blas);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            g->blas = NULL;
+            return ct_error_set(err, CT_ERR_DEVICE, "model gpt: cublasCreate failed: %s ---> "
+                                "check nvidia-smi and that libcublas matches the driver",
+                                cublasGetStatusString(s));
+        }
+        cublasSetStream(g->blas, g->st);
+        cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH); /* no TF32: f32 stays f32 */
+    }
+    if (g->arena) {
+        cudaStreamSynchronize(g->st);
+        cudaFree(g->arena);
+        g->arena = NULL;
+        m->arena = NULL;
+    }
+    free_host(g);
+    free(m->acts);
+    m->acts = (gpt_block_acts *)calloc((size_t)m->L, sizeof *m->acts);
+    if (!m->acts) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
+    m->B = B, m->T = T, m->N = B * T, m->dtype = dtype;
+    uint64_t bytes = layout(m, g, NULL);
+    cudaError_t e = cudaMalloc((void **)&g->arena, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        g->arena = NULL;
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return ct_error_set(err, CT_ERR_NOMEM, "model gpt: cannot allocate %.2f GiB of "
+                            "activations and scratch on the GPU for B=%lld T=%lld (%.2f of %.2f "
+                            "GiB free) ---> lower [data] batch_size or seq_len",
+                            (double)bytes / 1073741824.0, (long long)B, (long long)T,
+                            fr / 1073741824.0, tot / 1073741824.0);
+    }
+    g->arena_bytes = bytes;
+    layout(m, g, g->arena);
+    m->arena = g->arena;
+    size_t N = (size_t)m->N;
+    g->h_tokens = (int32_t *)malloc(N * 4);
+    g->h_order = (int32_t *)malloc(N * 4);
+    g->h_gstart = (int32_t *)malloc((N + 1) * 4);
+    g->h_gtok = (int32_t *)malloc(N * 4);
+    g->h_count = (int32_t *)malloc((size_t)(m->V + 1) * 4);
+    if (!g->h_tokens || !g->h_order || !g->h_gstart || !g->h_gtok || !g->h_count)
+        return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
+    if (m->pos == GPT_POS_ROPE) {
+        size_t nb = (size_t)(m->max_T * (m->HD / 2)) * sizeof(float);
+        TRY(cudaMemcpyAsync(g->rope_cos, m->rope_cos, nb, cudaMemcpyHostToDevice, g->st), "rope");
+        TRY(cudaMemcpyAsync(g->rope_sin, m->rope_sin, nb, cudaMemcpyHostToDevice, g->st), "rope");
+    }
+    TRY(cudaMemsetAsync(g->arena, 0, bytes, g->st), "cudaMemset");
+    TRY(cudaStreamSynchronize(g->st), "prepare");
+    return CT_OK;
+}

@@ -1,0 +1,333 @@
+/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for three small
+ * variants (GPT-2: layernorm, gelu, learned positions, tied head, biases; open_lm: gain-only
+ * layernorm, swiglu, rope, qk-norm, untied, no biases; rmsnorm + swiglu + qk-norm, learned)
+ * and three dtype pairs (params/grads f32/f32, bf16/f32, bf16/bf16), both devices get the same
+ * weights, two micro-batches of tokens and the same dlogits; compared: the logits of each
+ * forward, mean_hidden, and every tensor's gradient after both backwards (it ADDS), as a
+ * relative L2 error ||dut - cpu|| / ||cpu||. Tolerances: f32 1e-4 (order of f32 sums,
+ * expf/logf ulps: on the CPU alone a 3e-7 relative perturbation of dlogits moves the f32
+ * gradients by < 1e-6). bf16 2.5e-2, and it is loose because bf16 compute is chaotic: an
+ * activation whose f32 value sits within the noise of a bf16 rounding boundary rounds the other
+ * way (one bf16 ulp, 2^-8) and the flips cascade; measured on the CPU alone, that same 3e-7
+ * perturbation of dlogits moves bf16 gradients by 2e-3..8e-3 and bf16 differs from f32 by
+ * 7e-3..3e-2. So under bf16 the claims are also structural: every logit is a bf16 value.
+ * Then a GPT-2 124M forward+backward timing on the device under test (bf16, B=8, T=1024).
+ * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed".
+ * Usage: model_vs_cpu [--cpu] [PLUGIN_DIR]  (--cpu: the device under test is a second cpu
+ * device, a dry run on any machine; the 124M timing is skipped). Not for: losses.
+ */
+#define _GNU_SOURCE
+#include "plugin_host.h"
+
+#include <ctrain/numerics.h>
+
+#include <math.h>
+
+static int passed, failed;
+
+typedef struct {
+    ct_device_ref          dev;
+    const ct_model_vtable *vt;
+    void                  *self;
+    ct_model_desc          d;
+    void                 **params, **grads; /* per unit, device memory */
+    int32_t               *tokens;          /* (2, N): two micro-batches */
+    float                 *logits, *dlogits;
+} side;
+
+/* Padded element count of unit u (tensor k starts at the sum of aligned sizes before it). */
+static uint64_t unit_len(const ct_model_desc *d, uint32_t u) {
+    uint64_t n = 0;
+    const ct_unit_spec *us = &d->units[u];
+    for (uint32_t k = 0; k < us->n_tensors; k++) {
+        const ct_tensor_spec *t = (const ct_tensor_spec *)((const char *)us->tensors +
+                                                           (size_t)k * d->tensor_struct_size);
+        n += ct_align_up(ct_tensor_numel(t), CT_TENSOR_ALIGN);
+    }
+    return n;
+}
+
+static const ct_tensor_spec *tensor_of(const ct_model_desc *d, uint32_t u, uint32_t k) {
+    return (const ct_tensor_spec *)((const char *)d->units[u].tensors +
+                                    (size_t)k * d->tensor_struct_size);
+}
+
+/* ||a - b|| / ||b|| in double (0 when both are 0). */
+static double rel_l2(const float *a, const float *b, uint64_t n) {
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    if (den == 0) return num == 0 ? 0 : INFINITY;
+    return sqrt(num / den);
+}
+
+static void to_f32(float *dst, const void *src, uint64_t n, int32_t dtype) {
+    for (uint64_t i = 0; i < n; i++)
+        dst[i] = dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((const uint16_t *)src)[i])
+                                        : ((const float *)src)[i];
+}
+
+static void side_free(side *s) {
+    if (!s->dev.vt) return;
+    ct_device_ref d = s->dev;
+    for (uint32_t u = 0; s->params && u < s->d.n_units; u++) {
+        d.vt->free_mem(d.self, s->params[u]);
+        d.vt->free_mem(d.self, s->grads[u]);
+    }
+    free(s->params), free(s->grads);
+    d.vt->free_mem(d.self, s->tokens);
+    d.vt->free_mem(d.self, s->logits);
+    d.vt->free_mem(d.self, s->dlogits);
+    if (s->self) s->vt->destroy(s->self);
+    s->params = s->grads = NULL;
+    s->self = NULL;
+}
+
+/* Create the model, upload weights (host f32 values per unit), tokens and dlogits. */
+static int side_setup(side *s, const char *const *over, float **w, int32_t pdt, int32_t gdt,
+                      const int32_t *tok, const float *dlog, int64_t B, int64_t T) {
+    ct_error err = {.struct_size = sizeof err};
+    s->self = ph_create("model_gpt.so", "model", s->dev, over, (const void **)&s->vt);
+    if (!s->self) return 0;
+    s->d.struct_size = sizeof s->d;
+    if (s->vt->describe(s->self, &s->d, &err) != CT_OK) return printf("describe: %s\n", err.message), 0;
+    int64_t N = B * T, V = s->d.vocab_size;
+    s->params = calloc(s->d.n_units, sizeof *s->params);
+    s->grads = calloc(s->d.n_units, sizeof *s->grads);
+    for (uint32_t u = 0; u < s->d.n_units; u++) {
+        uint64_t n = unit_len(&s->d, u);
+        void *host = malloc(n * 4);
+        if (pdt == CT_DTYPE_BF16)
+            for (uint64_t i = 0; i < n; i++) ((uint16_t *)host)[i] = ct_bf16_from_f32(w[u][i]);
+        else
+            memcpy(host, w[u], n * 4);
+        s->params[u] = ph_upload(s->dev, host, n * ct_dtype_size(pdt));
+        s->grads[u] = ph_upload(s->dev, NULL, n * ct_dtype_size(gdt));
+        free(host);
+        if (!s->params[u] || !s->grads[u]) return 0;
+    }
+    s->tokens = ph_upload(s->dev, tok, (uint64_t)(2 * N) * 4);
+    s->logits = ph_upload(s->dev, NULL, (uint64_t)(N * V) * 4);
+    s->dlogits = ph_upload(s->dev, dlog, (uint64_t)(N * V) * 4);
+    if (!s->tokens || !s->logits || !s->dlogits) return 0;
+    if (s->vt->prepare(s->self, B, T, pdt, &err) != CT_OK)
+        return printf("prepare: %s\n", err.message), 0;
+    return 1;
+}
+
+static int run_pass(side *s, int micro, int backward, int32_t pdt, int32_t gdt, int64_t N) {
+    ct_error err = {.struct_size = sizeof err};
+    for (int32_t i = 0; i < (int32_t)s->d.n_stages; i++) {
+        int32_t st = backward ? (int32_t)s->d.n_stages - 1 - i : i;
+        int32_t u = s->d.stages[st].unit;
+        ct_stage_args a = {.struct_size = sizeof a, .stage = st, .params = s->params[u],
+                           .grads = s->grads[u], .param_dtype = pdt, .grad_dtype = gdt,
+                           .tokens = s->tokens + micro * N, .logits = s->logits,
+                           .dlogits = s->dlogits, .micro_step = micro};
+        int32_t rc = backward ? s->vt->backward(s->self, &a, &err) : s->vt->forward(s->self, &a, &err);
+        if (rc != CT_OK) return printf("%s stage %d: %s\n", backward ? "backward" : "forward", st, err.message), 0;
+    }
+    return s->dev.vt->synchronize(s->dev.self, &err) == CT_OK;
+}
+
+static void check(int ok, const char *name, const char *what, double v, double tol) {
+    printf("%s %s: %s %.3e (tol %.1e)\n", ok ? "ok" : "FAIL", name, what, v, tol);
+    ok ? passed++ : failed++;
+}
+
+static void compare_case(const char *label, const char *const *over, int32_t pdt, int32_t gdt,
+                         ct_device_ref ref_dev, ct_device_ref dut_dev) {
+    char name[128];
+    snprintf(name, sizeof name, "%s_%s_%s", label, ct_dtype_name(pdt), ct_dtype_name(gdt));
+    const int64_t B = 2, T = 32, N = B * T;
+    double tol = pdt == CT_DTYPE_F32 ? 1e-4 : 2.5e-2;
+    side r = {.dev = ref_dev}, d = {.dev = dut_dev};
+    /* weights from the reference's description (both describe the same units) */
+    const ct_model_vtable *vt0;
+    void *m0 = ph_create("model_gpt.so", "model", ref_dev, over, (const void **)&vt0);
+    if (!m0) {
+        check(0, name, "create", 0, 0);
+        return;
+    }
+    ct_model_desc d0 = {.struct_size = sizeof d0};
+    ct_error err = {.struct_size = sizeof err};
+    vt0->describe(m0, &d0, &err);
+    int64_t V = d0.vocab_size;
+    float **w = calloc(d0.n_units, sizeof *w);
+    for (uint32_t u = 0; u < d0.n_units; u++) {
+        w[u] = calloc(unit_len(&d0, u), 4);
+        uint64_t off = 0;
+        for (uint32_t k = 0; k < d0.units[u].n_tensors; k++) {
+            const ct_tensor_spec *t = tensor_of(&d0, u, k);
+            uint64_t n = ct_tensor_numel(t);
+            for (uint64_t i = 0; i < n; i++) {
+                double x = ph_normal();
+                w[u][off + i] = (float)(t->init == CT_INIT_ONES ? 1.0 + 0.1 * x
+                                        : t->init == CT_INIT_ZEROS ? 0.02 * x
+                                        : 2.0 * (t->init_std > 0 ? t->init_std : 0.02) * x);
+            }
+            off += ct_align_up(n, CT_TENSOR_ALIGN);
+        }
+    }
+    int32_t *tok = malloc((size_t)(2 * N) * 4);
+    for (int64_t i = 0; i < 2 * N; i++) tok[i] = (int32_t)(ph_uniform() * (double)V);
+    tok[5] = tok[9] = tok[N + 3]; /* a token seen several times (the embedding gradient groups) */
+    float *dlog = malloc((size_t)(N * V) * 4);
+    for (int64_t i = 0; i < N * V; i++) dlog[i] = (float)(ph_normal() / (double)N);
+    if (!side_setup(&r, over, w, pdt, gdt, tok, dlog, B, T) ||
+        !side_setup(&d, over, w, pdt, gdt, tok, dlog, B, T)) {
+        check(0, name, "setup", 0, 0);
+        goto out;
+    }
+    char what[160];
+    for (int micro = 0; micro < 2; micro++) {
+        if (!run_pass(&r, micro, 0, pdt, gdt, N) || !run_pass(&d, micro, 0, pdt, gdt, N)) {
+            check(0, name, "forward failed", 0, 0);
+            goto out;
+        }
+        float *l1 = ph_download(r.dev, r.logits, (uint64_t)(N * V) * 4);
+        float *l2 = ph_download(d.dev, d.logits, (uint64_t)(N * V) * 4);
+        snprintf(what, sizeof what, "micro-batch %d logits rel L2", micro);
+        double e = l1 && l2 ? rel_l2(l2, l1, (uint64_t)(N * V)) : INFINITY;
+        check(e <= tol, name, what, e, tol);
+        if (pdt == CT_DTYPE_BF16 && l2) { /* bf16 compute stores bf16 logits */
+            uint64_t nb = 0;
+            for (int64_t i = 0; i < N * V; i++) nb += l2[i] != ct_round_bf16(l2[i]);
+            snprintf(what, sizeof what, "micro-batch %d logits that are not bf16 values", micro);
+            check(nb == 0, name, what, (double)nb, 0);
+        }
+        free(l1), free(l2);
+        if (micro == 0 && r.vt->mean_hidden && d.vt->mean_hidden) {
+            int64_t C = r.d.d_model;
+            float *h1 = calloc((size_t)C, 4), *h2 = calloc((size_t)C, 4);
+            int ok = r.vt->mean_hidden(r.self, h1, &err) == CT_OK &&
+                     d.vt->mean_hidden(d.self, h2, &err) == CT_OK;
+            e = ok ? rel_l2(h2, h1, (uint64_t)C) : INFINITY;
+            check(e <= tol, name, "mean_hidden rel L2", e, tol);
+            free(h1), free(h2);
+        }
+        if (!run_pass(&r, micro, 1, pdt, gdt, N) || !run_pass(&d, micro, 1, pdt, gdt, N)) {
+            check(0, name, "backward failed", 0, 0);
+            goto out;
+        }
+    }
+    /* every tensor's gradient after both micro-batches */
+    double worst = -1;
+    char worst_name[96] = "";
+    int bad = 0;
+    for (uint32_t u = 0; u < r.d.n_units; u++) {
+        uint64_t n = unit_len(&r.d, u), es = ct_dtype_size(gdt);
+        void *g1 = ph_download(r.dev, r.grads[u], n * es), *g2 = ph_download(d.dev, d.grads[u], n * es);
+        float *f1 = malloc(n * 4), *f2 = malloc(n * 4);
+        if (!g1 || !g2) {
+            bad++;
+        } else {
+            to_f32(f1, g1, n, gdt), to_f32(f2, g2, n, gdt);
+            uint64_t off = 0;
+            for (uint32_t k = 0; k < r.d.units[u].n_tensors; k++) {
+                const ct_tensor_spec *t = tensor_of(&r.d, u, k);
+                uint64_t nt = ct_tensor_numel(t);
+                double e = rel_l2(f2 + off, f1 + off, nt);
+                if (!(e <= tol)) {
+                    printf("  %s: grad %s rel L2 %.3e\n", name, t->name, e);
+                    bad++;
+                }
+                if (!(e <= worst)) worst = e, snprintf(worst_name, sizeof worst_name, "%s", t->name);
+                off += ct_align_up(nt, CT_TENSOR_ALIGN);
+            }
+        }
+        free(g1), free(g2), free(f1), free(f2);
+    }
+    snprintf(what, sizeof what, "every gradient (worst %s) rel L2", worst_name);
+    check(bad == 0, name, what, worst, tol);
+out:
+    side_free(&r), side_free(&d);
+    vt0->destroy(m0);
+    for (uint32_t u = 0; u < d0.n_units; u++) free(w[u]);
+    free(w), free(tok), free(dlog);
+}
+
+/* GPT-2 124M, bf16 params and grads, B=8 T=1024: ms per forward+backward (reports only). */
+static void timing_124m(ct_device_ref dev) {
+    static const char *const o[] = {"model:n_layer=12", "model:n_head=12", "model:d_model=768",
+                                    "model:vocab_size=50257", "model:seq_len=1024", NULL};
+    const int64_t B = 8, T = 1024, N = B * T;
+    side s = {.dev = dev};
+    const ct_model_vtable *vt0;
+    void *m0 = ph_create("model_gpt.so", "model", dev, o, (const void **)&vt0);
+    if (!m0) return;
+    ct_model_desc d0 = {.struct_size = sizeof d0};
+    ct_error err = {.struct_size = sizeof err};
+    vt0->describe(m0, &d0, &err);
+    float **w = calloc(d0.n_units, sizeof *w);
+    for (uint32_t u = 0; u < d0.n_units; u++) {
+        uint64_t n = unit_len(&d0, u);
+        w[u] = malloc(n * 4);
+        for (uint64_t i = 0; i < n; i++) w[u][i] = (float)(0.02 * (ph_uniform() - 0.5));
+    }
+    int32_t *tok = malloc((size_t)(2 * N) * 4);
+    for (int64_t i = 0; i < 2 * N; i++) tok[i] = (int32_t)(ph_uniform() * 50257.0);
+    if (side_setup(&s, o, w, CT_DTYPE_BF16, CT_DTYPE_BF16, tok, NULL, B, T)) {
+        run_pass(&s, 0, 0, CT_DTYPE_BF16, CT_DTYPE_BF16, N);
+        run_pass(&s, 0, 1, CT_DTYPE_BF16, CT_DTYPE_BF16, N);
+        double t0 = ph_now();
+        int it = 5;
+        for (int i = 0; i < it; i++) {
+            run_pass(&s, 0, 0, CT_DTYPE_BF16, CT_DTYPE_BF16, N);
+            run_pass(&s, 0, 1, CT_DTYPE_BF16, CT_DTYPE_BF16, N);
+        }
+        double dt = (ph_now() - t0) / it;
+        double flops = 6.0 * (double)d0.n_params * (double)N + 12.0 * 12 * 768 * 1024.0 * (double)N;
+        printf("bench model_gpt2_124M_fwd_bwd_bf16: %.1f ms per B=8 T=1024 micro-batch, %.0f tokens/s, "
+               "%.1f%% MFU of 790 TFLOP/s (model only: no loss, no optimizer)\n",
+               dt * 1e3, (double)N / dt, 100.0 * flops / dt / 790e12);
+    }
+    side_free(&s);
+    vt0->destroy(m0);
+    for (uint32_t u = 0; u < d0.n_units; u++) free(w[u]);
+    free(w), free(tok);
+}
+
+int main(int argc, char **argv) {
+    int cpu_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cpu")) cpu_only = 1;
+        else ph_dir = argv[i];
+    }
+    ct_device_ref ref = ph_device("device_cpu.so", CT_DEVICE_CPU);
+    ct_device_ref dut = cpu_only ? ph_device("device_cpu.so", CT_DEVICE_CPU)
+                                 : ph_device("device_cuda.so", CT_DEVICE_CUDA);
+    if (!ref.vt || !dut.vt) {
+        printf("FAIL setup: the cpu and %s devices must both load and open\n0 passed, 1 failed\n",
+               cpu_only ? "second cpu" : "cuda");
+        return 1;
+    }
+    static const char *const gpt2[] = {"model:n_layer=2", "model:n_head=4", "model:d_model=64",
+                                       "model:vocab_size=300", "model:seq_len=32", NULL};
+    static const char *const openlm[] = {"model:n_layer=2", "model:n_head=4", "model:d_model=64",
+                                         "model:vocab_size=300", "model:seq_len=32",
+                                         "model:norm=gain_only_layernorm", "model:mlp=swiglu",
+                                         "model:pos=rope", "model:qk_norm=true",
+                                         "model:tie_embeddings=false", "model:bias=false",
+                                         "model:init=open_lm", NULL};
+    static const char *const rms[] = {"model:n_layer=2", "model:n_head=2", "model:d_model=64",
+                                      "model:vocab_size=300", "model:seq_len=32",
+                                      "model:norm=rmsnorm", "model:mlp=swiglu",
+                                      "model:qk_norm=true", "model:bias=false", NULL};
+    struct { const char *label; const char *const *over; } cases[] = {
+        {"gpt2", gpt2}, {"openlm", openlm}, {"rmsnorm", rms}};
+    int32_t dt[3][2] = {{CT_DTYPE_F32, CT_DTYPE_F32}, {CT_DTYPE_BF16, CT_DTYPE_F32},
+                        {CT_DTYPE_BF16, CT_DTYPE_BF16}};
+    double t0 = ph_now();
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 3; k++) compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], ref, dut);
+    printf("model comparisons took %.1f s\n", ph_now() - t0);
+    if (!cpu_only) timing_124m(dut);
+    dut.vt->destroy(dut.self);
+    ref.vt->destroy(ref.self);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
