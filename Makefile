@@ -1,5 +1,5 @@
 # ctrain — build everything this machine can build, out of tree into build/.
-#   make            host, plugins (CUDA ones when nvcc is found), test runner
+#   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
 #   make run        train the tiny default model on real text (CPU)
 #   make bench      throughput benchmarks (report, never gate)
@@ -45,7 +45,8 @@ HOST_OBJ := $(HOST_C:%.c=$(BUILD)/obj/%.o) $(HOST_CXX:%.cc=$(BUILD)/obj/%.o)
 HOST_LIB_OBJ := $(filter-out $(BUILD)/obj/host/main.o,$(HOST_OBJ))
 
 # ---- plugins: every folder plugins/<kind>/<name>/ becomes build/plugins/<kind>_<name>.so ----
-# A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _NVCCFLAGS / _CUDA_ONLY.
+# A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _NVCCFLAGS / _CUDA_ONLY /
+# _CUDA_LIBS (the companion's libraries, below).
 PLUGIN_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard plugins/*/*/*.c plugins/*/*/*.cu))))
 plugin_id    = $(word 2,$(subst /, ,$(1)))_$(word 3,$(subst /, ,$(1)))
 -include $(wildcard plugins/*/*/plugin.mk)
@@ -55,15 +56,32 @@ NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -Isdk/include \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
              -Werror all-warnings
 
+# A folder with both .c and .cu files that is not CUDA_ONLY is split (with nvcc): the .cu code
+# becomes the companion $(BUILD)/plugins/cuda/<id>_cuda.so, linked with <id>_CUDA_LIBS and
+# opened by the plugin (sdk/include/ctrain/companion.h) only when a CUDA device is used; the
+# plugin itself holds the .c code only and links no CUDA library, so it loads on any machine.
 define PLUGIN_template
 $(1)_ID   := $(call plugin_id,$(1))
 $(1)_C    := $(wildcard $(1)/*.c)
 $(1)_CU   := $(if $(HAVE_NVCC),$(wildcard $(1)/*.cu),)
-$(1)_OBJ  := $$($(1)_C:%.c=$(BUILD)/obj/%.o) $$($(1)_CU:%.cu=$(BUILD)/obj/%.cu.o)
+$(1)_COBJ := $$($(1)_C:%.c=$(BUILD)/obj/%.o)
+$(1)_CUOBJ := $$($(1)_CU:%.cu=$(BUILD)/obj/%.cu.o)
+$(1)_OBJ  := $$($(1)_COBJ) $$($(1)_CUOBJ)
 $(1)_SKIP := $$(if $$(and $$($$($(1)_ID)_CUDA_ONLY),$$(if $(HAVE_NVCC),,1)),1,)
+$(1)_SPLIT := $$(if $$(and $$($(1)_C),$$($(1)_CU),$$(if $$($$($(1)_ID)_CUDA_ONLY),,1)),1,)
 ifeq ($$($(1)_SKIP),)
 PLUGINS += $(BUILD)/plugins/$$($(1)_ID).so
+ifeq ($$($(1)_SPLIT),)
 $(BUILD)/plugins/$$($(1)_ID).so: $$($(1)_OBJ)
+else
+$(BUILD)/plugins/$$($(1)_ID).so: $$($(1)_COBJ)
+COMPANIONS += $(BUILD)/plugins/cuda/$$($(1)_ID)_cuda.so
+$(BUILD)/plugins/cuda/$$($(1)_ID)_cuda.so: $$($(1)_CUOBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_CUDA_LIBS) -lm
+endif
+$(BUILD)/plugins/$$($(1)_ID).so:
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
 	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_LIBS) -lm
@@ -82,7 +100,7 @@ TEST_BIN := $(BUILD)/tests/unit_tests
 
 # ---- top-level targets -------------------------------------------------------------------
 .PHONY: all test run bench install asan ubsan check-abi deps clean examples
-all: $(BUILD)/ctrain $(PLUGINS) $(TEST_BIN)
+all: $(BUILD)/ctrain $(PLUGINS) $(COMPANIONS) $(TEST_BIN)
 	@$(if $(SKIPPED_CUDA),echo "note: nvcc not found: skipped CUDA plugins: $(SKIPPED_CUDA)",true)
 
 $(BUILD)/ctrain: $(HOST_OBJ)
@@ -150,6 +168,8 @@ install: all
 	    $(DESTDIR)$(PREFIX)/include/ctrain $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
 	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/
+	$(if $(COMPANIONS),install -d $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda)
+	$(if $(COMPANIONS),install -m 755 $(COMPANIONS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda/)
 	install -m 644 sdk/include/ctrain/*.h $(DESTDIR)$(PREFIX)/include/ctrain/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' sdk/ctrain-sdk.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ctrain-sdk.pc
 

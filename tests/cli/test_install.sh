@@ -12,8 +12,9 @@ prefix="$CT_TMP/prefix"
 before=$(stat -c %Y "$BUILD/ctrain")
 # The no-rebuild claim only holds for an up-to-date build folder (in a shared checkout someone
 # may have edited a source meanwhile): check it only then.
+companions=$(ls "$BUILD"/plugins/cuda/*_cuda.so 2>/dev/null) # CUDA code, when nvcc built it
 make -q --no-print-directory BUILD="$BUILD" "$BUILD/ctrain" "$BUILD/tests/unit_tests" \
-    "$BUILD"/plugins/*.so >/dev/null 2>&1
+    "$BUILD"/plugins/*.so $companions >/dev/null 2>&1
 up_to_date=$?
 ct_run make --no-print-directory install BUILD="$BUILD" PREFIX="$prefix"
 if [ "$ct_rc" -ne 0 ]; then
@@ -34,6 +35,21 @@ for f in bin/ctrain include/ctrain/ctrain.h lib/pkgconfig/ctrain-sdk.pc \
          lib/ctrain/plugins/loss_ce.so; do
     [ -e "$prefix/$f" ] && ct_pass "installed_$f" || ct_fail "installed_$f" "missing $prefix/$f"
 done
+
+# the CUDA companions go to plugins/cuda/, beside the plugins that open them, and are no plugins
+for c in $companions; do
+    f=lib/ctrain/plugins/cuda/$(basename "$c")
+    [ -e "$prefix/$f" ] && ct_pass "installed_$f" || ct_fail "installed_$f" "missing $prefix/$f"
+done
+if [ -n "$companions" ]; then
+    ct_run "$prefix/bin/ctrain" plugins
+    if [ "$ct_rc" -eq 0 ] && grep -q 'model_gpt.so' "$CT_TMP/out" \
+       && ! grep -q 'plugins/cuda/' "$CT_TMP/out"; then
+        ct_pass companions_not_listed_as_plugins
+    else
+        ct_fail companions_not_listed_as_plugins "exit $ct_rc: $(grep 'plugins/cuda/' "$CT_TMP/out" | head -2)"
+    fi
+fi
 
 # the installed ctrain finds its plugins in ../lib/ctrain/plugins
 ct_expect_success installed_finds_plugins "$prefix/lib/ctrain/plugins/loss_ce.so" \

@@ -56,7 +56,7 @@ timeout 240 make -k -j"$JOBS" BUILD="$BUILD" CUDA=1 CUDA_HOME="$CUDA_HOME" \
     NCCL_LIB="$NCCL_LIB" all >"$OUT/build.log" 2>&1
 rc=$?
 say "build: exit $rc after $(elapsed) s ($(grep -c 'error' "$OUT/build.log") lines mention error; see build.log)"
-ls "$BUILD"/plugins/ >>"$OUT/build.log" 2>&1
+ls "$BUILD"/plugins/ "$BUILD"/plugins/cuda/ >>"$OUT/build.log" 2>&1  # cuda/: the companions
 
 # ---- 4. CUDA-vs-CPU programs: tests/gpu/*_vs_cpu.c (device, model, losses) ----------------
 # Each is a standalone C program: cc it with the SDK headers, run it with the plugin folder.

@@ -1,6 +1,7 @@
-/* ce_cuda.h — the CUDA entry of the `ce` loss term (ce_cuda.cu), called by loss_ce.c only when
- * the batch lives on a CUDA device and the plugin was built with nvcc (CT_HAVE_CUDA).
- * Not for: anything the host sees.
+/* ce_cuda.h — the CUDA entry of the `ce` loss term (ce_cuda.cu). With nvcc it is built into
+ * the companion plugins/cuda/loss_ce_cuda.so (the only symbols it exports), which loss_ce.c
+ * opens on the first batch that lives on a CUDA device (CT_HAVE_CUDA) and calls through
+ * ce_cuda_fns, so loss_ce.so links no CUDA library. Not for: anything the host sees.
  */
 #ifndef LOSS_CE_CUDA_H
 #define LOSS_CE_CUDA_H
@@ -16,9 +17,18 @@ typedef struct ce_cuda ce_cuda; /* device scratch of one instance; NULL until fi
 /* Value of the term into *value (mean over counted rows of lse - z_t); unless b->dlogits is
  * NULL, adds grad_scale * d value / d z into it. Validates every target first (nothing is added
  * when one is >= V). *state is allocated on first use (grown with N). Synchronises. */
-int32_t ce_cuda_forward_backward(ce_cuda **state, const ct_loss_batch *b, double *value,
-                                 ct_error *err);
-void ce_cuda_free(ce_cuda *state);
+CT_EXPORT int32_t ce_cuda_forward_backward(ce_cuda **state, const ct_loss_batch *b,
+                                           double *value, ct_error *err);
+CT_EXPORT void ce_cuda_free(ce_cuda *state);
+
+/* The entries above as loss_ce.c holds them after opening the companion (order of
+ * CE_CUDA_NAMES); NULL until the first CUDA batch. */
+typedef struct ce_cuda_fns {
+    int32_t (*forward_backward)(ce_cuda **state, const ct_loss_batch *b, double *value,
+                                ct_error *err);
+    void (*free)(ce_cuda *state);
+} ce_cuda_fns;
+#define CE_CUDA_NAMES {"ce_cuda_forward_backward", "ce_cuda_free"}
 
 #ifdef __cplusplus
 }

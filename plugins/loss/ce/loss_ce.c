@@ -2,7 +2,8 @@
  *   value      = (1/n) * sum over counted rows i of (lse_i - z[i, t_i])      n = n_counted
  *   d/dz[i,j]  = (softmax(z_i)_j - [j == t_i]) / n   for counted rows, 0 for ignored rows
  * lse_i is the host's row log-sum-exp (ct_loss_batch.row_lse). Runs on host memory (device
- * cpu); batches on a CUDA device go to ce_cuda.cu when built with nvcc (CT_HAVE_CUDA).
+ * cpu); batches on a CUDA device go to ce_cuda.cu, in the companion cuda/loss_ce_cuda.so
+ * opened on the first such batch when built with nvcc (CT_HAVE_CUDA).
  * Not for: z-loss or logit penalties (loss zloss, loss logitreg).
  * Shape legend: N rows (B*T positions), V vocabulary.
  */
@@ -15,6 +16,7 @@
 
 #ifdef CT_HAVE_CUDA
 #include "ce_cuda.h"
+#include <ctrain/companion.h>
 #define CE_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
 #else
 #define CE_DEVICES CT_DEVICE_CPU
@@ -23,6 +25,9 @@
 typedef struct ce_loss {
     const char *section; /* "loss.ce", for messages */
     struct ce_cuda *cuda; /* CUDA scratch, allocated on the first CUDA batch; else NULL */
+#ifdef CT_HAVE_CUDA
+    ce_cuda_fns cu;       /* the companion cuda/loss_ce_cuda.so, opened on the first CUDA batch */
+#endif
 } ce_loss;
 
 static void *ce_create(const ct_create_args *args, ct_error *err) {
@@ -35,10 +40,25 @@ static void *ce_create(const ct_create_args *args, ct_error *err) {
 static void ce_destroy(void *p) {
     ce_loss *self = p;
 #ifdef CT_HAVE_CUDA
-    if (self && self->cuda) ce_cuda_free(self->cuda);
+    if (self && self->cuda) self->cu.free(self->cuda); /* cuda set: cu was resolved */
 #endif
     free(self);
 }
+
+#ifdef CT_HAVE_CUDA
+/* Resolve self->cu on the first CUDA batch (the CPU path never opens the companion). */
+static int32_t ce_cuda_load(ce_loss *self, ct_error *err) {
+    if (self->cu.forward_backward) return CT_OK;
+    static const char *const names[] = CE_CUDA_NAMES;
+    void *fn[2];
+    int32_t rc = ct_companion_load("loss ce", "loss_ce_cuda.so", names, fn, 2, err);
+    if (rc != CT_OK) return rc;
+    self->cu.forward_backward =
+        (int32_t (*)(ce_cuda **, const ct_loss_batch *, double *, ct_error *))fn[0];
+    self->cu.free = (void (*)(ce_cuda *))fn[1];
+    return CT_OK;
+}
+#endif
 
 static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *out,
                                    ct_error *err) {
@@ -48,7 +68,9 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
         if (!b->logits || !b->targets || !b->row_lse)
             return ct_error_set(err, CT_ERR_INVALID, "loss ce: batch without logits, targets or "
                                 "row_lse (a host bug; please report it)");
-        return ce_cuda_forward_backward(&self->cuda, b, &out->value, err);
+        int32_t rc = ce_cuda_load(self, err);
+        if (rc != CT_OK) return rc;
+        return self->cu.forward_backward(&self->cuda, b, &out->value, err);
 #else
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss ce: logits on a CUDA device; this "
                             "build of [%s] runs on cpu only ---> rebuild with nvcc, or use "

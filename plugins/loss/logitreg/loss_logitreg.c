@@ -5,8 +5,9 @@
  * Unlike z-loss (which only pins the softmax normaliser lse, leaving the spread free) it
  * shrinks every logit towards 0, the shift and the spread alike. mask_ignored as in zloss:
  * true (default) leaves out rows with target < 0 (n = n_counted); false counts all N rows.
- * Runs on host memory (device cpu); batches on a CUDA device go to logitreg_cuda.cu when built
- * with nvcc (CT_HAVE_CUDA). Not for: z-loss (loss zloss). Legend: N rows, V vocab.
+ * Runs on host memory (device cpu); batches on a CUDA device go to logitreg_cuda.cu, in the
+ * companion cuda/loss_logitreg_cuda.so opened on the first such batch when built with nvcc
+ * (CT_HAVE_CUDA). Not for: z-loss (loss zloss). Legend: N rows, V vocab.
  */
 #include <ctrain/ctrain.h>
 
@@ -14,6 +15,7 @@
 
 #ifdef CT_HAVE_CUDA
 #include "logitreg_cuda.h"
+#include <ctrain/companion.h>
 #define LOGITREG_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
 #else
 #define LOGITREG_DEVICES CT_DEVICE_CPU
@@ -26,6 +28,9 @@ typedef struct logitreg {
     double             coef;
     int32_t            mask_ignored; /* 1: skip rows with target < 0 */
     struct logitreg_cuda *cuda;  /* CUDA scratch after the first CUDA batch; else NULL */
+#ifdef CT_HAVE_CUDA
+    logitreg_cuda_fns cu;        /* companion cuda/loss_logitreg_cuda.so, from the 1st CUDA batch */
+#endif
 } logitreg;
 
 static void *logitreg_create(const ct_create_args *args, ct_error *err) {
@@ -46,10 +51,25 @@ static void *logitreg_create(const ct_create_args *args, ct_error *err) {
 static void logitreg_destroy(void *p) {
     logitreg *self = p;
 #ifdef CT_HAVE_CUDA
-    if (self && self->cuda) logitreg_cuda_free(self->cuda);
+    if (self && self->cuda) self->cu.free(self->cuda); /* cuda set: cu was resolved */
 #endif
     free(self);
 }
+
+#ifdef CT_HAVE_CUDA
+/* Resolve self->cu on the first CUDA batch (the CPU path never opens the companion). */
+static int32_t logitreg_cuda_load(logitreg *self, ct_error *err) {
+    if (self->cu.run) return CT_OK;
+    static const char *const names[] = LOGITREG_CUDA_NAMES;
+    void *fn[2];
+    int32_t rc = ct_companion_load("loss logitreg", "loss_logitreg_cuda.so", names, fn, 2, err);
+    if (rc != CT_OK) return rc;
+    self->cu.run = (int32_t (*)(logitreg_cuda **, const ct_loss_batch *, int32_t, float, int32_t,
+                                double *, ct_error *))fn[0];
+    self->cu.free = (void (*)(logitreg_cuda *))fn[1];
+    return CT_OK;
+}
+#endif
 
 static inline int row_counts(const logitreg *self, int32_t target) {
     return !self->mask_ignored || target >= 0;
@@ -70,9 +90,11 @@ static int32_t logitreg_forward_backward(void *p, const ct_loss_batch *b, ct_los
     if (b->device.type == CT_DEVICE_CUDA) {
 #ifdef CT_HAVE_CUDA
         double sum = 0.0;
-        int32_t rc = logitreg_cuda_run(&self->cuda, b, self->mask_ignored,
-                                       (float)(2.0 * self->coef * b->grad_scale / nv),
-                                       b->dlogits != NULL, &sum, err);
+        int32_t rc = logitreg_cuda_load(self, err);
+        if (rc != CT_OK) return rc;
+        rc = self->cu.run(&self->cuda, b, self->mask_ignored,
+                          (float)(2.0 * self->coef * b->grad_scale / nv),
+                          b->dlogits != NULL, &sum, err);
         if (rc != CT_OK) return rc;
         out->value = self->coef * sum / nv;
         if (b->dlogits && self->api && self->api->metric)

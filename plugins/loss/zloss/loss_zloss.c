@@ -4,8 +4,9 @@
  *   d/dz[i,j]  = coef * 2 * lse_i * softmax(z_i)_j / n
  * mask_ignored = true (default, as OLMo): rows with target < 0 are left out and n = n_counted;
  * false (as open_lm, which has no mask): every row counts and n = N.
- * Runs on host memory (device cpu); batches on a CUDA device go to zloss_cuda.cu when built
- * with nvcc (CT_HAVE_CUDA). Not for: the cross-entropy itself (loss ce).
+ * Runs on host memory (device cpu); batches on a CUDA device go to zloss_cuda.cu, in the
+ * companion cuda/loss_zloss_cuda.so opened on the first such batch when built with nvcc
+ * (CT_HAVE_CUDA). Not for: the cross-entropy itself (loss ce).
  * Shape legend: N rows (B*T positions), V vocabulary.
  */
 #include <ctrain/ctrain.h>
@@ -16,6 +17,7 @@
 
 #ifdef CT_HAVE_CUDA
 #include "zloss_cuda.h"
+#include <ctrain/companion.h>
 #define ZLOSS_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
 #else
 #define ZLOSS_DEVICES CT_DEVICE_CPU
@@ -28,6 +30,9 @@ typedef struct zloss {
     double             coef;
     int32_t            mask_ignored; /* 1: skip rows with target < 0 */
     struct zloss_cuda *cuda;     /* CUDA scratch after the first CUDA batch; else NULL */
+#ifdef CT_HAVE_CUDA
+    zloss_cuda_fns cu; /* the companion cuda/loss_zloss_cuda.so, opened on the first CUDA batch */
+#endif
 } zloss;
 
 static void *zloss_create(const ct_create_args *args, ct_error *err) {
@@ -48,10 +53,25 @@ static void *zloss_create(const ct_create_args *args, ct_error *err) {
 static void zloss_destroy(void *p) {
     zloss *self = p;
 #ifdef CT_HAVE_CUDA
-    if (self && self->cuda) zloss_cuda_free(self->cuda);
+    if (self && self->cuda) self->cu.free(self->cuda); /* cuda set: cu was resolved */
 #endif
     free(self);
 }
+
+#ifdef CT_HAVE_CUDA
+/* Resolve self->cu on the first CUDA batch (the CPU path never opens the companion). */
+static int32_t zloss_cuda_load(zloss *self, ct_error *err) {
+    if (self->cu.run) return CT_OK;
+    static const char *const names[] = ZLOSS_CUDA_NAMES;
+    void *fn[2];
+    int32_t rc = ct_companion_load("loss zloss", "loss_zloss_cuda.so", names, fn, 2, err);
+    if (rc != CT_OK) return rc;
+    self->cu.run = (int32_t (*)(zloss_cuda **, const ct_loss_batch *, int32_t, float, int32_t,
+                                double *, ct_error *))fn[0];
+    self->cu.free = (void (*)(zloss_cuda *))fn[1];
+    return CT_OK;
+}
+#endif
 
 static inline int row_counts(const zloss *self, int32_t target) {
     return !self->mask_ignored || target >= 0;
@@ -72,9 +92,11 @@ static int32_t zloss_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
     if (b->device.type == CT_DEVICE_CUDA) {
 #ifdef CT_HAVE_CUDA
         double sum = 0.0;
-        int32_t rc = zloss_cuda_run(&self->cuda, b, self->mask_ignored,
-                                    (float)(self->coef * b->grad_scale / n), b->dlogits != NULL,
-                                    &sum, err);
+        int32_t rc = zloss_cuda_load(self, err);
+        if (rc != CT_OK) return rc;
+        rc = self->cu.run(&self->cuda, b, self->mask_ignored,
+                          (float)(self->coef * b->grad_scale / n), b->dlogits != NULL,
+                          &sum, err);
         if (rc != CT_OK) return rc;
         out->value = self->coef * sum / n;
         if (b->dlogits && self->api && self->api->metric)

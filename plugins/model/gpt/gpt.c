@@ -9,7 +9,7 @@
 #include "gpt.h"
 
 #ifdef CT_HAVE_CUDA
-#include "gpt_cuda.h"
+#include <ctrain/companion.h>
 #define GPT_DEVICES (CT_DEVICE_CPU | CT_DEVICE_CUDA)
 #else
 #define GPT_DEVICES CT_DEVICE_CPU
@@ -209,9 +209,7 @@ static int32_t build_units(gpt *m, ct_error *err) {
 static void gpt_destroy(void *self) {
     gpt *m = self;
     if (!m) return;
-#ifdef CT_HAVE_CUDA
-    if (m->on_cuda) gpt_cuda_free(m); /* the device arena; m->arena becomes NULL */
-#endif
+    if (m->on_cuda) m->cu.free(m); /* the device arena; m->arena becomes NULL */
     if (m->arena) m->api->free_mem(m->host, m->arena);
     free(m->units);
     free(m->stages);
@@ -313,6 +311,24 @@ static int32_t build_rope(gpt *m, ct_error *err) {
     return CT_OK;
 }
 
+#ifdef CT_HAVE_CUDA
+/* Open the companion cuda/model_gpt_cuda.so beside this plugin and fill m->cu. Only on a CUDA
+ * device: the CPU path never touches the companion or the CUDA libraries it links. */
+static int32_t gpt_cuda_load(gpt *m, ct_error *err) {
+    static const char *const names[] = GPT_CUDA_NAMES;
+    void *fn[sizeof names / sizeof names[0]];
+    int32_t rc = ct_companion_load("model gpt", "model_gpt_cuda.so", names, fn,
+                                   (int)(sizeof names / sizeof names[0]), err);
+    if (rc != CT_OK) return rc;
+    m->cu.prepare = (int32_t (*)(gpt *, int64_t, int64_t, int32_t, ct_error *))fn[0];
+    m->cu.free = (void (*)(gpt *))fn[1];
+    m->cu.forward = (int32_t (*)(gpt *, const ct_stage_args *, ct_error *))fn[2];
+    m->cu.backward = (int32_t (*)(gpt *, const ct_stage_args *, ct_error *))fn[3];
+    m->cu.mean_hidden = (int32_t (*)(gpt *, float *, ct_error *))fn[4];
+    return CT_OK;
+}
+#endif
+
 static void *gpt_create(const ct_create_args *a, ct_error *err) {
     gpt *m = calloc(1, sizeof *m);
     if (!m) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory"), NULL;
@@ -321,6 +337,7 @@ static void *gpt_create(const ct_create_args *a, ct_error *err) {
     m->dev = a->device;
     if (a->device.type == CT_DEVICE_CUDA) {
 #ifdef CT_HAVE_CUDA
+        if (gpt_cuda_load(m, err) != CT_OK) goto out_destroy;
         m->on_cuda = 1;
 #else
         ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: [device] type = cuda, but this build "
@@ -442,9 +459,7 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "model gpt: compute dtype %s is not supported ---> use f32 or bf16",
                             ct_dtype_name(dtype));
-#ifdef CT_HAVE_CUDA
-    if (m->on_cuda) return gpt_cuda_prepare(m, B, T, dtype, err);
-#endif
+    if (m->on_cuda) return m->cu.prepare(m, B, T, dtype, err);
     if (m->arena && m->B == B && m->T == T && m->dtype == dtype) return CT_OK;
     if (m->arena) m->api->free_mem(m->host, m->arena);
     m->arena = NULL;
@@ -468,9 +483,7 @@ static int32_t gpt_mean_hidden(void *self, float *out, ct_error *err) {
     gpt *m = self;
     if (!m->arena)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: mean_hidden before any forward");
-#ifdef CT_HAVE_CUDA
-    if (m->on_cuda) return gpt_cuda_mean_hidden(m, out, err);
-#endif
+    if (m->on_cuda) return m->cu.mean_hidden(m, out, err);
     for (int64_t c = 0; c < m->C; c++) {
         double s = 0;
         for (int64_t i = 0; i < m->N; i++) s += m->lnf[i * m->C + c];

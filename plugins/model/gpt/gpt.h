@@ -14,6 +14,8 @@
 #include <assert.h>
 #include <stdint.h>
 
+#include "gpt_cuda.h" /* gpt_cuda_fns, the companion's entry points (plain C declarations) */
+
 typedef enum { GPT_NORM_LAYERNORM = 0, GPT_NORM_RMSNORM = 1, GPT_NORM_GAIN_ONLY = 2 } gpt_norm;
 typedef enum { GPT_MLP_GELU = 0, GPT_MLP_SWIGLU = 1 } gpt_mlp;
 typedef enum { GPT_POS_LEARNED = 0, GPT_POS_ROPE = 1 } gpt_pos;
@@ -100,11 +102,13 @@ typedef struct gpt {
     int32_t        *tok_order;    /* (N) positions sorted by token, for the embedding grad */
     int32_t        *tok_start;    /* (V+1) counting-sort buckets */
 
-    /* CUDA path (gpt_cuda.cu, built with nvcc: CT_HAVE_CUDA). When on_cuda, every stage runs
-     * there and the activation buffers above are device memory (arena: the device arena). */
+    /* CUDA path (gpt_cuda.cu in the companion cuda/model_gpt_cuda.so, built with nvcc:
+     * CT_HAVE_CUDA). When on_cuda, every stage runs there through cu and the activation buffers
+     * above are device memory (arena: the device arena). */
     ct_device_ref   dev;          /* the rank's device, from create() */
-    int             on_cuda;      /* 1: created on a CUDA device */
+    int             on_cuda;      /* 1: created on a CUDA device (cu is then resolved) */
     void           *cuda;         /* gpt_cuda state (stream, cuBLAS, scratch); NULL on the CPU */
+    gpt_cuda_fns    cu;           /* the companion's entry points; all NULL on the CPU */
 } gpt;
 
 /* Query rows per attention block (attention.c). */

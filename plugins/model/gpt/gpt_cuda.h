@@ -1,6 +1,7 @@
-/* gpt_cuda.h — the CUDA entry points of the gpt plugin (gpt_cuda.cu), called by gpt.c and
- * stages.c only when the model was created on a CUDA device (gpt.on_cuda) and the plugin was
- * built with nvcc (CT_HAVE_CUDA). Not for: anything the host sees (ctrain.h) or CPU code.
+/* gpt_cuda.h — the CUDA entry points of the gpt plugin (gpt_cuda.cu). With nvcc they are built
+ * into the companion plugins/cuda/model_gpt_cuda.so (the only symbols it exports); gpt.c opens
+ * it when the model is created on a CUDA device and calls them through gpt.cu (gpt_cuda_fns),
+ * so model_gpt.so links no CUDA library. Not for: anything the host sees (ctrain.h) or CPU code.
  */
 #ifndef GPT_PLUGIN_GPT_CUDA_H
 #define GPT_PLUGIN_GPT_CUDA_H
@@ -16,17 +17,32 @@ struct gpt;
 /* Size the device buffers for micro-batches of B x T in dtype (validated by the caller):
  * activations (gpt's res/acts/... fields become device pointers, m->arena the device arena),
  * attention scratch, GEMM operand scratch, cuBLAS handle on the device's stream. */
-int32_t gpt_cuda_prepare(struct gpt *m, int64_t B, int64_t T, int32_t dtype, ct_error *err);
+CT_EXPORT int32_t gpt_cuda_prepare(struct gpt *m, int64_t B, int64_t T, int32_t dtype,
+                                   ct_error *err);
 /* Free everything gpt_cuda_prepare made (m->arena becomes NULL). Safe to call twice. */
-void gpt_cuda_free(struct gpt *m);
+CT_EXPORT void gpt_cuda_free(struct gpt *m);
 
 /* One stage, as gpt_forward / gpt_backward (args already checked). Asynchronous on the
  * device's stream, except embed forward, which reads the tokens back to validate them. */
-int32_t gpt_cuda_forward(struct gpt *m, const ct_stage_args *a, ct_error *err);
-int32_t gpt_cuda_backward(struct gpt *m, const ct_stage_args *a, ct_error *err);
+CT_EXPORT int32_t gpt_cuda_forward(struct gpt *m, const ct_stage_args *a, ct_error *err);
+CT_EXPORT int32_t gpt_cuda_backward(struct gpt *m, const ct_stage_args *a, ct_error *err);
 
 /* ct_model_vtable.mean_hidden on the device's buffers (synchronises). */
-int32_t gpt_cuda_mean_hidden(struct gpt *m, float *out, ct_error *err);
+CT_EXPORT int32_t gpt_cuda_mean_hidden(struct gpt *m, float *out, ct_error *err);
+
+/* The entry points above as the plugin holds them after opening the companion (gpt.c,
+ * gpt_cuda_load); all NULL on the CPU. Keep in the order of GPT_CUDA_NAMES. */
+typedef struct gpt_cuda_fns {
+    int32_t (*prepare)(struct gpt *m, int64_t B, int64_t T, int32_t dtype, ct_error *err);
+    void (*free)(struct gpt *m);
+    int32_t (*forward)(struct gpt *m, const ct_stage_args *a, ct_error *err);
+    int32_t (*backward)(struct gpt *m, const ct_stage_args *a, ct_error *err);
+    int32_t (*mean_hidden)(struct gpt *m, float *out, ct_error *err);
+} gpt_cuda_fns;
+
+#define GPT_CUDA_NAMES \
+    {"gpt_cuda_prepare", "gpt_cuda_free", "gpt_cuda_forward", "gpt_cuda_backward", \
+     "gpt_cuda_mean_hidden"}
 
 #ifdef __cplusplus
 }

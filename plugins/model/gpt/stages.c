@@ -12,10 +12,6 @@
 
 #include <string.h>
 
-#ifdef CT_HAVE_CUDA
-#include "gpt_cuda.h" /* on a CUDA device every stage runs in gpt_cuda.cu */
-#endif
-
 /* bf16 storage of an activation buffer (a no-op in f32). */
 static void store(const gpt *m, float *x, int64_t n) {
     if (m->bf16) gpt_round_bf16(m, x, n);
@@ -306,9 +302,7 @@ int32_t gpt_forward(void *self, const ct_stage_args *a, ct_error *err) {
     gpt *m = self;
     int32_t rc = check_args(m, a, 0, err);
     if (rc != CT_OK) return rc;
-#ifdef CT_HAVE_CUDA
-    if (m->on_cuda) return gpt_cuda_forward(m, a, err);
-#endif
+    if (m->on_cuda) return m->cu.forward(m, a, err); /* the companion's gpt_cuda.cu */
     if (a->stage == 0) return embed_forward(m, a, err);
     if (a->stage == m->L + 1) return head_forward(m, a, err);
     block_forward(m, a, a->stage - 1);
@@ -319,9 +313,7 @@ int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err) {
     gpt *m = self;
     int32_t rc = check_args(m, a, 1, err);
     if (rc != CT_OK) return rc;
-#ifdef CT_HAVE_CUDA
-    if (m->on_cuda) return gpt_cuda_backward(m, a, err);
-#endif
+    if (m->on_cuda) return m->cu.backward(m, a, err);
     if (a->stage == 0) return embed_backward(m, a, err);
     if (a->stage == m->L + 1) return head_backward(m, a, err);
     block_backward(m, a, a->stage - 1);
