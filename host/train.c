@@ -118,18 +118,20 @@ static int32_t reduce_interval(ct_rank *r, interval *iv, const char *prefix, ct_
 static int32_t reduce_plugin_metrics(ct_rank *r, ct_metric_table *out, ct_error *err) {
     ct_metric_table *t = &r->metrics;
     metrics_sort(t);
+    /* n, not t->n: the comm plugin's traffic report of the reductions below may add a name */
+    int32_t n = t->n;
     double sums[CT_METRICS_MAX], mx[CT_METRICS_MAX], mn[CT_METRICS_MAX];
-    for (int32_t i = 0; i < t->n; i++) {
+    for (int32_t i = 0; i < n; i++) {
         double v = metrics_value(t, t->items[i].name);
         sums[i] = v;
         mx[i] = v;
         mn[i] = v;
     }
-    int32_t rc = optim_allreduce_f64(r, sums, (uint64_t)t->n, CT_REDUCE_SUM, err);
-    if (rc == CT_OK) rc = optim_allreduce_f64(r, mx, (uint64_t)t->n, CT_REDUCE_MAX, err);
-    if (rc == CT_OK) rc = optim_allreduce_f64(r, mn, (uint64_t)t->n, CT_REDUCE_MIN, err);
+    int32_t rc = optim_allreduce_f64(r, sums, (uint64_t)n, CT_REDUCE_SUM, err);
+    if (rc == CT_OK) rc = optim_allreduce_f64(r, mx, (uint64_t)n, CT_REDUCE_MAX, err);
+    if (rc == CT_OK) rc = optim_allreduce_f64(r, mn, (uint64_t)n, CT_REDUCE_MIN, err);
     if (rc != CT_OK) return rc;
-    for (int32_t i = 0; i < t->n; i++) {
+    for (int32_t i = 0; i < n; i++) {
         double v = t->items[i].reduce == CT_METRIC_MAX   ? mx[i]
                    : t->items[i].reduce == CT_METRIC_MIN ? mn[i]
                    : t->items[i].reduce == CT_METRIC_SUM ? sums[i]
@@ -137,6 +139,27 @@ static int32_t reduce_plugin_metrics(ct_rank *r, ct_metric_table *out, ct_error 
         metrics_add(out, t->items[i].name, v, CT_METRIC_MEAN);
     }
     metrics_clear(t);
+    return CT_OK;
+}
+
+/* Bytes per rank after the first step, into the first log line (MAX over ranks): the
+ * strategy's memory() figures (params, grads, gathered) and AdamW's m and v, 2 * 4 bytes per
+ * element of each shard this rank updates. Nothing when the strategy has no memory() hook. */
+static int32_t report_memory(ct_rank *r, ct_error *err) {
+    const ct_strategy_vtable *st = r->strategy.vt;
+    if (!st->memory) return CT_OK;
+    uint64_t params = 0, grads = 0, gathered = 0, optim = 0;
+    int32_t rc = st->memory(r->strategy.self, &params, &grads, &gathered, err);
+    for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        rc = st->shard(r->strategy.self, u, &sh, err);
+        optim += 2 * sizeof(float) * sh.numel;
+    }
+    if (rc != CT_OK) return rc;
+    metrics_add(&r->metrics, "mem/params_bytes", (double)params, CT_METRIC_MAX);
+    metrics_add(&r->metrics, "mem/grads_bytes", (double)grads, CT_METRIC_MAX);
+    metrics_add(&r->metrics, "mem/gathered_bytes", (double)gathered, CT_METRIC_MAX);
+    metrics_add(&r->metrics, "mem/optim_bytes", (double)optim, CT_METRIC_MAX);
     return CT_OK;
 }
 
@@ -196,7 +219,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
         if (rc == CT_OK) rc = optim_step(r, &oc, step, lr, gnorm, err);
         if (rc != CT_OK) break;
         interval_add(&iv, &st, r->n_loss);
-        steps_done_here++;
+        if (++steps_done_here == 1 && (rc = report_memory(r, err)) != CT_OK) break;
 
         if (step % log_every == 0 || step == oc.steps) {
             ct_metric_table out;

@@ -13,7 +13,7 @@
 
 struct ct_harness {
     ct_config        *cfg;
-    ct_metric_table   metrics;
+    ct_metric_table   metrics[HARNESS_MAX]; /* one per host: rank threads report at once */
     ct_host           hosts[HARNESS_MAX]; /* one per instance, for log prefixes */
     int32_t           n_hosts;
     ct_harness_plugin made[HARNESS_MAX];
@@ -84,8 +84,8 @@ const ct_plugin_desc *harness_load(const char *so_file) {
 
 static ct_host *new_host(ct_harness *h, int32_t rank, const char *name) {
     if (h->n_hosts == HARNESS_MAX) return &h->hosts[HARNESS_MAX - 1];
-    ct_host *host = &h->hosts[h->n_hosts++];
-    hostapi_init(host, h->cfg, rank, name, &h->metrics);
+    ct_host *host = &h->hosts[h->n_hosts];
+    hostapi_init(host, h->cfg, rank, name, &h->metrics[h->n_hosts++]);
     return host;
 }
 

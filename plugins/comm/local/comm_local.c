@@ -1,7 +1,9 @@
 /* comm_local.c — the `local` comm plugin: a world of one rank (rank 0, world size 1).
  * Every collective of one rank is a copy of send into recv (a reduction over one rank is the
  * identity), done with the rank's device plugin so it works on any device. Calls complete
- * before they return; a request handle, when asked for, is already done.
+ * before they return; a request handle, when asked for, is already done. Nothing leaves the
+ * rank, so the traffic metric "comm/bytes_per_rank" it reports is 0 (the key is still logged,
+ * so a 1-rank run's metrics.jsonl has the same columns as a many-rank one).
  * Not for: more than one rank (use comm threads, mpi or nccl).
  */
 #include <ctrain/ctrain.h>
@@ -11,6 +13,8 @@
 typedef struct local_comm {
     ct_device_ref device; /* copies go through the device (D2D) */
     int           done;   /* the address of this is the request every async call returns */
+    const ct_host_api *api;  /* for the traffic metric; NULL: not reported */
+    ct_host           *host;
 } local_comm;
 
 /* ---------------------------------------------------------------------------------------
@@ -27,6 +31,8 @@ static void *local_create(const ct_create_args *args, ct_error *err) {
     local_comm *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "comm local: out of memory"), NULL;
     self->device = args->device;
+    self->api = args->api;
+    self->host = args->host;
     return self;
 }
 
@@ -58,10 +64,17 @@ static int32_t check_op(int32_t op, const char *what, ct_error *err) {
                         "---> use CT_REDUCE_SUM, _MAX or _MIN", what, (int)op);
 }
 
+/* The traffic of a collective in a world of one: (N-1)/N * n = 0 bytes. */
+static void report_bytes(const local_comm *self) {
+    if (self->api && self->api->metric)
+        self->api->metric(self->host, "comm/bytes_per_rank", 0.0, CT_METRIC_SUM);
+}
+
 /* recv = send (count elements of dtype), device to device; then mark req done. */
 static int32_t copy_through(local_comm *self, const void *send, void *recv, uint64_t count,
                             int32_t dtype, ct_request **req, ct_error *err) {
     uint64_t bytes = count * ct_dtype_size(dtype);
+    report_bytes(self);
     if (req) *req = (ct_request *)&self->done;
     if (send == recv || bytes == 0) return CT_OK;
     if (self->device.vt && self->device.vt->copy)
@@ -105,13 +118,13 @@ static int32_t local_all_to_all(void *p, const void *send, void *recv, uint64_t 
 
 static int32_t local_broadcast(void *p, void *buf, uint64_t count, int32_t dtype, int32_t root,
                                ct_error *err) {
-    (void)p;
     (void)buf;
     (void)count;
     if (check_dtype(dtype, "broadcast", err)) return CT_ERR_INVALID;
     if (root != 0)
         return ct_error_set(err, CT_ERR_INVALID, "comm local: broadcast from root %d, but the "
                             "only rank is 0", (int)root);
+    report_bytes(p);
     return CT_OK; /* the root's buffer is every rank's buffer */
 }
 

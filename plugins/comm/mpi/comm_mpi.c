@@ -12,6 +12,9 @@
  * the world is dead: later calls fail at once and destroy() skips MPI_Finalize (it could hang
  * on the abandoned collective); mpirun then ends the job as failed, which it is. A rank that
  * crashes outright is reported by mpirun itself, which ends the job.
+ *
+ * Traffic: every call reports the bytes a ring would send as the metric "comm/bytes_per_rank"
+ * (MPI's own algorithm is opaque: see wire_bytes; docs/benchmarks.md explains the figure).
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
@@ -35,6 +38,8 @@ typedef struct mpi_comm {
     double        timeout_s;
     ct_device_ref device;
     uint64_t      n_calls;       /* calls so far, to name them in messages */
+    const ct_host_api *api;      /* for the traffic metric; NULL: not reported */
+    ct_host           *host;
 
     MPI_Request   ctl_req;       /* the posted receive of the control channel */
     char          ctl_buf[WHY_MAX];
@@ -181,6 +186,8 @@ static void *mpi_create(const ct_create_args *args, ct_error *err) {
     mpi_comm *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "comm mpi: out of memory"), NULL;
     self->device = args->device;
+    self->api = args->api;
+    self->host = args->host;
     self->timeout_s = 600;
     if (args->api && args->section &&
         args->api->get_float(args->host, args->section, "timeout_s", &self->timeout_s, err))
@@ -326,6 +333,40 @@ static int32_t complete(mpi_comm *self, MPI_Request r, const char *what, ct_requ
     return CT_OK;
 }
 
+/* What a call moves, for wire_bytes. */
+typedef enum wire_kind {
+    WIRE_ALL_REDUCE = 0, /* count elements reduced on every rank */
+    WIRE_BLOCKS     = 1, /* reduce_scatter, all_gather, all_to_all: N blocks of count */
+    WIRE_BROADCAST  = 2,
+    WIRE_SEND       = 3,
+} wire_kind;
+
+/* Bytes one rank sends, counted as NCCL's ring would send them ("algorithmic bytes": Open
+ * MPI picks its own algorithm per size, which this plugin cannot see), n = count * dtype size,
+ * N ranks, mean over ranks:
+ *   all_reduce 2(N-1)/N * n;  reduce_scatter, all_gather, all_to_all (N-1)/N * N*n;
+ *   broadcast (N-1)/N * n (pipelined ring);  send n;  recv and barrier 0.
+ * The same figures as the threads engine, so the two engines log the same traffic. */
+static double wire_bytes(int32_t kind, uint64_t count, int32_t dtype, int32_t world_size) {
+    double n = (double)count * (double)ct_dtype_size(dtype), N = world_size;
+    switch (kind) {
+    case WIRE_ALL_REDUCE: return 2.0 * (N - 1) / N * n;
+    case WIRE_BLOCKS: return (N - 1) * n;
+    case WIRE_BROADCAST: return (N - 1) / N * n;
+    case WIRE_SEND: return n;
+    default: return 0;
+    }
+}
+
+/* Report a call's traffic: "comm/bytes_per_rank" is a SUM metric (summed over calls and over
+ * ranks by the host), so each rank reports its bytes / N and the logged value is the mean over
+ * ranks of the bytes each rank sent in the log interval. */
+static void report_bytes(const mpi_comm *self, int32_t kind, uint64_t count, int32_t dtype) {
+    if (!self->api || !self->api->metric) return;
+    double b = wire_bytes(kind, count, dtype, self->size);
+    self->api->metric(self->host, "comm/bytes_per_rank", b / self->size, CT_METRIC_SUM);
+}
+
 /* ---------------------------------------------------------------------------------------
  * collectives
  * ------------------------------------------------------------------------------------- */
@@ -345,6 +386,7 @@ static int32_t mpi_all_reduce(void *p, const void *send, void *recv, uint64_t co
     int mrc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, o,
                              self->comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    report_bytes(self, WIRE_ALL_REDUCE, count, dtype);
     return complete(self, r, what, req, err);
 }
 
@@ -367,6 +409,7 @@ static int32_t mpi_reduce_scatter(void *p, const void *send, void *recv, uint64_
     MPI_Request r;
     int mrc = MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, self->comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    report_bytes(self, WIRE_BLOCKS, count, dtype);
     return complete(self, r, what, req, err);
 }
 
@@ -386,6 +429,7 @@ static int32_t mpi_all_gather(void *p, const void *send, void *recv, uint64_t co
     int mrc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count, t,
                              self->comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    report_bytes(self, WIRE_BLOCKS, count, dtype);
     return complete(self, r, what, req, err);
 }
 
@@ -402,6 +446,7 @@ static int32_t mpi_all_to_all(void *p, const void *send, void *recv, uint64_t co
     MPI_Request r;
     int mrc = MPI_Ialltoall(send, (int)count, t, recv, (int)count, t, self->comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    report_bytes(self, WIRE_BLOCKS, count, dtype);
     return complete(self, r, what, req, err);
 }
 
@@ -420,6 +465,7 @@ static int32_t mpi_broadcast(void *p, void *buf, uint64_t count, int32_t dtype, 
     MPI_Request r;
     int mrc = MPI_Ibcast(buf, (int)count, t, root, self->comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    report_bytes(self, WIRE_BROADCAST, count, dtype);
     return finish(self, &r, what, err);
 }
 
@@ -446,6 +492,7 @@ static int32_t mpi_send(void *p, const void *buf, uint64_t count, int32_t dtype,
     MPI_Request r;
     int mrc = MPI_Isend(buf, (int)count, t, peer, tag, self->comm, &r);
     if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
+    report_bytes(self, WIRE_SEND, count, dtype);
     return finish(self, &r, what, err);
 }
 

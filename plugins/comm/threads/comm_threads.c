@@ -9,6 +9,9 @@
  * then does its share of the work by reading the other ranks' buffers directly, and meets
  * them again so no rank touches its buffers while another still reads them. See
  * docs/collectives.md for the exact orders.
+ *
+ * Traffic: every collective reports the bytes a ring sends as the metric "comm/bytes_per_rank"
+ * (see wire_bytes; docs/benchmarks.md explains the figure in metrics.jsonl).
  */
 #include <ctrain/ctrain.h>
 
@@ -29,6 +32,8 @@ typedef struct threads_comm {
     void        **dsts;       /* (world_size) pointer scratch */
     int           done;       /* its address is the request every async call returns */
     int64_t       outstanding; /* requests handed out and not yet waited for */
+    const ct_host_api *api;   /* for the traffic metric; NULL: not reported */
+    ct_host           *host;
 } threads_comm;
 
 static const char *const algo_choices[] = {"ring", "tree", NULL};
@@ -92,6 +97,8 @@ static void *threads_create(const ct_create_args *args, ct_error *err) {
     self->device = args->device;
     self->rank = args->rank;
     self->world_size = args->world_size;
+    self->api = args->api;
+    self->host = args->host;
     if (args->comm_world) {
         self->world = args->comm_world;
         if (self->world_size != self->world->world_size || self->rank < 0 ||
@@ -309,6 +316,37 @@ static void do_broadcast(threads_comm *self) {
         copy_block(posts[self->rank].recv, posts[posts[0].root].recv, bytes);
 }
 
+/* Bytes one rank sends for a collective when it runs as NCCL's ring, n = count * dtype size
+ * bytes per rank, N ranks (NCCL's "algorithmic bytes"; the mean over ranks, which is also what
+ * the tree order sends on average: a tree over N ranks has N-1 edges, as a ring has N-1 hops):
+ *   all_reduce      2(N-1)/N * n   reduce-scatter pass, then all-gather pass
+ *   reduce_scatter  (N-1)/N * N*n  every block but its own leaves the rank once
+ *   all_gather      (N-1)/N * N*n  every block but its own is forwarded once
+ *   all_to_all      (N-1)/N * N*n  every block but its own
+ *   broadcast       (N-1)/N * n    a pipelined ring: every rank but the last forwards n
+ *   barrier         0               (send: n, recv: 0; see threads_send)
+ * This engine really copies through shared memory; the figure is what a network would carry. */
+static double wire_bytes(int32_t kind, uint64_t count, int32_t dtype, int32_t world_size) {
+    double n = (double)count * (double)ct_dtype_size(dtype), N = world_size;
+    switch (kind) {
+    case COLL_ALL_REDUCE: return 2.0 * (N - 1) / N * n;
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALL_GATHER:
+    case COLL_ALL_TO_ALL: return (N - 1) * n;
+    case COLL_BROADCAST: return (N - 1) / N * n;
+    default: return 0;
+    }
+}
+
+/* Report a call's traffic: "comm/bytes_per_rank" is a SUM metric (summed over calls and over
+ * ranks by the host), so each rank reports its bytes / N and the logged value is the mean over
+ * ranks of the bytes each rank sent in the log interval. */
+static void report_bytes(const threads_comm *self, const coll_post *post) {
+    if (post->kind == COLL_BARRIER || !self->api || !self->api->metric) return;
+    double b = wire_bytes(post->kind, post->count, post->dtype, self->world_size);
+    self->api->metric(self->host, "comm/bytes_per_rank", b / self->world_size, CT_METRIC_SUM);
+}
+
 /* Post, meet, check, work, meet. On success with req non-NULL, *req is a completed request
  * (this engine finishes every call before returning); on failure *req is NULL. */
 static int32_t run_collective(threads_comm *self, coll_post post, ct_request **req,
@@ -346,6 +384,7 @@ static int32_t run_collective(threads_comm *self, coll_post post, ct_request **r
         if (culprit >= 0) world_fail(w, culprit, bad.message);
         return ct_error_set(err, bad_rc, "%s", bad.message);
     }
+    report_bytes(self, &post);
     if (req) {
         *req = (ct_request *)&self->done;
         self->outstanding++;
@@ -409,8 +448,12 @@ static int32_t threads_send(void *p, const void *buf, uint64_t count, int32_t dt
     threads_comm *self = p;
     int32_t rc = check_peer(self, "send", peer, dtype, err);
     if (rc != CT_OK) return rc;
-    return world_send(self->world, self->rank, peer, tag, buf, count * ct_dtype_size(dtype),
-                      err);
+    rc = world_send(self->world, self->rank, peer, tag, buf, count * ct_dtype_size(dtype), err);
+    if (rc == CT_OK && self->api && self->api->metric) /* n bytes leave this rank */
+        self->api->metric(self->host, "comm/bytes_per_rank",
+                          (double)(count * ct_dtype_size(dtype)) / self->world_size,
+                          CT_METRIC_SUM);
+    return rc;
 }
 
 static int32_t threads_recv(void *p, void *buf, uint64_t count, int32_t dtype, int32_t peer,
