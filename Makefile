@@ -87,6 +87,7 @@ $(BUILD)/plugins/$$($(1)_ID).so:
 	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_LIBS) -lm
 $$($(1)_OBJ): CFLAGS_EXTRA := $$($$($(1)_ID)_CFLAGS)
 $$($(1)_OBJ): NVCCFLAGS_EXTRA := $$($$($(1)_ID)_NVCCFLAGS)
+$$($(1)_OBJ): $(wildcard $(1)/plugin.mk)
 else
 SKIPPED_CUDA += $$($(1)_ID)
 endif
@@ -136,7 +137,7 @@ $(BUILD)/obj/plugins/%.o: plugins/%.c
 $(BUILD)/obj/plugins/%.cu.o: plugins/%.cu
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) $(NVCCFLAGS_EXTRA) -c $< -o $@
+	$(Q)$(HAVE_NVCC) $(NVCCFLAGS) $(NVCCFLAGS_EXTRA) -MMD -MP -c $< -o $@
 
 deps:
 	$(Q)scripts/install-deps.sh

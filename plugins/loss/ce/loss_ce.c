@@ -102,6 +102,9 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
     if (!b->dlogits) return CT_OK;
 
     const float g = (float)(b->grad_scale / n); /* d(value)/d(per-row loss) times grad_scale */
+    /* rows are independent: each thread owns whole rows, so the result does not depend on
+     * the thread count ([device] threads sets it for the rank's thread) */
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
         int32_t t = b->targets[i];
         if (t < 0) continue;

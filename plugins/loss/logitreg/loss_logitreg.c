@@ -120,6 +120,9 @@ static int32_t logitreg_forward_backward(void *p, const ct_loss_batch *b, ct_los
         self->api->metric(self->host, "loss/logitreg/mean_sq_logit", sum_sq / nv,
                           CT_METRIC_MEAN);
     const float g = (float)(2.0 * self->coef * b->grad_scale / nv);
+    /* rows are independent: each thread owns whole rows, so the result does not depend on
+     * the thread count ([device] threads sets it for the rank's thread) */
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
         if (!row_counts(self, b->targets[i])) continue;
         const float *z = b->logits + i * V;

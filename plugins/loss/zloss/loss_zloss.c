@@ -117,6 +117,9 @@ static int32_t zloss_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
     if (self->api && self->api->metric)
         self->api->metric(self->host, "loss/zloss/lse_sq", sum_sq / n, CT_METRIC_MEAN);
     const float g = (float)(self->coef * b->grad_scale / n);
+    /* rows are independent: each thread owns whole rows, so the result does not depend on
+     * the thread count ([device] threads sets it for the rank's thread) */
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
         if (!row_counts(self, b->targets[i])) continue;
         const float *z = b->logits + i * V;

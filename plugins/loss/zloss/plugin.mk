@@ -3,7 +3,7 @@
 # loss_zloss.so itself links no CUDA library and opens the companion (dlopen) on the first batch
 # that lives on a CUDA device. Recursive (=) assignments: HAVE_NVCC is set after this file is
 # read. --fmad=false: numerics.h gives the CPU's steps.
-loss_zloss_CFLAGS    = $(if $(HAVE_NVCC),-DCT_HAVE_CUDA,)
+loss_zloss_CFLAGS    = -fopenmp $(if $(HAVE_NVCC),-DCT_HAVE_CUDA,)
 loss_zloss_NVCCFLAGS = --fmad=false
-loss_zloss_LIBS      = $(if $(HAVE_NVCC),-ldl,)
+loss_zloss_LIBS      = -fopenmp $(if $(HAVE_NVCC),-ldl,)
 loss_zloss_CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcudart
