@@ -158,11 +158,15 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)BUILD=$(BUILD) bench/run.sh
 
+# Open MPI keeps allocations until exit in components it unloads (no symbols to suppress by):
+# processes started by mpirun run without the leak check; every other test keeps it.
 asan:
-	$(Q)$(MAKE) --no-print-directory test BUILD=build-asan SANITIZER=address CUDA=0 OPT=-O1
+	$(Q)SANITIZER=address OMPI_MCA_mca_base_env_list="ASAN_OPTIONS=detect_leaks=0" \
+	    $(MAKE) --no-print-directory test BUILD=build-asan SANITIZER=address CUDA=0 OPT=-O1
 
 ubsan:
-	$(Q)$(MAKE) --no-print-directory test BUILD=build-ubsan SANITIZER=undefined CUDA=0 OPT=-O1
+	$(Q)SANITIZER=undefined $(MAKE) --no-print-directory test BUILD=build-ubsan \
+	    SANITIZER=undefined CUDA=0 OPT=-O1
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ctrain/plugins \

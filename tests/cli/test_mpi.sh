@@ -15,7 +15,9 @@ if ! command -v mpirun >/dev/null || [ ! -f "$plugin" ]; then
     echo "0 passed, 1 failed"; exit 1
 fi
 mkdir -p "$(dirname "$bin")"
-if ! ${CC:-cc} -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Isdk/include \
+# under `make asan`/`ubsan` the plugins are instrumented: so is the program that loads them
+san=${SANITIZER:+-fsanitize=$SANITIZER}
+if ! ${CC:-cc} -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Isdk/include $san \
         tests/mpi/mpi_check.c -o "$bin" -ldl; then
     echo "FAIL mpi: cannot build tests/mpi/mpi_check.c"; echo "0 passed, 1 failed"; exit 1
 fi
