@@ -175,7 +175,7 @@ install: all
 	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/
 	$(if $(COMPANIONS),install -d $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda)
 	$(if $(COMPANIONS),install -m 755 $(COMPANIONS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda/)
-	install -m 644 sdk/include/ctrain/*.h $(DESTDIR)$(PREFIX)/include/ctrain/
+	install -m 644 sdk/include/ctrain/*.h sdk/include/ctrain/*.cuh $(DESTDIR)$(PREFIX)/include/ctrain/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' sdk/ctrain-sdk.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ctrain-sdk.pc
 
 clean:

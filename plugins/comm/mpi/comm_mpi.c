@@ -339,6 +339,7 @@ typedef enum wire_kind {
     WIRE_BLOCKS     = 1, /* reduce_scatter, all_gather, all_to_all: N blocks of count */
     WIRE_BROADCAST  = 2,
     WIRE_SEND       = 3,
+    WIRE_NONE       = 4, /* recv and barrier: nothing reported */
 } wire_kind;
 
 /* Bytes one rank sends, counted as NCCL's ring would send them ("algorithmic bytes": Open
@@ -367,6 +368,37 @@ static void report_bytes(const mpi_comm *self, int32_t kind, uint64_t count, int
     self->api->metric(self->host, "comm/bytes_per_rank", b / self->size, CT_METRIC_SUM);
 }
 
+/* One call: its name for messages ("all_gather #12"), MPI's datatype and op, its request. */
+typedef struct mpi_call {
+    char         what[48];
+    MPI_Datatype t;
+    MPI_Op       o;
+    MPI_Request  r;
+} mpi_call;
+
+/* The checks every data call makes, in this order: begin(), the element count MPI will see
+ * (`total`: count, or count * N for the block collectives), the datatype (the private bf16
+ * one when `reduce`) and, when `reduce`, the op. */
+static int32_t start(mpi_comm *self, mpi_call *c, const char *kind, uint64_t total,
+                     int32_t dtype, int reduce, int32_t op, ct_request **req, ct_error *err) {
+    c->t = MPI_DATATYPE_NULL;
+    c->o = MPI_OP_NULL;
+    int32_t rc;
+    if ((rc = begin(self, kind, c->what, sizeof c->what, req, err)) ||
+        (rc = check_count(total, c->what, err)) || (rc = map_type(self, dtype, reduce, &c->t, err)))
+        return rc;
+    return reduce ? map_op(self, dtype, op, &c->o, err) : CT_OK;
+}
+
+/* After the MPI_I* call that returned mrc: its error; else the traffic reported (`wire`, of
+ * count elements of dtype) and c->r handed out as a request, or waited for when req is NULL. */
+static int32_t started(mpi_comm *self, mpi_call *c, int mrc, int32_t wire, uint64_t count,
+                       int32_t dtype, ct_request **req, ct_error *err) {
+    if (mrc != MPI_SUCCESS) return mpi_error(mrc, c->what, err);
+    if (wire != WIRE_NONE) report_bytes(self, wire, count, dtype);
+    return complete(self, c->r, c->what, req, err);
+}
+
 /* ---------------------------------------------------------------------------------------
  * collectives
  * ------------------------------------------------------------------------------------- */
@@ -374,141 +406,95 @@ static void report_bytes(const mpi_comm *self, int32_t kind, uint64_t count, int
 static int32_t mpi_all_reduce(void *p, const void *send, void *recv, uint64_t count,
                               int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    MPI_Op o = MPI_OP_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "all_reduce", what, sizeof what, req, err)) ||
-        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 1, &t, err)) ||
-        (rc = map_op(self, dtype, op, &o, err)))
-        return rc;
-    MPI_Request r;
-    int mrc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, o,
-                             self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    report_bytes(self, WIRE_ALL_REDUCE, count, dtype);
-    return complete(self, r, what, req, err);
+    mpi_call c;
+    int32_t rc = start(self, &c, "all_reduce", count, dtype, 1, op, req, err);
+    if (rc != CT_OK) return rc;
+    int mrc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, c.t, c.o,
+                             self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_ALL_REDUCE, count, dtype, req, err);
 }
 
 static int32_t mpi_reduce_scatter(void *p, const void *send, void *recv, uint64_t count,
                                   int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    MPI_Op o = MPI_OP_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "reduce_scatter", what, sizeof what, req, err)) ||
-        (rc = check_count(count * (uint64_t)self->size, what, err)) ||
-        (rc = map_type(self, dtype, 1, &t, err)) || (rc = map_op(self, dtype, op, &o, err)))
-        return rc;
+    mpi_call c;
+    int32_t rc = start(self, &c, "reduce_scatter", count * (uint64_t)self->size, dtype, 1, op,
+                       req, err);
+    if (rc != CT_OK) return rc;
     size_t es = ct_dtype_size(dtype);
     const char *s = send, *d = recv;
     if (count && s < d + count * es && d < s + count * (uint64_t)self->size * es)
         return ct_error_set(err, CT_ERR_INVALID, "comm mpi: %s: send and recv overlap ---> "
-                            "reduce_scatter is not in place here", what);
-    MPI_Request r;
-    int mrc = MPI_Ireduce_scatter_block(send, recv, (int)count, t, o, self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    report_bytes(self, WIRE_BLOCKS, count, dtype);
-    return complete(self, r, what, req, err);
+                            "reduce_scatter is not in place here", c.what);
+    int mrc = MPI_Ireduce_scatter_block(send, recv, (int)count, c.t, c.o, self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_BLOCKS, count, dtype, req, err);
 }
 
 static int32_t mpi_all_gather(void *p, const void *send, void *recv, uint64_t count,
                               int32_t dtype, ct_request **req, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "all_gather", what, sizeof what, req, err)) ||
-        (rc = check_count(count * (uint64_t)self->size, what, err)) ||
-        (rc = map_type(self, dtype, 0, &t, err)))
-        return rc;
+    mpi_call c;
+    int32_t rc = start(self, &c, "all_gather", count * (uint64_t)self->size, dtype, 0, 0, req,
+                       err);
+    if (rc != CT_OK) return rc;
     size_t es = ct_dtype_size(dtype);
     int in_place = send == (const char *)recv + (uint64_t)self->rank * count * es;
-    MPI_Request r;
-    int mrc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count, t,
-                             self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    report_bytes(self, WIRE_BLOCKS, count, dtype);
-    return complete(self, r, what, req, err);
+    int mrc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, c.t, recv, (int)count,
+                             c.t, self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_BLOCKS, count, dtype, req, err);
 }
 
 static int32_t mpi_all_to_all(void *p, const void *send, void *recv, uint64_t count,
                               int32_t dtype, ct_request **req, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "all_to_all", what, sizeof what, req, err)) ||
-        (rc = check_count(count * (uint64_t)self->size, what, err)) ||
-        (rc = map_type(self, dtype, 0, &t, err)))
-        return rc;
-    MPI_Request r;
-    int mrc = MPI_Ialltoall(send, (int)count, t, recv, (int)count, t, self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    report_bytes(self, WIRE_BLOCKS, count, dtype);
-    return complete(self, r, what, req, err);
+    mpi_call c;
+    int32_t rc = start(self, &c, "all_to_all", count * (uint64_t)self->size, dtype, 0, 0, req,
+                       err);
+    if (rc != CT_OK) return rc;
+    int mrc = MPI_Ialltoall(send, (int)count, c.t, recv, (int)count, c.t, self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_BLOCKS, count, dtype, req, err);
 }
 
 static int32_t mpi_broadcast(void *p, void *buf, uint64_t count, int32_t dtype, int32_t root,
                              ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "broadcast", what, sizeof what, NULL, err)) ||
-        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 0, &t, err)))
-        return rc;
+    mpi_call c;
+    int32_t rc = start(self, &c, "broadcast", count, dtype, 0, 0, NULL, err);
+    if (rc != CT_OK) return rc;
     if (root < 0 || root >= self->size)
         return ct_error_set(err, CT_ERR_INVALID, "comm mpi: %s: root %d is not a rank of 0..%d",
-                            what, (int)root, self->size - 1);
-    MPI_Request r;
-    int mrc = MPI_Ibcast(buf, (int)count, t, root, self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    report_bytes(self, WIRE_BROADCAST, count, dtype);
-    return finish(self, &r, what, err);
+                            c.what, (int)root, self->size - 1);
+    int mrc = MPI_Ibcast(buf, (int)count, c.t, root, self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_BROADCAST, count, dtype, NULL, err);
 }
 
 static int32_t mpi_barrier(void *p, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    int32_t rc = begin(self, "barrier", what, sizeof what, NULL, err);
+    mpi_call c;
+    int32_t rc = begin(self, "barrier", c.what, sizeof c.what, NULL, err);
     if (rc != CT_OK) return rc;
-    MPI_Request r;
-    int mrc = MPI_Ibarrier(self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    return finish(self, &r, what, err);
+    int mrc = MPI_Ibarrier(self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_NONE, 0, CT_DTYPE_F32, NULL, err);
 }
 
 static int32_t mpi_send(void *p, const void *buf, uint64_t count, int32_t dtype, int32_t peer,
                         int32_t tag, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "send", what, sizeof what, NULL, err)) ||
-        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 0, &t, err)))
-        return rc;
-    MPI_Request r;
-    int mrc = MPI_Isend(buf, (int)count, t, peer, tag, self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    report_bytes(self, WIRE_SEND, count, dtype);
-    return finish(self, &r, what, err);
+    mpi_call c;
+    int32_t rc = start(self, &c, "send", count, dtype, 0, 0, NULL, err);
+    if (rc != CT_OK) return rc;
+    int mrc = MPI_Isend(buf, (int)count, c.t, peer, tag, self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_SEND, count, dtype, NULL, err);
 }
 
 static int32_t mpi_recv(void *p, void *buf, uint64_t count, int32_t dtype, int32_t peer,
                         int32_t tag, ct_error *err) {
     mpi_comm *self = p;
-    char what[48];
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int32_t rc;
-    if ((rc = begin(self, "recv", what, sizeof what, NULL, err)) ||
-        (rc = check_count(count, what, err)) || (rc = map_type(self, dtype, 0, &t, err)))
-        return rc;
-    MPI_Request r;
-    int mrc = MPI_Irecv(buf, (int)count, t, peer, tag, self->comm, &r);
-    if (mrc != MPI_SUCCESS) return mpi_error(mrc, what, err);
-    return finish(self, &r, what, err);
+    mpi_call c;
+    int32_t rc = start(self, &c, "recv", count, dtype, 0, 0, NULL, err);
+    if (rc != CT_OK) return rc;
+    int mrc = MPI_Irecv(buf, (int)count, c.t, peer, tag, self->comm, &c.r);
+    return started(self, &c, mrc, WIRE_NONE, count, dtype, NULL, err);
 }
 
 static int32_t mpi_wait(void *p, ct_request *req, ct_error *err) {

@@ -322,45 +322,65 @@ static int32_t byte_count(int32_t dtype, uint64_t count, size_t *out, ct_error *
     return CT_OK;
 }
 
+/* The start of a call that only moves data: its bytes, then begin(). */
+static int32_t begin_bytes(nccl_comm *self, int32_t dtype, uint64_t count, size_t *bytes,
+                           ct_error *err) {
+    int32_t rc = byte_count(dtype, count, bytes, err);
+    return rc != CT_OK ? rc : begin(self, err);
+}
+
+/* Point-to-point's peer must be another rank of the world: "send to rank P from rank R",
+ * "recv from rank P on rank R" (to, from: the words around the two ranks). */
+static int32_t check_peer(const nccl_comm *self, int32_t peer, const char *to, const char *from,
+                          ct_error *err) {
+    if (peer < 0 || peer >= self->world || peer == self->rank)
+        return ct_error_set(err, CT_ERR_INVALID, "comm nccl: %s rank %d %s rank %d ---> peer "
+                            "must be another rank of 0..%d", to, (int)peer, from,
+                            (int)self->rank, (int)self->world - 1);
+    return CT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------
  * collectives
  * ------------------------------------------------------------------------------------- */
 
-static int32_t nccl_all_reduce(void *p, const void *send, void *recv, uint64_t count,
-                               int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
-    nccl_comm *self = p;
+/* ncclAllReduce and ncclReduceScatter: the same arguments (count: recv's elements). */
+typedef ncclResult_t (*nccl_reduce_fn)(const void *send, void *recv, size_t count,
+                                       ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
+                                       cudaStream_t stream);
+
+/* A reduction: NCCL's dtype and op, begin(), fn (named fn_name in messages), finish(). */
+static int32_t reduce(nccl_comm *self, nccl_reduce_fn fn, const char *fn_name, const char *what,
+                      const void *send, void *recv, uint64_t count, int32_t dtype, int32_t op,
+                      ct_request **req, ct_error *err) {
     ncclDataType_t dt = ncclFloat32;
     ncclRedOp_t rop = ncclSum;
     int32_t rc;
     if ((rc = nccl_dtype(dtype, &dt, err)) != CT_OK || (rc = nccl_op(op, &rop, err)) != CT_OK ||
         (rc = begin(self, err)) != CT_OK)
         return rc;
-    NCCL_TRY(ncclAllReduce(send, recv, (size_t)count, dt, rop, self->comm, self->stream),
-             "ncclAllReduce");
-    return finish(self, req, "all_reduce", err);
+    NCCL_TRY(fn(send, recv, (size_t)count, dt, rop, self->comm, self->stream), fn_name);
+    return finish(self, req, what, err);
+}
+
+static int32_t nccl_all_reduce(void *p, const void *send, void *recv, uint64_t count,
+                               int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
+    return reduce(p, ncclAllReduce, "ncclAllReduce", "all_reduce", send, recv, count, dtype, op,
+                  req, err);
 }
 
 static int32_t nccl_reduce_scatter(void *p, const void *send, void *recv, uint64_t count,
                                    int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
-    nccl_comm *self = p;
-    ncclDataType_t dt = ncclFloat32;
-    ncclRedOp_t rop = ncclSum;
-    int32_t rc;
-    if ((rc = nccl_dtype(dtype, &dt, err)) != CT_OK || (rc = nccl_op(op, &rop, err)) != CT_OK ||
-        (rc = begin(self, err)) != CT_OK)
-        return rc;
-    NCCL_TRY(ncclReduceScatter(send, recv, (size_t)count, dt, rop, self->comm, self->stream),
-             "ncclReduceScatter");
-    return finish(self, req, "reduce_scatter", err);
+    return reduce(p, ncclReduceScatter, "ncclReduceScatter", "reduce_scatter", send, recv, count,
+                  dtype, op, req, err);
 }
 
 static int32_t nccl_all_gather(void *p, const void *send, void *recv, uint64_t count,
                                int32_t dtype, ct_request **req, ct_error *err) {
     nccl_comm *self = p;
     size_t bytes = 0;
-    int32_t rc;
-    if ((rc = byte_count(dtype, count, &bytes, err)) != CT_OK || (rc = begin(self, err)) != CT_OK)
-        return rc;
+    int32_t rc = begin_bytes(self, dtype, count, &bytes, err);
+    if (rc != CT_OK) return rc;
     NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, self->comm, self->stream),
              "ncclAllGather");
     return finish(self, req, "all_gather", err);
@@ -371,9 +391,8 @@ static int32_t nccl_all_to_all(void *p, const void *send, void *recv, uint64_t c
                                int32_t dtype, ct_request **req, ct_error *err) {
     nccl_comm *self = p;
     size_t bytes = 0;
-    int32_t rc;
-    if ((rc = byte_count(dtype, count, &bytes, err)) != CT_OK || (rc = begin(self, err)) != CT_OK)
-        return rc;
+    int32_t rc = begin_bytes(self, dtype, count, &bytes, err);
+    if (rc != CT_OK) return rc;
     NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
     for (int32_t j = 0; j < self->world; j++) {
         ncclResult_t r1 = ncclSend((const char *)send + (size_t)j * bytes, bytes, ncclUint8, j,
@@ -397,8 +416,7 @@ static int32_t nccl_broadcast(void *p, void *buf, uint64_t count, int32_t dtype,
     if (root < 0 || root >= self->world)
         return ct_error_set(err, CT_ERR_INVALID, "comm nccl: broadcast root %d outside 0..%d",
                             (int)root, (int)self->world - 1);
-    if ((rc = byte_count(dtype, count, &bytes, err)) != CT_OK || (rc = begin(self, err)) != CT_OK)
-        return rc;
+    if ((rc = begin_bytes(self, dtype, count, &bytes, err)) != CT_OK) return rc;
     NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, self->comm, self->stream),
              "ncclBroadcast");
     return finish(self, NULL, "broadcast", err);
@@ -422,11 +440,8 @@ static int32_t nccl_send(void *p, const void *buf, uint64_t count, int32_t dtype
     size_t bytes = 0;
     int32_t rc;
     (void)tag;
-    if (peer < 0 || peer >= self->world || peer == self->rank)
-        return ct_error_set(err, CT_ERR_INVALID, "comm nccl: send to rank %d from rank %d "
-                            "---> peer must be another rank of 0..%d", (int)peer,
-                            (int)self->rank, (int)self->world - 1);
-    if ((rc = byte_count(dtype, count, &bytes, err)) != CT_OK || (rc = begin(self, err)) != CT_OK)
+    if ((rc = check_peer(self, peer, "send to", "from", err)) != CT_OK ||
+        (rc = begin_bytes(self, dtype, count, &bytes, err)) != CT_OK)
         return rc;
     NCCL_TRY(ncclSend(buf, bytes, ncclUint8, peer, self->comm, self->stream), "ncclSend");
     return finish(self, NULL, "send", err);
@@ -438,11 +453,8 @@ static int32_t nccl_recv(void *p, void *buf, uint64_t count, int32_t dtype, int3
     size_t bytes = 0;
     int32_t rc;
     (void)tag;
-    if (peer < 0 || peer >= self->world || peer == self->rank)
-        return ct_error_set(err, CT_ERR_INVALID, "comm nccl: recv from rank %d on rank %d "
-                            "---> peer must be another rank of 0..%d", (int)peer,
-                            (int)self->rank, (int)self->world - 1);
-    if ((rc = byte_count(dtype, count, &bytes, err)) != CT_OK || (rc = begin(self, err)) != CT_OK)
+    if ((rc = check_peer(self, peer, "recv from", "on", err)) != CT_OK ||
+        (rc = begin_bytes(self, dtype, count, &bytes, err)) != CT_OK)
         return rc;
     NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, peer, self->comm, self->stream), "ncclRecv");
     return finish(self, NULL, "recv", err);

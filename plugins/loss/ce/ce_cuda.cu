@@ -5,32 +5,17 @@
  */
 #include "ce_cuda.h"
 
+#include <ctrain/loss_kit_cuda.cuh>
 #include <ctrain/numerics.h>
 
 #include <cuda_runtime.h>
 
-#include <stdlib.h>
+#define THREADS CT_LKIT_THREADS /* threads per block; a power of two */
+#define TRY(call, what) CT_LKIT_CUDA_TRY("loss ce", call, what)
 
-#define THREADS 256 /* threads per block; a power of two */
-
-struct ce_cuda {
-    double  *rows;   /* (cap) per-row contributions, device */
-    double  *res;    /* (2) device: [0] the sum, [1] the first bad row's target as double */
-    int32_t *bad;    /* (1) device: the first row with target >= V (INT32_MAX: none) */
-    double  *pinned; /* (3) host, pinned: sum, bad target, bad row */
-    int64_t  cap;
-};
-
-static int32_t fail(ct_error *err, const char *what, cudaError_t e) {
-    return ct_error_set(err, CT_ERR_DEVICE, "loss ce: %s failed on the GPU: %s ---> run with "
-                        "CUDA_LAUNCH_BLOCKING=1 to find the failing call", what,
-                        cudaGetErrorString(e));
-}
-#define TRY(call, what)                                     \
-    do {                                                    \
-        cudaError_t e_ = (call);                            \
-        if (e_ != cudaSuccess) return fail(err, (what), e_); \
-    } while (0)
+/* The scratch (ct_lkit_cuda): rows (N) per-row contributions; res (2) [0] the sum, [1] the first
+ * bad row's target as double; flag: the first row with target >= V (INT32_MAX: none); pinned
+ * (2) res read back. */
 
 /* rows[i] = lse_i - z[i,t_i] for counted rows, 0 otherwise; the first bad row into *bad. */
 __global__ void k_ce_rows(const float *z, const int32_t *t, const float *lse, int64_t N,
@@ -48,17 +33,11 @@ __global__ void k_ce_rows(const float *z, const int32_t *t, const float *lse, in
 /* One block: res[0] = sum of rows (fixed order), res[1] = the bad row's target. */
 __global__ void k_ce_sum(const double *rows, int64_t N, const int32_t *t, const int32_t *bad,
                          double *res) {
-    __shared__ double sh[THREADS];
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < N; i += THREADS) s += rows[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
+    s = ct_lkit_block_sum(s);
     if (threadIdx.x == 0) {
-        res[0] = sh[0];
+        res[0] = s;
         res[1] = *bad < N ? (double)t[*bad] : 0.0;
     }
 }
@@ -75,50 +54,29 @@ __global__ void k_ce_grad(const float *z, const int32_t *t, const float *lse, in
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dr[j] += g * ct_ce_dlogit(zr[j], l, j == ti);
 }
 
-void ce_cuda_free(ce_cuda *s) {
-    if (!s) return;
-    cudaFree(s->rows);
-    cudaFree(s->res);
-    cudaFree(s->bad);
-    cudaFreeHost(s->pinned);
-    free(s);
-}
+void ce_cuda_free(ct_lkit_cuda *s) { ct_lkit_cuda_free(s); }
 
-static int32_t reserve(ce_cuda **state, int64_t N, ct_error *err) {
-    ce_cuda *s = *state;
-    if (s && s->cap >= N) return CT_OK;
-    ce_cuda_free(s);
-    *state = s = (ce_cuda *)calloc(1, sizeof *s);
-    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "loss ce: out of memory");
-    TRY(cudaMalloc((void **)&s->rows, (size_t)(N > 0 ? N : 1) * sizeof(double)), "cudaMalloc");
-    TRY(cudaMalloc((void **)&s->res, 2 * sizeof(double)), "cudaMalloc");
-    TRY(cudaMalloc((void **)&s->bad, sizeof(int32_t)), "cudaMalloc");
-    TRY(cudaMallocHost((void **)&s->pinned, 3 * sizeof(double)), "cudaMallocHost");
-    s->cap = N;
-    return CT_OK;
-}
-
-extern "C" int32_t ce_cuda_forward_backward(ce_cuda **state, const ct_loss_batch *b,
+extern "C" int32_t ce_cuda_forward_backward(ct_lkit_cuda **state, const ct_loss_batch *b,
                                             double *value, ct_error *err) {
     const int64_t N = b->n_rows, V = b->vocab;
     *value = 0.0;
     if (N <= 0) return CT_OK;
-    int32_t rc = reserve(state, N, err);
+    int32_t rc = ct_lkit_cuda_reserve(state, N, 2, 1, "loss ce", err);
     if (rc != CT_OK) return rc;
-    ce_cuda *s = *state;
-    cudaStream_t st = b->device.vt && b->device.vt->native_stream
-                          ? (cudaStream_t)b->device.vt->native_stream(b->device.self) : 0;
+    ct_lkit_cuda *s = *state;
+    cudaStream_t st = ct_lkit_cuda_stream(b);
     const int32_t none = INT32_MAX;
-    TRY(cudaMemcpyAsync(s->bad, &none, sizeof none, cudaMemcpyHostToDevice, st), "cudaMemcpy");
+    TRY(cudaMemcpyAsync(s->flag, &none, sizeof none, cudaMemcpyHostToDevice, st), "cudaMemcpy");
     unsigned blocks = (unsigned)((N + THREADS - 1) / THREADS);
-    k_ce_rows<<<blocks, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, N, V, s->rows, s->bad);
+    k_ce_rows<<<blocks, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, N, V, s->rows,
+                                          s->flag);
     TRY(cudaGetLastError(), "k_ce_rows");
-    k_ce_sum<<<1, THREADS, 0, st>>>(s->rows, N, b->targets, s->bad, s->res);
+    k_ce_sum<<<1, THREADS, 0, st>>>(s->rows, N, b->targets, s->flag, s->res);
     TRY(cudaGetLastError(), "k_ce_sum");
     TRY(cudaMemcpyAsync(s->pinned, s->res, 2 * sizeof(double), cudaMemcpyDeviceToHost, st),
         "read-back");
     int32_t bad = 0;
-    TRY(cudaMemcpyAsync(&bad, s->bad, sizeof bad, cudaMemcpyDeviceToHost, st), "read-back");
+    TRY(cudaMemcpyAsync(&bad, s->flag, sizeof bad, cudaMemcpyDeviceToHost, st), "read-back");
     TRY(cudaStreamSynchronize(st), "cudaStreamSynchronize");
     if (bad < N)
         return ct_error_set(err, CT_ERR_INVALID, "loss ce: target %d at row %lld is outside "

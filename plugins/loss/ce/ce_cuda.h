@@ -6,27 +6,26 @@
 #ifndef LOSS_CE_CUDA_H
 #define LOSS_CE_CUDA_H
 
-#include <ctrain/ctrain.h>
+#include <ctrain/loss_kit.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct ce_cuda ce_cuda; /* device scratch of one instance; NULL until first use */
-
 /* Value of the term into *value (mean over counted rows of lse - z_t); unless b->dlogits is
  * NULL, adds grad_scale * d value / d z into it. Validates every target first (nothing is added
- * when one is >= V). *state is allocated on first use (grown with N). Synchronises. */
-CT_EXPORT int32_t ce_cuda_forward_backward(ce_cuda **state, const ct_loss_batch *b,
+ * when one is >= V). *state (the kit's scratch, loss_kit_cuda.cuh; NULL until first use) is
+ * allocated on first use (grown with N). Synchronises. */
+CT_EXPORT int32_t ce_cuda_forward_backward(ct_lkit_cuda **state, const ct_loss_batch *b,
                                            double *value, ct_error *err);
-CT_EXPORT void ce_cuda_free(ce_cuda *state);
+CT_EXPORT void ce_cuda_free(ct_lkit_cuda *state);
 
 /* The entries above as loss_ce.c holds them after opening the companion (order of
  * CE_CUDA_NAMES); NULL until the first CUDA batch. */
 typedef struct ce_cuda_fns {
-    int32_t (*forward_backward)(ce_cuda **state, const ct_loss_batch *b, double *value,
+    int32_t (*forward_backward)(ct_lkit_cuda **state, const ct_loss_batch *b, double *value,
                                 ct_error *err);
-    void (*free)(ce_cuda *state);
+    void (*free)(ct_lkit_cuda *state);
 } ce_cuda_fns;
 #define CE_CUDA_NAMES {"ce_cuda_forward_backward", "ce_cuda_free"}
 

@@ -9,6 +9,7 @@
  */
 #include <ctrain/ctrain.h>
 
+#include <ctrain/loss_kit.h>
 #include <ctrain/numerics.h>
 
 #include <math.h>
@@ -24,7 +25,7 @@
 
 typedef struct ce_loss {
     const char *section; /* "loss.ce", for messages */
-    struct ce_cuda *cuda; /* CUDA scratch, allocated on the first CUDA batch; else NULL */
+    ct_lkit_cuda *cuda;   /* CUDA scratch, allocated on the first CUDA batch; else NULL */
 #ifdef CT_HAVE_CUDA
     ce_cuda_fns cu;       /* the companion cuda/loss_ce_cuda.so, opened on the first CUDA batch */
 #endif
@@ -54,8 +55,8 @@ static int32_t ce_cuda_load(ce_loss *self, ct_error *err) {
     int32_t rc = ct_companion_load("loss ce", "loss_ce_cuda.so", names, fn, 2, err);
     if (rc != CT_OK) return rc;
     self->cu.forward_backward =
-        (int32_t (*)(ce_cuda **, const ct_loss_batch *, double *, ct_error *))fn[0];
-    self->cu.free = (void (*)(ce_cuda *))fn[1];
+        (int32_t (*)(ct_lkit_cuda **, const ct_loss_batch *, double *, ct_error *))fn[0];
+    self->cu.free = (void (*)(ct_lkit_cuda *))fn[1];
     return CT_OK;
 }
 #endif
@@ -72,9 +73,7 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
         if (rc != CT_OK) return rc;
         return self->cu.forward_backward(&self->cuda, b, &out->value, err);
 #else
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "loss ce: logits on a CUDA device; this "
-                            "build of [%s] runs on cpu only ---> rebuild with nvcc, or use "
-                            "[device] type = cpu", self->section);
+        return ct_lkit_cpu_only("loss ce", self->section, err);
 #endif
     }
     if (!b->logits || !b->targets || !b->row_lse)

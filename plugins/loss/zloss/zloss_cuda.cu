@@ -5,105 +5,49 @@
  */
 #include "zloss_cuda.h"
 
+#include <ctrain/loss_kit_cuda.cuh>
 #include <ctrain/numerics.h>
 
 #include <cuda_runtime.h>
 
-#include <stdlib.h>
+#define THREADS CT_LKIT_THREADS /* threads per block; a power of two */
+#define TRY(call, what) CT_LKIT_CUDA_TRY("loss zloss", call, what)
 
-#define THREADS 256 /* threads per block; a power of two */
-
-struct zloss_cuda {
-    double *rows;   /* (cap) per-row lse^2 (0 for rows left out), device */
-    double *res;    /* (1) device: the sum */
-    double *pinned; /* (1) host, pinned */
-    int64_t cap;
-};
-
-static int32_t fail(ct_error *err, const char *what, cudaError_t e) {
-    return ct_error_set(err, CT_ERR_DEVICE, "loss zloss: %s failed on the GPU: %s ---> run with "
-                        "CUDA_LAUNCH_BLOCKING=1 to find the failing call", what,
-                        cudaGetErrorString(e));
-}
-#define TRY(call, what)                                     \
-    do {                                                    \
-        cudaError_t e_ = (call);                            \
-        if (e_ != cudaSuccess) return fail(err, (what), e_); \
-    } while (0)
-
-__device__ __forceinline__ int counts(int32_t mask, int32_t t) { return !mask || t >= 0; }
+/* The scratch (ct_lkit_cuda): rows (N) per-row lse^2 (0 for rows left out), res[0] their sum. */
 
 __global__ void k_zloss_rows(const int32_t *t, const float *lse, int64_t N, int32_t mask,
                              double *rows) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N;
          i += (int64_t)gridDim.x * blockDim.x)
-        rows[i] = counts(mask, t[i]) ? (double)lse[i] * (double)lse[i] : 0.0;
-}
-
-__global__ void k_sum(const double *rows, int64_t N, double *res) {
-    __shared__ double sh[THREADS];
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < N; i += THREADS) s += rows[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) res[0] = sh[0];
+        rows[i] = ct_lkit_row_counts(mask, t[i]) ? (double)lse[i] * (double)lse[i] : 0.0;
 }
 
 __global__ void k_zloss_grad(const float *z, const int32_t *t, const float *lse, int64_t V,
                              int32_t mask, float g, float *dz) {
     int64_t i = blockIdx.x;
-    if (!counts(mask, t[i])) return;
+    if (!ct_lkit_row_counts(mask, t[i])) return;
     const float *zr = z + i * V;
     float *dr = dz + i * V;
     float l = lse[i];
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dr[j] += g * ct_zloss_dlogit(zr[j], l);
 }
 
-void zloss_cuda_free(zloss_cuda *s) {
-    if (!s) return;
-    cudaFree(s->rows);
-    cudaFree(s->res);
-    cudaFreeHost(s->pinned);
-    free(s);
-}
+void zloss_cuda_free(ct_lkit_cuda *s) { ct_lkit_cuda_free(s); }
 
-static int32_t reserve(zloss_cuda **state, int64_t N, ct_error *err) {
-    zloss_cuda *s = *state;
-    if (s && s->cap >= N) return CT_OK;
-    zloss_cuda_free(s);
-    *state = s = (zloss_cuda *)calloc(1, sizeof *s);
-    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "loss zloss: out of memory");
-    TRY(cudaMalloc((void **)&s->rows, (size_t)(N > 0 ? N : 1) * sizeof(double)), "cudaMalloc");
-    TRY(cudaMalloc((void **)&s->res, sizeof(double)), "cudaMalloc");
-    TRY(cudaMallocHost((void **)&s->pinned, sizeof(double)), "cudaMallocHost");
-    s->cap = N;
-    return CT_OK;
-}
-
-extern "C" int32_t zloss_cuda_run(zloss_cuda **state, const ct_loss_batch *b,
+extern "C" int32_t zloss_cuda_run(ct_lkit_cuda **state, const ct_loss_batch *b,
                                   int32_t mask_ignored, float g, int32_t with_grad, double *sum,
                                   ct_error *err) {
     const int64_t N = b->n_rows, V = b->vocab;
     *sum = 0.0;
     if (N <= 0) return CT_OK;
-    int32_t rc = reserve(state, N, err);
+    int32_t rc = ct_lkit_cuda_reserve(state, N, 1, 0, "loss zloss", err);
     if (rc != CT_OK) return rc;
-    zloss_cuda *s = *state;
-    cudaStream_t st = b->device.vt && b->device.vt->native_stream
-                          ? (cudaStream_t)b->device.vt->native_stream(b->device.self) : 0;
+    ct_lkit_cuda *s = *state;
+    cudaStream_t st = ct_lkit_cuda_stream(b);
     k_zloss_rows<<<(unsigned)((N + THREADS - 1) / THREADS), THREADS, 0, st>>>(
         b->targets, b->row_lse, N, mask_ignored, s->rows);
     TRY(cudaGetLastError(), "k_zloss_rows");
-    k_sum<<<1, THREADS, 0, st>>>(s->rows, N, s->res);
-    TRY(cudaGetLastError(), "k_sum");
-    TRY(cudaMemcpyAsync(s->pinned, s->res, sizeof(double), cudaMemcpyDeviceToHost, st),
-        "read-back");
-    TRY(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-    *sum = s->pinned[0];
+    if ((rc = ct_lkit_cuda_sum(s, N, st, "loss zloss", sum, err)) != CT_OK) return rc;
     if (!with_grad || !b->dlogits) return CT_OK;
     k_zloss_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, V,
                                                   mask_ignored, g, b->dlogits);
