@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The logit-growth sweep (docs/logit-growth.md): one small model trained with the threads engine
+# at world sizes 1, 4, 16, 32 under several precision policies, with and without z-loss, at a 32k
+# and a byte-level vocabulary; then plots (`ctrain plot`) and tables (`ctrain compare`).
+# Not for: anything but running that sweep; the runs' settings live in ini/experiments/logit-growth/.
+#
+# Usage: scripts/logit-growth.sh            (resumable: a run whose metrics.jsonl already has the
+#                                             final step is skipped; an unfinished one is redone)
+# Knobs (environment):
+#   LG_OUT=runs/logit-growth  where runs, plots/ and tables go
+#   LG_STEPS=80               optimizer steps per run
+#   LG_LR=5e-3                learning rate (constant after warm-up)
+#   LG_TIERS="1 2 3"          which tiers of the plan below to run (in the plan's order)
+#   The "exaggerate" variants: LG_TIERS=x LG_LR=2e-2 LG_STEPS=240 LG_OUT=runs/logit-growth-x
+#   (higher lr) and LG_TIERS=x LG_STEPS=240 LG_OUT=runs/logit-growth-long (longer)
+#   The cost of each policy at N = 32 (no probe): LG_TIERS=c LG_GROUPS=sp32k-cost LG_STEPS=30
+#   LG_OUT=runs/logit-growth-cost; CPU seconds in probe-sp32k-cost.txt
+#   LG_GROUPS="sp32k-ce bytes-ce sp32k-zloss"   which groups of the plan to run
+#   LG_CTRAIN=build/ctrain
+# Global batch: 32 sequences x 16 tokens at every world size (batch_size = 32/N per rank), seed 1337.
+# At N = 1 nothing is reduced, so every policy here is the same run (see plan below).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${LG_OUT:-runs/logit-growth}
+steps=${LG_STEPS:-80}
+lr=${LG_LR:-5e-3}
+groups=${LG_GROUPS:-"sp32k-ce bytes-ce sp32k-zloss"}
+tiers=${LG_TIERS:-"1 2 3"}
+ctrain=${LG_CTRAIN:-build/ctrain}
+inis=ini/experiments/logit-growth
+global_batch=32
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # 32 rank threads already fill 2 cores
+
+[ -x "$ctrain" ] || { echo "logit-growth: $ctrain not found ---> run make first" >&2; exit 1; }
+
+prepare_data() {
+    if [ ! -s data/sp32k/meta.ini ]; then
+        "$ctrain" prepare $(scripts/get-corpus.sh) --out data/sp32k --tokenizer sentencepiece \
+            --vocab-size 32000
+    fi
+    if [ ! -s data/bytes/meta.ini ]; then
+        "$ctrain" prepare $(scripts/get-corpus.sh) --out data/bytes --tokenizer bytes
+    fi
+}
+
+# finished DIR: its metrics.jsonl has a line for the final step
+finished() { [ -s "$1/metrics.jsonl" ] && grep -q "\"step\": $steps," "$1/metrics.jsonl"; }
+
+# run GROUP N POLICY: one training run; POLICY is a precision plugin or ddp_f32
+# (ddp + amp with the bf16 local gradient cast to f32 before the all-reduce).
+run() {
+    local group=$1 n=$2 policy=$3
+    local vocab=${group%%-*} loss=${group#*-}
+    local dir=$out/$group/n${n}_$policy
+    if finished "$dir"; then echo "skip  $dir (done)"; return 0; fi
+    rm -rf "$dir"; mkdir -p "$out/$group"
+    local sets=(--set "run.name=n${n}_$policy" --set "run.out_dir=$dir" --set "run.steps=$steps"
+                --set "optim.lr=$lr" --set "optim.min_lr=$lr"
+                --set "data.batch_size=$((global_batch / n))" --set "comm.world_size=$n")
+    [ "$n" -gt 1 ] && sets+=(--set comm.plugin=threads)
+    if [ "$policy" = ddp_f32 ]; then
+        sets+=(--set strategy.plugin=ddp --set strategy.reduce_dtype=policy --set precision.plugin=amp)
+    else
+        sets+=(--set strategy.plugin=full_shard --set "precision.plugin=$policy")
+    fi
+    [ "$loss" = zloss ] && sets+=(--set "loss.plugins=ce, zloss" --set loss.zloss.coef=1e-4)
+    # group *-cost: the cost of each policy alone (no probe, no evaluation); compare CPU seconds
+    [ "$loss" = cost ] && sets+=(--set run.probe=false --set run.eval_every=0)
+    local t0=$SECONDS
+    echo "start $dir $(date +%H:%M:%S)"
+    # time.txt: wall, user and system seconds of the whole run (CPU seconds are the cost figure
+    # that survives a machine shared with other work; tokens/s does not)
+    local timer=()
+    [ -x /usr/bin/time ] && timer=(/usr/bin/time -o "$dir.time" -f "%e %U %S")
+    if ! "${timer[@]}" "$ctrain" train "$inis/base-$vocab.ini" "${sets[@]}" < /dev/null > "$dir.log" 2>&1; then
+        echo "FAIL  $dir (see $dir.log)"; tail -3 "$dir.log"; return 0
+    fi
+    rm -rf "$dir/checkpoints"              # the sweep needs metrics only
+    [ -f "$dir.time" ] && mv "$dir.time" "$dir/time.txt"
+    echo "done  $dir $((SECONDS - t0)) s"
+}
+
+# The sweep, one run a line: TIER GROUP N POLICY, in priority order so that what finishes first is
+# what matters most. Tier 1: the N = 32 contrast of every policy, pure_bf16 / amp / bf16_fp32acc
+# across N, z-loss and byte level at the extremes. Tiers 2 and 3: the rest (a line repeated in a
+# later tier is skipped as done). Tier x: the exaggerated variants' runs (with LG_LR / LG_STEPS /
+# LG_OUT set). Tier c: the cost runs. At N = 1 amp and pure_bf16 are the same run bit for bit
+# (both keep bf16 local gradients and nothing is reduced), so one N = 1 run per group stands for
+# every policy, except in sp32k-ce where both are run once to show it.
+plan() {
+    local n p
+    for p in amp pure_bf16; do echo "1 sp32k-ce 1 $p"; done
+    for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp_f32; do echo "1 sp32k-ce 32 $p"; done
+    for n in 4 16; do for p in pure_bf16 amp bf16_fp32acc; do echo "1 sp32k-ce $n $p"; done; done
+    for p in pure_bf16 amp; do echo "1 sp32k-zloss 32 $p"; done
+    echo "1 sp32k-zloss 1 pure_bf16"
+    for p in pure_bf16 amp; do echo "1 bytes-ce 32 $p"; done
+    echo "1 bytes-ce 1 pure_bf16"
+    echo "x sp32k-ce 1 pure_bf16"
+    for p in pure_bf16 amp bf16_fp32acc; do echo "x sp32k-ce 32 $p"; done
+    for n in 4 16; do for p in bf16_sr ddp_f32; do echo "2 sp32k-ce $n $p"; done; done
+    echo "2 sp32k-zloss 32 bf16_fp32acc"
+    for n in 4 16; do echo "2 sp32k-zloss $n pure_bf16"; echo "2 bytes-ce $n pure_bf16"; done
+    echo "2 bytes-ce 32 bf16_fp32acc"
+    for n in 4 16 32; do for p in amp bf16_fp32acc bf16_sr ddp_f32; do
+        echo "3 bytes-ce $n $p"; done; done
+    for n in 4 16; do for p in amp bf16_fp32acc; do echo "3 sp32k-zloss $n $p"; done; done
+    for p in bf16_sr ddp_f32; do echo "3 sp32k-zloss 32 $p"; done
+    for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp_f32; do echo "c sp32k-cost 32 $p"; done
+}
+
+# probe_table DIR...: per run, the mean over log steps of the reduction-error probe's figures.
+probe_table() {
+    printf "%-16s %6s %12s %12s %12s %12s %12s %10s\n" run N head/rel_err head/bias head/push \
+        block.0/rel_err root/rel_err cpu_s
+    local d
+    for d in "$@"; do
+        awk -v run="$(basename "$d")" '
+            { line = $0; gsub(/[{}"]/, "", line); n = split(line, kv, ", ")
+              for (i = 1; i <= n; i++) {
+                  split(kv[i], a, ": ")
+                  if (a[1] == "world_size") N = a[2]
+                  if (a[1] ~ /^probe\// && a[2] != "null") { sum[a[1]] += a[2]; cnt[a[1]]++ }
+              } }
+            END { split("head/rel_err head/bias head/logit_push block.0/rel_err root/rel_err", k, " ")
+                  printf "%-16s %6d", run, N
+                  for (j = 1; j <= 5; j++) {
+                      m = "probe/" k[j]
+                      printf " %12.3g", cnt[m] ? sum[m] / cnt[m] : 0
+                  }
+                  printf " %10s\n", cpu }' \
+            cpu="$( [ -s "$d/time.txt" ] && awk '{ print $2 + $3 }' "$d/time.txt" || echo -)" \
+            "$d/metrics.jsonl"
+    done
+}
+
+# derive REF RUN OUT: OUT/metrics.jsonl with, at every step both runs logged, the difference
+# RUN - REF of the logit figures (delta/lse_mean, ...), and OUT/config.ini naming it after RUN,
+# so that `ctrain plot` draws the differences, which are far smaller than the figures.
+derive() {
+    local ref=$1 run=$2 o=$3
+    mkdir -p "$o"
+    printf '[run]\nname = %s\n' "$(basename "$run")" > "$o/config.ini"
+    awk 'function parse(   line, n, i, kv, a) {
+             delete v; line = $0; gsub(/[{}"]/, "", line); n = split(line, kv, ", ")
+             for (i = 1; i <= n; i++) { split(kv[i], a, ": "); v[a[1]] = a[2] }
+         }
+         BEGIN { nk = split("lse_mean logit_mean logit_norm_mean head_weight_norm loss", key, " ") }
+         { parse() }
+         !("lse_mean" in v) { next }
+         FNR == NR { for (k = 1; k <= nk; k++) ref[v["step"], key[k]] = v[key[k]]; next }
+         (v["step"], "lse_mean") in ref {
+             printf "{\"step\": %d", v["step"]
+             for (k = 1; k <= nk; k++)
+                 printf ", \"delta/%s\": %.9g", key[k], v[key[k]] - ref[v["step"], key[k]]
+             printf "}\n"
+         }' "$ref/metrics.jsonl" "$run/metrics.jsonl" > "$o/metrics.jsonl"
+}
+
+# Plots and tables of one group, from whatever runs finished. The reference of the differences is
+# the group's N = 1 run (every policy is the same run there).
+report_group() {
+    local group=$1 g=$out/$1 d ref=$out/$1/n1_pure_bf16
+    local -a all=() multi=() dn32=() dpure=()
+    for d in "$g"/n1_* "$g"/n4_* "$g"/n16_* "$g"/n32_*; do finished "$d" && all+=("$d"); done
+    # the probe's plot: pure_bf16 at every N > 1, then the other N = 32 policies (ddp_f32's probe
+    # figures are amp's: the probe reduces the policy's way whatever the strategy)
+    for d in "$g"/n4_pure_bf16 "$g"/n16_pure_bf16 "$g"/n32_pure_bf16 "$g"/n32_bf16_sr \
+             "$g"/n32_bf16_fp32acc "$g"/n32_amp; do
+        finished "$d" && multi+=("$d")
+    done
+    [ ${#all[@]} -gt 0 ] || return 0
+    mkdir -p "$out/plots"
+    "$ctrain" compare "${all[@]}" > "$out/table-$group.txt"
+    "$ctrain" compare "${all[@]}" --csv > "$out/table-$group.csv"
+    probe_table "${all[@]}" > "$out/probe-$group.txt"
+    finished "$ref" || return 0
+    rm -rf "$out/delta/$group"
+    for d in "${all[@]}"; do
+        [ "$d" = "$ref" ] && continue
+        derive "$ref" "$d" "$out/delta/$group/$(basename "$d")"
+        case $(basename "$d") in
+            n32_*) dn32+=("$out/delta/$group/$(basename "$d")") ;;
+        esac
+        case $(basename "$d") in
+            n*_pure_bf16) dpure+=("$out/delta/$group/$(basename "$d")") ;;
+        esac
+    done
+    local delta=(--metric delta/lse_mean --metric delta/logit_mean --metric delta/head_weight_norm
+                 --metric delta/loss)
+    local probe=(--metric probe/head/rel_err --metric probe/head/bias
+                 --metric probe/head/logit_push --metric probe/block.0/rel_err)
+    [ ${#dn32[@]} -gt 0 ] && "$ctrain" plot "${dn32[@]}" "${delta[@]}" \
+        --title "$group, N = 32: run minus the N = 1 run" --out "$out/plots/$group-delta-n32.png"
+    [ ${#dpure[@]} -gt 0 ] && "$ctrain" plot "${dpure[@]}" "${delta[@]}" \
+        --title "$group, pure_bf16: run minus the N = 1 run" --out "$out/plots/$group-delta-pure.png"
+    [ ${#multi[@]} -gt 0 ] && "$ctrain" plot "${multi[@]}" "${probe[@]}" \
+        --title "$group: reduction-error probe (N > 1)" --out "$out/plots/$group-probe.png"
+    "$ctrain" plot "${all[@]}" --metric lse_mean --metric logit_norm_mean --metric loss \
+        --metric head_weight_norm --title "$group: all runs" --out "$out/plots/$group-all.png"
+    return 0
+}
+
+prepare_data
+t_all=$SECONDS
+plan | while read -r tier group n policy; do
+    case " $tiers " in *" $tier "*) ;; *) continue ;; esac
+    case " $groups " in *" $group "*) run "$group" "$n" "$policy" ;; esac
+done
+for group in $groups; do report_group "$group"; done
+echo "sweep finished in $((SECONDS - t_all)) s; tables: $out/table-*.txt, plots: $out/plots/"
