@@ -11,8 +11,9 @@ steps=${STEPS:-6}
 work=$(mktemp -d /tmp/ctrain-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/peak" bench/peak.c $(pkg-config --cflags --libs openblas)
-peak=$("$work/peak" | awk '{print $2}')
-echo "measured fp32 sgemm peak: $peak GFLOP/s"
+# the best of three measurements: a one-off disturbance lowers one of them, not all
+peak=$(for i in 1 2 3; do "$work/peak"; done | awk '{if ($2 > m) m = $2} END {print m}')
+echo "measured fp32 sgemm peak: $peak GFLOP/s (best of 3 x 6 products of 2048^3)"
 python3 bench/make_random_shard.py "$work/train.bin" 50257 400000
 
 run_shape() {  # label L C H
