@@ -2,7 +2,8 @@
 # test_distributed.sh — the strategies at several world sizes, in-process (threads engine) and
 # under mpirun (mpi engine): with the same global batch every strategy gives the single-rank
 # fp32 loss at each of 20 steps; a checkpoint saved at world size 2 resumes at world size 4;
-# a failing rank ends an mpirun job quickly with a message naming it.
+# the research policies give the same bits under mpirun as in-process; a failing rank ends an
+# mpirun job quickly with a message naming it.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/train_lib.sh
@@ -32,6 +33,21 @@ for s in ddp no_shard full_shard; do
         --set strategy.plugin=$s --set run.out_dir="$work/mpi_$s" > "$work/mpi_$s.log" 2>&1 \
         || fail "mpirun -np 2 $s: $(tail -3 "$work/mpi_$s.log")"
     compare_series "$work/mpi_$s" "$work/w1" loss 1e-4 "$s, mpirun -np 2, equals world 1"
+done
+
+# The research policies do their own arithmetic over the comm's point-to-point and all-to-all
+# calls, so the engine must not matter: bf16_fp32acc and bf16_sr under mpirun -np 2 give the
+# threads engine's N = 2 losses bit for bit (full_shard, 8 steps).
+for p in bf16_fp32acc bf16_sr; do
+    "$CTRAIN" train "$work/base.ini" --set run.steps=8 --set data.batch_size=4 \
+        --set comm.plugin=threads --set comm.world_size=2 --set strategy.plugin=full_shard \
+        --set precision.plugin=$p --set run.out_dir="$work/thr_$p" > "$work/thr_$p.log" 2>&1 \
+        || fail "threads $p: $(tail -3 "$work/thr_$p.log")"
+    mpirun_n 2 "$CTRAIN" train "$work/base.ini" --set run.steps=8 --set data.batch_size=4 \
+        --set comm.plugin=mpi --set strategy.plugin=full_shard --set precision.plugin=$p \
+        --set run.out_dir="$work/mpi_$p" > "$work/mpi_$p.log" 2>&1 \
+        || fail "mpirun -np 2 $p: $(tail -3 "$work/mpi_$p.log")"
+    compare_series "$work/mpi_$p" "$work/thr_$p" loss 0 "$p: mpirun -np 2 equals threads N = 2 bit for bit"
 done
 
 # Resharding: full_shard saved at world 2 after 10 of 20 steps, resumed at world 4 (same global
