@@ -11,6 +11,8 @@
 #   LG_STEPS=80               optimizer steps per run
 #   LG_LR=5e-3                learning rate (constant after warm-up)
 #   LG_TIERS="1 2 3"          which tiers of the plan below to run (in the plan's order)
+#   LG_SEED=1337              seed of initialisation and data order (repeat seeds: LG_SEED=1338
+#                             LG_TIERS=x LG_OUT=runs/logit-growth-s1338)
 #   The "exaggerate" variants: LG_TIERS=x LG_LR=2e-2 LG_STEPS=240 LG_OUT=runs/logit-growth-x
 #   (higher lr) and LG_TIERS=x LG_STEPS=240 LG_OUT=runs/logit-growth-long (longer)
 #   The cost of each policy at N = 32 (no probe): LG_TIERS=c LG_GROUPS=sp32k-cost LG_STEPS=30
@@ -27,6 +29,7 @@ steps=${LG_STEPS:-80}
 lr=${LG_LR:-5e-3}
 groups=${LG_GROUPS:-"sp32k-ce bytes-ce sp32k-zloss"}
 tiers=${LG_TIERS:-"1 2 3"}
+seed=${LG_SEED:-1337}
 ctrain=${LG_CTRAIN:-build/ctrain}
 inis=ini/experiments/logit-growth
 global_batch=32
@@ -57,7 +60,8 @@ run() {
     rm -rf "$dir"; mkdir -p "$out/$group"
     local sets=(--set "run.name=n${n}_$policy" --set "run.out_dir=$dir" --set "run.steps=$steps"
                 --set "optim.lr=$lr" --set "optim.min_lr=$lr"
-                --set "data.batch_size=$((global_batch / n))" --set "comm.world_size=$n")
+                --set "data.batch_size=$((global_batch / n))" --set "comm.world_size=$n"
+                --set "run.seed=$seed")
     [ "$n" -gt 1 ] && sets+=(--set comm.plugin=threads)
     if [ "$policy" = ddp_f32 ]; then
         sets+=(--set strategy.plugin=ddp --set strategy.reduce_dtype=policy --set precision.plugin=amp)
