@@ -28,116 +28,19 @@ static void dc_fail(const char *test, const char *fmt, ...) {
 
 #include "device_compare.h"
 
-/* ---- a minimal host: log to stderr, every plugin key at its schema default ----------- */
-
-static const char *g_dir = "build/plugins";
-
-static void h_log(ct_host *h, int32_t level, const char *msg) {
-    (void)h;
-    fprintf(stderr, "[%s] %s\n", level == CT_LOG_ERROR ? "error" : level == CT_LOG_WARN ? "warn"
-                                                                                       : "info",
-            msg);
-}
-static void *h_alloc(ct_host *h, uint64_t bytes) {
-    (void)h;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 1)) return NULL;
-    memset(p, 0, bytes);
-    return p;
-}
-static void h_free(ct_host *h, void *p) { (void)h, free(p); }
-
-/* The plugin being created: its schema gives the values (all defaults). */
-static const ct_param_spec *g_params;
-
-static const ct_param_spec *find_key(const char *key) {
-    for (const ct_param_spec *s = g_params; s && s->key; s++)
-        if (!strcmp(s->key, key) && s->default_value) return s;
-    return NULL;
-}
-static int32_t h_get_int(ct_host *h, const char *sec, const char *key, int64_t *out, ct_error *e) {
-    (void)h;
-    const ct_param_spec *s = find_key(key);
-    if (!s) return ct_error_set(e, CT_ERR_INVALID, "no key [%s] %s", sec, key);
-    *out = strtoll(s->default_value, NULL, 10);
-    return CT_OK;
-}
-static int32_t h_get_float(ct_host *h, const char *sec, const char *key, double *out,
-                           ct_error *e) {
-    (void)h;
-    const ct_param_spec *s = find_key(key);
-    if (!s) return ct_error_set(e, CT_ERR_INVALID, "no key [%s] %s", sec, key);
-    *out = strtod(s->default_value, NULL);
-    return CT_OK;
-}
-static int32_t h_get_bool(ct_host *h, const char *sec, const char *key, int32_t *out,
-                          ct_error *e) {
-    (void)h;
-    const ct_param_spec *s = find_key(key);
-    if (!s) return ct_error_set(e, CT_ERR_INVALID, "no key [%s] %s", sec, key);
-    *out = !strcmp(s->default_value, "true") || !strcmp(s->default_value, "1");
-    return CT_OK;
-}
-static int32_t h_get_string(ct_host *h, const char *sec, const char *key, const char **out,
-                            ct_error *e) {
-    (void)h;
-    const ct_param_spec *s = find_key(key);
-    if (!s) return ct_error_set(e, CT_ERR_INVALID, "no key [%s] %s", sec, key);
-    *out = s->default_value;
-    return CT_OK;
-}
-static void h_metric(ct_host *h, const char *name, double v, int32_t r) { (void)h, (void)name, (void)v, (void)r; }
-
-static const ct_host_api g_api = {
-    .struct_size = sizeof(ct_host_api), .log = h_log, .alloc = h_alloc, .free_mem = h_free,
-    .get_bool = h_get_bool, .get_int = h_get_int, .get_float = h_get_float,
-    .get_string = h_get_string, .metric = h_metric,
-};
-
-static const ct_plugin_desc *load(const char *so) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", g_dir, so);
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        printf("cannot load %s: %s\n", path, dlerror());
-        return NULL;
-    }
-    ct_plugin_entry_fn entry = (ct_plugin_entry_fn)dlsym(dl, CT_ENTRY_SYMBOL);
-    return entry ? entry() : NULL;
-}
-
-static ct_device_ref make_device(const char *so, int32_t type) {
-    ct_device_ref ref = {0};
-    const ct_plugin_desc *d = load(so);
-    if (!d) return ref;
-    const ct_device_vtable *vt = d->vtable;
-    g_params = d->params;
-    ct_create_args a = {.struct_size = sizeof a, .api = &g_api, .section = "device",
-                        .world_size = 1};
-    ct_error err = {.struct_size = sizeof err};
-    void *self = vt->create(&a, &err);
-    if (!self) {
-        printf("%s: create failed: %s\n", so, err.message);
-        return ref;
-    }
-    return (ct_device_ref){vt, self, type};
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/* The minimal host (log, memory, every plugin key at its schema default, dlopen) is shared with
+ * the other comparison programs. */
+#include "plugin_host.h"
 
 /* ---- comm nccl, world of one: every collective leaves the data as a 1-rank op must ---- */
 
 static int nccl_world1(ct_device_ref dev) {
     const char *t = "nccl_world1";
-    const ct_plugin_desc *d = load("comm_nccl.so");
+    const ct_plugin_desc *d = ph_load("comm_nccl.so");
     if (!d) return 1;
-    const ct_comm_vtable *vt = d->vtable;
-    g_params = d->params;
-    ct_create_args a = {.struct_size = sizeof a, .api = &g_api, .section = "comm",
+    const ct_comm_vtable *vt = d->vtable; /* comm's create is not second: no ph_create */
+    ph_params = d->params;
+    ct_create_args a = {.struct_size = sizeof a, .api = &ph_api, .section = "comm",
                         .world_size = 1, .device = dev};
     ct_error err = {.struct_size = sizeof err};
     void *c = vt->create(&a, &err);
@@ -236,19 +139,19 @@ static void adamw_throughput(ct_device_ref dev) {
                            .eps = 1e-8f, .weight_decay = 0.1f, .step = 1, .grad_scale = 1};
         dev.vt->adamw(dev.self, w, g, m, v, NULL, n, &a, &err);
         dev.vt->synchronize(dev.self, &err);
-        double t0 = now_s();
+        double t0 = ph_now();
         for (int s = 2; s < 12; s++) {
             a.step = s;
             dev.vt->adamw(dev.self, w, g, m, v, NULL, n, &a, &err);
         }
         dev.vt->synchronize(dev.self, &err);
-        double dt = (now_s() - t0) / 10;
+        double dt = (ph_now() - t0) / 10;
         printf("bench adamw_124M: %.3f ms per step, %.0f GB/s (7 f32 streams)\n", dt * 1e3,
                7.0 * 4 * n / dt / 1e9);
         double ss = 0;
-        t0 = now_s();
+        t0 = ph_now();
         dev.vt->sumsq(dev.self, w, CT_DTYPE_F32, n, &ss, &err);
-        printf("bench sumsq_124M: %.3f ms\n", (now_s() - t0) * 1e3);
+        printf("bench sumsq_124M: %.3f ms\n", (ph_now() - t0) * 1e3);
     }
     dev.vt->free_mem(dev.self, w), dev.vt->free_mem(dev.self, g);
     dev.vt->free_mem(dev.self, m), dev.vt->free_mem(dev.self, v);
@@ -258,22 +161,22 @@ int main(int argc, char **argv) {
     int cpu_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu")) cpu_only = 1;
-        else g_dir = argv[i];
+        else ph_dir = argv[i];
     }
     int passed = 0, failed = 0;
-    dc_pair p = {.ref = make_device("device_cpu.so", CT_DEVICE_CPU),
-                 .dut = cpu_only ? make_device("device_cpu.so", CT_DEVICE_CPU)
-                                 : make_device("device_cuda.so", CT_DEVICE_CUDA)};
+    dc_pair p = {.ref = ph_device("device_cpu.so", CT_DEVICE_CPU),
+                 .dut = cpu_only ? ph_device("device_cpu.so", CT_DEVICE_CPU)
+                                 : ph_device("device_cuda.so", CT_DEVICE_CUDA)};
     if (!p.ref.vt || !p.dut.vt) {
         printf("FAIL setup: the cpu and cuda devices must both load and open\n");
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    double t0 = now_s();
+    double t0 = ph_now();
     dc_result r = dc_run_all(&p, 1);
     passed += r.passed;
     failed += r.failed;
-    printf("device comparisons took %.1f s\n", now_s() - t0);
+    printf("device comparisons took %.1f s\n", ph_now() - t0);
     if (!cpu_only) {
         int nf = nccl_world1(p.dut);
         printf("%s nccl_world1\n", nf ? "FAIL" : "ok");

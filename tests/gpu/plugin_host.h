@@ -1,8 +1,8 @@
 /* plugin_host.h — the minimal host of the standalone plugin comparison programs
- * (model_vs_cpu.c, loss_vs_cpu.c): log to stderr, host memory, configuration values from a
+ * (the tests/gpu programs named *_vs_cpu.c): log to stderr, host memory, configuration values from a
  * small table of "section:key=value" overrides, else the plugin's schema default; dlopen of
- * PLUGIN_DIR/<file>.so. Header-only, one includer per program. Not for: the unit tests
- * (tests/unit/harness.h runs the real host code) or cuda_vs_cpu.c (its own, older copy).
+ * PLUGIN_DIR/<file>.so. Header-only, one includer per program (model_vs_cpu.c, loss_vs_cpu.c,
+ * cuda_vs_cpu.c). Not for: the unit tests (tests/unit/harness.h runs the real host code).
  */
 #ifndef CT_GPU_PLUGIN_HOST_H
 #define CT_GPU_PLUGIN_HOST_H
@@ -19,6 +19,7 @@
 static const char *ph_dir = "build/plugins";    /* PLUGIN_DIR */
 static const ct_param_spec *ph_params;          /* schema of the plugin being created */
 static const char *const *ph_over;              /* NULL-terminated "section:key=value" list */
+/* Helpers not every includer calls are marked unused, so -Wall -Werror accepts any subset. */
 
 static void ph_log(ct_host *h, int32_t level, const char *msg) {
     (void)h;
@@ -99,7 +100,7 @@ static const ct_plugin_desc *ph_load(const char *so) {
 
 /* create() of so's plugin for [section] on `device` with the overrides `over`; NULL (and a
  * printed reason) on failure. *vt gets the kind's vtable. */
-static void *ph_create(const char *so, const char *section, ct_device_ref device,
+__attribute__((unused)) static void *ph_create(const char *so, const char *section, ct_device_ref device,
                        const char *const *over, const void **vt) {
     const ct_plugin_desc *d = ph_load(so);
     if (!d) return NULL;
@@ -126,7 +127,7 @@ static ct_device_ref ph_device(const char *so, int32_t type) {
 }
 
 /* Device memory holding a copy of n bytes of host (NULL: zeros); NULL on failure. */
-static void *ph_upload(ct_device_ref d, const void *host, uint64_t n) {
+__attribute__((unused)) static void *ph_upload(ct_device_ref d, const void *host, uint64_t n) {
     ct_error err = {.struct_size = sizeof err};
     void *p = d.vt->alloc(d.self, n, &err);
     if (!p) {
@@ -142,7 +143,7 @@ static void *ph_upload(ct_device_ref d, const void *host, uint64_t n) {
 }
 
 /* Host copy (malloc) of n bytes of device memory; NULL on failure. */
-static void *ph_download(ct_device_ref d, const void *dev, uint64_t n) {
+__attribute__((unused)) static void *ph_download(ct_device_ref d, const void *dev, uint64_t n) {
     ct_error err = {.struct_size = sizeof err};
     void *h = malloc(n ? n : 1);
     if (h && d.vt->copy(d.self, h, dev, n, CT_COPY_D2H, &err) != CT_OK) {
@@ -161,11 +162,11 @@ static double ph_now(void) {
 
 /* Deterministic N(0,1) (Box-Muller over a 64-bit LCG). */
 static uint64_t ph_rng = 88172645463325252ull;
-static double ph_uniform(void) {
+__attribute__((unused)) static double ph_uniform(void) {
     ph_rng = ph_rng * 6364136223846793005ull + 1442695040888963407ull;
     return ((double)(ph_rng >> 11) + 0.5) / 9007199254740992.0;
 }
-static double ph_normal(void) {
+__attribute__((unused)) static double ph_normal(void) {
     double u = ph_uniform(), v = ph_uniform();
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
