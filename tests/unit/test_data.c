@@ -67,7 +67,10 @@ static int32_t *read_split(const char *dir, const char *split, int64_t *n) {
             break;
         }
         all = realloc(all, (size_t)(*n + s.n + 1) * sizeof *all);
-        for (int64_t j = 0; j < s.n; j++) all[*n + j] = s.tokens[j];
+        uint16_t *tok = malloc((size_t)s.n * sizeof *tok + 1);
+        CT_CHECK_MSG(shard_read(&s, 0, s.n, tok, &err) == CT_OK, "shard_read: %s", err.message);
+        for (int64_t j = 0; j < s.n; j++) all[*n + j] = tok[j];
+        free(tok);
         *n += s.n;
         shard_close(&s);
     }
@@ -95,10 +98,13 @@ CT_TEST(shard_write_then_open_returns_the_same_tokens_in_llmc_layout) {
     CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
     CT_CHECK_INT(s.n, 1001);
     int bad = 0;
-    for (int64_t i = 0; i < s.n; i++) bad += s.tokens[i] != (uint16_t)((i * 7919 + 3) % 65536);
+    uint16_t tok[1001];
+    CT_CHECK_MSG(shard_read(&s, 0, s.n, tok, &err) == CT_OK, "%s", err.message);
+    for (int64_t i = 0; i < s.n; i++) bad += tok[i] != (uint16_t)((i * 7919 + 3) % 65536);
     CT_CHECK_INT(bad, 0);
     int64_t at;
-    int32_t max = shard_max_token(&s, &at);
+    int32_t max;
+    CT_CHECK_MSG(shard_max_token(&s, &max, &at, &err) == CT_OK, "%s", err.message);
     int32_t want = 0;
     int64_t want_at = 0;
     for (int64_t i = 0; i < 1001; i++)
