@@ -19,8 +19,8 @@ const char *file_type_name(mode_t mode);
  * blocks) and check the opened descriptor again, so a file swapped in between is refused too.
  * `what` names the role in messages ("token shard", "text file"); `hint` follows "--->".
  * On success *fd (O_CLOEXEC, blocking mode restored) and, when st is not NULL, *st are set.
- * Errors: CT_ERR_IO ("cannot read <what> PATH: <strerror> ---> <hint>"), CT_ERR_INVALID ("<what> PATH is a FIFO
- * (named pipe), not a regular file ---> <hint>"); *fd is -1 then. */
+ * Errors (*fd is -1 then): CT_ERR_IO "cannot read <what> PATH: <strerror> ---> <hint>";
+ * CT_ERR_INVALID "<what> PATH is a FIFO (named pipe), not a regular file ---> <hint>". */
 int32_t open_regular(const char *path, const char *what, const char *hint, int *fd,
                      struct stat *st, ct_error *err);
 
