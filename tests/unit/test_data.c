@@ -335,7 +335,8 @@ CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
 CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     char path[512];
     snprintf(path, sizeof path, "%s/cut_000000.bin", ct_test_tmpdir());
-    write_pattern_shard(path, 1000, 1, 0, 200); /* tokens < 200, 249 windows of T=4 */
+    /* 100000 tokens < 200: 24999 windows of T=4 over 50 pages (a mapping faults past the end) */
+    write_pattern_shard(path, 100000, 1, 0, 200);
     ct_error err = new_err();
     ct_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 3, &err);
     CT_CHECK_MSG(l != NULL, "%s", err.message);
@@ -346,10 +347,11 @@ CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     FILE *f = fopen(path, "r+b");
     CT_CHECK(f != NULL);
     if (!f) return;
-    uint16_t big[1000];
-    for (int i = 0; i < 1000; i++) big[i] = 300;
+    uint16_t *big = malloc(100000 * sizeof *big);
+    for (int i = 0; i < 100000; i++) big[i] = 300;
     fseek(f, 1024, SEEK_SET);
-    CT_CHECK_INT(fwrite(big, 2, 1000, f), 1000);
+    CT_CHECK_INT(fwrite(big, 2, 100000, f), 100000);
+    free(big);
     fclose(f);
     err = new_err();
     CT_CHECK_INT(loader_next(l, in, tg, &err), CT_ERR_INVALID);
@@ -362,7 +364,7 @@ CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     CT_CHECK_INT(loader_next(l, in, tg, &err), CT_ERR_IO);
     CT_CHECK_STR_CONTAINS(err.message, path);
     CT_CHECK_STR_CONTAINS(err.message, ": token position ");
-    CT_CHECK_STR_CONTAINS(err.message, "the file has 1026 bytes, 3024 when it was opened");
+    CT_CHECK_STR_CONTAINS(err.message, "the file has 1026 bytes, 201024 when it was opened");
     CT_CHECK_STR_CONTAINS(err.message, "---> the file changed during the run");
     loader_close(l);
     /* replaced by another file of the same size (rename): noticed when the shard is reopened */
