@@ -58,6 +58,8 @@ CT_TEST(registry_accepts_same_major_older_minor_and_refuses_newer_or_other_major
     ct_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
+    CT_CHECK_INT(registry_count(reg), 0); /* nothing loaded before a scan or a lookup */
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), CT_ABI_MINOR > 0 ? 2 : 1);
     CT_CHECK_INT(registry_problem_count(reg), 3);
     char want[160];
@@ -135,6 +137,7 @@ CT_TEST(registry_first_folder_wins_and_later_same_name_is_shadowed) {
     ct_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), 2);
     CT_CHECK_INT(registry_shadowed_count(reg), 1);
     CT_CHECK_INT(registry_dir_count(reg), 3);
@@ -201,6 +204,7 @@ CT_TEST(registry_reports_dlerror_of_a_plugin_whose_library_is_gone) {
     ct_error err = new_err();
     ct_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), 0);
     CT_CHECK(find_problem(reg, "/loss_fx.so", "libfxdep.so: cannot open shared object file"));
     err = new_err();
