@@ -44,6 +44,14 @@ static const char *devices_text(uint32_t mask, char *buf, size_t cap) {
 
 /* ---- ctrain plugins ------------------------------------------------------------------ */
 
+/* Files that could not be used and the search path's warnings, to stderr. */
+static void print_registry_warnings(const ct_registry *reg) {
+    for (int32_t i = 0; i < registry_problem_count(reg); i++)
+        fprintf(stderr, "warning: %s\n", registry_problem_message(reg, i));
+    for (int32_t i = 0; i < registry_warning_count(reg); i++)
+        fprintf(stderr, "warning: %s\n", registry_warning_at(reg, i));
+}
+
 static void plugin_row(const ct_plugin *p, FILE *out) {
     char dev[16];
     fprintf(out, "%-10s %-14s %-8s %-9s %s\n%-10s %s\n", kind_name(p->desc.kind), p->desc.name,
@@ -78,10 +86,7 @@ int cmd_plugins(int argc, char **argv) {
         printf("%s %s", i ? "," : "", registry_dir_at(reg, i));
     printf("\n");
     fflush(stdout);
-    for (int32_t i = 0; i < registry_problem_count(reg); i++)
-        fprintf(stderr, "warning: %s\n", registry_problem_message(reg, i));
-    for (int32_t i = 0; i < registry_warning_count(reg); i++)
-        fprintf(stderr, "warning: %s\n", registry_warning_at(reg, i));
+    print_registry_warnings(reg);
     if (registry_count(reg) == 0)
         fprintf(stderr, "warning: no plugins found ---> build them (make) or set "
                         "CTRAIN_PLUGIN_PATH to a folder of plugin .so files\n");
@@ -199,6 +204,8 @@ int cmd_inspect(int argc, char **argv) {
         registry_close(reg);
         return fail(&err);
     }
+    fflush(stdout);
+    print_registry_warnings(reg);
     for (int32_t i = 0; i < registry_count(reg); i++) {
         const ct_plugin *p = registry_at(reg, i);
         if (strcmp(p->desc.name, what)) continue;
