@@ -357,19 +357,23 @@ static void say(char *buf, size_t cap, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Load `path` in a forked child first: 1 when the child loaded it and found a compatible
- * plugin (the caller then loads it here), 0 when not, with the reason in why: the child's
- * error message, or "crashed while loading (SIGSEGV ...)" / "did not finish loading within
- * N s". -1 when no child could be started (the caller loads it guarded instead). */
-static int probe_file(const char *path, char *why, size_t cap) {
+/* A probe: `path` being loaded in a forked child that writes "OK" or its error message to a
+ * pipe and exits. Many run at once (a listing starts all of them, then collects in order). */
+typedef struct probe {
+    pid_t pid;  /* -1: no child could be started (the caller loads the file guarded instead) */
+    int   fd;   /* read end of the child's pipe */
+} probe;
+
+static probe probe_start(const char *path) {
+    probe pr = {.pid = -1, .fd = -1};
     int fds[2];
-    if (pipe(fds) != 0) return -1;
+    if (pipe(fds) != 0) return pr;
     fflush(NULL); /* nothing buffered is written twice */
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
-        return -1;
+        return pr;
     }
     if (pid == 0) {
         close(fds[0]);
@@ -378,48 +382,51 @@ static int probe_file(const char *path, char *why, size_t cap) {
         void *h;
         ct_plugin *p = load_file(path, &h, &e);
         const char *msg = p ? "OK" : e.message;
-        size_t n = strlen(msg);
-        while (n > 0) {
-            ssize_t w = write(fds[1], msg, n);
-            if (w <= 0) break;
-            msg += w;
-            n -= (size_t)w;
-        }
+        size_t n = strlen(msg); /* < PIPE_BUF: one write, never blocks on a full pipe */
+        if (write(fds[1], msg, n) < 0) _exit(1);
         _exit(0); /* no atexit handlers, no destructors of the plugin's libraries */
     }
     close(fds[1]);
+    pr.pid = pid;
+    pr.fd = fds[0];
+    return pr;
+}
+
+/* Wait for a probe: 1 when the child loaded `path` and found a compatible plugin (the caller
+ * then loads it here), 0 when not, with the reason in why: the child's error message, or
+ * "crashed while loading (SIGSEGV ...)" / "did not finish loading within N s". */
+static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
     size_t got = 0;
     char buf[sizeof ((ct_error *)0)->message];
     for (;;) {
-        ssize_t r = read(fds[0], buf + got, sizeof buf - 1 - got);
+        ssize_t r = read(pr.fd, buf + got, sizeof buf - 1 - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         got += (size_t)r;
         if (got == sizeof buf - 1) break;
     }
     buf[got] = '\0';
-    close(fds[0]);
+    close(pr.fd);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pr.pid, &status, 0) < 0 && errno == EINTR) {}
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         const char *name = signal_abbrev(sig);
         if (sig == SIGALRM)
             say(why, cap, "%s: did not finish loading within %d s (its constructor hangs?) "
-                     "---> remove it from the search path", path, PROBE_TIMEOUT_S);
+                "---> remove it from the search path", path, PROBE_TIMEOUT_S);
         else if (name)
             say(why, cap, "%s: crashed while loading (%s in its constructor or descriptor) "
-                     "---> remove it from the search path", path, name);
+                "---> remove it from the search path", path, name);
         else
             say(why, cap, "%s: crashed while loading (signal %d in its constructor or "
-                     "descriptor) ---> remove it from the search path", path, sig);
+                "descriptor) ---> remove it from the search path", path, sig);
         return 0;
     }
     if (!strcmp(buf, "OK")) return 1;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !got)
-        say(why, cap, "%s: exited while loading (status %d, in its constructor?) ---> "
-                 "remove it from the search path", path,
-                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        say(why, cap, "%s: exited while loading (status %d, in its constructor?) ---> remove it "
+            "from the search path", path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     else
         say(why, cap, "%s", buf);
     return 0;
@@ -492,13 +499,11 @@ static int32_t find_problem(const ct_registry *reg, const char *path) {
     return found;
 }
 
-/* Load one file of a search folder for a listing: probed in a child first, then loaded here
- * (guarded). Refusals become problems. CT_OK unless out of memory. */
-static int32_t scan_file(ct_registry *reg, const char *path, ct_error *err) {
-    if (find_by_path(reg, path) || find_problem(reg, path) >= 0) return CT_OK;
+/* Load a probed file of a search folder for a listing: only when its probe (or, without one,
+ * nothing) said it loads; refusals become problems. CT_OK unless out of memory. */
+static int32_t scan_file(ct_registry *reg, const char *path, probe pr, ct_error *err) {
     char why[sizeof err->message];
-    int probed = probe_file(path, why, sizeof why);
-    if (probed == 0)
+    if (pr.pid > 0 && !probe_finish(pr, path, why, sizeof why))
         return add_problem(reg, path, why) ? CT_OK
                : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", path);
     ct_error e = {.struct_size = sizeof e};
@@ -514,20 +519,44 @@ static int32_t scan_file(ct_registry *reg, const char *path, ct_error *err) {
     return CT_OK;
 }
 
+#define PROBES_AT_ONCE 64
+
+/* The .so files of one folder not known yet: all probed at once (up to PROBES_AT_ONCE), then
+ * loaded in name order. */
 static int32_t scan_dir(ct_registry *reg, const char *dir, ct_error *err) {
     struct dirent **names = NULL;
     int n = scandir(dir, &names, so_filter, by_name);
     if (n < 0) return CT_OK; /* a missing folder is fine */
-    int32_t rc = CT_OK;
-    for (int i = 0; i < n; i++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
-        struct stat st;
-        if (rc == CT_OK && stat(path, &st) == 0 && S_ISREG(st.st_mode))
-            rc = scan_file(reg, path, err);
-        free(names[i]);
+    char (*paths)[PATH_MAX] = malloc(PROBES_AT_ONCE * sizeof *paths);
+    int32_t rc = paths ? CT_OK : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", dir);
+    for (int start = 0; paths && start < n; start += PROBES_AT_ONCE) {
+        int end = start + PROBES_AT_ONCE < n ? start + PROBES_AT_ONCE : n;
+        probe probes[PROBES_AT_ONCE];
+        int todo[PROBES_AT_ONCE];
+        for (int i = start; i < end; i++) {
+            snprintf(paths[i - start], PATH_MAX, "%s/%s", dir, names[i]->d_name);
+            struct stat st;
+            const char *path = paths[i - start];
+            todo[i - start] = rc == CT_OK && stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+                              !find_by_path(reg, path) && find_problem(reg, path) < 0;
+            probe none = {.pid = -1, .fd = -1};
+            probes[i - start] = todo[i - start] ? probe_start(path) : none;
+        }
+        for (int i = start; i < end; i++) {
+            const char *path = paths[i - start];
+            if (!todo[i - start]) continue;
+            if (rc != CT_OK) { /* out of memory: still reap the children */
+                char why[8];
+                if (probes[i - start].pid > 0) (void)probe_finish(probes[i - start], path, why,
+                                                                  sizeof why);
+                continue;
+            }
+            rc = scan_file(reg, path, probes[i - start], err);
+        }
     }
+    for (int i = 0; i < n; i++) free(names[i]);
     free(names);
+    free(paths);
     return rc;
 }
 
