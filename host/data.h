@@ -1,5 +1,5 @@
-/* data.h — token shards in llm.c's format (write, check, map) and the training data loader
- * that cuts them into (B, T) micro-batches for one rank of a run.
+/* data.h — token shards in llm.c's format (write, check, read per window) and the training data
+ * loader that cuts them into (B, T) micro-batches for one rank of a run.
  * Not for: making shards from text (prepare.c, tokenizer.h) or moving batches to a device.
  *
  * Shard file (llm.c's, version 1): a header of 256 little-endian int32 — [0] magic 20240520,

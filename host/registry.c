@@ -100,7 +100,8 @@ static int add_problem(ct_registry *reg, const char *path, const char *msg) {
 }
 
 /* Add a warning line unless the same line is there already. 0 only when out of memory. */
-static int add_warning(ct_registry *reg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int add_warning(ct_registry *reg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static int add_warning(ct_registry *reg, const char *fmt, ...) {
     char line[PATH_MAX * 2 + 256];
     va_list ap;
@@ -349,7 +350,8 @@ static ct_plugin *load_file_guarded(const char *path, void **handle_out, ct_erro
 }
 
 /* snprintf into a message buffer; a long path is cut (the message stays one line). */
-static void say(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void say(char *buf, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
