@@ -42,8 +42,10 @@ ct_run timeout 60 env CTRAIN_PLUGIN_PATH="$path" "$CTRAIN" validate "$ok" --set 
     && ct_pass validate_does_not_load_an_unused_plugin \
     || ct_fail validate_does_not_load_an_unused_plugin "rc $ct_rc; stderr: $ct_err"
 # asked for by name: it crashes, but the file is named first
-ct_run timeout 60 env CTRAIN_PLUGIN_PATH="$path" "$CTRAIN" validate "$ok" --set loss.plugins=boom
-if [ "$ct_rc" -ne 0 ] && grep -qF "ctrain: $crash/loss_boom.so: crashed while loading (SIGSEGV" "$CT_TMP/err"; then
+# (through an inner shell, so its "Segmentation fault" notice lands in the captured stderr)
+ct_run bash -c '"$@"; exit $?' _ timeout 60 env CTRAIN_PLUGIN_PATH="$path" "$CTRAIN" validate \
+    "$ok" --set loss.plugins=boom
+if [ "$ct_rc" -eq 139 ] && grep -qF "ctrain: $crash/loss_boom.so: crashed while loading (SIGSEGV" "$CT_TMP/err"; then
     ct_pass a_crash_while_loading_names_the_file
 else
     ct_fail a_crash_while_loading_names_the_file "rc $ct_rc; stderr: $ct_err"
