@@ -1,9 +1,11 @@
-/* data.c — llm.c token shards (atomic write, checked read-only mapping) and the loader that
+/* data.c — llm.c token shards (atomic write, checked reads per window) and the loader that
  * deals this rank's (B, T) micro-batches out of a seeded per-epoch permutation of windows.
  * Not for: tokenizing text (prepare.c) or anything on a device. Semantics: see data.h.
  * Assumes a little-endian machine, as llm.c does (the format is little-endian).
  */
 #include "data.h"
+
+#include "files.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -14,7 +16,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,17 +52,10 @@ int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_erro
                             "%s: %lld tokens do not fit one shard (at most %d) ---> use "
                             "smaller shards (ctrain prepare --shard-tokens)",
                             path, (long long)n, INT32_MAX);
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 16);
-    if (!tmp) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
-    snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-    int32_t rc = CT_OK;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot create %s: %s ---> check that the folder "
-                          "exists and is writable", tmp, strerror(errno));
-        goto out_free_name;
-    }
+    char *tmp = NULL;
+    int fd;
+    int32_t rc = create_beside(path, &tmp, &fd, err); /* mode 0666 & ~umask, as meta.ini */
+    if (rc != CT_OK) return rc;
     int32_t header[CT_SHARD_HEADER_INTS] = {0};
     header[0] = CT_SHARD_MAGIC;
     header[1] = CT_SHARD_VERSION;
@@ -94,47 +88,54 @@ out_free_name:
     return rc;
 }
 
+#define SHARD_HINT "name a .bin token shard made by `ctrain prepare` or llm.c"
+
+/* Read exactly `bytes` at `offset`; the bytes read (fewer at end of file), or -1 (errno). */
+static ssize_t pread_all(int fd, void *buf, size_t bytes, off_t offset) {
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t r = pread(fd, (char *)buf + got, bytes - got, offset + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
 int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err) {
     memset(out, 0, sizeof *out);
-    int32_t rc = CT_OK;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return ct_error_set(err, CT_ERR_IO, "cannot open token shard %s: %s", path,
-                            strerror(errno));
+    out->fd = -1;
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-        goto out_close_file;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = ct_error_set(err, CT_ERR_INVALID, "%s is not a regular file ---> name a .bin "
-                          "token shard made by `ctrain prepare` or llm.c", path);
-        goto out_close_file;
-    }
+    int32_t rc = open_regular(path, "token shard", SHARD_HINT, &fd, &st, err);
+    if (rc != CT_OK) return rc;
     if (st.st_size < CT_SHARD_HEADER_BYTES) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: %lld bytes, shorter than the %d-byte "
                           "header of a token shard ---> the file is truncated or not a shard",
                           path, (long long)st.st_size, CT_SHARD_HEADER_BYTES);
         goto out_close_file;
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+    int32_t h[CT_SHARD_HEADER_INTS];
+    ssize_t got = pread_all(fd, h, sizeof h, 0);
+    if (got != (ssize_t)sizeof h) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot read the header of %s: %s", path,
+                          got < 0 ? strerror(errno) : "the file is shorter than it was a moment "
+                          "ago ---> the file changed while being opened; re-create it");
         goto out_close_file;
     }
-    const int32_t *h = map;
     if (h[0] != CT_SHARD_MAGIC) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: bad magic %d (a token shard starts with "
                           "%d) ---> not an llm.c token shard; make shards with `ctrain "
                           "prepare`", path, h[0], CT_SHARD_MAGIC);
-        goto out_unmap;
+        goto out_close_file;
     }
     if (h[1] != CT_SHARD_VERSION) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: shard version %d; ctrain reads version %d "
                           "(uint16 tokens)%s", path, h[1], CT_SHARD_VERSION,
                           h[1] == 2 ? " ---> version 2 holds uint32 tokens (llm.c's LLaMA-3 "
                                       "shards): re-tokenize with a vocabulary under 65536" : "");
-        goto out_unmap;
+        goto out_close_file;
     }
     int64_t n = h[2];
     int64_t expect = CT_SHARD_HEADER_BYTES + 2 * n;
@@ -143,44 +144,104 @@ int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err) {
                           "the file has %lld bytes ---> the file is %s; re-create it",
                           path, (long long)n, (long long)expect, (long long)st.st_size,
                           st.st_size < expect ? "truncated" : "longer than its header says");
-        goto out_unmap;
+        goto out_close_file;
     }
     out->path = strdup(path);
     if (!out->path) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory opening %s", path);
-        goto out_unmap;
+        goto out_close_file;
     }
-    out->map = map;
-    out->map_bytes = (size_t)st.st_size;
-    out->tokens = (const uint16_t *)((const char *)map + CT_SHARD_HEADER_BYTES);
     out->n = n;
-    close(fd);
+    out->dev = (uint64_t)st.st_dev;
+    out->ino = (uint64_t)st.st_ino;
+    out->fd = fd;
     return CT_OK;
 
-out_unmap:
-    munmap(map, (size_t)st.st_size);
 out_close_file:
     close(fd);
     return rc;
 }
 
-void shard_close(ct_token_shard *s) {
-    if (!s) return;
-    if (s->map) munmap(s->map, s->map_bytes);
-    free(s->path);
-    memset(s, 0, sizeof *s);
+void shard_release(ct_token_shard *s) {
+    if (s && s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+    }
 }
 
-int32_t shard_max_token(const ct_token_shard *s, int64_t *position) {
+void shard_close(ct_token_shard *s) {
+    if (!s) return;
+    shard_release(s);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+}
+
+#define CHANGED_HINT "the file changed during the run; do not rewrite or truncate shards " \
+                     "while a run reads them (write new ones beside them, e.g. with `ctrain " \
+                     "prepare --out` another folder), then resume from the last checkpoint"
+
+int32_t shard_read(ct_token_shard *s, int64_t first, int64_t count, uint16_t *out,
+                   ct_error *err) {
+    assert(first >= 0 && count >= 0 && first + count <= s->n);
+    struct stat st;
+    if (s->fd < 0) {
+        int32_t rc = open_regular(s->path, "token shard", SHARD_HINT, &s->fd, &st, err);
+        if (rc != CT_OK) {
+            char why[sizeof err->message];
+            snprintf(why, sizeof why, "%s", err->message);
+            return ct_error_set(err, rc, "%s: token position %lld: the file can no longer be "
+                                "read (%s) ---> %s", s->path, (long long)first, why,
+                                CHANGED_HINT);
+        }
+        if ((uint64_t)st.st_ino != s->ino || (uint64_t)st.st_dev != s->dev) {
+            shard_release(s);
+            return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file was replaced "
+                                "by another one since it was opened ---> %s", s->path,
+                                (long long)first, CHANGED_HINT);
+        }
+    } else if (fstat(s->fd, &st) != 0) {
+        return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: cannot stat: %s",
+                            s->path, (long long)first, strerror(errno));
+    }
+    int64_t expect = CT_SHARD_HEADER_BYTES + 2 * s->n;
+    if (st.st_size != expect)
+        return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file has %lld bytes, "
+                            "%lld when it was opened ---> %s", s->path, (long long)first,
+                            (long long)st.st_size, (long long)expect, CHANGED_HINT);
+    size_t bytes = (size_t)count * sizeof(uint16_t);
+    ssize_t got = pread_all(s->fd, out, bytes, (off_t)(CT_SHARD_HEADER_BYTES + 2 * first));
+    if (got < 0)
+        return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: cannot read: %s",
+                            s->path, (long long)first, strerror(errno));
+    if ((size_t)got < bytes)
+        return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file ended after "
+                            "%lld bytes, %lld when it was opened ---> %s", s->path,
+                            (long long)(first + got / 2), (long long)(CT_SHARD_HEADER_BYTES +
+                            2 * first + got), (long long)expect, CHANGED_HINT);
+    return CT_OK;
+}
+
+int32_t shard_max_token(ct_token_shard *s, int32_t *max, int64_t *position, ct_error *err) {
+    enum { CHUNK = 1 << 18 };
+    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", s->path);
     int32_t best = -1;
     int64_t at = -1;
-    for (int64_t i = 0; i < s->n; i++)
-        if ((int32_t)s->tokens[i] > best) {
-            best = s->tokens[i];
-            at = i;
-        }
+    int32_t rc = CT_OK;
+    for (int64_t first = 0; first < s->n && rc == CT_OK; first += CHUNK) {
+        int64_t count = s->n - first < CHUNK ? s->n - first : CHUNK;
+        rc = shard_read(s, first, count, buf, err);
+        for (int64_t i = 0; rc == CT_OK && i < count; i++)
+            if ((int32_t)buf[i] > best) {
+                best = buf[i];
+                at = first + i;
+            }
+    }
+    free(buf);
+    *max = best;
     if (position) *position = at;
-    return best;
+    return rc;
 }
 
 /* ---- the permutation --------------------------------------------------------------------- */
@@ -228,6 +289,9 @@ struct ct_loader {
     int64_t   B, T;
     int32_t   rank, world;
     uint64_t  seed;
+    int64_t   vocab_limit;  /* tokens must be below it (0: no limit) */
+    int32_t   open_shard;   /* the one shard whose descriptor is open, or -1 */
+    uint16_t *window;       /* T+1 tokens being dealt */
     ct_loader_state st;
 };
 
@@ -309,11 +373,14 @@ ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_l
         return NULL;
     }
     l->B = B, l->T = T, l->rank = rank, l->world = world, l->seed = seed;
+    l->vocab_limit = vocab_size_limit;
+    l->open_shard = -1;
     path_list pl;
     if (list_shards(path, split, &pl, err) != CT_OK) goto out_free_loader;
     l->shards = calloc(pl.n, sizeof *l->shards);
     l->first_window = calloc(pl.n + 1, sizeof *l->first_window);
-    if (!l->shards || !l->first_window) {
+    l->window = malloc((size_t)(T + 1) * sizeof *l->window);
+    if (!l->shards || !l->first_window || !l->window) {
         ct_error_set(err, CT_ERR_NOMEM, "out of memory opening %s", path);
         goto out_free_list;
     }
@@ -323,7 +390,8 @@ ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_l
         l->n_shards++;
         if (vocab_size_limit > 0) {
             int64_t at;
-            int32_t max = shard_max_token(s, &at);
+            int32_t max;
+            if (shard_max_token(s, &max, &at, err) != CT_OK) goto out_free_list;
             if (max >= vocab_size_limit) {
                 ct_error_set(err, CT_ERR_INVALID, "%s: token %d at position %lld is >= the "
                              "model's vocab_size %lld ---> tokenize the data with the model's "
@@ -332,6 +400,7 @@ ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_l
                 goto out_free_list;
             }
         }
+        shard_release(s); /* reopened when a window of it is dealt */
         int64_t w = s->n > 0 ? (s->n - 1) / T : 0;
         l->first_window[l->n_shards] = l->first_window[l->n_shards - 1] + w;
         l->n_tokens += s->n;
@@ -375,6 +444,7 @@ void loader_close(ct_loader *l) {
     free(l->shards);
     free(l->first_window);
     free(l->order);
+    free(l->window);
     free(l);
 }
 
@@ -397,7 +467,6 @@ static void ensure_order(ct_loader *l) {
 }
 
 int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *err) {
-    (void)err;
     int64_t global = (int64_t)l->world * l->B;
     if ((int64_t)l->st.position + global > l->n_windows) { /* skip the short tail */
         l->st.epoch++;
@@ -408,7 +477,22 @@ int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *e
     for (int64_t b = 0; b < l->B; b++) {
         int64_t w = l->order[base + b];
         int32_t s = shard_of_window(l, w);
-        const uint16_t *tok = l->shards[s].tokens + (w - l->first_window[s]) * l->T;
+        if (s != l->open_shard) { /* one descriptor at a time */
+            if (l->open_shard >= 0) shard_release(&l->shards[l->open_shard]);
+            l->open_shard = s;
+        }
+        ct_token_shard *sh = &l->shards[s];
+        int64_t first = (w - l->first_window[s]) * l->T;
+        int32_t rc = shard_read(sh, first, l->T + 1, l->window, err);
+        if (rc != CT_OK) return rc;
+        const uint16_t *tok = l->window;
+        for (int64_t t = 0; l->vocab_limit > 0 && t <= l->T; t++)
+            if (tok[t] >= l->vocab_limit)
+                return ct_error_set(err, CT_ERR_INVALID, "%s: token %d at position %lld is >= "
+                                    "the model's vocab_size %lld, though it was not when the run "
+                                    "started ---> the file changed during the run; restore it "
+                                    "and resume from the last checkpoint", sh->path, tok[t],
+                                    (long long)(first + t), (long long)l->vocab_limit);
         int32_t *in = inputs + b * l->T, *tg = targets + b * l->T;
         for (int64_t t = 0; t < l->T; t++) {
             in[t] = tok[t];

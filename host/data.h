@@ -1,5 +1,5 @@
-/* data.h — token shards in llm.c's format (write, check, map) and the training data loader
- * that cuts them into (B, T) micro-batches for one rank of a run.
+/* data.h — token shards in llm.c's format (write, check, read per window) and the training data
+ * loader that cuts them into (B, T) micro-batches for one rank of a run.
  * Not for: making shards from text (prepare.c, tokenizer.h) or moving batches to a device.
  *
  * Shard file (llm.c's, version 1): a header of 256 little-endian int32 — [0] magic 20240520,
@@ -36,23 +36,36 @@
  * folder. A reader never sees a partial file. CT_ERR_IO naming the path on failure. */
 int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err);
 
-/* A read-only mapping of one shard. tokens points into the mapping (n of them). */
+/* One checked shard. No mapping: tokens are read with pread per window (shard_read), so a
+ * file truncated or rewritten under a run is an error naming the file and the token position,
+ * never a SIGBUS. At most one descriptor is open per shard, and only between shard_read and
+ * shard_release (a run over thousands of shards on many ranks stays under the fd limit). */
 typedef struct ct_token_shard {
-    char           *path;   /* owned copy */
-    const uint16_t *tokens; /* n tokens, inside map */
-    int64_t         n;
-    void           *map;    /* the whole file, map_bytes long (NULL for an empty mapping) */
-    size_t          map_bytes;
+    char    *path;      /* owned copy */
+    int64_t  n;         /* tokens, from the header (the file is 1024 + 2n bytes) */
+    uint64_t dev, ino;  /* the file's identity when opened: a replaced file is noticed */
+    int      fd;        /* -1 when released */
 } ct_token_shard;
 
-/* Open and check a shard: magic, version, and that the file length is exactly 1024 + 2n.
- * Errors (CT_ERR_IO unreadable, CT_ERR_INVALID malformed) name the file and what is wrong.
- * On success fill *out (release with shard_close). */
+/* Open and check a shard: a regular file (a FIFO, folder or device is refused without
+ * blocking), magic, version, and that the file length is exactly 1024 + 2n.
+ * Errors (CT_ERR_IO unreadable, CT_ERR_INVALID malformed or not a regular file) name the file
+ * and what is wrong. On success fill *out (release with shard_close). */
 int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err);
 void shard_close(ct_token_shard *s);
 
-/* The largest token of the shard and its first position; -1 / -1 for an empty shard. */
-int32_t shard_max_token(const ct_token_shard *s, int64_t *position);
+/* Read tokens [first, first + count) into out. Checks, as read, that the file is still the
+ * one opened (same inode, same size); if not, or if the read comes up short, CT_ERR_IO
+ * "PATH: token position P: the file changed during the run (...) ---> ...". The descriptor is
+ * (re)opened as needed and stays open until shard_release. 0 <= first, first + count <= n. */
+int32_t shard_read(ct_token_shard *s, int64_t first, int64_t count, uint16_t *out,
+                   ct_error *err);
+/* Close the shard's descriptor (a later shard_read reopens it and checks its identity). */
+void shard_release(ct_token_shard *s);
+
+/* The largest token of the shard into *max and its first position into *position (-1 / -1
+ * for an empty shard), read in chunks with shard_read (errors as there). */
+int32_t shard_max_token(ct_token_shard *s, int32_t *max, int64_t *position, ct_error *err);
 
 /* ---- the loader -------------------------------------------------------------------------- */
 
@@ -71,13 +84,16 @@ typedef struct ct_loader_state {
  * Files are taken in sorted name order. Every shard is checked (shard_open) and scanned: a token
  * >= vocab_size_limit (when > 0) is an error naming the file, the position, the token and the
  * vocabulary size. B, T >= 1; 0 <= rank < world. Needs at least world*B windows in all.
- * Returns NULL and fills err on failure. */
+ * Returns NULL and fills err on failure. Each window is read with shard_read when it is dealt
+ * (see loader_next), so the shards may be far larger than memory. */
 ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
                        int64_t T, int32_t rank, int32_t world, uint64_t seed, ct_error *err);
 void loader_close(ct_loader *l);
 
 /* This rank's next micro-batch: inputs (B, T) and targets (B, T), caller-owned, as int32.
- * Advances the shared position by world*B windows. */
+ * Advances the shared position by world*B windows. Each window is read and checked as it is
+ * dealt: a shard that changed since loader_open (truncated, replaced, shorter read) or a token
+ * >= vocab_size_limit is CT_ERR_IO / CT_ERR_INVALID naming the file and the token position. */
 int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *err);
 
 /* Back to the start of epoch 0 (for an evaluation pass over the same sequences each time). */

@@ -44,6 +44,14 @@ static const char *devices_text(uint32_t mask, char *buf, size_t cap) {
 
 /* ---- ctrain plugins ------------------------------------------------------------------ */
 
+/* Files that could not be used and the search path's warnings, to stderr. */
+static void print_registry_warnings(const ct_registry *reg) {
+    for (int32_t i = 0; i < registry_problem_count(reg); i++)
+        fprintf(stderr, "warning: %s\n", registry_problem_message(reg, i));
+    for (int32_t i = 0; i < registry_warning_count(reg); i++)
+        fprintf(stderr, "warning: %s\n", registry_warning_at(reg, i));
+}
+
 static void plugin_row(const ct_plugin *p, FILE *out) {
     char dev[16];
     fprintf(out, "%-10s %-14s %-8s %-9s %s\n%-10s %s\n", kind_name(p->desc.kind), p->desc.name,
@@ -60,6 +68,10 @@ int cmd_plugins(int argc, char **argv) {
     ct_error err = new_err();
     ct_registry *reg = registry_open(&err);
     if (!reg) return fail(&err);
+    if (registry_scan(reg, &err) != CT_OK) {
+        registry_close(reg);
+        return fail(&err);
+    }
     printf("%-10s %-14s %-8s %-9s %s\n", "KIND", "NAME", "VERSION", "DEVICES", "SUMMARY / FILE");
     for (int32_t i = 0; i < registry_count(reg); i++) plugin_row(registry_at(reg, i), stdout);
     if (registry_shadowed_count(reg)) {
@@ -74,8 +86,7 @@ int cmd_plugins(int argc, char **argv) {
         printf("%s %s", i ? "," : "", registry_dir_at(reg, i));
     printf("\n");
     fflush(stdout);
-    for (int32_t i = 0; i < registry_problem_count(reg); i++)
-        fprintf(stderr, "warning: %s\n", registry_problem_message(reg, i));
+    print_registry_warnings(reg);
     if (registry_count(reg) == 0)
         fprintf(stderr, "warning: no plugins found ---> build them (make) or set "
                         "CTRAIN_PLUGIN_PATH to a folder of plugin .so files\n");
@@ -188,6 +199,13 @@ int cmd_inspect(int argc, char **argv) {
         registry_close(reg);
         return rc;
     }
+    /* a bare name may be any kind: look at every file (each probed in a child first) */
+    if (registry_scan(reg, &err) != CT_OK) {
+        registry_close(reg);
+        return fail(&err);
+    }
+    fflush(stdout);
+    print_registry_warnings(reg);
     for (int32_t i = 0; i < registry_count(reg); i++) {
         const ct_plugin *p = registry_at(reg, i);
         if (strcmp(p->desc.name, what)) continue;
@@ -271,7 +289,8 @@ int cmd_help(int argc, char **argv) {
     }
     printf("\n  %-46s %s\n\n", "--version", "print the version");
     printf("Plugins are searched in <dir of ctrain>/plugins, <dir of ctrain>/../lib/ctrain/"
-           "plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated).\n");
+           "plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated); a name NAME "
+           "of kind KIND is\nthe file KIND_NAME.so of the first folder that has one.\n");
     return 0;
 }
 

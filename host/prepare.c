@@ -6,6 +6,7 @@
 #include "prepare.h"
 
 #include "data.h"
+#include "files.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -50,14 +51,20 @@ static int32_t token_vec_push(token_vec *tv, const int32_t *ids, const uint8_t *
     return CT_OK;
 }
 
+#define TEXT_HINT "give --text files that are regular files of text"
+
 static int32_t read_file(const char *path, char **data, size_t *len, ct_error *err) {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ct_error_set(err, CT_ERR_IO, "cannot read text file %s: %s ---> check the "
-                            "path given to --text", path, strerror(errno));
-    int32_t rc = CT_OK;
+    int fd;
+    int32_t rc = open_regular(path, "text file", TEXT_HINT, &fd, NULL, err);
+    if (rc != CT_OK) return rc;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "cannot read text file %s: %s", path,
+                            strerror(errno));
+    }
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
@@ -132,11 +139,18 @@ static int32_t write_split(const char *dir, const char *split, const token_vec *
 }
 
 static int32_t write_meta(const prepare_options *o, const prepare_summary *s, ct_error *err) {
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/meta.ini", o->out_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    char *tmp;
+    int fd;
+    int32_t rc = create_beside(path, &tmp, &fd, err); /* mode 0666 & ~umask, as the shards */
+    if (rc != CT_OK) return rc;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        goto out_unlink;
+    }
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
     fprintf(f, "; written by `ctrain prepare`: what the shards beside this file hold\n[data]\n");
     fprintf(f, "tokenizer = %s\n", o->tokenizer);
@@ -155,10 +169,16 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s, ct
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        goto out_unlink;
     }
+    free(tmp);
     return CT_OK;
+
+out_unlink:
+    unlink(tmp);
+    free(tmp);
+    return rc;
 }
 
 static int32_t check_options(const prepare_options *o, ct_error *err) {
@@ -196,11 +216,10 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
     size_t total_bytes = 0;
     for (int32_t i = 0; i < o->n_texts; i++) {
         struct stat st;
-        errno = 0;
-        if (stat(o->texts[i], &st) != 0 || !S_ISREG(st.st_mode) || access(o->texts[i], R_OK))
-            return ct_error_set(err, CT_ERR_IO, "cannot read text file %s: %s ---> check the "
-                                "path given to --text", o->texts[i],
-                                errno ? strerror(errno) : "not a regular file");
+        int fd;
+        rc = open_regular(o->texts[i], "text file", TEXT_HINT, &fd, &st, err);
+        if (rc != CT_OK) return rc;
+        close(fd);
         total_bytes += (size_t)st.st_size;
     }
     if (total_bytes == 0)

@@ -1,6 +1,8 @@
-/* registry.c — finds plugin .so files on the search path, loads them (RTLD_NOW|RTLD_LOCAL, never
- * unloaded while open), checks the ABI and copies descriptor, vtable and schema into host-owned
- * structs of this build's sizes (zero-extended). See registry.h for the search order.
+/* registry.c — finds plugin .so files on the search path, loads only those a command needs
+ * (by the conventional file name <kind>_<name>.so; everything only for listings, each unknown
+ * file probed in a forked child first), loads them RTLD_NOW|RTLD_LOCAL (never unloaded), checks
+ * the ABI and copies descriptor, vtable and schema into host-owned structs of this build's
+ * sizes (zero-extended). See registry.h for the search order and the warnings it collects.
  * Not for: section ownership (wiring.c) or creating plugin instances (rank.c).
  */
 #include "registry.h"
@@ -9,9 +11,16 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#define PROBE_TIMEOUT_S 30 /* a probe child that has not loaded its file by then is killed */
 
 typedef struct problem {
     char *path;
@@ -29,6 +38,9 @@ struct ct_registry {
     int32_t     n_problems, cap_problems;
     void      **handles;   /* every dlopen handle; never closed (see registry_close) */
     int32_t     n_handles, cap_handles;
+    char      **warnings;  /* world-writable folders and files, shadowing: one line each */
+    int32_t     n_warnings, cap_warnings;
+    int         scanned;   /* registry_scan has run */
 };
 
 /* ---- kinds --------------------------------------------------------------------------- */
@@ -85,6 +97,35 @@ static int add_problem(ct_registry *reg, const char *path, const char *msg) {
     }
     reg->n_problems++;
     return 1;
+}
+
+/* Add a warning line unless the same line is there already. 0 only when out of memory. */
+static int add_warning(ct_registry *reg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int add_warning(ct_registry *reg, const char *fmt, ...) {
+    char line[PATH_MAX * 2 + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    for (int32_t i = 0; i < reg->n_warnings; i++)
+        if (!strcmp(reg->warnings[i], line)) return 1;
+    if (!grow((void **)&reg->warnings, &reg->cap_warnings, reg->n_warnings, sizeof(char *)))
+        return 0;
+    char *copy = strdup(line);
+    if (!copy) return 0;
+    reg->warnings[reg->n_warnings++] = copy;
+    return 1;
+}
+
+/* Warn when `path` (a plugin folder or file) can be written by any user of the machine. */
+static int warn_if_world_writable(ct_registry *reg, const char *path, int is_folder) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & S_IWOTH)) return 1;
+    return add_warning(reg, "plugin %s %s is world-writable: any user of this machine can put "
+                       "code into ctrain through it ---> chmod o-w '%s'%s",
+                       is_folder ? "folder" : "file", path, path,
+                       is_folder ? " or take it off CTRAIN_PLUGIN_PATH" : "");
 }
 
 static void free_plugin(ct_plugin *p) {
@@ -240,6 +281,159 @@ out_close:
     return NULL;
 }
 
+/* ---- loading without dying silently --------------------------------------------------- */
+
+/* "SIGSEGV" for the signals a broken constructor raises; NULL for others. */
+static const char *signal_abbrev(int sig) {
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    case SIGABRT: return "SIGABRT";
+    case SIGALRM: return "SIGALRM";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    default: return NULL;
+    }
+}
+
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+#define N_CRASH_SIGNALS ((int)(sizeof crash_signals / sizeof *crash_signals))
+
+/* The backstop's one piece of process state: the file being loaded on the loading thread
+ * (plugins are loaded before any rank starts, see train.c), written before each dlopen. */
+static char crash_path[PATH_MAX];
+
+static void write_str(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Async-signal-safe: name the file, then die of the same signal (SA_RESETHAND restored the
+ * default action, SA_NODEFER lets raise() deliver it at once). */
+static void on_crash_while_loading(int sig) {
+    const char *name = signal_abbrev(sig);
+    write_str("ctrain: ");
+    write_str(crash_path);
+    write_str(": crashed while loading (");
+    write_str(name ? name : "a signal");
+    write_str(" in its constructor or descriptor) ---> remove it from the search path "
+              "(`ctrain plugins` lists the search path) or rebuild it\n");
+    raise(sig);
+}
+
+/* load_file with the backstop: a crash inside dlopen or the entry function names the file on
+ * stderr before the process dies. The previous handlers are restored unless the plugin
+ * installed its own. */
+static ct_plugin *load_file_guarded(const char *path, void **handle_out, ct_error *err) {
+    struct sigaction ours, old[N_CRASH_SIGNALS];
+    memset(&ours, 0, sizeof ours);
+    ours.sa_handler = on_crash_while_loading;
+    ours.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&ours.sa_mask);
+    snprintf(crash_path, sizeof crash_path, "%s", path);
+    for (int i = 0; i < N_CRASH_SIGNALS; i++) sigaction(crash_signals[i], &ours, &old[i]);
+    ct_plugin *p = load_file(path, handle_out, err);
+    for (int i = 0; i < N_CRASH_SIGNALS; i++) {
+        struct sigaction now;
+        if (sigaction(crash_signals[i], NULL, &now) == 0 &&
+            now.sa_handler == on_crash_while_loading)
+            sigaction(crash_signals[i], &old[i], NULL);
+    }
+    return p;
+}
+
+/* snprintf into a message buffer; a long path is cut (the message stays one line). */
+static void say(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* A probe: `path` being loaded in a forked child that writes "OK" or its error message to a
+ * pipe and exits. Many run at once (a listing starts all of them, then collects in order). */
+typedef struct probe {
+    pid_t pid;  /* -1: no child could be started (the caller loads the file guarded instead) */
+    int   fd;   /* read end of the child's pipe */
+} probe;
+
+static probe probe_start(const char *path) {
+    probe pr = {.pid = -1, .fd = -1};
+    int fds[2];
+    if (pipe(fds) != 0) return pr;
+    fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return pr;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(PROBE_TIMEOUT_S);
+        ct_error e = {.struct_size = sizeof e};
+        void *h;
+        ct_plugin *p = load_file(path, &h, &e);
+        const char *msg = p ? "OK" : e.message;
+        size_t n = strlen(msg); /* < PIPE_BUF: one write, never blocks on a full pipe */
+        if (write(fds[1], msg, n) < 0) _exit(1);
+        _exit(0); /* no atexit handlers, no destructors of the plugin's libraries */
+    }
+    close(fds[1]);
+    pr.pid = pid;
+    pr.fd = fds[0];
+    return pr;
+}
+
+/* Wait for a probe: 1 when the child loaded `path` and found a compatible plugin (the caller
+ * then loads it here), 0 when not, with the reason in why: the child's error message, or
+ * "crashed while loading (SIGSEGV ...)" / "did not finish loading within N s". */
+static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
+    size_t got = 0;
+    char buf[sizeof ((ct_error *)0)->message];
+    for (;;) {
+        ssize_t r = read(pr.fd, buf + got, sizeof buf - 1 - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+        if (got == sizeof buf - 1) break;
+    }
+    buf[got] = '\0';
+    close(pr.fd);
+    int status = 0;
+    while (waitpid(pr.pid, &status, 0) < 0 && errno == EINTR) {}
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        const char *name = signal_abbrev(sig);
+        if (sig == SIGALRM)
+            say(why, cap, "%s: did not finish loading within %d s (its constructor hangs?) "
+                "---> remove it from the search path", path, PROBE_TIMEOUT_S);
+        else if (name)
+            say(why, cap, "%s: crashed while loading (%s in its constructor or descriptor) "
+                "---> remove it from the search path", path, name);
+        else
+            say(why, cap, "%s: crashed while loading (signal %d in its constructor or "
+                "descriptor) ---> remove it from the search path", path, sig);
+        return 0;
+    }
+    if (!strcmp(buf, "OK")) return 1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !got)
+        say(why, cap, "%s: exited while loading (status %d, in its constructor?) ---> remove it "
+            "from the search path", path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    else
+        say(why, cap, "%s", buf);
+    return 0;
+}
+
 /* ---- the registry -------------------------------------------------------------------- */
 
 static ct_plugin *find_active(const ct_registry *reg, int32_t kind, const char *name) {
@@ -293,30 +487,78 @@ static int so_filter(const struct dirent *e) {
     return n > 3 && !strcmp(e->d_name + n - 3, ".so") && e->d_name[0] != '.';
 }
 
+/* Whether path is the file of a recorded problem; its index or -1. */
+static int32_t find_problem(const ct_registry *reg, const char *path) {
+    char *want = realpath(path, NULL);
+    if (!want) return -1;
+    int32_t found = -1;
+    for (int32_t i = 0; i < reg->n_problems && found < 0; i++) {
+        char *have = realpath(reg->problems[i].path, NULL);
+        if (have && !strcmp(have, want)) found = i;
+        free(have);
+    }
+    free(want);
+    return found;
+}
+
+/* Load a probed file of a search folder for a listing: only when its probe (or, without one,
+ * nothing) said it loads; refusals become problems. CT_OK unless out of memory. */
+static int32_t scan_file(ct_registry *reg, const char *path, probe pr, ct_error *err) {
+    char why[sizeof err->message];
+    if (pr.pid > 0 && !probe_finish(pr, path, why, sizeof why))
+        return add_problem(reg, path, why) ? CT_OK
+               : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", path);
+    ct_error e = {.struct_size = sizeof e};
+    void *h;
+    ct_plugin *p = load_file_guarded(path, &h, &e);
+    if (!p)
+        return add_problem(reg, path, e.message) ? CT_OK
+               : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", path);
+    if (!keep(reg, p, h, 1) || !warn_if_world_writable(reg, path, 0)) {
+        free_plugin(p);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", path);
+    }
+    return CT_OK;
+}
+
+#define PROBES_AT_ONCE 64
+
+/* The .so files of one folder not known yet: all probed at once (up to PROBES_AT_ONCE), then
+ * loaded in name order. */
 static int32_t scan_dir(ct_registry *reg, const char *dir, ct_error *err) {
     struct dirent **names = NULL;
     int n = scandir(dir, &names, so_filter, by_name);
     if (n < 0) return CT_OK; /* a missing folder is fine */
-    int32_t rc = CT_OK;
-    for (int i = 0; i < n; i++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
-        if (rc == CT_OK && !find_by_path(reg, path)) {
-            ct_error e = {.struct_size = sizeof e};
-            void *h;
-            ct_plugin *p = load_file(path, &h, &e);
-            if (!p) {
-                if (!add_problem(reg, path, e.message))
-                    rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", dir);
-            } else if (!keep(reg, p, h, 1)) {
-                free_plugin(p);
-                dlclose(h);
-                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", dir);
-            }
+    char (*paths)[PATH_MAX] = malloc(PROBES_AT_ONCE * sizeof *paths);
+    int32_t rc = paths ? CT_OK : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", dir);
+    for (int start = 0; paths && start < n; start += PROBES_AT_ONCE) {
+        int end = start + PROBES_AT_ONCE < n ? start + PROBES_AT_ONCE : n;
+        probe probes[PROBES_AT_ONCE];
+        int todo[PROBES_AT_ONCE];
+        for (int i = start; i < end; i++) {
+            snprintf(paths[i - start], PATH_MAX, "%s/%s", dir, names[i]->d_name);
+            struct stat st;
+            const char *path = paths[i - start];
+            todo[i - start] = rc == CT_OK && stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+                              !find_by_path(reg, path) && find_problem(reg, path) < 0;
+            probe none = {.pid = -1, .fd = -1};
+            probes[i - start] = todo[i - start] ? probe_start(path) : none;
         }
-        free(names[i]);
+        for (int i = start; i < end; i++) {
+            const char *path = paths[i - start];
+            if (!todo[i - start]) continue;
+            if (rc != CT_OK) { /* out of memory: still reap the children */
+                char why[8];
+                if (probes[i - start].pid > 0) (void)probe_finish(probes[i - start], path, why,
+                                                                  sizeof why);
+                continue;
+            }
+            rc = scan_file(reg, path, probes[i - start], err);
+        }
     }
+    for (int i = 0; i < n; i++) free(names[i]);
     free(names);
+    free(paths);
     return rc;
 }
 
@@ -337,17 +579,25 @@ ct_registry *registry_open_dirs(const char *const *dirs, ct_error *err) {
         reg->dirs[i] = strdup(dirs[i]);
         if (!reg->dirs[i]) goto out_nomem;
         reg->n_dirs++;
+        if (!warn_if_world_writable(reg, dirs[i], 1)) goto out_nomem;
     }
-    for (int32_t i = 0; i < n; i++)
-        if (scan_dir(reg, reg->dirs[i], err) != CT_OK) goto out_close;
-    if (reg->n_plugins > 1)
-        qsort(reg->plugins, (size_t)reg->n_plugins, sizeof *reg->plugins, kind_then_name);
     return reg;
 out_nomem:
     ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-out_close:
     registry_close(reg);
     return NULL;
+}
+
+int32_t registry_scan(ct_registry *reg, ct_error *err) {
+    if (reg->scanned) return CT_OK;
+    for (int32_t i = 0; i < reg->n_dirs; i++) {
+        int32_t rc = scan_dir(reg, reg->dirs[i], err);
+        if (rc != CT_OK) return rc;
+    }
+    if (reg->n_plugins > 1)
+        qsort(reg->plugins, (size_t)reg->n_plugins, sizeof *reg->plugins, kind_then_name);
+    reg->scanned = 1;
+    return CT_OK;
 }
 
 ct_registry *registry_open(ct_error *err) {
@@ -392,6 +642,8 @@ void registry_close(ct_registry *reg) {
         free(reg->problems[i].message);
     }
     for (int32_t i = 0; i < reg->n_dirs; i++) free(reg->dirs[i]);
+    for (int32_t i = 0; i < reg->n_warnings; i++) free(reg->warnings[i]);
+    free(reg->warnings);
     /* The objects stay loaded (no dlclose): a plugin may have started threads (OpenMP pools,
      * CUDA, MPI progress threads) that would run unmapped code after an unload. dlopen counts
      * references, so loading the same file again later costs nothing. */
@@ -410,37 +662,153 @@ static int names_file(const char *s) {
     return strchr(s, '/') || (n > 3 && !strcmp(s + n - 3, ".so"));
 }
 
-/* Load a file named in the configuration (or find it loaded already). */
+/* Is `path` a regular file (after links)? */
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int same_file(const char *a, const char *b) {
+    char *x = realpath(a, NULL), *y = realpath(b, NULL);
+    int same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Load `path` here (guarded) and keep it; a load failure becomes a problem too, so a listing
+ * and a later lookup repeat the reason. */
+static ct_plugin *load_and_keep(ct_registry *reg, const char *path, int shadow_ok,
+                                ct_error *err) {
+    void *h;
+    ct_plugin *p = load_file_guarded(path, &h, err);
+    if (!p) {
+        if (find_problem(reg, path) < 0) (void)add_problem(reg, path, err->message);
+        return NULL;
+    }
+    if (!keep(reg, p, h, shadow_ok) || !warn_if_world_writable(reg, path, 0)) {
+        free_plugin(p);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory"), NULL;
+    }
+    return p;
+}
+
+/* Warn when a search folder holds <kind>_<name>.so that is not `used` (the plugin of that kind
+ * and name this command uses): one of the two hides the other. */
+static int32_t warn_shadowing(ct_registry *reg, const ct_plugin *used, int by_path,
+                              ct_error *err) {
+    const char *kname = kind_name(used->desc.kind);
+    for (int32_t i = 0; i < reg->n_dirs; i++) {
+        char cand[PATH_MAX];
+        snprintf(cand, sizeof cand, "%s/%s_%s.so", reg->dirs[i], kname, used->desc.name);
+        if (!is_file(cand) || same_file(cand, used->path)) continue;
+        int ok = by_path
+            ? add_warning(reg, "%s plugin '%s': %s (named by path) takes the place of %s from "
+                          "the search path ---> name the plugin '%s' to use the one on the "
+                          "search path, or rename yours", kname, used->desc.name, used->path,
+                          cand, used->desc.name)
+            : add_warning(reg, "%s plugin '%s': %s is used; %s, later on the search path, is "
+                          "hidden by it ---> rename or remove one of them, or name the file "
+                          "by path", kname, used->desc.name, used->path, cand);
+        if (!ok) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    }
+    return CT_OK;
+}
+
+/* Load a file named in the configuration (or find it loaded already). A bare "x.so" is looked
+ * up in the search folders only; a value with '/' is a path as given. */
 static const ct_plugin *resolve_file(ct_registry *reg, const char *value, ct_error *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s", value);
     if (!strchr(value, '/')) {
-        /* a bare file name: the search folders first, then the current directory */
-        for (int32_t i = 0; i < reg->n_dirs; i++) {
+        int found = 0;
+        for (int32_t i = 0; i < reg->n_dirs && !found; i++) {
             char cand[PATH_MAX];
             snprintf(cand, sizeof cand, "%s/%s", reg->dirs[i], value);
             if (access(cand, F_OK) == 0) {
                 snprintf(path, sizeof path, "%s", cand);
-                break;
+                found = 1;
             }
         }
-        if (!strchr(path, '/')) snprintf(path, sizeof path, "./%s", value);
+        if (!found)
+            return ct_error_set(err, CT_ERR_INVALID, "plugin file %s is in none of the %d "
+                                "search folders (a bare file name is not looked for in the "
+                                "current folder) ---> give a path with a '/', e.g. ./%s, or "
+                                "put its folder on CTRAIN_PLUGIN_PATH", value,
+                                (int)reg->n_dirs, value), NULL;
     }
     if (access(path, F_OK) != 0)
         return ct_error_set(err, CT_ERR_INVALID, "plugin file %s: %s ---> check the path",
                             path, strerror(errno)), NULL;
+    int32_t bad = find_problem(reg, path);
+    if (bad >= 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s", reg->problems[bad].message), NULL;
     const ct_plugin *known = find_by_path(reg, path);
     if (known) return known;
-    void *h;
-    ct_plugin *p = load_file(path, &h, err);
-    if (!p) return NULL;
     /* A file asked for by path is used even when a plugin of the same name exists. */
-    if (!keep(reg, p, h, 0)) {
-        free_plugin(p);
-        dlclose(h);
-        return ct_error_set(err, CT_ERR_NOMEM, "out of memory"), NULL;
-    }
+    const ct_plugin *p = load_and_keep(reg, path, 0, err);
+    if (p && warn_shadowing(reg, p, 1, err) != CT_OK) return NULL;
     return p;
+}
+
+/* The error for a name that no loaded plugin answers to. */
+static const ct_plugin *unknown_name(ct_registry *reg, int32_t kind, const char *name,
+                                     ct_error *err) {
+    const char *kname = kind_name(kind);
+    char avail[300] = "";
+    size_t used = 0;
+    for (int32_t i = 0; i < reg->n_plugins; i++) {
+        if (reg->plugins[i]->desc.kind != kind) continue;
+        int w = snprintf(avail + used, sizeof avail - used, "%s%s", used ? ", " : "",
+                         reg->plugins[i]->desc.name);
+        if (w < 0 || (size_t)w >= sizeof avail - used) break;
+        used += (size_t)w;
+    }
+    return ct_error_set(err, CT_ERR_INVALID, "unknown %s plugin '%s' ---> available %s plugins: "
+                        "%s (searched %d folders; see `ctrain plugins`)", kname, name, kname,
+                        used ? avail : "none", (int)reg->n_dirs), NULL;
+}
+
+/* A plugin by name: loaded already, else its conventional file <kind>_<name>.so in the first
+ * search folder that has one, else (only then) every file of the search path. */
+static const ct_plugin *resolve_name(ct_registry *reg, int32_t kind, const char *name,
+                                     ct_error *err) {
+    const char *kname = kind_name(kind);
+    const ct_plugin *p = find_active(reg, kind, name);
+    if (p) return p;
+    for (int32_t i = 0; i < reg->n_dirs && !reg->scanned; i++) {
+        char cand[PATH_MAX];
+        snprintf(cand, sizeof cand, "%s/%s_%s.so", reg->dirs[i], kname, name);
+        if (!is_file(cand)) continue;
+        int32_t bad = find_problem(reg, cand);
+        if (bad >= 0 || !(p = load_and_keep(reg, cand, 1, err))) {
+            char why[sizeof err->message];
+            snprintf(why, sizeof why, "%s", bad >= 0 ? reg->problems[bad].message : err->message);
+            return ct_error_set(err, CT_ERR_INVALID, "%s plugin '%s': %s", kname, name, why),
+                   NULL;
+        }
+        if (p->desc.kind == kind && !strcmp(p->desc.name, name)) {
+            if (warn_shadowing(reg, p, 0, err) != CT_OK) return NULL;
+            return p;
+        }
+        break; /* the file declares another plugin: look at everything */
+    }
+    if (registry_scan(reg, err) != CT_OK) return NULL;
+    p = find_active(reg, kind, name);
+    if (p) return p;
+    for (int32_t k = 1; k <= N_KINDS; k++)
+        if (k != kind && (p = find_active(reg, k, name))) return p; /* the caller says "is a" */
+    /* The expected file failed to load? Say why. */
+    char want[128];
+    snprintf(want, sizeof want, "/%s_%s.so", kname, name);
+    for (int32_t i = 0; i < reg->n_problems; i++) {
+        const char *path = reg->problems[i].path;
+        size_t lp = strlen(path), lw = strlen(want);
+        if (lp >= lw && !strcmp(path + lp - lw, want))
+            return ct_error_set(err, CT_ERR_INVALID, "%s plugin '%s': %s", kname, name,
+                                reg->problems[i].message), NULL;
+    }
+    return unknown_name(reg, kind, name, err);
 }
 
 const ct_plugin *registry_resolve(ct_registry *reg, int32_t kind, const char *name_or_path,
@@ -449,51 +817,9 @@ const ct_plugin *registry_resolve(ct_registry *reg, int32_t kind, const char *na
     if (!name_or_path || !*name_or_path)
         return ct_error_set(err, CT_ERR_INVALID, "no %s plugin named ---> name one", kname),
                NULL;
-    const ct_plugin *p = NULL;
-    if (names_file(name_or_path)) {
-        /* a file that failed during the scan: report why */
-        for (int32_t i = 0; i < reg->n_problems; i++) {
-            char *a = realpath(reg->problems[i].path, NULL), *b = realpath(name_or_path, NULL);
-            int same = a && b && !strcmp(a, b);
-            free(a);
-            free(b);
-            if (same)
-                return ct_error_set(err, CT_ERR_INVALID, "%s", reg->problems[i].message), NULL;
-        }
-        p = resolve_file(reg, name_or_path, err);
-        if (!p) return NULL;
-    } else {
-        p = find_active(reg, kind, name_or_path);
-        if (!p) {
-            for (int32_t k = 1; k <= N_KINDS && !p; k++)
-                if (k != kind) p = find_active(reg, k, name_or_path);
-            if (!p) {
-                /* The expected file failed to load? Say why. */
-                char want[128];
-                snprintf(want, sizeof want, "/%s_%s.so", kname, name_or_path);
-                for (int32_t i = 0; i < reg->n_problems; i++) {
-                    const char *path = reg->problems[i].path;
-                    size_t lp = strlen(path), lw = strlen(want);
-                    if (lp >= lw && !strcmp(path + lp - lw, want))
-                        return ct_error_set(err, CT_ERR_INVALID, "%s plugin '%s': %s", kname,
-                                            name_or_path, reg->problems[i].message), NULL;
-                }
-                char avail[300] = "";
-                size_t used = 0;
-                for (int32_t i = 0; i < reg->n_plugins; i++) {
-                    if (reg->plugins[i]->desc.kind != kind) continue;
-                    int w = snprintf(avail + used, sizeof avail - used, "%s%s", used ? ", " : "",
-                                     reg->plugins[i]->desc.name);
-                    if (w < 0 || (size_t)w >= sizeof avail - used) break;
-                    used += (size_t)w;
-                }
-                return ct_error_set(err, CT_ERR_INVALID, "unknown %s plugin '%s' ---> available "
-                                    "%s plugins: %s (searched %d folders; see `ctrain plugins`)",
-                                    kname, name_or_path, kname, used ? avail : "none",
-                                    (int)reg->n_dirs), NULL;
-            }
-        }
-    }
+    const ct_plugin *p = names_file(name_or_path) ? resolve_file(reg, name_or_path, err)
+                                                  : resolve_name(reg, kind, name_or_path, err);
+    if (!p) return NULL;
     if (p->desc.kind != kind)
         return ct_error_set(err, CT_ERR_INVALID, "'%s' is a %s plugin; [%s] needs a %s plugin "
                             "---> name a %s plugin (`ctrain plugins` lists them)", name_or_path,
@@ -517,6 +843,10 @@ const char *registry_problem_path(const ct_registry *reg, int32_t i) {
 }
 const char *registry_problem_message(const ct_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_problems ? reg->problems[i].message : NULL;
+}
+int32_t registry_warning_count(const ct_registry *reg) { return reg->n_warnings; }
+const char *registry_warning_at(const ct_registry *reg, int32_t i) {
+    return i >= 0 && i < reg->n_warnings ? reg->warnings[i] : NULL;
 }
 int32_t registry_dir_count(const ct_registry *reg) { return reg->n_dirs; }
 const char *registry_dir_at(const ct_registry *reg, int32_t i) {

@@ -46,6 +46,20 @@ static const char *value_or_default(const ct_config *cfg, const host_section *hs
     return NULL;
 }
 
+/* A plugin value naming a file by a relative path ("my/loss_x.so") that comes from the INI file
+ * is relative to the INI file's folder; from --set (or a default) it stays relative to the
+ * current directory. Returns value, or buf holding the path to use. */
+static const char *plugin_path(const ct_config *cfg, const char *section, const char *key,
+                               const char *value, char *buf, size_t cap) {
+    if (!strchr(value, '/') || value[0] == '/') return value;
+    const char *ini = config_path(cfg), *origin = config_origin(cfg, section, key);
+    size_t n = strlen(ini);
+    const char *slash = strrchr(ini, '/');
+    if (!slash || strncmp(origin, ini, n) != 0 || origin[n] != ':') return value;
+    snprintf(buf, cap, "%.*s/%s", (int)(slash - ini), ini, value);
+    return buf;
+}
+
 const char *wiring_auto_comm(int64_t world_size) {
     const char *mpi = getenv("OMPI_COMM_WORLD_SIZE");
     if (mpi && *mpi) return "mpi";
@@ -86,7 +100,9 @@ static int32_t resolve_losses(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct
             return ct_error_set(err, CT_ERR_INVALID, "%s: [loss] plugins lists more than %d "
                                 "terms ---> drop some", config_origin(cfg, "loss", "plugins"),
                                 CT_WIRING_MAX_LOSS);
-        const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, tok, err);
+        char file[2 * CT_VALUE_MAX];
+        const ct_plugin *p = registry_resolve(
+            reg, CT_KIND_LOSS, plugin_path(cfg, "loss", "plugins", tok, file, sizeof file), err);
         if (!p) return prefix_error(cfg, "loss", "plugins", list, err);
         for (int32_t i = 0; i < w->n_loss; i++)
             if (w->loss[i] == p || !strcmp(w->loss[i]->desc.name, p->desc.name))
@@ -172,7 +188,10 @@ int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error 
                 if (v) ws = strtoll(v, NULL, 10);
                 snprintf(chosen, sizeof chosen, "%s", wiring_auto_comm(ws));
             }
-            p = registry_resolve(reg, h->kind, chosen, err);
+            char file[2 * CT_VALUE_MAX];
+            p = registry_resolve(reg, h->kind,
+                                 plugin_path(cfg, h->name, h->plugin_key, chosen, file,
+                                             sizeof file), err);
             if (!p) return prefix_error(cfg, h->name, h->plugin_key, name, err);
             switch (h->kind) {
             case CT_KIND_MODEL: w->model = p; break;
@@ -264,6 +283,8 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_co
         goto out_free_config;
     }
     rc = wiring_resolve(c, r, w, err);
+    for (int32_t i = 0; i < registry_warning_count(r); i++) /* the search path's risks */
+        fprintf(stderr, "warning: %s\n", registry_warning_at(r, i));
     if (rc != CT_OK) goto out_close_registry;
     *cfg = c;
     *reg = r;

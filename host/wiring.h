@@ -28,7 +28,9 @@ typedef struct ct_wiring {
  *   - [loss] plugins = a, b: term NAME's keys live in [loss.NAME], validated against its schema;
  *   - any other section is an error naming the nearest known section.
  * Afterwards every key a plugin reads exists (defaults filled, origin "default").
- * [comm] plugin = auto picks mpi when OMPI_COMM_WORLD_SIZE is set, else threads when
+ * A plugin value with a '/' that is not absolute names a file relative to the folder of the
+ * INI file it is written in; the same value given with --set is relative to the current
+ * directory. [comm] plugin = auto picks mpi when OMPI_COMM_WORLD_SIZE is set, else threads when
  * world_size > 1, else local. Errors are CT_ERR_INVALID with "FILE:LINE: [section] ...". */
 int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error *err);
 
@@ -42,6 +44,8 @@ const char *wiring_auto_comm(int64_t world_size);
  * of --set). Every other argument is copied, in order, into rest (the caller provides room for
  * argc entries) and counted in *n_rest, for the subcommand's own flags.
  * On success *cfg and *reg are the caller's (config_free, registry_close) and *w is filled.
+ * The registry's warnings (world-writable plugin folders or files, shadowing) are printed to
+ * stderr as "warning: ..." lines, on success and on failure.
  * On failure both are NULL and err says why (usage errors included). */
 int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_config **cfg,
                           ct_registry **reg, ct_wiring *w, ct_error *err);

@@ -4,7 +4,8 @@
  * (claimed ABI, default this header's), FX_NO_ENTRY (export no entry symbol), FX_SHORT_VTABLE
  * (claim a vtable that ends before forward_backward), FX_WIDE_PARAMS (param specs with 24
  * extra bytes each, as a later minor version might have), FX_MISSING_DEP (call a function
- * of a library linked in, so deleting that library makes dlopen fail).
+ * of a library linked in, so deleting that library makes dlopen fail), FX_CRASH_IN_CONSTRUCTOR
+ * (raise SIGSEGV from a constructor, i.e. during dlopen).
  * Not for: real training (its forward_backward adds a constant 1 to the loss).
  */
 #include <ctrain/ctrain.h>
@@ -27,6 +28,11 @@
 
 #ifdef FX_MISSING_DEP
 int fx_dep_value(void); /* defined in libfxdep.so */
+#endif
+
+#ifdef FX_CRASH_IN_CONSTRUCTOR
+#include <signal.h>
+__attribute__((constructor)) static void fx_crash(void) { raise(SIGSEGV); }
 #endif
 
 static void *fx_create(const ct_create_args *a, ct_error *err) {

@@ -67,7 +67,10 @@ static int32_t *read_split(const char *dir, const char *split, int64_t *n) {
             break;
         }
         all = realloc(all, (size_t)(*n + s.n + 1) * sizeof *all);
-        for (int64_t j = 0; j < s.n; j++) all[*n + j] = s.tokens[j];
+        uint16_t *tok = malloc((size_t)s.n * sizeof *tok + 1);
+        CT_CHECK_MSG(shard_read(&s, 0, s.n, tok, &err) == CT_OK, "shard_read: %s", err.message);
+        for (int64_t j = 0; j < s.n; j++) all[*n + j] = tok[j];
+        free(tok);
         *n += s.n;
         shard_close(&s);
     }
@@ -95,10 +98,13 @@ CT_TEST(shard_write_then_open_returns_the_same_tokens_in_llmc_layout) {
     CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
     CT_CHECK_INT(s.n, 1001);
     int bad = 0;
-    for (int64_t i = 0; i < s.n; i++) bad += s.tokens[i] != (uint16_t)((i * 7919 + 3) % 65536);
+    uint16_t tok[1001];
+    CT_CHECK_MSG(shard_read(&s, 0, s.n, tok, &err) == CT_OK, "%s", err.message);
+    for (int64_t i = 0; i < s.n; i++) bad += tok[i] != (uint16_t)((i * 7919 + 3) % 65536);
     CT_CHECK_INT(bad, 0);
     int64_t at;
-    int32_t max = shard_max_token(&s, &at);
+    int32_t max;
+    CT_CHECK_MSG(shard_max_token(&s, &max, &at, &err) == CT_OK, "%s", err.message);
     int32_t want = 0;
     int64_t want_at = 0;
     for (int64_t i = 0; i < 1001; i++)
@@ -322,6 +328,145 @@ CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
     l = loader_open(path, NULL, 301, 100, 10, 0, 2, 0, &err); /* 99 windows < 200 */
     CT_CHECK(l == NULL);
     CT_CHECK_STR_CONTAINS(err.message, "fewer than one global batch");
+}
+
+/* A shard truncated (or rewritten) under an open loader: the next window is an error naming
+ * the file and the token position, never a SIGBUS (the loader used to map the file). */
+CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/cut_000000.bin", ct_test_tmpdir());
+    /* 100000 tokens < 200: 24999 windows of T=4 over 50 pages (a mapping faults past the end) */
+    write_pattern_shard(path, 100000, 1, 0, 200);
+    ct_error err = new_err();
+    ct_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 3, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (!l) return;
+    int32_t in[8], tg[8];
+    CT_CHECK_MSG(loader_next(l, in, tg, &err) == CT_OK, "%s", err.message);
+    /* a token in place rewritten beyond the vocabulary: refused when its window is dealt */
+    FILE *f = fopen(path, "r+b");
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    uint16_t *big = malloc(100000 * sizeof *big);
+    for (int i = 0; i < 100000; i++) big[i] = 300;
+    fseek(f, 1024, SEEK_SET);
+    CT_CHECK_INT(fwrite(big, 2, 100000, f), 100000);
+    free(big);
+    fclose(f);
+    err = new_err();
+    CT_CHECK_INT(loader_next(l, in, tg, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, "token 300 at position ");
+    CT_CHECK_STR_CONTAINS(err.message, "the file changed during the run");
+    /* truncated to 1 token: every window is beyond the end */
+    CT_CHECK_INT(truncate(path, 1024 + 2), 0);
+    err = new_err();
+    CT_CHECK_INT(loader_next(l, in, tg, &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, ": token position ");
+    CT_CHECK_STR_CONTAINS(err.message, "the file has 1026 bytes, 201024 when it was opened");
+    CT_CHECK_STR_CONTAINS(err.message, "---> the file changed during the run");
+    loader_close(l);
+    /* replaced by another file of the same size (rename): noticed when the shard is reopened */
+    write_pattern_shard(path, 1000, 1, 0, 200);
+    l = loader_open(path, NULL, 256, 2, 4, 0, 1, 3, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (!l) return;
+    ct_token_shard s;
+    CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
+    write_pattern_shard(path, 1000, 1, 0, 200);
+    shard_release(&s);
+    uint16_t t[4];
+    err = new_err();
+    CT_CHECK_INT(shard_read(&s, 8, 4, t, &err), CT_ERR_IO);
+    CT_CHECK_STR_CONTAINS(err.message, "token position 8: the file was replaced");
+    shard_close(&s);
+    loader_close(l);
+}
+
+/* mkfifo, a folder and a symbolic link to a device, each named like a shard: refused at once
+ * (an alarm turns a hang into a failure) with a message naming the path and what it is. */
+CT_TEST(shard_open_refuses_a_fifo_folder_or_device_without_blocking) {
+    const char *dir = ct_test_tmpdir();
+    char fifo[512], folder[512], dev[512];
+    snprintf(fifo, sizeof fifo, "%s/train_000000.bin", dir);
+    snprintf(folder, sizeof folder, "%s/train_000001.bin", dir);
+    snprintf(dev, sizeof dev, "%s/train_000002.bin", dir);
+    CT_CHECK_INT(mkfifo(fifo, 0600), 0);
+    CT_CHECK_INT(mkdir(folder, 0700), 0);
+    CT_CHECK_INT(symlink("/dev/zero", dev), 0);
+    struct { const char *path, *what; } cases[] = {
+        {fifo, "is a FIFO (named pipe), not a regular file"},
+        {folder, "is a directory, not a regular file"},
+        {dev, "is a character device, not a regular file"},
+    };
+    alarm(20); /* the FIFO used to block in open() forever */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ct_token_shard s;
+        ct_error err = new_err();
+        CT_CHECK_INT(shard_open(cases[i].path, &s, &err), CT_ERR_INVALID);
+        CT_CHECK_STR_CONTAINS(err.message, cases[i].path);
+        CT_CHECK_STR_CONTAINS(err.message, cases[i].what);
+    }
+    /* through the loader: the folder's first train_*.bin is the FIFO */
+    ct_error err = new_err();
+    CT_CHECK(loader_open(dir, "train", 0, 1, 4, 0, 1, 0, &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "token shard ");
+    CT_CHECK_STR_CONTAINS(err.message, "is a FIFO (named pipe)");
+    /* prepare's text input */
+    prepare_options o = prepare_default_options();
+    const char *texts[] = {fifo};
+    char out[512];
+    snprintf(out, sizeof out, "%s/out", dir);
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.quiet = 1;
+    prepare_summary sum;
+    err = new_err();
+    CT_CHECK_INT(prepare_run(&o, &sum, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "text file ");
+    CT_CHECK_STR_CONTAINS(err.message, "is a FIFO (named pipe), not a regular file");
+    /* a FIFO where prepare used to put meta.ini's temporary file: not opened at all */
+    char text[512], meta_tmp[600];
+    snprintf(text, sizeof text, "%s/t.txt", dir);
+    write_text(text, "hello hello hello hello\n", 24);
+    CT_CHECK_INT(mkdir(out, 0700), 0);
+    snprintf(meta_tmp, sizeof meta_tmp, "%s/meta.ini.tmp", out);
+    CT_CHECK_INT(mkfifo(meta_tmp, 0600), 0);
+    texts[0] = text;
+    err = new_err();
+    CT_CHECK_MSG(prepare_run(&o, &sum, &err) == CT_OK, "%s", err.message);
+    alarm(0);
+}
+
+/* Every output of prepare gets 0666 & ~umask: shards and meta.ini alike (shards were 0600). */
+CT_TEST(prepare_outputs_all_get_the_mode_of_the_users_umask) {
+    const mode_t masks[] = {022, 077, 002};
+    char text[512];
+    snprintf(text, sizeof text, "%s/t.txt", ct_test_tmpdir());
+    write_text(text, "some text for shards\n", 21);
+    for (size_t i = 0; i < sizeof masks / sizeof *masks; i++) {
+        char out[512];
+        snprintf(out, sizeof out, "%s/out", ct_test_tmpdir());
+        prepare_options o = prepare_default_options();
+        const char *texts[] = {text};
+        o.texts = texts, o.n_texts = 1, o.out_dir = out, o.quiet = 1, o.val_fraction = 0.2;
+        prepare_summary sum;
+        ct_error err = new_err();
+        mode_t old = umask(masks[i]);
+        int32_t rc = prepare_run(&o, &sum, &err);
+        umask(old);
+        CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
+        const char *names[] = {"train_000000.bin", "val_000000.bin", "meta.ini"};
+        for (size_t k = 0; k < 3; k++) {
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s", out, names[k]);
+            struct stat st;
+            CT_CHECK_INT(stat(p, &st), 0);
+            CT_CHECK_MSG((st.st_mode & 0777) == (0666 & ~masks[i]),
+                         "%s under umask %03o: expected mode %03o, got %03o", names[k],
+                         (unsigned)masks[i], (unsigned)(0666 & ~masks[i]),
+                         (unsigned)(st.st_mode & 0777));
+        }
+    }
 }
 
 CT_TEST(loader_reads_a_folder_split_or_a_glob_across_shards) {

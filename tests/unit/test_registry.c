@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static ct_error new_err(void) {
@@ -58,6 +59,8 @@ CT_TEST(registry_accepts_same_major_older_minor_and_refuses_newer_or_other_major
     ct_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
+    CT_CHECK_INT(registry_count(reg), 0); /* nothing loaded before a scan or a lookup */
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), CT_ABI_MINOR > 0 ? 2 : 1);
     CT_CHECK_INT(registry_problem_count(reg), 3);
     char want[160];
@@ -135,6 +138,7 @@ CT_TEST(registry_first_folder_wins_and_later_same_name_is_shadowed) {
     ct_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), 2);
     CT_CHECK_INT(registry_shadowed_count(reg), 1);
     CT_CHECK_INT(registry_dir_count(reg), 3);
@@ -201,11 +205,115 @@ CT_TEST(registry_reports_dlerror_of_a_plugin_whose_library_is_gone) {
     ct_error err = new_err();
     ct_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), 0);
     CT_CHECK(find_problem(reg, "/loss_fx.so", "libfxdep.so: cannot open shared object file"));
     err = new_err();
     CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "fx", &err) == NULL);
     CT_CHECK_STR_CONTAINS(err.message, "libfxdep.so");
+    registry_close(reg);
+}
+
+static int has_warning(const ct_registry *reg, const char *needle) {
+    for (int32_t i = 0; i < registry_warning_count(reg); i++)
+        if (strstr(registry_warning_at(reg, i), needle)) return 1;
+    return 0;
+}
+
+/* A plugin whose constructor raises SIGSEGV next to a good one: a lookup by name loads only the
+ * conventional file it needs; a scan probes each file in a child and reports the crash with the
+ * file and the signal, and this process lives on. */
+CT_TEST(registry_loads_only_what_is_asked_and_probes_a_crashing_plugin_in_a_child) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", ct_test_tmpdir());
+    if (!build_fixture(dir, "loss_fx.so", "")) return;
+    if (!build_fixture(dir, "loss_boom.so", "-DFX_NAME=boom -DFX_CRASH_IN_CONSTRUCTOR")) return;
+    const char *dirs[] = {dir, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    CT_CHECK_MSG(reg != NULL, "%s", err.message);
+    if (!reg) return;
+    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
+    CT_CHECK_MSG(p != NULL, "%s", err.message);
+    CT_CHECK_INT(registry_count(reg), 1);        /* loss_fx.so only */
+    CT_CHECK_INT(registry_problem_count(reg), 0); /* loss_boom.so was never opened */
+    CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
+    CT_CHECK_INT(registry_count(reg), 1);
+    CT_CHECK_INT(registry_problem_count(reg), 1);
+    char want[700];
+    snprintf(want, sizeof want, "%s/loss_boom.so: crashed while loading (SIGSEGV in its "
+             "constructor or descriptor) ---> remove it from the search path", dir);
+    CT_CHECK(find_problem(reg, "/loss_boom.so", want));
+    /* asked for by name afterwards: the probe's reason, no second load */
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "boom", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "loss plugin 'boom': ");
+    CT_CHECK_STR_CONTAINS(err.message, "crashed while loading (SIGSEGV");
+    registry_close(reg);
+}
+
+/* validate/train see the same warnings as `plugins`: a world-writable folder or file of the
+ * search path, and a conventional file hidden by an earlier folder's (or a path's). */
+CT_TEST(registry_warns_about_world_writable_folders_and_shadowed_conventional_files) {
+    char d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s", ct_test_tmpdir());
+    snprintf(d2, sizeof d2, "%s", ct_test_tmpdir());
+    if (!build_fixture(d1, "loss_fx.so", "")) return;
+    if (!build_fixture(d2, "loss_fx.so", "")) return;
+    CT_CHECK_INT(chmod(d2, 0777), 0);
+    const char *dirs[] = {d1, d2, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    if (!reg) return;
+    char want[1400];
+    snprintf(want, sizeof want, "plugin folder %s is world-writable", d2);
+    CT_CHECK(has_warning(reg, want));
+    CT_CHECK_INT(registry_warning_count(reg), 1);
+    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
+    CT_CHECK_MSG(p && strstr(p->path, d1) == p->path, "%s", p ? p->path : err.message);
+    snprintf(want, sizeof want, "loss plugin 'fx': %s/loss_fx.so is used; %s/loss_fx.so, later "
+             "on the search path, is hidden by it", d1, d2);
+    CT_CHECK(has_warning(reg, want));
+    CT_CHECK_INT(registry_count(reg), 1); /* the hidden file is not loaded to say so */
+    registry_close(reg);
+    /* a file named by path with the kind+name of a search-path plugin */
+    char other[512], path[600];
+    snprintf(other, sizeof other, "%s", ct_test_tmpdir());
+    if (!build_fixture(other, "mine.so", "")) return;
+    CT_CHECK_INT(chmod(d2, 0755), 0);
+    snprintf(path, sizeof path, "%s/mine.so", other);
+    CT_CHECK_INT(chmod(path, 0777), 0);
+    reg = registry_open_dirs(dirs, &err);
+    if (!reg) return;
+    CT_CHECK_INT(registry_warning_count(reg), 0);
+    p = registry_resolve(reg, CT_KIND_LOSS, path, &err);
+    CT_CHECK_MSG(p != NULL, "%s", err.message);
+    snprintf(want, sizeof want, "loss plugin 'fx': %s (named by path) takes the place of "
+             "%s/loss_fx.so", path, d1);
+    CT_CHECK(has_warning(reg, want));
+    snprintf(want, sizeof want, "plugin file %s is world-writable", path);
+    CT_CHECK(has_warning(reg, want));
+    registry_close(reg);
+}
+
+/* A bare "x.so" is looked up in the search folders only, never in the current directory. */
+CT_TEST(registry_does_not_load_a_bare_file_name_from_the_current_directory) {
+    char dir[512], search[512], cwd[1024];
+    snprintf(dir, sizeof dir, "%s", ct_test_tmpdir());
+    snprintf(search, sizeof search, "%s", ct_test_tmpdir());
+    if (!build_fixture(dir, "loss_here.so", "-DFX_NAME=here")) return;
+    if (!getcwd(cwd, sizeof cwd)) return;
+    const char *dirs[] = {search, NULL};
+    ct_error err = new_err();
+    ct_registry *reg = registry_open_dirs(dirs, &err);
+    if (!reg) return;
+    CT_CHECK_INT(chdir(dir), 0);
+    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "loss_here.so", &err);
+    CT_CHECK_INT(chdir(cwd), 0);
+    CT_CHECK_MSG(p == NULL, "loaded %s from the current directory", p ? p->path : "");
+    CT_CHECK_STR_CONTAINS(err.message, "plugin file loss_here.so is in none of the 1 search "
+                          "folders");
+    CT_CHECK_STR_CONTAINS(err.message, "e.g. ./loss_here.so");
     registry_close(reg);
 }
 
