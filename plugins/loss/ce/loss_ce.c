@@ -126,18 +126,12 @@ static const ct_loss_vtable ce_vtable = {
     .forward_backward = ce_forward_backward,
 };
 
-static const ct_plugin_desc ce_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_LOSS,
-    .name              = "ce",
-    .version           = "1.0.0",
-    .summary           = "next-token cross-entropy, mean over counted positions",
-    .params            = ce_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CE_DEVICES,
-    .vtable            = &ce_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_LOSS,
+    .name    = "ce",
+    .version = "1.0.0",
+    .summary = "next-token cross-entropy, mean over counted positions",
+    .params  = ce_params,
+    .devices = CE_DEVICES,
+    .vtable  = &ce_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ce_desc; }

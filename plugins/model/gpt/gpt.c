@@ -507,22 +507,18 @@ static const ct_model_vtable gpt_vtable = {
     .mean_hidden = gpt_mean_hidden,
 };
 
-static const ct_plugin_desc gpt_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
+#ifdef CT_HAVE_CUDA
+#define GPT_SUMMARY "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU+CUDA"
+#else
+#define GPT_SUMMARY "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU"
+#endif
+
+CT_DEFINE_PLUGIN(
     .kind = CT_KIND_MODEL,
     .name = "gpt",
     .version = "1.0.0",
-#ifdef CT_HAVE_CUDA
-    .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU+CUDA",
-#else
-    .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU",
-#endif
+    .summary = GPT_SUMMARY,
     .params = gpt_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices = GPT_DEVICES,
-    .vtable = &gpt_vtable,
-};
+    .vtable = &gpt_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &gpt_desc; }
