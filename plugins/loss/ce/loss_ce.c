@@ -51,8 +51,10 @@ static void ce_destroy(void *p) {
 static int32_t ce_cuda_load(ce_loss *self, ct_error *err) {
     if (self->cu.forward_backward) return CT_OK;
     static const char *const names[] = CE_CUDA_NAMES;
+    static const ct_companion_info want = {sizeof(ct_companion_info), CE_CUDA_INTERFACE,
+                                           sizeof(ct_loss_batch)};
     void *fn[2];
-    int32_t rc = ct_companion_load("loss ce", "loss_ce_cuda.so", names, fn, 2, err);
+    int32_t rc = ct_companion_load("loss ce", "loss_ce_cuda.so", &want, names, fn, 2, err);
     if (rc != CT_OK) return rc;
     self->cu.forward_backward =
         (int32_t (*)(ct_lkit_cuda **, const ct_loss_batch *, double *, ct_error *))fn[0];

@@ -316,8 +316,10 @@ static int32_t build_rope(gpt *m, ct_error *err) {
  * device: the CPU path never touches the companion or the CUDA libraries it links. */
 static int32_t gpt_cuda_load(gpt *m, ct_error *err) {
     static const char *const names[] = GPT_CUDA_NAMES;
+    static const ct_companion_info want = {sizeof(ct_companion_info), GPT_CUDA_INTERFACE,
+                                           sizeof(gpt)};
     void *fn[sizeof names / sizeof names[0]];
-    int32_t rc = ct_companion_load("model gpt", "model_gpt_cuda.so", names, fn,
+    int32_t rc = ct_companion_load("model gpt", "model_gpt_cuda.so", &want, names, fn,
                                    (int)(sizeof names / sizeof names[0]), err);
     if (rc != CT_OK) return rc;
     m->cu.prepare = (int32_t (*)(gpt *, int64_t, int64_t, int32_t, ct_error *))fn[0];
