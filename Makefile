@@ -168,15 +168,25 @@ ubsan:
 	$(Q)SANITIZER=undefined $(MAKE) --no-print-directory test BUILD=build-ubsan \
 	    SANITIZER=undefined CUDA=0 OPT=-O1
 
+# What a plugin author needs: the binary (check-plugin included), plugins, headers, the .pc
+# file (Version = the plugin ABI), the example project and the plugin guide. Copies the build
+# folder as it is; never rebuilds (the prefix is not compiled in).
+ABI_VERSION = $(shell sed -n 's/^\#define CT_ABI_MAJOR \([0-9]*\)$$/\1/p' sdk/include/ctrain/ctrain.h).$(shell \
+              sed -n 's/^\#define CT_ABI_MINOR \([0-9]*\)$$/\1/p' sdk/include/ctrain/ctrain.h)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ctrain/plugins \
-	    $(DESTDIR)$(PREFIX)/include/ctrain $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	    $(DESTDIR)$(PREFIX)/include/ctrain $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/share/doc/ctrain $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
 	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/
 	$(if $(COMPANIONS),install -d $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda)
 	$(if $(COMPANIONS),install -m 755 $(COMPANIONS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda/)
 	install -m 644 sdk/include/ctrain/*.h sdk/include/ctrain/*.cuh $(DESTDIR)$(PREFIX)/include/ctrain/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' sdk/ctrain-sdk.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ctrain-sdk.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@ABI_VERSION@|$(ABI_VERSION)|g' sdk/ctrain-sdk.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ctrain-sdk.pc
+	install -m 644 examples/loss_mse_logit/Makefile examples/loss_mse_logit/mse_logit.c \
+	    $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit/
+	install -m 644 docs/plugin-guide.md $(DESTDIR)$(PREFIX)/share/doc/ctrain/
 
 clean:
 	rm -rf build build-asan build-ubsan

@@ -65,18 +65,12 @@ static const ct_loss_vtable mse_vtable = {
     .forward_backward = mse_forward_backward,
 };
 
-static const ct_plugin_desc mse_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
-    .kind = CT_KIND_LOSS,
-    .name = "mse_logit",
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_LOSS,
+    .name    = "mse_logit",
     .version = "1.0.0",
     .summary = "mean squared logit penalty (out-of-tree example)",
-    .params = mse_params,
-    .param_struct_size = sizeof(ct_param_spec),
+    .params  = mse_params,
     .devices = CT_DEVICE_CPU,
-    .vtable = &mse_vtable,
-};
+    .vtable  = &mse_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &mse_desc; }

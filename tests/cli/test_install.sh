@@ -60,8 +60,20 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 [ "$(pkg-config --variable=plugindir ctrain-sdk)" = "$prefix/lib/ctrain/plugins" ] \
     && ct_pass pc_plugindir || ct_fail pc_plugindir "$(pkg-config --variable=plugindir ctrain-sdk)"
 cflags=$(pkg-config --cflags ctrain-sdk)
-[ "${cflags% }" = "-I$prefix/include" ] && ct_pass pc_cflags || ct_fail pc_cflags "$cflags"
-cp -r examples/loss_mse_logit "$CT_TMP/ex"
+[ "${cflags% }" = "-I$prefix/include -fPIC -fvisibility=hidden" ] && ct_pass pc_cflags \
+    || ct_fail pc_cflags "$cflags"
+libs=$(pkg-config --libs ctrain-sdk)
+[ "${libs% }" = "-shared -Wl,-z,defs -lm" ] && ct_pass pc_libs || ct_fail pc_libs "$libs"
+abi=$(sed -n 's/^#define CT_ABI_MAJOR \([0-9]*\)$/\1/p' sdk/include/ctrain/ctrain.h).$(sed -n \
+      's/^#define CT_ABI_MINOR \([0-9]*\)$/\1/p' sdk/include/ctrain/ctrain.h)
+[ "$(pkg-config --modversion ctrain-sdk)" = "$abi" ] && ct_pass pc_version_is_the_abi \
+    || ct_fail pc_version_is_the_abi "pc says $(pkg-config --modversion ctrain-sdk), headers $abi"
+for f in share/doc/ctrain/plugin-guide.md share/ctrain/examples/loss_mse_logit/Makefile \
+         share/ctrain/examples/loss_mse_logit/mse_logit.c include/ctrain/companion.h; do
+    [ -f "$prefix/$f" ] && ct_pass "installed_$f" || ct_fail "installed_$f" "missing $prefix/$f"
+done
+# the example as installed, copied somewhere else, builds with nothing but pkg-config
+cp -r "$prefix/share/ctrain/examples/loss_mse_logit" "$CT_TMP/ex"
 ct_run make --no-print-directory -C "$CT_TMP/ex"
 if [ "$ct_rc" -eq 0 ] && [ -f "$CT_TMP/ex/loss_mse_logit.so" ]; then
     ct_pass example_builds

@@ -205,3 +205,71 @@ CT_TEST(loss_without_its_companion_runs_on_cpu_and_names_it_on_cuda) {
     }
     harness_free(h);
 }
+
+/* Build the fixture pair in a fresh folder: the plugin side expecting interface 3 and a 96-byte
+ * shared structure, the companion side built with `companion_flags`; the plugin's fx_try_load. */
+typedef int32_t (*fx_try_load_fn)(int32_t *value, ct_error *err);
+static fx_try_load_fn build_pair(const char *tag, const char *companion_flags) {
+    char dir[1100], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/%s", ct_test_tmpdir(), tag);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/cuda' && "
+             "cc -std=c11 -D_GNU_SOURCE -shared -fPIC -fvisibility=hidden -Isdk/include "
+             "-DFX_PLUGIN -DFX_WANT_VERSION=3 -DFX_WANT_SIZE=96 tests/abi/companion_fixture.c "
+             "-o '%s/fx.so' -ldl && "
+             "cc -std=c11 -D_GNU_SOURCE -shared -fPIC -fvisibility=hidden -Isdk/include %s "
+             "tests/abi/companion_fixture.c -o '%s/cuda/fx_cuda.so'",
+             dir, dir, companion_flags, dir);
+    if (system(cmd) != 0) {
+        ct_test_fail(__FILE__, __LINE__, "could not build the fixture pair: %s", cmd);
+        return NULL;
+    }
+    char so[1200];
+    snprintf(so, sizeof so, "%s/fx.so", dir);
+    void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        ct_test_fail(__FILE__, __LINE__, "cannot load %s: %s", so, dlerror());
+        return NULL;
+    }
+    return (fx_try_load_fn)dlsym(dl, "fx_try_load");
+}
+
+CT_TEST(companion_with_the_expected_version_and_size_is_used) {
+    fx_try_load_fn try_load = build_pair("match", "-DFX_HAVE_VERSION=3 -DFX_HAVE_SIZE=96");
+    if (!try_load) return;
+    ct_error err = {.struct_size = sizeof err};
+    int32_t value = 0;
+    CT_CHECK_INT(try_load(&value, &err), CT_OK);
+    CT_CHECK_INT(value, 42);
+}
+
+CT_TEST(stale_companion_is_refused_naming_both_versions_and_sizes) {
+    static const char *const flags[] = {"-DFX_HAVE_VERSION=2 -DFX_HAVE_SIZE=96",
+                                        "-DFX_HAVE_VERSION=3 -DFX_HAVE_SIZE=88"};
+    static const char *const want[] = {"implements interface 2 with a 96-byte",
+                                       "implements interface 3 with a 88-byte"};
+    for (int i = 0; i < 2; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "stale%d", i);
+        fx_try_load_fn try_load = build_pair(tag, flags[i]);
+        if (!try_load) continue;
+        ct_error err = {.struct_size = sizeof err};
+        int32_t value = 0;
+        CT_CHECK_INT(try_load(&value, &err), CT_ERR_UNSUPPORTED);
+        CT_CHECK_INT(value, 0); /* never called */
+        CT_CHECK_STR_CONTAINS(err.message, "loss fx: its CUDA companion ");
+        CT_CHECK_STR_CONTAINS(err.message, "/cuda/fx_cuda.so");
+        CT_CHECK_STR_CONTAINS(err.message, want[i]);
+        CT_CHECK_STR_CONTAINS(err.message, "needs interface 3 with 96 bytes");
+        CT_CHECK_STR_CONTAINS(err.message, "---> rebuild both");
+    }
+}
+
+CT_TEST(companion_that_reports_no_version_is_refused) {
+    fx_try_load_fn try_load = build_pair("noinfo", "-DFX_NO_INFO");
+    if (!try_load) return;
+    ct_error err = {.struct_size = sizeof err};
+    int32_t value = 0;
+    CT_CHECK_INT(try_load(&value, &err), CT_ERR_UNSUPPORTED);
+    CT_CHECK_INT(value, 0);
+    CT_CHECK_STR_CONTAINS(err.message, "does not report its interface version");
+}

@@ -191,18 +191,12 @@ static const ct_comm_vtable local_vtable = {
     .abort          = local_abort,
 };
 
-static const ct_plugin_desc local_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_COMM,
-    .name              = "local",
-    .version           = "1.0.0",
-    .summary           = "one rank: every collective is a copy",
-    .params            = local_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable            = &local_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_COMM,
+    .name    = "local",
+    .version = "1.0.0",
+    .summary = "one rank: every collective is a copy",
+    .params  = local_params,
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable  = &local_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &local_desc; }

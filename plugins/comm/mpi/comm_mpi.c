@@ -551,18 +551,12 @@ static const ct_comm_vtable mpi_vtable = {
     .abort = mpi_abort,
 };
 
-static const ct_plugin_desc mpi_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
-    .kind = CT_KIND_COMM,
-    .name = "mpi",
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_COMM,
+    .name    = "mpi",
     .version = "1.0.0",
     .summary = "one rank per process under mpirun (Open MPI); bf16 sums round every combine",
-    .params = mpi_params,
-    .param_struct_size = sizeof(ct_param_spec),
+    .params  = mpi_params,
     .devices = CT_DEVICE_CPU,
-    .vtable = &mpi_vtable,
-};
+    .vtable  = &mpi_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &mpi_desc; }

@@ -500,18 +500,12 @@ static const ct_comm_vtable nccl_vtable = {
     .abort          = nccl_abort,
 };
 
-static const ct_plugin_desc nccl_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_COMM,
-    .name              = "nccl",
-    .version           = "1.0.0",
-    .summary           = "NCCL collectives between GPUs, one rank per process (mpirun or alone)",
-    .params            = nccl_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CUDA,
-    .vtable            = &nccl_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_COMM,
+    .name    = "nccl",
+    .version = "1.0.0",
+    .summary = "NCCL collectives between GPUs, one rank per process (mpirun or alone)",
+    .params  = nccl_params,
+    .devices = CT_DEVICE_CUDA,
+    .vtable  = &nccl_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &nccl_desc; }

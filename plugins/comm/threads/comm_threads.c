@@ -504,18 +504,12 @@ static const ct_comm_vtable threads_vtable = {
     .abort = threads_abort,
 };
 
-static const ct_plugin_desc threads_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
-    .kind = CT_KIND_COMM,
-    .name = "threads",
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_COMM,
+    .name    = "threads",
     .version = "1.0.0",
     .summary = "N ranks as threads of one process; NCCL ring (or tree) arithmetic",
-    .params = threads_params,
-    .param_struct_size = sizeof(ct_param_spec),
+    .params  = threads_params,
     .devices = CT_DEVICE_CPU,
-    .vtable = &threads_vtable,
-};
+    .vtable  = &threads_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &threads_desc; }

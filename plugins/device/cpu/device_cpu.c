@@ -356,18 +356,12 @@ static const ct_device_vtable cpu_vtable = {
     .native_stream = NULL,
 };
 
-static const ct_plugin_desc cpu_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_DEVICE,
-    .name              = "cpu",
-    .version           = "1.0.0",
-    .summary           = "host memory and OpenMP loops; synchronous, deterministic reductions",
-    .params            = cpu_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU,
-    .vtable            = &cpu_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_DEVICE,
+    .name    = "cpu",
+    .version = "1.0.0",
+    .summary = "host memory and OpenMP loops; synchronous, deterministic reductions",
+    .params  = cpu_params,
+    .devices = CT_DEVICE_CPU,
+    .vtable  = &cpu_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &cpu_desc; }

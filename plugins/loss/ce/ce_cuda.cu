@@ -5,6 +5,8 @@
  */
 #include "ce_cuda.h"
 
+#include <ctrain/companion.h>
+
 #include <ctrain/loss_kit_cuda.cuh>
 #include <ctrain/numerics.h>
 
@@ -92,3 +94,6 @@ extern "C" int32_t ce_cuda_forward_backward(ct_lkit_cuda **state, const ct_loss_
     TRY(cudaGetLastError(), "k_ce_grad");
     return CT_OK;
 }
+
+/* What this companion implements: loss_ce.c refuses it when this does not match its build. */
+CT_COMPANION_INFO(CE_CUDA_INTERFACE, sizeof(ct_loss_batch))

@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* The companion interface (companion.h): bump when an entry below changes. */
+#define CE_CUDA_INTERFACE 1
+
 /* Value of the term into *value (mean over counted rows of lse - z_t); unless b->dlogits is
  * NULL, adds grad_scale * d value / d z into it. Validates every target first (nothing is added
  * when one is >= V). *state (the kit's scratch, loss_kit_cuda.cuh; NULL until first use) is

@@ -51,8 +51,10 @@ static void ce_destroy(void *p) {
 static int32_t ce_cuda_load(ce_loss *self, ct_error *err) {
     if (self->cu.forward_backward) return CT_OK;
     static const char *const names[] = CE_CUDA_NAMES;
+    static const ct_companion_info want = {sizeof(ct_companion_info), CE_CUDA_INTERFACE,
+                                           sizeof(ct_loss_batch)};
     void *fn[2];
-    int32_t rc = ct_companion_load("loss ce", "loss_ce_cuda.so", names, fn, 2, err);
+    int32_t rc = ct_companion_load("loss ce", "loss_ce_cuda.so", &want, names, fn, 2, err);
     if (rc != CT_OK) return rc;
     self->cu.forward_backward =
         (int32_t (*)(ct_lkit_cuda **, const ct_loss_batch *, double *, ct_error *))fn[0];
@@ -126,18 +128,12 @@ static const ct_loss_vtable ce_vtable = {
     .forward_backward = ce_forward_backward,
 };
 
-static const ct_plugin_desc ce_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_LOSS,
-    .name              = "ce",
-    .version           = "1.0.0",
-    .summary           = "next-token cross-entropy, mean over counted positions",
-    .params            = ce_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CE_DEVICES,
-    .vtable            = &ce_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_LOSS,
+    .name    = "ce",
+    .version = "1.0.0",
+    .summary = "next-token cross-entropy, mean over counted positions",
+    .params  = ce_params,
+    .devices = CE_DEVICES,
+    .vtable  = &ce_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ce_desc; }

@@ -6,6 +6,8 @@
  */
 #include "logitreg_cuda.h"
 
+#include <ctrain/companion.h>
+
 #include <ctrain/loss_kit_cuda.cuh>
 
 #include <cuda_runtime.h>
@@ -60,3 +62,6 @@ extern "C" int32_t logitreg_cuda_run(ct_lkit_cuda **state, const ct_loss_batch *
     TRY(cudaGetLastError(), "k_logitreg_grad");
     return CT_OK;
 }
+
+/* What this companion implements: the plugin (loss_kit.h) refuses it when this does not match. */
+CT_COMPANION_INFO(CT_LKIT_CUDA_INTERFACE, sizeof(ct_loss_batch))

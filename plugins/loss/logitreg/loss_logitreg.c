@@ -80,18 +80,12 @@ static const ct_loss_vtable logitreg_vtable = {
     .forward_backward = logitreg_forward_backward,
 };
 
-static const ct_plugin_desc logitreg_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_LOSS,
-    .name              = "logitreg",
-    .version           = "1.0.0",
-    .summary           = "logit regulariser: coef * mean squared logit (pushes logits to 0)",
-    .params            = logitreg_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = LOGITREG_DEVICES,
-    .vtable            = &logitreg_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_LOSS,
+    .name    = "logitreg",
+    .version = "1.0.0",
+    .summary = "logit regulariser: coef * mean squared logit (pushes logits to 0)",
+    .params  = logitreg_params,
+    .devices = LOGITREG_DEVICES,
+    .vtable  = &logitreg_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &logitreg_desc; }

@@ -82,18 +82,12 @@ static const ct_loss_vtable zloss_vtable = {
     .forward_backward = zloss_forward_backward,
 };
 
-static const ct_plugin_desc zloss_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_LOSS,
-    .name              = "zloss",
-    .version           = "1.0.0",
-    .summary           = "z-loss: coef * mean over positions of logsumexp(logits)^2",
-    .params            = zloss_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = ZLOSS_DEVICES,
-    .vtable            = &zloss_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_LOSS,
+    .name    = "zloss",
+    .version = "1.0.0",
+    .summary = "z-loss: coef * mean over positions of logsumexp(logits)^2",
+    .params  = zloss_params,
+    .devices = ZLOSS_DEVICES,
+    .vtable  = &zloss_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &zloss_desc; }

@@ -5,6 +5,8 @@
  */
 #include "zloss_cuda.h"
 
+#include <ctrain/companion.h>
+
 #include <ctrain/loss_kit_cuda.cuh>
 #include <ctrain/numerics.h>
 
@@ -54,3 +56,6 @@ extern "C" int32_t zloss_cuda_run(ct_lkit_cuda **state, const ct_loss_batch *b,
     TRY(cudaGetLastError(), "k_zloss_grad");
     return CT_OK;
 }
+
+/* What this companion implements: the plugin (loss_kit.h) refuses it when this does not match. */
+CT_COMPANION_INFO(CT_LKIT_CUDA_INTERFACE, sizeof(ct_loss_batch))

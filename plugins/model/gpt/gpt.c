@@ -316,8 +316,10 @@ static int32_t build_rope(gpt *m, ct_error *err) {
  * device: the CPU path never touches the companion or the CUDA libraries it links. */
 static int32_t gpt_cuda_load(gpt *m, ct_error *err) {
     static const char *const names[] = GPT_CUDA_NAMES;
+    static const ct_companion_info want = {sizeof(ct_companion_info), GPT_CUDA_INTERFACE,
+                                           sizeof(gpt)};
     void *fn[sizeof names / sizeof names[0]];
-    int32_t rc = ct_companion_load("model gpt", "model_gpt_cuda.so", names, fn,
+    int32_t rc = ct_companion_load("model gpt", "model_gpt_cuda.so", &want, names, fn,
                                    (int)(sizeof names / sizeof names[0]), err);
     if (rc != CT_OK) return rc;
     m->cu.prepare = (int32_t (*)(gpt *, int64_t, int64_t, int32_t, ct_error *))fn[0];
@@ -507,22 +509,18 @@ static const ct_model_vtable gpt_vtable = {
     .mean_hidden = gpt_mean_hidden,
 };
 
-static const ct_plugin_desc gpt_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
+#ifdef CT_HAVE_CUDA
+#define GPT_SUMMARY "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU+CUDA"
+#else
+#define GPT_SUMMARY "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU"
+#endif
+
+CT_DEFINE_PLUGIN(
     .kind = CT_KIND_MODEL,
     .name = "gpt",
     .version = "1.0.0",
-#ifdef CT_HAVE_CUDA
-    .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU+CUDA",
-#else
-    .summary = "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU",
-#endif
+    .summary = GPT_SUMMARY,
     .params = gpt_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices = GPT_DEVICES,
-    .vtable = &gpt_vtable,
-};
+    .vtable = &gpt_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &gpt_desc; }

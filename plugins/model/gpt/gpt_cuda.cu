@@ -23,6 +23,8 @@
 #include "gpt.h"
 #include "gpt_cuda.h"
 
+#include <ctrain/companion.h>
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -1000,3 +1002,6 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
     TRY(cudaStreamSynchronize(g->st), "prepare");
     return CT_OK;
 }
+
+/* What this companion implements: gpt.c refuses it when this does not match its own build. */
+CT_COMPANION_INFO(GPT_CUDA_INTERFACE, sizeof(struct gpt))

@@ -47,18 +47,12 @@ static const ct_precision_vtable amp_vtable = {
     .all_reduce     = NULL,
 };
 
-static const ct_plugin_desc amp_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_PRECISION,
-    .name              = "amp",
-    .version           = "1.0.0",
-    .summary           = "FSDP mixed precision: bf16 compute, f32 reduction, f32 master",
-    .params            = amp_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable            = &amp_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_PRECISION,
+    .name    = "amp",
+    .version = "1.0.0",
+    .summary = "FSDP mixed precision: bf16 compute, f32 reduction, f32 master",
+    .params  = amp_params,
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable  = &amp_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &amp_desc; }

@@ -118,19 +118,13 @@ static const ct_precision_vtable avg_vtable = {
     .all_reduce     = avg_all_reduce,
 };
 
-static const ct_plugin_desc avg_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
+CT_DEFINE_PLUGIN(
     .kind              = CT_KIND_PRECISION,
     .name              = "bf16_avg",
     .version           = "1.0.0",
     .summary           = "pure bf16 with NCCL's AVG arithmetic (premultiply by bf16(1/N), bf16 "
                          "sum), as FSDP2",
     .params            = avg_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable            = &avg_vtable,
-};
+    .vtable            = &avg_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &avg_desc; }

@@ -150,19 +150,13 @@ static const ct_precision_vtable fp32acc_vtable = {
     .all_reduce     = fp32acc_all_reduce,
 };
 
-static const ct_plugin_desc fp32acc_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
+CT_DEFINE_PLUGIN(
     .kind              = CT_KIND_PRECISION,
     .name              = "bf16_fp32acc",
     .version           = "1.0.0",
     .summary           = "bf16 compute and bf16 wire, but the sum over ranks accumulated in f32 "
                          "(all_to_all + local sum)",
     .params            = fp32acc_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable            = &fp32acc_vtable,
-};
+    .vtable            = &fp32acc_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &fp32acc_desc; }

@@ -212,19 +212,13 @@ static const ct_precision_vtable sr_vtable = {
     .all_reduce     = sr_all_reduce,
 };
 
-static const ct_plugin_desc sr_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
+CT_DEFINE_PLUGIN(
     .kind              = CT_KIND_PRECISION,
     .name              = "bf16_sr",
     .version           = "1.0.0",
     .summary           = "pure bf16 with a bf16 ring whose every hop rounds stochastically "
                          "(unbiased sum)",
     .params            = sr_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices           = CT_DEVICE_CPU,
-    .vtable            = &sr_vtable,
-};
+    .vtable            = &sr_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &sr_desc; }

@@ -40,18 +40,12 @@ static const ct_precision_vtable fp32_vtable = {
     .all_reduce     = NULL,
 };
 
-static const ct_plugin_desc fp32_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_PRECISION,
-    .name              = "fp32",
-    .version           = "1.0.0",
-    .summary           = "all f32: compute, gradients, reduction, master weights",
-    .params            = fp32_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable            = &fp32_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_PRECISION,
+    .name    = "fp32",
+    .version = "1.0.0",
+    .summary = "all f32: compute, gradients, reduction, master weights",
+    .params  = fp32_params,
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable  = &fp32_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &fp32_desc; }

@@ -47,18 +47,12 @@ static const ct_precision_vtable pure_bf16_vtable = {
     .all_reduce     = NULL,
 };
 
-static const ct_plugin_desc pure_bf16_desc = {
-    .struct_size       = sizeof(ct_plugin_desc),
-    .abi_major         = CT_ABI_MAJOR,
-    .abi_minor         = CT_ABI_MINOR,
-    .kind              = CT_KIND_PRECISION,
-    .name              = "pure_bf16",
-    .version           = "1.0.0",
-    .summary           = "FSDP pure bf16: bf16 compute and bf16 reduction, f32 master",
-    .params            = pure_bf16_params,
-    .param_struct_size = sizeof(ct_param_spec),
-    .devices           = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable            = &pure_bf16_vtable,
-};
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_PRECISION,
+    .name    = "pure_bf16",
+    .version = "1.0.0",
+    .summary = "FSDP pure bf16: bf16 compute and bf16 reduction, f32 master",
+    .params  = pure_bf16_params,
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
+    .vtable  = &pure_bf16_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &pure_bf16_desc; }

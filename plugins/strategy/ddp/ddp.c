@@ -306,18 +306,12 @@ static const ct_strategy_vtable ddp_vtable = {
     .memory = ddp_memory,
 };
 
-static const ct_plugin_desc ddp_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
-    .kind = CT_KIND_STRATEGY,
-    .name = "ddp",
+CT_DEFINE_PLUGIN(
+    .kind    = CT_KIND_STRATEGY,
+    .name    = "ddp",
     .version = "1.0.0",
     .summary = "DistributedDataParallel: replicated, bucketed all-reduce dividing by N first",
-    .params = ddp_params,
-    .param_struct_size = sizeof(ct_param_spec),
+    .params  = ddp_params,
     .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable = &ddp_vtable,
-};
+    .vtable  = &ddp_vtable)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ddp_desc; }

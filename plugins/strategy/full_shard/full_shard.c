@@ -497,19 +497,13 @@ static const ct_strategy_vtable fs_vtable = {
     .memory = fs_memory,
 };
 
-static const ct_plugin_desc fs_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
+CT_DEFINE_PLUGIN(
     .kind = CT_KIND_STRATEGY,
     .name = "full_shard",
     .version = "1.0.0",
     .summary = "FSDP FULL_SHARD: params, grads and optimizer state sharded 1/N; all-gather in"
                " param dtype, reduce-scatter with FSDP1's pre/post divide",
     .params = fs_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable = &fs_vtable,
-};
+    .vtable = &fs_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &fs_desc; }

@@ -247,19 +247,13 @@ static const ct_strategy_vtable ns_vtable = {
     .memory = ns_memory,
 };
 
-static const ct_plugin_desc ns_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
-    .abi_major = CT_ABI_MAJOR,
-    .abi_minor = CT_ABI_MINOR,
+CT_DEFINE_PLUGIN(
     .kind = CT_KIND_STRATEGY,
     .name = "no_shard",
     .version = "1.0.0",
     .summary = "FSDP NO_SHARD: replicated units, one all-reduce per unit with FSDP1's"
                " pre/post divide",
     .params = ns_params,
-    .param_struct_size = sizeof(ct_param_spec),
     .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
-    .vtable = &ns_vtable,
-};
+    .vtable = &ns_vtable,)
 
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ns_desc; }

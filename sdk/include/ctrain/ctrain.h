@@ -39,6 +39,7 @@
  *       }
  *       if (rows == 0) { r->value = 0; return CT_OK; }
  *       r->value = self->coef * sum / ((double)rows * b->vocab);
+ *       if (!b->dlogits) return CT_OK;                  // evaluation: the value only
  *       float g = (float)(2.0 * self->coef / ((double)rows * b->vocab) * b->grad_scale);
  *       for (int64_t i = 0; i < b->n_rows; i++) {
  *           if (b->targets[i] < 0) continue;
@@ -56,14 +57,13 @@
  *       .struct_size = sizeof(ct_loss_vtable), .create = mse_create,
  *       .destroy = mse_destroy, .forward_backward = mse_forward_backward,
  *   };
- *   static const ct_plugin_desc mse_desc = {
- *       .struct_size = sizeof(ct_plugin_desc), .abi_major = CT_ABI_MAJOR,
- *       .abi_minor = CT_ABI_MINOR, .kind = CT_KIND_LOSS, .name = "mse_logit",
- *       .version = "1.0.0", .summary = "mean squared logit penalty",
- *       .params = mse_params, .param_struct_size = sizeof(ct_param_spec),
- *       .devices = CT_DEVICE_CPU, .vtable = &mse_vtable,
- *   };
- *   CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &mse_desc; }
+ *   CT_DEFINE_PLUGIN(.kind = CT_KIND_LOSS, .name = "mse_logit", .version = "1.0.0",
+ *                    .summary = "mean squared logit penalty", .params = mse_params,
+ *                    .devices = CT_DEVICE_CPU, .vtable = &mse_vtable)
+ *
+ * Check it before a real run: `ctrain check-plugin loss_mse_logit.so` compares its gradient
+ * with finite differences, calls it as evaluation does (dlogits NULL) and creates and
+ * destroys it repeatedly; it prints one line per check.
  *
  * Rules every plugin follows (the host relies on them):
  *   - Compatibility: the host accepts a plugin when abi_major equals its own and abi_minor is
@@ -79,6 +79,12 @@
  *     own instance of every plugin, so a plugin keeps no mutable global state.
  *   - Linking: build with -fvisibility=hidden and -Wl,-z,defs; export only the entry symbol.
  *     Host services reach a plugin only through ct_host_api, never as undefined symbols.
+ *     CT_DEFINE_PLUGIN writes the entry symbol and the descriptor's fixed fields.
+ *   - Members: every vtable member is marked REQUIRED or OPTIONAL below. The host refuses at
+ *     load a plugin whose vtable lacks a REQUIRED member (NULL, or beyond its struct_size),
+ *     naming the member; an OPTIONAL member may be NULL.
+ *   - History: 1.1 added ct_model_vtable.mean_hidden; 1.2 added ct_plugin_desc.validate and
+ *     ct_param_spec.flags (exclusive bounds). Plugins built for 1.0 and 1.1 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -103,7 +109,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 1
+#define CT_ABI_MINOR 2
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -235,26 +241,43 @@ typedef enum ct_param_type {
 
 #define CT_VALUE_MAX 1024 /* longest value, in bytes with the terminating NUL */
 
+/* Flags of a ct_param_spec (since ABI 1.2): which ends of [min, max] are excluded. */
+typedef enum ct_param_flags {
+    CT_PARAM_MIN_EXCLUSIVE = 1u << 0, /* value > min instead of value >= min */
+    CT_PARAM_MAX_EXCLUSIVE = 1u << 1, /* value < max instead of value <= max */
+} ct_param_flags;
+
 typedef struct ct_param_spec {
     const char        *key;           /* [a-z0-9_]+; NULL ends the array */
     int32_t            type;          /* a ct_param_type */
-    const char        *default_value; /* textual default; NULL: the key is required */
-    double             min, max;      /* inclusive range for INT and FLOAT; ignored if min > max */
-    const char *const *choices;       /* ENUM only: NULL-terminated list of accepted words */
+    const char        *default_value; /* textual default; NULL: the key is required. Checked at
+                                         load like an INI value: a default outside the range or
+                                         not among the choices refuses the plugin */
+    double             min, max;      /* range for INT and FLOAT (inclusive unless flags say
+                                         otherwise); ignored if min > max */
+    const char *const *choices;       /* ENUM only: NULL-terminated, non-empty list of words */
     const char        *help;          /* one line, shown by `ctrain inspect` */
+    uint32_t           flags;         /* since 1.2: ct_param_flags; 0 for older plugins */
 } ct_param_spec;
 
 /* The array's element size is given by ct_plugin_desc.param_struct_size, so this struct may
- * grow at the end in a later minor version without breaking older plugins. */
+ * grow at the end in a later minor version without breaking older plugins. Keys must be
+ * unique within a schema (the host refuses a plugin that repeats one). */
 
-#define CT_PARAM_BOOL(k, def, help) {(k), CT_PARAM_TYPE_BOOL, (def), 1, 0, NULL, (help)}
-#define CT_PARAM_INT(k, def, lo, hi, help) {(k), CT_PARAM_TYPE_INT, (def), (lo), (hi), NULL, (help)}
+#define CT_PARAM_BOOL(k, def, help) {(k), CT_PARAM_TYPE_BOOL, (def), 1, 0, NULL, (help), 0}
+#define CT_PARAM_INT(k, def, lo, hi, help) \
+    {(k), CT_PARAM_TYPE_INT, (def), (lo), (hi), NULL, (help), 0}
 #define CT_PARAM_FLOAT(k, def, lo, hi, help) \
-    {(k), CT_PARAM_TYPE_FLOAT, (def), (lo), (hi), NULL, (help)}
-#define CT_PARAM_STRING(k, def, help) {(k), CT_PARAM_TYPE_STRING, (def), 1, 0, NULL, (help)}
+    {(k), CT_PARAM_TYPE_FLOAT, (def), (lo), (hi), NULL, (help), 0}
+/* A float in a range with excluded ends: flags is CT_PARAM_MIN_EXCLUSIVE and/or
+ * CT_PARAM_MAX_EXCLUSIVE, e.g. CT_PARAM_FLOAT_X("beta2", "0.95", 0, 1, CT_PARAM_MAX_EXCLUSIVE,
+ * "...") accepts [0, 1). */
+#define CT_PARAM_FLOAT_X(k, def, lo, hi, flags, help) \
+    {(k), CT_PARAM_TYPE_FLOAT, (def), (lo), (hi), NULL, (help), (flags)}
+#define CT_PARAM_STRING(k, def, help) {(k), CT_PARAM_TYPE_STRING, (def), 1, 0, NULL, (help), 0}
 #define CT_PARAM_ENUM(k, def, choices, help) \
-    {(k), CT_PARAM_TYPE_ENUM, (def), 1, 0, (choices), (help)}
-#define CT_PARAM_END {NULL, 0, NULL, 0, 0, NULL, NULL}
+    {(k), CT_PARAM_TYPE_ENUM, (def), 1, 0, (choices), (help), 0}
+#define CT_PARAM_END {NULL, 0, NULL, 0, 0, NULL, NULL, 0}
 
 /* ---------------------------------------------------------------------------------------
  * Handles to the device and comm instances of the same rank
@@ -351,11 +374,32 @@ typedef struct ct_plugin_desc {
     uint32_t             param_struct_size; /* sizeof(ct_param_spec) of the plugin's build */
     uint32_t             devices;           /* mask of ct_device_type it runs on */
     const void          *vtable;            /* the kind's vtable (ct_loss_vtable, ...) */
+
+    /* Since 1.2, OPTIONAL: check the plugin's section as a whole, beyond what the schema can
+     * say (e.g. "n_head must divide d_model"), without creating anything. Called by `ctrain
+     * validate` and by `ctrain train` before any rank starts, after the schema check, with
+     * args->api / args->host / args->section set (the getters see the resolved values; a
+     * plugin may read the host's sections too, e.g. [data] seq_len); rank 0, world_size 1,
+     * device and comm unset (vt NULL). Return CT_OK, or fill err with a message naming the
+     * key(s) and saying what to do; the host prefixes the file and section. */
+    int32_t (*validate)(const struct ct_create_args *args, ct_error *err);
 } ct_plugin_desc;
 
 /* The entry point. Must be callable before anything else, any number of times, and return a
  * pointer to static storage. */
 typedef const ct_plugin_desc *(*ct_plugin_entry_fn)(void);
+
+/* Define the entry point and the descriptor. Arguments are designated initializers of
+ * ct_plugin_desc's own members (.kind, .name, .version, .summary, .params, .devices, .vtable,
+ * .validate); struct_size, the ABI version and param_struct_size are filled in. C only. */
+#define CT_DEFINE_PLUGIN(...)                                                                  \
+    static const ct_plugin_desc ct_plugin_descriptor_ = {                                     \
+        .struct_size       = sizeof(ct_plugin_desc),                                         \
+        .abi_major         = CT_ABI_MAJOR,                                                   \
+        .abi_minor         = CT_ABI_MINOR,                                                   \
+        .param_struct_size = sizeof(ct_param_spec),                                          \
+        __VA_ARGS__};                                                                        \
+    CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ct_plugin_descriptor_; }
 
 /* ---------------------------------------------------------------------------------------
  * kind: device — memory, casts, element-wise kernels, AdamW on one accelerator (or the CPU)
@@ -398,60 +442,62 @@ struct ct_device_vtable {
 
     /* Open the device. args->section is "device". NULL + err on failure (e.g. no GPU:
      * "device cuda: no CUDA-capable GPU found; use [device] type = cpu"). */
-    void *(*create)(const ct_create_args *args, ct_error *err);
-    void (*destroy)(void *self);
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
 
     /* Zero-filled device memory aligned to at least 64 bytes; NULL + err when out of memory.
      * free_mem(NULL) is a no-op. */
-    void *(*alloc)(void *self, uint64_t bytes, ct_error *err);
-    void (*free_mem)(void *self, void *ptr);
+    void *(*alloc)(void *self, uint64_t bytes, ct_error *err); /* REQUIRED */
+    void (*free_mem)(void *self, void *ptr); /* REQUIRED */
 
     /* Copy `bytes` in direction `dir` (a ct_copy_dir). */
     int32_t (*copy)(void *self, void *dst, const void *src, uint64_t bytes, int32_t dir,
-                    ct_error *err);
-    int32_t (*zero)(void *self, void *ptr, uint64_t bytes, ct_error *err);
+                    ct_error *err); /* REQUIRED */
+    int32_t (*zero)(void *self, void *ptr, uint64_t bytes, ct_error *err); /* REQUIRED */
 
     /* dst[i] = src[i] converted, for n elements of device memory; to bf16 rounds to nearest
      * even (ct_bf16_from_f32). dst and src may be the same buffer only if the dtypes have the
      * same size. Unsupported pairs return CT_ERR_UNSUPPORTED. */
     int32_t (*cast)(void *self, void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype,
-                    uint64_t n, ct_error *err);
+                    uint64_t n, ct_error *err); /* REQUIRED */
 
     /* x[i] *= a (x of dtype, result rounded to dtype). */
+    /* REQUIRED: */
     int32_t (*scale)(void *self, void *x, int32_t dtype, uint64_t n, float a, ct_error *err);
 
     /* y[i] += a * x[i]; y is f32, x is f32 or bf16. */
     int32_t (*axpy)(void *self, float *y, float a, const void *x, int32_t x_dtype, uint64_t n,
-                    ct_error *err);
+                    ct_error *err); /* REQUIRED */
 
     /* *out = sum of x[i]^2 in double precision. Synchronises. */
     int32_t (*sumsq)(void *self, const void *x, int32_t dtype, uint64_t n, double *out,
-                     ct_error *err);
+                     ct_error *err); /* REQUIRED */
 
     /* One AdamW update of n fp32 elements: param, m, v updated in place from grad (all device
      * memory, f32). decay_mask may be NULL (decay all) or n bytes, 1 = apply weight decay. */
     int32_t (*adamw)(void *self, float *param, const float *grad, float *m, float *v,
                      const uint8_t *decay_mask, uint64_t n, const ct_adamw_args *args,
-                     ct_error *err);
+                     ct_error *err); /* REQUIRED */
 
     /* Row statistics of logits (N rows of V, f32 device memory): row_max[i] = max_j z[i,j],
      * row_lse[i] = logsumexp_j z[i,j] (both device memory, f32, N). If stats is non-NULL the
      * rows' figures are added into it (host memory). Synchronises when stats is non-NULL. */
+    /* REQUIRED: */
     int32_t (*row_stats)(void *self, const float *logits, int64_t rows, int64_t vocab,
                          float *row_max, float *row_lse, ct_logit_stats *stats, ct_error *err);
 
     /* Wait until all work queued on this instance is done. */
-    int32_t (*synchronize)(void *self, ct_error *err);
+    int32_t (*synchronize)(void *self, ct_error *err); /* REQUIRED */
 
     /* Optional (NULL on devices without streams): the native stream of the compute queue
      * (cudaStream_t for cuda), so a comm plugin can order its work after the compute. */
-    void *(*native_stream)(void *self);
+    void *(*native_stream)(void *self); /* OPTIONAL */
 
     /* Optional (NULL: not provided): dst (n bf16) = src (n f32) rounded stochastically,
      * element i with ct_bf16_from_f32_sr(src[i], ct_hash64(seed, i) & 0xffff) — the same bits
      * on every device. Pass a new seed per call. dst and src must not overlap. */
     int32_t (*cast_bf16_sr)(void *self, uint16_t *dst, const float *src, uint64_t n,
-                            uint64_t seed, ct_error *err);
+                            uint64_t seed, ct_error *err); /* OPTIONAL */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -482,54 +528,57 @@ struct ct_comm_vtable {
      * world_size ranks. When this is non-NULL the host runs world_size rank threads in this
      * process and passes the world to each rank's create() as args->comm_world. NULL for
      * engines whose world lives outside the process (local, mpi, nccl). */
+    /* OPTIONAL: */
     void *(*world_create)(int32_t world_size, const ct_create_args *args, ct_error *err);
-    void (*world_destroy)(void *world);
+    void (*world_destroy)(void *world); /* OPTIONAL */
 
     /* Join the world. args->device is the rank's device; args->comm is unset. In-process
      * engines take rank and world size from args; the others decide them (mpi: mpirun) and
      * report them through rank() and world_size(). */
-    void *(*create)(const ct_create_args *args, ct_error *err);
-    void (*destroy)(void *self);
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
 
-    int32_t (*rank)(void *self);
-    int32_t (*world_size)(void *self);
+    int32_t (*rank)(void *self); /* OPTIONAL */
+    int32_t (*world_size)(void *self); /* OPTIONAL */
 
     /* recv[i] = op over ranks of send[i], i < count, on every rank. send == recv allowed. */
+    /* REQUIRED: */
     int32_t (*all_reduce)(void *self, const void *send, void *recv, uint64_t count,
                           int32_t dtype, int32_t op, ct_request **req, ct_error *err);
 
     /* send holds world_size*count elements; rank r receives op over ranks of
      * send[r*count .. r*count+count-1] into recv (count elements). */
+    /* REQUIRED: */
     int32_t (*reduce_scatter)(void *self, const void *send, void *recv, uint64_t count,
                               int32_t dtype, int32_t op, ct_request **req, ct_error *err);
 
     /* recv (world_size*count) = the concatenation in rank order of every rank's send (count). */
     int32_t (*all_gather)(void *self, const void *send, void *recv, uint64_t count,
-                          int32_t dtype, ct_request **req, ct_error *err);
+                          int32_t dtype, ct_request **req, ct_error *err); /* REQUIRED */
 
     /* send and recv hold world_size*count elements: block j of rank i's send arrives as block
      * i of rank j's recv. */
     int32_t (*all_to_all)(void *self, const void *send, void *recv, uint64_t count,
-                          int32_t dtype, ct_request **req, ct_error *err);
+                          int32_t dtype, ct_request **req, ct_error *err); /* REQUIRED */
 
     /* buf (count) of rank `root` is copied to every rank's buf. Completes before return. */
     int32_t (*broadcast)(void *self, void *buf, uint64_t count, int32_t dtype, int32_t root,
-                         ct_error *err);
+                         ct_error *err); /* REQUIRED */
 
-    int32_t (*barrier)(void *self, ct_error *err);
+    int32_t (*barrier)(void *self, ct_error *err); /* REQUIRED */
 
     /* Point-to-point, blocking: matched by (peer, tag) in call order. */
     int32_t (*send)(void *self, const void *buf, uint64_t count, int32_t dtype, int32_t peer,
-                    int32_t tag, ct_error *err);
+                    int32_t tag, ct_error *err); /* REQUIRED */
     int32_t (*recv)(void *self, void *buf, uint64_t count, int32_t dtype, int32_t peer,
-                    int32_t tag, ct_error *err);
+                    int32_t tag, ct_error *err); /* REQUIRED */
 
     /* Complete an asynchronous call. The request is released whether or not it failed. */
-    int32_t (*wait)(void *self, ct_request *req, ct_error *err);
+    int32_t (*wait)(void *self, ct_request *req, ct_error *err); /* REQUIRED */
 
     /* Tell every other rank that this one is failing (why: one line) so their collectives end
      * with an error naming this rank instead of hanging. Never blocks for long. */
-    void (*abort)(void *self, const char *why);
+    void (*abort)(void *self, const char *why); /* OPTIONAL */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -548,11 +597,11 @@ typedef struct ct_precision_policy {
 typedef struct ct_precision_vtable {
     uint32_t struct_size;
 
-    void *(*create)(const ct_create_args *args, ct_error *err);
-    void (*destroy)(void *self);
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
 
     /* Fill *out (the caller sets out->struct_size). */
-    int32_t (*policy)(void *self, ct_precision_policy *out, ct_error *err);
+    int32_t (*policy)(void *self, ct_precision_policy *out, ct_error *err); /* REQUIRED */
 
     /* Optional custom reductions, for research policies (stochastic rounding, low-precision
      * wire with fp32 accumulation, ...). NULL: the strategy calls the comm's own collective in
@@ -560,9 +609,9 @@ typedef struct ct_precision_vtable {
      * synchronous, buffers in reduce_dtype, device memory. */
     int32_t (*reduce_scatter)(void *self, ct_comm_ref comm, ct_device_ref device,
                               const void *send, void *recv, uint64_t count, int32_t dtype,
-                              ct_error *err);
+                              ct_error *err); /* OPTIONAL */
     int32_t (*all_reduce)(void *self, ct_comm_ref comm, ct_device_ref device, const void *send,
-                          void *recv, uint64_t count, int32_t dtype, ct_error *err);
+                          void *recv, uint64_t count, int32_t dtype, ct_error *err); /* OPTIONAL */
 } ct_precision_vtable;
 
 /* ---------------------------------------------------------------------------------------
@@ -651,29 +700,30 @@ typedef struct ct_model_vtable {
     uint32_t struct_size;
 
     /* args->section is "model". Validate the shape (e.g. n_head divides d_model) here. */
-    void *(*create)(const ct_create_args *args, ct_error *err);
-    void (*destroy)(void *self);
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
 
     /* Describe units and stages. The pointed-to arrays belong to the instance and stay valid
      * until destroy(). */
-    int32_t (*describe)(void *self, ct_model_desc *out, ct_error *err);
+    int32_t (*describe)(void *self, ct_model_desc *out, ct_error *err); /* REQUIRED */
 
     /* Size the activation buffers for micro-batches of B sequences of T tokens in
      * compute_dtype. Called before the first forward and whenever B or T changes. */
+    /* REQUIRED: */
     int32_t (*prepare)(void *self, int64_t B, int64_t T, int32_t compute_dtype, ct_error *err);
 
     /* Run one stage forward / backward. Backward of stage s follows forward of all stages of
      * the same micro-batch and backward of stages > s; it ADDS the stage's parameter gradient
      * into args->grads (the host zeroes it at the start of a step). Asynchronous on devices
      * with streams. */
-    int32_t (*forward)(void *self, const ct_stage_args *args, ct_error *err);
-    int32_t (*backward)(void *self, const ct_stage_args *args, ct_error *err);
+    int32_t (*forward)(void *self, const ct_stage_args *args, ct_error *err); /* REQUIRED */
+    int32_t (*backward)(void *self, const ct_stage_args *args, ct_error *err); /* REQUIRED */
 
     /* Since ABI 1.1, optional: the mean over the rows of the latest forward micro-batch of the
      * final hidden state — the (C) vector the output head multiplies — into `out` (C floats,
      * host memory). Synchronises. Used by the reduction-error probe to turn an error in the
      * head's gradient into the change of the mean logit it causes. */
-    int32_t (*mean_hidden)(void *self, float *out, ct_error *err);
+    int32_t (*mean_hidden)(void *self, float *out, ct_error *err); /* OPTIONAL */
 } ct_model_vtable;
 
 /* ---------------------------------------------------------------------------------------
@@ -707,14 +757,14 @@ typedef struct ct_loss_vtable {
     uint32_t struct_size;
 
     /* args->section is "loss.<name>". */
-    void *(*create)(const ct_create_args *args, ct_error *err);
-    void (*destroy)(void *self);
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
 
     /* Compute the term's value into *out and, unless batch->dlogits is NULL, add its
      * gradient into it. Synchronous: value is on the host when it returns. A term whose
      * counted rows are zero reports value 0 and adds nothing. */
     int32_t (*forward_backward)(void *self, const ct_loss_batch *batch, ct_loss_result *out,
-                                ct_error *err);
+                                ct_error *err); /* REQUIRED */
 } ct_loss_vtable;
 
 /* ---------------------------------------------------------------------------------------
@@ -757,55 +807,56 @@ typedef struct ct_strategy_vtable {
     uint32_t struct_size;
 
     /* args->device and args->comm are the rank's engines. */
-    void *(*create)(const ct_create_args *args, ct_error *err);
-    void (*destroy)(void *self);
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
 
     /* Allocate the units' buffers (master shards, gradient buffers, gather buffers). */
-    int32_t (*setup)(void *self, const ct_strategy_setup *setup, ct_error *err);
+    int32_t (*setup)(void *self, const ct_strategy_setup *setup, ct_error *err); /* REQUIRED */
 
     /* Load unit u's master weights from a full unpadded f32 copy in host memory (every rank
      * passes the same values; each keeps what it owns). Used for initialisation and to
      * reshard a checkpoint. Then the compute copy is refreshed as after step_done(). */
-    int32_t (*load_unit)(void *self, uint32_t u, const float *full, ct_error *err);
+    int32_t (*load_unit)(void *self, uint32_t u, const float *full, ct_error *err); /* REQUIRED */
 
     /* Write unit u's full unpadded f32 master weights into host memory `full`. Collective:
      * every rank calls it (full_shard all-gathers). */
-    int32_t (*save_unit)(void *self, uint32_t u, float *full, ct_error *err);
+    int32_t (*save_unit)(void *self, uint32_t u, float *full, ct_error *err); /* REQUIRED */
 
     /* Make unit u's parameters available in param_dtype for a stage of `phase`; *params gets
      * the gathered flat buffer (device memory). Calls nest: every acquire is followed by one
      * release of the same unit, and a unit may be acquired again while held. */
     int32_t (*acquire)(void *self, uint32_t u, int32_t phase, const void **params,
-                       ct_error *err);
-    int32_t (*release)(void *self, uint32_t u, int32_t phase, ct_error *err);
+                       ct_error *err); /* REQUIRED */
+    int32_t (*release)(void *self, uint32_t u, int32_t phase, ct_error *err); /* REQUIRED */
 
     /* The unit's local gradient buffer (grad_accum_dtype, padded length, device memory) into
      * which backward stages add. Zeroed by begin_step(). */
-    int32_t (*grad_buffer)(void *self, uint32_t u, void **grads, ct_error *err);
+    int32_t (*grad_buffer)(void *self, uint32_t u, void **grads, ct_error *err); /* REQUIRED */
 
     /* Start of a step (zero the gradient buffers). */
-    int32_t (*begin_step)(void *self, ct_error *err);
+    int32_t (*begin_step)(void *self, ct_error *err); /* REQUIRED */
 
     /* Unit u's backward is complete for the current micro-batch. On the last micro-batch
      * (last != 0) the strategy reduces the gradient over ranks — it may start the collective
      * asynchronously and return. */
+    /* REQUIRED: */
     int32_t (*unit_backward_done)(void *self, uint32_t u, int32_t last, ct_error *err);
 
     /* Wait for all reductions of the step; afterwards every shard's grad is the global mean
      * gradient in f32. */
-    int32_t (*finish_backward)(void *self, ct_error *err);
+    int32_t (*finish_backward)(void *self, ct_error *err); /* REQUIRED */
 
     /* The shard of unit u this rank updates. */
-    int32_t (*shard)(void *self, uint32_t u, ct_shard *out, ct_error *err);
+    int32_t (*shard)(void *self, uint32_t u, ct_shard *out, ct_error *err); /* REQUIRED */
 
     /* The optimizer has updated the master shards: refresh the compute copies (cast master to
      * param_dtype, as FSDP does before its all-gather). */
-    int32_t (*step_done)(void *self, ct_error *err);
+    int32_t (*step_done)(void *self, ct_error *err); /* REQUIRED */
 
     /* Optional: bytes per rank held now, for the memory report (host memory stats).
      * Fills params (master + compute copies), grads, gathered (peak gather buffers). */
     int32_t (*memory)(void *self, uint64_t *params, uint64_t *grads, uint64_t *gathered,
-                      ct_error *err);
+                      ct_error *err); /* OPTIONAL */
 } ct_strategy_vtable;
 
 #ifdef __cplusplus

@@ -63,6 +63,10 @@ static inline int32_t ct_lkit_cpu_only(const char *who, const char *section, ct_
 
 /* --- the CUDA companion of a term ------------------------------------------------------- */
 
+/* The interface of a term's companion (companion.h): bump when ct_lkit_sum_fn changes. The
+ * structure both sides read is ct_loss_batch. */
+#define CT_LKIT_CUDA_INTERFACE 1
+
 /* A companion's device scratch (defined in loss_kit_cuda.cuh); opaque to the plugin. */
 typedef struct ct_lkit_cuda ct_lkit_cuda;
 
@@ -88,8 +92,10 @@ typedef struct ct_lkit_cuda_fns {
 static inline int32_t ct_lkit_cuda_load(ct_lkit_cuda_fns *cu, const char *who, const char *file,
                                         const char *const names[2], ct_error *err) {
     if (cu->run) return CT_OK;
+    static const ct_companion_info want = {sizeof(ct_companion_info), CT_LKIT_CUDA_INTERFACE,
+                                           sizeof(ct_loss_batch)};
     void *fn[2];
-    int32_t rc = ct_companion_load(who, file, names, fn, 2, err);
+    int32_t rc = ct_companion_load(who, file, &want, names, fn, 2, err);
     if (rc != CT_OK) return rc;
     cu->run = (ct_lkit_sum_fn)fn[0];
     cu->free = (void (*)(ct_lkit_cuda *))fn[1];

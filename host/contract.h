@@ -1,0 +1,24 @@
+/* contract.h — what a plugin must provide before the host loads it: per kind, the vtable
+ * members that are REQUIRED (ctrain.h marks each member), and a parameter schema that agrees
+ * with itself (unique keys, defaults that the schema itself accepts, enums with choices).
+ * Not for: finding or opening .so files (registry.h) or exercising a plugin (check-plugin).
+ */
+#ifndef CTRAIN_HOST_CONTRACT_H
+#define CTRAIN_HOST_CONTRACT_H
+
+#include <ctrain/ctrain.h>
+
+/* The first REQUIRED member of kind's vtable that is NULL in `vtable` (the host's zero-extended
+ * copy, so a member beyond the plugin's struct_size reads NULL too), or NULL when every one is
+ * present. Also reports world_destroy when a comm plugin has world_create but not it. */
+const char *contract_missing_member(int32_t kind, const void *vtable);
+
+/* Check the schema specs[0..n) (already converted to this build's ct_param_spec): keys
+ * [a-z0-9_]+, known types, ENUM choices non-empty, no key twice, and every default accepted
+ * by the same validation an INI value gets (type, range, exclusive ends, choices). `who`
+ * starts the message ("loss ls_ce (/path/loss_ls_ce.so)"). CT_OK, or CT_ERR_INVALID naming
+ * the key and what to fix. */
+int32_t contract_check_schema(const ct_param_spec *specs, int32_t n, const char *who,
+                              ct_error *err);
+
+#endif /* CTRAIN_HOST_CONTRACT_H */
