@@ -77,13 +77,19 @@ static int present(const void *vtable, size_t offset) {
     return fn != NULL;
 }
 
-const char *contract_missing_member(int32_t kind, const void *vtable) {
+const char *contract_missing_member(int32_t kind, const void *vtable, size_t *offset) {
     const member *m = required_of(kind);
     for (; m && m->name; m++)
-        if (!present(vtable, m->offset)) return m->name;
+        if (!present(vtable, m->offset)) {
+            if (offset) *offset = m->offset;
+            return m->name;
+        }
+    size_t wd = offsetof(struct ct_comm_vtable, world_destroy);
     if (kind == CT_KIND_COMM && present(vtable, offsetof(struct ct_comm_vtable, world_create)) &&
-        !present(vtable, offsetof(struct ct_comm_vtable, world_destroy)))
+        !present(vtable, wd)) {
+        if (offset) *offset = wd;
         return "world_destroy";
+    }
     return NULL;
 }
 

@@ -10,8 +10,10 @@
 
 /* The first REQUIRED member of kind's vtable that is NULL in `vtable` (the host's zero-extended
  * copy, so a member beyond the plugin's struct_size reads NULL too), or NULL when every one is
- * present. Also reports world_destroy when a comm plugin has world_create but not it. */
-const char *contract_missing_member(int32_t kind, const void *vtable);
+ * present; *offset (if non-NULL) gets the member's byte offset, so the caller can tell "NULL"
+ * from "beyond struct_size". Also reports world_destroy when a comm plugin has world_create but
+ * not it. */
+const char *contract_missing_member(int32_t kind, const void *vtable, size_t *offset);
 
 /* Check the schema specs[0..n) (already converted to this build's ct_param_spec): keys
  * [a-z0-9_]+, known types, ENUM choices non-empty, no key twice, and every default accepted

@@ -7,6 +7,8 @@
  */
 #include "registry.h"
 
+#include "contract.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -167,14 +169,15 @@ static int32_t convert_params(ct_plugin *p, const char *path, ct_error *err) {
     size_t copy = stride < sizeof *out ? stride : sizeof *out;
     for (int32_t i = 0; i < n; i++) {
         memcpy(&out[i], (const char *)d->params + (size_t)i * stride, copy);
-        const ct_param_spec *s = &out[i];
-        if (!valid_name(s->key) || s->type < CT_PARAM_TYPE_BOOL || s->type > CT_PARAM_TYPE_ENUM ||
-            (s->type == CT_PARAM_TYPE_ENUM && !s->choices)) {
-            free(out);
-            return ct_error_set(err, CT_ERR_INVALID, "plugin %s: parameter %d ('%s') has a bad "
-                                "key, type or choices ---> keys are [a-z0-9_]+, enums need "
-                                "choices", path, (int)i, s->key ? s->key : "(null)");
-        }
+    }
+    char who[1200];
+    snprintf(who, sizeof who, "%s %s (%s)", kind_name(d->kind), d->name, path);
+    /* flags exists since 1.2: an older plugin's wider entries may hold anything there */
+    for (int32_t i = 0; i < n && d->abi_minor < 2; i++) out[i].flags = 0;
+    int32_t rc = contract_check_schema(out, n, who, err);
+    if (rc != CT_OK) {
+        free(out);
+        return rc;
     }
     p->params = out;
     p->n_params = n;
@@ -268,6 +271,20 @@ static ct_plugin *load_file(const char *path, void **handle_out, ct_error *err) 
     }
     memcpy(vt, p->desc.vtable, theirs < vsize ? theirs : vsize);
     p->vtable = vt;
+    size_t at = 0;
+    const char *missing = contract_missing_member(p->desc.kind, vt, &at);
+    if (missing) {
+        if (at + sizeof(void (*)(void)) > theirs)
+            ct_error_set(err, CT_ERR_INVALID, "%s %s (%s): vtable ends (struct_size %u) before "
+                         "%s (required) ---> set .struct_size = sizeof(ct_%s_vtable) and "
+                         "provide %s", kind_name(p->desc.kind), p->desc.name, path, theirs,
+                         missing, kind_name(p->desc.kind), missing);
+        else
+            ct_error_set(err, CT_ERR_INVALID, "%s %s (%s): vtable has no %s (required) ---> "
+                         "set .%s in its ct_%s_vtable", kind_name(p->desc.kind), p->desc.name,
+                         path, missing, missing, kind_name(p->desc.kind));
+        goto out_free_plugin;
+    }
     if (!p->desc.version) p->desc.version = "?";
     if (!p->desc.summary) p->desc.summary = "";
     if (convert_params(p, path, err) != CT_OK) goto out_free_plugin;

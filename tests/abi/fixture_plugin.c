@@ -2,7 +2,8 @@
  * (compiled by tests with cc into a temporary folder; never built by the Makefile).
  * Knobs (-D): FX_NAME (identifier, default fx), FX_KIND (default CT_KIND_LOSS), FX_MAJOR/FX_MINOR
  * (claimed ABI, default this header's), FX_NO_ENTRY (export no entry symbol), FX_SHORT_VTABLE
- * (claim a vtable that ends before forward_backward), FX_WIDE_PARAMS (param specs with 24
+ * (a loss: claim a vtable that ends before forward_backward, which is REQUIRED; another kind:
+ * one that ends before its last member, which is OPTIONAL), FX_WIDE_PARAMS (param specs with 24
  * extra bytes each, as a later minor version might have), FX_MISSING_DEP (call a function
  * of a library linked in, so deleting that library makes dlopen fail), FX_CRASH_IN_CONSTRUCTOR
  * (raise SIGSEGV from a constructor, i.e. during dlopen).
@@ -77,7 +78,7 @@ static const ct_param_spec fx_params[] = {
 };
 #endif
 
-static const ct_loss_vtable fx_vtable = {
+static const ct_loss_vtable fx_loss_vtable = {
 #ifdef FX_SHORT_VTABLE
     .struct_size = offsetof(ct_loss_vtable, forward_backward),
 #else
@@ -87,6 +88,30 @@ static const ct_loss_vtable fx_vtable = {
     .destroy = fx_destroy,
     .forward_backward = fx_forward_backward,
 };
+
+/* Another kind: a vtable of that kind's size with every member set to a stub, for tests that
+ * load, list and wire plugins but never call them. FX_SHORT_VTABLE cuts off the last member,
+ * which is OPTIONAL in every kind but loss. */
+typedef void (*fx_fn)(void);
+static void fx_stub(void) {}
+#define FX_STUB4 fx_stub, fx_stub, fx_stub, fx_stub
+#define FX_VTABLE_SIZE                                                                          \
+    ((FX_KIND) == CT_KIND_MODEL       ? sizeof(ct_model_vtable)                                 \
+     : (FX_KIND) == CT_KIND_STRATEGY  ? sizeof(ct_strategy_vtable)                              \
+     : (FX_KIND) == CT_KIND_PRECISION ? sizeof(ct_precision_vtable)                             \
+     : (FX_KIND) == CT_KIND_COMM      ? sizeof(struct ct_comm_vtable)                           \
+     : (FX_KIND) == CT_KIND_DEVICE    ? sizeof(struct ct_device_vtable)                         \
+                                      : sizeof(ct_loss_vtable))
+static const struct {
+    uint32_t struct_size;
+    fx_fn    fn[32];
+} fx_stub_vtable = {
+#ifdef FX_SHORT_VTABLE
+    (uint32_t)(FX_VTABLE_SIZE - sizeof(fx_fn)),
+#else
+    (uint32_t)FX_VTABLE_SIZE,
+#endif
+    {FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4}};
 
 static const ct_plugin_desc fx_desc = {
     .struct_size = sizeof(ct_plugin_desc),
@@ -99,7 +124,8 @@ static const ct_plugin_desc fx_desc = {
     .params = (const ct_param_spec *)fx_params,
     .param_struct_size = sizeof(fx_spec),
     .devices = CT_DEVICE_CPU,
-    .vtable = &fx_vtable,
+    .vtable = (FX_KIND) == CT_KIND_LOSS ? (const void *)&fx_loss_vtable
+                                        : (const void *)&fx_stub_vtable,
 };
 
 #ifndef FX_NO_ENTRY

@@ -72,10 +72,28 @@ ct_expect_failure major2_by_name "loss_fx_major2.so was built for ctrain ABI 2.0
     --set loss.plugins=fx_major2
 
 # a plugin compiled with the newer-minor header layout but claiming 1.0 loads (sizes differ
-# only at struct ends): param specs 24 bytes wider, a vtable shorter than ours
-ct_fixture "$old/loss_fx_wide.so" -DFX_NAME=fx_wide -DFX_WIDE_PARAMS -DFX_SHORT_VTABLE \
+# only at struct ends): param specs 24 bytes wider
+ct_fixture "$old/loss_fx_wide.so" -DFX_NAME=fx_wide -DFX_WIDE_PARAMS \
     || ct_fail build_wide "cc failed"
-ct_expect_success wide_params_short_vtable "mode                 enum    fast       fast|slow" \
+ct_expect_success wide_params "mode                 enum    fast       fast|slow" \
     env CTRAIN_PLUGIN_PATH="$old" "$CTRAIN" inspect loss/fx_wide
+
+# a vtable one member short of a REQUIRED one is refused naming the file and the member, in
+# every command, never with a signal
+short="$CT_TMP/short"; mkdir -p "$short"
+ct_fixture "$short/loss_fx_short.so" -DFX_NAME=fx_short -DFX_SHORT_VTABLE \
+    || ct_fail build_short "cc failed"
+want="loss fx_short ($short/loss_fx_short.so): vtable ends (struct_size"
+ct_expect_failure short_vtable_inspect "$want|before forward_backward (required)" \
+    env CTRAIN_PLUGIN_PATH="$short" "$CTRAIN" inspect loss/fx_short
+ct_expect_failure short_vtable_validate "$want|before forward_backward (required)" \
+    env CTRAIN_PLUGIN_PATH="$short" "$CTRAIN" validate tests/bad-input/ok_minimal.ini \
+    --set loss.plugins=ce,fx_short
+ct_run env CTRAIN_PLUGIN_PATH="$short" "$CTRAIN" plugins
+if [ "$ct_rc" -eq 0 ] && grep -qF "$want" "$CT_TMP/err" && ! grep -q fx_short "$CT_TMP/out"; then
+    ct_pass short_vtable_plugins_warns
+else
+    ct_fail short_vtable_plugins_warns "rc $ct_rc; stderr: $ct_err"
+fi
 
 ct_summary

@@ -86,22 +86,33 @@ CT_TEST(registry_accepts_same_major_older_minor_and_refuses_newer_or_other_major
 
 CT_TEST(registry_zero_extends_short_vtables_and_walks_wide_param_specs) {
     const char *dir = ct_test_tmpdir();
-    if (!build_fixture(dir, "short.so", "-DFX_NAME=short_vt -DFX_SHORT_VTABLE")) return;
+    if (!build_fixture(dir, "model_short_vt.so",
+                       "-DFX_NAME=short_vt -DFX_KIND=CT_KIND_MODEL -DFX_SHORT_VTABLE"))
+        return;
+    if (!build_fixture(dir, "loss_short_vt.so", "-DFX_NAME=short_vt -DFX_SHORT_VTABLE")) return;
     if (!build_fixture(dir, "wide.so", "-DFX_NAME=wide -DFX_WIDE_PARAMS")) return;
     const char *dirs[] = {dir, NULL};
     ct_error err = new_err();
     ct_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
-    const ct_plugin *s = registry_resolve(reg, CT_KIND_LOSS, "short_vt", &err);
+    /* a model vtable that ends before mean_hidden (OPTIONAL): loads, the member reads NULL */
+    const ct_plugin *s = registry_resolve(reg, CT_KIND_MODEL, "short_vt", &err);
     CT_CHECK_MSG(s != NULL, "%s", err.message);
     if (s) {
-        const ct_loss_vtable *vt = s->vtable;
+        const ct_model_vtable *vt = s->vtable;
         CT_CHECK(vt->create != NULL);
-        CT_CHECK(vt->destroy != NULL);
-        CT_CHECK(vt->forward_backward == NULL); /* beyond the plugin's struct_size */
-        CT_CHECK_INT(vt->struct_size, offsetof(ct_loss_vtable, forward_backward));
+        CT_CHECK(vt->backward != NULL);
+        CT_CHECK(vt->mean_hidden == NULL); /* beyond the plugin's struct_size */
+        CT_CHECK_INT(vt->struct_size, offsetof(ct_model_vtable, mean_hidden));
     }
+    /* a loss vtable that ends before forward_backward (REQUIRED): refused, naming it */
+    err = new_err();
+    CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "short_vt", &err) == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, "loss short_vt (");
+    CT_CHECK_STR_CONTAINS(err.message, "loss_short_vt.so): vtable ends (struct_size");
+    CT_CHECK_STR_CONTAINS(err.message, "before forward_backward (required)");
+    err = new_err();
     const ct_plugin *w = registry_resolve(reg, CT_KIND_LOSS, "wide", &err);
     CT_CHECK_MSG(w != NULL, "%s", err.message);
     if (w) {
