@@ -6,6 +6,7 @@
 #include "contract.h"
 #include "ct_test.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,4 +122,86 @@ CT_TEST(schema_that_contradicts_itself_is_refused_naming_the_key) {
 
     const ct_param_spec not_int[] = {CT_PARAM_INT("count", "2.5", 0, 9, "a"), CT_PARAM_END};
     CT_CHECK_STR_CONTAINS(check(not_int, &err), "count = '2.5' is not an integer");
+}
+
+/* The members of one vtable as ctrain.h declares them, in order, with their REQUIRED/OPTIONAL
+ * mark: the k-th function pointer of the struct sits at offset 8 + 8k (struct_size first). */
+typedef struct marked {
+    char name[64];
+    int  required;
+} marked;
+
+static int header_members(const char *open_line, marked *out, int cap) {
+    FILE *f = fopen("sdk/include/ctrain/ctrain.h", "r");
+    if (!f) return -1;
+    char line[512];
+    int inside = 0, n = 0, pending = -1, in_decl = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!inside) {
+            inside = strstr(line, open_line) == line;
+            continue;
+        }
+        if (line[0] == '}') break;
+        if (strstr(line, "/* REQUIRED: */")) pending = 1;
+        if (strstr(line, "/* OPTIONAL: */")) pending = 0;
+        char *fp = strstr(line, "(*");
+        if (fp && n < cap) {
+            char *end = strchr(fp, ')');
+            size_t len = end ? (size_t)(end - fp - 2) : 0;
+            if (len >= sizeof out[n].name) len = sizeof out[n].name - 1;
+            memcpy(out[n].name, fp + 2, len);
+            out[n].name[len] = '\0';
+            out[n].required = pending;
+            pending = -1;
+            in_decl = 1;
+            n++;
+        }
+        if (in_decl && strchr(line, ';')) {
+            if (strstr(line, "/* REQUIRED")) out[n - 1].required = 1;
+            else if (strstr(line, "/* OPTIONAL")) out[n - 1].required = 0;
+            in_decl = 0;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+CT_TEST(the_enforced_required_members_are_exactly_those_ctrain_h_marks_required) {
+    static const struct {
+        int32_t kind;
+        const char *open;
+        size_t size;
+    } kinds[] = {
+        {CT_KIND_DEVICE, "struct ct_device_vtable {", sizeof(struct ct_device_vtable)},
+        {CT_KIND_COMM, "struct ct_comm_vtable {", sizeof(struct ct_comm_vtable)},
+        {CT_KIND_PRECISION, "typedef struct ct_precision_vtable {", sizeof(ct_precision_vtable)},
+        {CT_KIND_MODEL, "typedef struct ct_model_vtable {", sizeof(ct_model_vtable)},
+        {CT_KIND_LOSS, "typedef struct ct_loss_vtable {", sizeof(ct_loss_vtable)},
+        {CT_KIND_STRATEGY, "typedef struct ct_strategy_vtable {", sizeof(ct_strategy_vtable)},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        marked m[64];
+        int n = header_members(kinds[k].open, m, 64);
+        CT_CHECK_MSG(n > 0 && (size_t)(8 + 8 * n) == kinds[k].size,
+                     "%s: %d members parsed for a %zu-byte vtable", kinds[k].open, n,
+                     kinds[k].size);
+        for (int i = 0; i < n; i++) {
+            CT_CHECK_MSG(m[i].required >= 0, "%s: member %s has no REQUIRED/OPTIONAL mark",
+                         kinds[k].open, m[i].name);
+            void *vt = full_vtable(kinds[k].size);
+            clear_at(vt, 8 + 8 * (size_t)i);
+            size_t at = 0;
+            const char *missing = contract_missing_member(kinds[k].kind, vt, &at);
+            /* world_destroy is OPTIONAL alone but REQUIRED beside world_create (set here) */
+            int want = m[i].required == 1 || !strcmp(m[i].name, "world_destroy");
+            if (want)
+                CT_CHECK_MSG(missing && !strcmp(missing, m[i].name) && at == 8 + 8 * (size_t)i,
+                             "%s: NULL %s (REQUIRED) reported as %s", kinds[k].open, m[i].name,
+                             missing ? missing : "(nothing)");
+            else
+                CT_CHECK_MSG(!missing, "%s: NULL %s (OPTIONAL) reported as missing %s",
+                             kinds[k].open, m[i].name, missing);
+            free(vt);
+        }
+    }
 }

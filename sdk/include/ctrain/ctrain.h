@@ -530,7 +530,7 @@ struct ct_comm_vtable {
      * engines whose world lives outside the process (local, mpi, nccl). */
     /* OPTIONAL: */
     void *(*world_create)(int32_t world_size, const ct_create_args *args, ct_error *err);
-    void (*world_destroy)(void *world); /* OPTIONAL */
+    void (*world_destroy)(void *world); /* OPTIONAL; REQUIRED with world_create */
 
     /* Join the world. args->device is the rank's device; args->comm is unset. In-process
      * engines take rank and world size from args; the others decide them (mpi: mpirun) and
