@@ -4,8 +4,8 @@
 #include "config.h"
 #include "ct_test.h"
 #include "hostapi.h"
+#include "registry.h"
 
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,20 +66,39 @@ void harness_free(ct_harness *h) {
     free(h);
 }
 
+/* The registry over the build's plugin folder, opened on first use and kept for the process
+ * (plugins are never unloaded), so tests load plugins exactly as the host does. */
+static ct_registry *test_registry(void) {
+    static ct_registry *reg;
+    if (!reg) {
+        const char *dirs[] = {ct_test_plugin_dir(), NULL};
+        ct_error err = {.struct_size = sizeof err};
+        reg = registry_open_dirs(dirs, &err);
+        if (!reg) ct_test_fail(__FILE__, __LINE__, "registry: %s", err.message);
+    }
+    return reg;
+}
+
 const ct_plugin_desc *harness_load(const char *so_file) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", ct_test_plugin_dir(), so_file);
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL); /* never closed: plugins stay loaded */
-    if (!dl) {
-        ct_test_fail(__FILE__, __LINE__, "cannot load %s: %s", path, dlerror());
+    /* <kind>_<name>.so, the build's naming: resolved by kind and name through the registry */
+    char kind[32], name[256];
+    const char *us = strchr(so_file, '_');
+    size_t len = strlen(so_file);
+    if (!us || (size_t)(us - so_file) >= sizeof kind || len < 4 ||
+        strcmp(so_file + len - 3, ".so") || len - (size_t)(us - so_file) - 4 >= sizeof name) {
+        ct_test_fail(__FILE__, __LINE__, "%s is not named <kind>_<name>.so", so_file);
         return NULL;
     }
-    ct_plugin_entry_fn entry = (ct_plugin_entry_fn)dlsym(dl, CT_ENTRY_SYMBOL);
-    if (!entry) {
-        ct_test_fail(__FILE__, __LINE__, "%s has no %s", path, CT_ENTRY_SYMBOL);
+    snprintf(kind, sizeof kind, "%.*s", (int)(us - so_file), so_file);
+    snprintf(name, sizeof name, "%.*s", (int)(len - (size_t)(us - so_file) - 4), us + 1);
+    ct_registry *reg = test_registry();
+    ct_error err = {.struct_size = sizeof err};
+    const ct_plugin *p = reg ? registry_resolve(reg, kind_from_name(kind), name, &err) : NULL;
+    if (!p) {
+        ct_test_fail(__FILE__, __LINE__, "cannot load %s: %s", so_file, err.message);
         return NULL;
     }
-    return entry();
+    return &p->desc;
 }
 
 static ct_host *new_host(ct_harness *h, int32_t rank, const char *name) {

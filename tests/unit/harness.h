@@ -1,6 +1,6 @@
 /* harness.h — a rank-0, world-1 host for unit tests: configuration from INI text, parsed and
- * validated by the real host code (config.c, hostapi.c), and real plugin .so files loaded with
- * dlopen from the build's plugin folder. Not for: multi-rank tests (they build their own
+ * validated by the real host code (config.c, hostapi.c), and real plugin .so files of the build's
+ * plugin folder loaded by the host's own registry (registry.c, with its load-time checks). Not for: multi-rank tests (they build their own
  * ct_create_args per rank with harness_args_rank). */
 #ifndef CT_TEST_HARNESS_H
 #define CT_TEST_HARNESS_H
@@ -20,7 +20,8 @@ ct_harness *harness_new(const char *ini_text);
 /* Destroys every instance created through the harness (in reverse order), then the harness. */
 void harness_free(ct_harness *h);
 
-/* dlopen build/plugins/<so_file>; NULL (and a test failure) when it is missing. */
+/* build/plugins/<so_file> (named <kind>_<name>.so) loaded through the host's registry, so
+ * the load-time checks apply; NULL (and a test failure) when it is missing or refused. */
 const ct_plugin_desc *harness_load(const char *so_file);
 
 /* Load so_file, validate [section] against its schema (filling defaults) and create an instance.
