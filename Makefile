@@ -46,20 +46,23 @@ HOST_LIB_OBJ := $(filter-out $(BUILD)/obj/host/main.o,$(HOST_OBJ))
 
 # ---- plugins: every folder plugins/<kind>/<name>/ becomes build/plugins/<kind>_<name>.so ----
 # A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _NVCCFLAGS / _CUDA_ONLY /
-# _CUDA_LIBS (the companion's libraries, below).
+# _CUDA_LIBS (the companion's own libraries beyond the CUDA runtime, below). HAVE_NVCC is set
+# before they are read, so a plugin.mk may use it with := assignments.
+HAVE_NVCC := $(if $(filter 1,$(CUDA)),$(NVCC),)
 PLUGIN_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard plugins/*/*/*.c plugins/*/*/*.cu))))
 plugin_id    = $(word 2,$(subst /, ,$(1)))_$(word 3,$(subst /, ,$(1)))
 -include $(wildcard plugins/*/*/plugin.mk)
 
-HAVE_NVCC := $(if $(filter 1,$(CUDA)),$(NVCC),)
 NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -Isdk/include \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
              -Werror all-warnings
 
 # A folder with both .c and .cu files that is not CUDA_ONLY is split (with nvcc): the .cu code
-# becomes the companion $(BUILD)/plugins/cuda/<id>_cuda.so, linked with <id>_CUDA_LIBS and
-# opened by the plugin (sdk/include/ctrain/companion.h) only when a CUDA device is used; the
-# plugin itself holds the .c code only and links no CUDA library, so it loads on any machine.
+# becomes the companion $(BUILD)/plugins/cuda/<id>_cuda.so, linked with <id>_CUDA_LIBS and the
+# CUDA runtime, and opened by the plugin (sdk/include/ctrain/companion.h) only when a CUDA
+# device is used; the plugin's .c code is compiled with -DCT_HAVE_CUDA and linked with -ldl, and
+# links no CUDA library, so it loads on any machine.
+CUDA_RT_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcudart
 define PLUGIN_template
 $(1)_ID   := $(call plugin_id,$(1))
 $(1)_C    := $(wildcard $(1)/*.c)
@@ -69,6 +72,8 @@ $(1)_CUOBJ := $$($(1)_CU:%.cu=$(BUILD)/obj/%.cu.o)
 $(1)_OBJ  := $$($(1)_COBJ) $$($(1)_CUOBJ)
 $(1)_SKIP := $$(if $$(and $$($$($(1)_ID)_CUDA_ONLY),$$(if $(HAVE_NVCC),,1)),1,)
 $(1)_SPLIT := $$(if $$(and $$($(1)_C),$$($(1)_CU),$$(if $$($$($(1)_ID)_CUDA_ONLY),,1)),1,)
+$(1)_SPLIT_CFLAGS := $$(if $$($(1)_SPLIT),-DCT_HAVE_CUDA,)
+$(1)_SPLIT_LIBS   := $$(if $$($(1)_SPLIT),-ldl,)
 ifeq ($$($(1)_SKIP),)
 PLUGINS += $(BUILD)/plugins/$$($(1)_ID).so
 ifeq ($$($(1)_SPLIT),)
@@ -79,13 +84,13 @@ COMPANIONS += $(BUILD)/plugins/cuda/$$($(1)_ID)_cuda.so
 $(BUILD)/plugins/cuda/$$($(1)_ID)_cuda.so: $$($(1)_CUOBJ)
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
-	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_CUDA_LIBS) -lm
+	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_CUDA_LIBS) $(CUDA_RT_LIBS) -lm
 endif
 $(BUILD)/plugins/$$($(1)_ID).so:
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
-	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_LIBS) -lm
-$$($(1)_OBJ): CFLAGS_EXTRA := $$($$($(1)_ID)_CFLAGS)
+	$(Q)$(CXX) $(LDFLAGS_PLUGIN) -o $$@ $$^ $$($$($(1)_ID)_LIBS) $$($(1)_SPLIT_LIBS) -lm
+$$($(1)_OBJ): CFLAGS_EXTRA := $$($$($(1)_ID)_CFLAGS) $$($(1)_SPLIT_CFLAGS)
 $$($(1)_OBJ): NVCCFLAGS_EXTRA := $$($$($(1)_ID)_NVCCFLAGS)
 $$($(1)_OBJ): $(wildcard $(1)/plugin.mk)
 else
