@@ -93,6 +93,22 @@ const char *contract_missing_member(int32_t kind, const void *vtable, size_t *of
     return NULL;
 }
 
+contract_lifecycle contract_lifecycle_of(int32_t kind, const void *vtable) {
+    contract_lifecycle life = {NULL, NULL};
+    if (!vtable) return life;
+    if (kind == CT_KIND_COMM) {
+        const struct ct_comm_vtable *c = vtable;
+        life.create = c->create;
+        life.destroy = c->destroy;
+    } else {
+        /* model, loss, strategy, precision, device: struct_size, create, destroy, ... */
+        const ct_loss_vtable *first_members = vtable;
+        life.create = first_members->create;
+        life.destroy = first_members->destroy;
+    }
+    return life;
+}
+
 static int valid_key(const char *s) {
     if (!s || !*s) return 0;
     for (; *s; s++)

@@ -23,4 +23,13 @@ const char *contract_missing_member(int32_t kind, const void *vtable, size_t *of
 int32_t contract_check_schema(const ct_param_spec *specs, int32_t n, const char *who,
                               ct_error *err);
 
+/* A plugin's create and destroy, whatever its kind: every vtable has them right after
+ * struct_size except comm's, which has world_create and world_destroy first. This is the one
+ * place that knows the two layouts. Either may be NULL for a vtable that was not checked. */
+typedef struct contract_lifecycle {
+    void *(*create)(const ct_create_args *args, ct_error *err);
+    void (*destroy)(void *self);
+} contract_lifecycle;
+contract_lifecycle contract_lifecycle_of(int32_t kind, const void *vtable);
+
 #endif /* CTRAIN_HOST_CONTRACT_H */

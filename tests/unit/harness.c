@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include "config.h"
+#include "contract.h"
 #include "ct_test.h"
 #include "hostapi.h"
 #include "registry.h"
@@ -22,26 +23,6 @@ struct ct_harness {
     ct_comm_ref       comm;
 };
 
-/* Every vtable starts with struct_size then create, destroy, except comm's, which has
- * world_create and world_destroy first. */
-typedef struct {
-    uint32_t struct_size;
-    void *(*create)(const ct_create_args *, ct_error *);
-    void (*destroy)(void *);
-} any_vtable;
-
-static any_vtable vtable_of(const ct_plugin_desc *d) {
-    any_vtable a = {0};
-    if (d->kind == CT_KIND_COMM) {
-        const ct_comm_vtable *c = d->vtable;
-        a.create = c->create;
-        a.destroy = c->destroy;
-    } else {
-        a = *(const any_vtable *)d->vtable;
-    }
-    return a;
-}
-
 ct_harness *harness_new(const char *ini_text) {
     ct_harness *h = calloc(1, sizeof *h);
     if (!h) return NULL;
@@ -59,7 +40,8 @@ ct_harness *harness_new(const char *ini_text) {
 void harness_free(ct_harness *h) {
     if (!h) return;
     for (int32_t i = h->n_made - 1; i >= 0; i--) {
-        any_vtable vt = vtable_of(h->made[i].desc);
+        const ct_plugin_desc *d = h->made[i].desc;
+        contract_lifecycle vt = contract_lifecycle_of(d->kind, d->vtable);
         if (vt.destroy && h->made[i].self) vt.destroy(h->made[i].self);
     }
     config_free(h->cfg);
@@ -130,7 +112,7 @@ static int32_t create_raw(ct_harness *h, const char *so_file, const char *sectio
     int32_t rc = config_validate_section(h->cfg, section, d->params, d->param_struct_size,
                                          d->name, NULL, err);
     if (rc != CT_OK) return rc;
-    any_vtable vt = vtable_of(d);
+    contract_lifecycle vt = contract_lifecycle_of(d->kind, d->vtable);
     void *self = vt.create(args, err);
     if (!self) return err->code ? err->code : CT_ERR_INTERNAL;
     if (h->n_made == HARNESS_MAX) return ct_error_set(err, CT_ERR_NOMEM, "harness full");
