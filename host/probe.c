@@ -37,8 +37,8 @@ static int32_t fetch_f32(ct_rank *r, const void *src, int32_t dtype, uint64_t n,
 static int32_t reduce_both(ct_rank *r, const float *x, uint64_t n, double *p, double *e,
                            ct_error *err) {
     int32_t N = r->world, dt = r->policy.reduce_dtype;
-    int32_t f = ct_kit_predivide_factor(N);
-    double post = ct_kit_postdivide_factor(N);
+    int32_t f = ct_skit_predivide_factor(N);
+    double post = ct_skit_postdivide_factor(N);
     size_t es = ct_dtype_size(dt);
     void *host = malloc(n * es), *dev = r->dev.vt->alloc(r->dev.self, n * es, err);
     int32_t rc = CT_OK;
@@ -53,9 +53,9 @@ static int32_t reduce_both(ct_rank *r, const float *x, uint64_t n, double *p, do
         else ((float *)host)[i] = v;
         e[i] = x[i];
     }
-    ct_kit_reducer red = {r->comm_ref, r->dev, r->precision.vt, r->precision.self};
+    ct_skit_reducer red = {r->comm_ref, r->dev, r->precision.vt, r->precision.self};
     rc = r->dev.vt->copy(r->dev.self, dev, host, n * es, CT_COPY_H2D, err);
-    if (rc == CT_OK && N > 1) rc = ct_kit_all_reduce_sum(&red, dev, dev, n, dt, NULL, err);
+    if (rc == CT_OK && N > 1) rc = ct_skit_all_reduce_sum(&red, dev, dev, n, dt, NULL, err);
     if (rc == CT_OK) rc = r->dev.vt->copy(r->dev.self, host, dev, n * es, CT_COPY_D2H, err);
     if (rc == CT_OK) rc = optim_allreduce_f64(r, e, n, CT_REDUCE_SUM, err);
     for (uint64_t i = 0; rc == CT_OK && i < n; i++) {

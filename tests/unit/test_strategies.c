@@ -301,7 +301,7 @@ static int run_world(world_case *wc) {
 static void case_alloc(world_case *wc) {
     for (int32_t r = 0; r < wc->N; r++)
         for (uint32_t u = 0; u < wc->n_units; u++)
-            wc->got[r][u] = calloc(ct_kit_padded_numel(wc->numel[u], wc->N), sizeof(double));
+            wc->got[r][u] = calloc(ct_skit_padded_numel(wc->numel[u], wc->N), sizeof(double));
 }
 
 static void case_free(world_case *wc) {
@@ -321,7 +321,7 @@ static int check_result(world_case *wc, expect_fn expect, const char *what) {
     int bad = 0;
     for (uint32_t u = 0; u < wc->n_units; u++) {
         uint64_t P = wc->padded[u];
-        CT_CHECK_INT(P, ct_kit_padded_numel(wc->numel[u], wc->N));
+        CT_CHECK_INT(P, ct_skit_padded_numel(wc->numel[u], wc->N));
         for (uint64_t i = 0; i < P; i++) {
             double tol = 0, e = i < wc->numel[u] ? expect(wc, u, i, &tol) : 0.0;
             int owners = 0;
@@ -418,7 +418,7 @@ CT_TEST(strategy_bf16_gradients_near_max_do_not_overflow_thanks_to_predivide) {
             int32_t N = Ns[j];
             int ddp = i == 2;
             /* FSDP sums N values divided by f: fits when x < max * f / N; DDP divides by N */
-            int32_t f = ddp ? N : ct_kit_predivide_factor(N);
+            int32_t f = ddp ? N : ct_skit_predivide_factor(N);
             double x = 0.75 * BF16_MAX * f / N;
             /* the claim is only interesting if summing first would overflow */
             CT_CHECK_MSG(N * x * 0.92 > BF16_MAX, "N=%d x=%g: N*x does not overflow", N, x);
@@ -447,7 +447,7 @@ static double expect_zero(const world_case *wc, uint32_t u, uint64_t i, double *
 CT_TEST(strategy_bf16_tiny_gradients_survive_postdivide_but_not_ddp) {
     static const int32_t Ns[] = {4, 8};
     for (int j = 0; j < 2; j++) {
-        int32_t N = Ns[j], f = ct_kit_predivide_factor(N);
+        int32_t N = Ns[j], f = ct_skit_predivide_factor(N);
         double x = ldexp((double)f, -133);
         CT_CHECK(N / f >= 2);
         CT_CHECK_CLOSE(ct_round_bf16((float)(x / N)), 0.0, 0, 0); /* dividing first loses it */
@@ -564,7 +564,7 @@ static void gather_body(rank_ctx *rc, gather_case *gc) {
                             .policy = &pol};
     float *full = calloc(numel, sizeof *full);
     for (uint64_t i = 0; i < numel; i++) full[i] = master_value(i);
-    uint64_t P = ct_kit_padded_numel(numel, rc->world);
+    uint64_t P = ct_skit_padded_numel(numel, rc->world);
     const void *params;
     uint64_t pb, gb;
     gc->gathered[rc->rank] = calloc(P, sizeof(uint16_t));
@@ -597,7 +597,7 @@ CT_TEST(strategy_full_shard_all_gather_moves_bf16_of_the_f32_master) {
         world_case wc = {.so = "strategy_full_shard.so", .N = Ns[j]};
         g_gather = &gc;
         if (run_world_body(&wc, gather_main) == 0) {
-            uint64_t P = ct_kit_padded_numel(gc.numel, gc.N);
+            uint64_t P = ct_skit_padded_numel(gc.numel, gc.N);
             for (int32_t r = 0; r < gc.N; r++) {
                 int bad = 0;
                 for (uint64_t i = 0; i < P; i++) {
@@ -645,7 +645,7 @@ CT_TEST(strategy_full_shard_memory_per_rank_shrinks_as_one_over_n) {
                 if (N == 1) base[0] = m[0], base[1] = m[1];
                 if (k == 0) {
                     /* params: (4 + 2) bytes per owned element; padding adds < N*64 per unit */
-                    uint64_t P = ct_kit_padded_numel(100000, N);
+                    uint64_t P = ct_skit_padded_numel(100000, N);
                     CT_CHECK_INT(m[0], 4 * (P / N) * 6);
                     CT_CHECK_CLOSE((double)m[0] * N, (double)base[0], 0.01, 0);
                     /* grads: f32 shards (4 B/elem) plus the unsharded f32 gradients at their
@@ -654,7 +654,7 @@ CT_TEST(strategy_full_shard_memory_per_rank_shrinks_as_one_over_n) {
                     /* gathered: at most two units (root + one block) of bf16 at a time */
                     CT_CHECK_INT(m[2], 2 * P * 2);
                 } else {
-                    uint64_t P = ct_kit_padded_numel(100000, N);
+                    uint64_t P = ct_skit_padded_numel(100000, N);
                     CT_CHECK_INT(m[0], 4 * P * 6); /* replicated: every rank holds it all */
                 }
             }
@@ -725,14 +725,14 @@ CT_TEST(strategy_kit_divide_factors_match_fsdp1) {
     static const int32_t N[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256};
     static const int32_t F[] = {1, 2, 2, 2, 4, 4, 4, 4, 8, 8, 16, 16};
     for (int i = 0; i < 12; i++) {
-        CT_CHECK_INT(ct_kit_predivide_factor(N[i]), F[i]);
-        CT_CHECK_CLOSE(ct_kit_predivide_factor(N[i]) * ct_kit_postdivide_factor(N[i]), N[i], 0, 0);
+        CT_CHECK_INT(ct_skit_predivide_factor(N[i]), F[i]);
+        CT_CHECK_CLOSE(ct_skit_predivide_factor(N[i]) * ct_skit_postdivide_factor(N[i]), N[i], 0, 0);
     }
-    CT_CHECK_CLOSE(ct_kit_postdivide_factor(3), 1.5, 0, 0); /* N/f in floating point, as FSDP1 */
-    CT_CHECK_INT(ct_kit_padded_numel(1000, 4), 1024);
-    CT_CHECK_INT(ct_kit_padded_numel(1025, 4), 1280);
-    CT_CHECK_INT(ct_kit_padded_numel(0, 2), 128);
-    CT_CHECK_INT(ct_kit_padded_numel(128, 2), 128);
+    CT_CHECK_CLOSE(ct_skit_postdivide_factor(3), 1.5, 0, 0); /* N/f in floating point, as FSDP1 */
+    CT_CHECK_INT(ct_skit_padded_numel(1000, 4), 1024);
+    CT_CHECK_INT(ct_skit_padded_numel(1025, 4), 1280);
+    CT_CHECK_INT(ct_skit_padded_numel(0, 2), 128);
+    CT_CHECK_INT(ct_skit_padded_numel(128, 2), 128);
 }
 
 /* run_world with a custom rank body instead of rank_main (wc->N ranks, [strategy] from wc). */

@@ -17,7 +17,7 @@
 #define DDP_WHO "strategy ddp" /* starts every error message */
 
 typedef struct ddp_unit {
-    ct_kit_replica r;    /* numel, P, master, compute copy, grad_local (P each), holds */
+    ct_skit_replica r;    /* numel, P, master, compute copy, grad_local (P each), holds */
     float   *grad_out;   /* (P) f32 mean when the wire dtype is not f32, else NULL (the
                             unit's segment of the bucket storage is the result) */
     uint64_t seg;        /* this step: element offset of the unit's segment in the storage */
@@ -28,7 +28,7 @@ typedef struct ddp {
     const ct_host_api  *api;
     ct_host            *host;
     ct_device_ref       dev;
-    ct_kit_reducer      reducer;
+    ct_skit_reducer      reducer;
     int32_t             world;
     double              bucket_mb;
     int32_t             wire_from_policy; /* key reduce_dtype = policy */
@@ -46,7 +46,7 @@ typedef struct ddp {
 } ddp;
 
 static void *ddp_create(const ct_create_args *a, ct_error *err) {
-    if (ct_kit_check_engines(a, DDP_WHO, err)) return NULL;
+    if (ct_skit_check_engines(a, DDP_WHO, err)) return NULL;
     ddp *s = calloc(1, sizeof *s);
     if (!s) return ct_error_set(err, CT_ERR_NOMEM, DDP_WHO ": out of memory"), NULL;
     const char *wire = NULL;
@@ -61,7 +61,7 @@ static void *ddp_create(const ct_create_args *a, ct_error *err) {
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
-    s->world = ct_kit_world_size(a->comm);
+    s->world = ct_skit_world_size(a->comm);
     return s;
 }
 
@@ -69,11 +69,11 @@ static void ddp_destroy(void *p) {
     ddp *s = p;
     if (!s) return;
     ct_error ignored = {.struct_size = sizeof ignored};
-    for (uint32_t i = 0; i < s->n_reqs; i++) ct_kit_wait(s->reducer.comm, &s->reqs[i], &ignored);
+    for (uint32_t i = 0; i < s->n_reqs; i++) ct_skit_wait(s->reducer.comm, &s->reqs[i], &ignored);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
         s->dev.vt->free_mem(s->dev.self, x->grad_out);
-        ct_kit_replica_free(s->dev, &x->r);
+        ct_skit_replica_free(s->dev, &x->r);
     }
     if (s->storage) s->dev.vt->free_mem(s->dev.self, s->storage);
     free(s->reqs);
@@ -84,7 +84,7 @@ static void ddp_destroy(void *p) {
 static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
     ddp *s = p;
     ct_strategy_setup su;
-    if (ct_kit_setup_begin(DDP_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
+    if (ct_skit_setup_begin(DDP_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
                            err))
         return err->code;
     const ct_precision_policy *pol = &s->policy;
@@ -94,15 +94,15 @@ static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *e
     s->n_units = su.n_units;
     for (uint32_t u = 0; u < su.n_units; u++) {
         ddp_unit *x = &s->units[u];
-        if (ct_kit_replica_alloc(s->dev, &x->r, su.unit_numel[u], s->world, pol, DDP_WHO, u, err))
+        if (ct_skit_replica_alloc(s->dev, &x->r, su.unit_numel[u], s->world, pol, DDP_WHO, u, err))
             return err->code;
         s->storage_n += x->r.padded;
         if (s->wire_dtype != CT_DTYPE_F32 &&
-            !(x->grad_out = ct_kit_alloc_unit(s->dev, x->r.padded, CT_DTYPE_F32, DDP_WHO, u,
+            !(x->grad_out = ct_skit_alloc_unit(s->dev, x->r.padded, CT_DTYPE_F32, DDP_WHO, u,
                                               "f32 gradient", err)))
             return err->code;
     }
-    if (!(s->storage = ct_kit_alloc(s->dev, s->storage_n, s->wire_dtype,
+    if (!(s->storage = ct_skit_alloc(s->dev, s->storage_n, s->wire_dtype,
                                     DDP_WHO ": bucket storage", err)))
         return err->code;
     double n = s->bucket_mb * 1024.0 * 1024.0 / (double)ct_dtype_size(s->wire_dtype);
@@ -114,7 +114,7 @@ static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *e
 }
 
 static int32_t check_unit(const ddp *s, uint32_t u, ct_error *err) {
-    return ct_kit_check_unit(DDP_WHO, s->units != NULL, u, s->n_units, err);
+    return ct_skit_check_unit(DDP_WHO, s->units != NULL, u, s->n_units, err);
 }
 
 static void *storage_at(const ddp *s, uint64_t element) {
@@ -124,13 +124,13 @@ static void *storage_at(const ddp *s, uint64_t element) {
 static int32_t ddp_load_unit(void *p, uint32_t u, const float *full, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    return ct_kit_replica_load(s->dev, &s->units[u].r, s->policy.param_dtype, full, err);
+    return ct_skit_replica_load(s->dev, &s->units[u].r, s->policy.param_dtype, full, err);
 }
 
 static int32_t ddp_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    return ct_kit_replica_save(s->dev, &s->units[u].r, full, err);
+    return ct_skit_replica_save(s->dev, &s->units[u].r, full, err);
 }
 
 /* Replicated: the compute copy is always there; acquire/release only count, to catch a host
@@ -139,14 +139,14 @@ static int32_t ddp_acquire(void *p, uint32_t u, int32_t phase, const void **para
                            ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    ct_kit_replica_acquire(&s->units[u].r, params);
+    ct_skit_replica_acquire(&s->units[u].r, params);
     return CT_OK;
 }
 
 static int32_t ddp_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     ddp *s = p;
     if (check_unit(s, u, err)) return err->code;
-    return ct_kit_replica_release(DDP_WHO, u, &s->units[u].r, err);
+    return ct_skit_replica_release(DDP_WHO, u, &s->units[u].r, err);
 }
 
 static int32_t ddp_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) {
@@ -167,7 +167,7 @@ static int32_t ddp_begin_step(void *p, ct_error *err) {
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
         x->packed = 0;
-        int32_t rc = ct_kit_replica_zero_grad(s->dev, &x->r, s->policy.grad_accum_dtype, err);
+        int32_t rc = ct_skit_replica_zero_grad(s->dev, &x->r, s->policy.grad_accum_dtype, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -179,7 +179,7 @@ static int32_t launch_bucket(ddp *s, uint64_t n, ct_error *err) {
     if (s->n_reqs == s->max_reqs)
         return ct_error_set(err, CT_ERR_INTERNAL, DDP_WHO ": more buckets than planned");
     void *b = storage_at(s, s->bucket_start);
-    int32_t rc = ct_kit_all_reduce_sum(&s->reducer, b, b, n, s->wire_dtype,
+    int32_t rc = ct_skit_all_reduce_sum(&s->reducer, b, b, n, s->wire_dtype,
                                        &s->reqs[s->n_reqs], err);
     if (rc) return rc;
     s->n_reqs++;
@@ -195,9 +195,9 @@ static int32_t ddp_unit_backward_done(void *p, uint32_t u, int32_t last, ct_erro
     if (check_unit(s, u, err)) return err->code;
     if (!last) return CT_OK;
     ddp_unit *x = &s->units[u];
-    if (x->packed) return ct_kit_error_reduced_twice(DDP_WHO, u, err);
+    if (x->packed) return ct_skit_error_reduced_twice(DDP_WHO, u, err);
     x->seg = s->cursor;
-    int32_t rc = ct_kit_convert_and_divide(s->dev, storage_at(s, x->seg), s->wire_dtype,
+    int32_t rc = ct_skit_convert_and_divide(s->dev, storage_at(s, x->seg), s->wire_dtype,
                                            x->r.grad_local, s->policy.grad_accum_dtype,
                                            x->r.padded, s->world, err);
     if (rc) return rc;
@@ -215,11 +215,11 @@ static int32_t ddp_finish_backward(void *p, ct_error *err) {
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < s->n_units && !rc; u++)
         if (!s->units[u].packed)
-            rc = ct_kit_error_never_reduced(DDP_WHO, u, err);
+            rc = ct_skit_error_never_reduced(DDP_WHO, u, err);
     if (!rc && s->cursor > s->bucket_start) rc = launch_bucket(s, s->cursor - s->bucket_start, err);
     for (uint32_t i = 0; i < s->n_reqs; i++) {
         ct_error werr = {.struct_size = sizeof werr};
-        int32_t w = ct_kit_wait(s->reducer.comm, &s->reqs[i], &werr);
+        int32_t w = ct_skit_wait(s->reducer.comm, &s->reqs[i], &werr);
         if (w && !rc) {
             rc = w;
             if (err) *err = werr;
@@ -229,7 +229,7 @@ static int32_t ddp_finish_backward(void *p, ct_error *err) {
     for (uint32_t u = 0; u < s->n_units && !rc; u++) {
         ddp_unit *x = &s->units[u];
         if (x->grad_out)
-            rc = ct_kit_convert(s->dev, x->grad_out, CT_DTYPE_F32, storage_at(s, x->seg),
+            rc = ct_skit_convert(s->dev, x->grad_out, CT_DTYPE_F32, storage_at(s, x->seg),
                                 s->wire_dtype, x->r.padded, err);
     }
     return rc;
@@ -244,7 +244,7 @@ static int32_t ddp_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
         .grad = x->grad_out ? x->grad_out : (float *)storage_at(s, x->seg),
         .numel = x->r.padded, .offset = 0, .padded_numel = x->r.padded, .replicated = 1,
     };
-    ct_kit_put_shard(out, &sh);
+    ct_skit_put_shard(out, &sh);
     return CT_OK;
 }
 
@@ -253,7 +253,7 @@ static int32_t ddp_step_done(void *p, ct_error *err) {
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
-        int32_t rc = ct_kit_params_refresh(s->dev, &x->r.params, x->r.padded,
+        int32_t rc = ct_skit_params_refresh(s->dev, &x->r.params, x->r.padded,
                                            s->policy.param_dtype, err);
         if (rc) return rc;
     }
@@ -268,7 +268,7 @@ static int32_t ddp_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *
     for (uint32_t u = 0; u < s->n_units; u++) {
         ddp_unit *x = &s->units[u];
         const uint64_t P = x->r.padded;
-        pb += ct_kit_params_bytes(&x->r.params, P, s->policy.param_dtype);
+        pb += ct_skit_params_bytes(&x->r.params, P, s->policy.param_dtype);
         gb += P * gsz + (x->grad_out ? P * 4 : 0);
     }
     *params = pb;

@@ -26,7 +26,7 @@ typedef struct fs_unit {
     uint64_t    padded;      /* P */
     uint64_t    shard_n;     /* S */
     uint64_t    offset;      /* r*S */
-    ct_kit_params params;    /* (S) f32 master shard and its param_dtype compute shard */
+    ct_skit_params params;    /* (S) f32 master shard and its param_dtype compute shard */
     void       *gathered;    /* (P) param_dtype, while gathered; NULL otherwise */
     ct_request *gather_req;  /* a prefetch all-gather into `gathered` still in flight */
     int32_t     holds;       /* acquire() minus release() calls */
@@ -42,7 +42,7 @@ typedef struct full_shard {
     const ct_host_api  *api;
     ct_host            *host;
     ct_device_ref       dev;
-    ct_kit_reducer      reducer;
+    ct_skit_reducer      reducer;
     int32_t             world, rank;
     int32_t             pre;                /* FSDP1 divide factors: pre * post == world */
     double              post;
@@ -60,7 +60,7 @@ typedef struct full_shard {
 } full_shard;
 
 static void *fs_create(const ct_create_args *a, ct_error *err) {
-    if (ct_kit_check_engines(a, FS_WHO, err)) return NULL;
+    if (ct_skit_check_engines(a, FS_WHO, err)) return NULL;
     full_shard *s = calloc(1, sizeof *s);
     if (!s) return ct_error_set(err, CT_ERR_NOMEM, FS_WHO ": out of memory"), NULL;
     const char *prefetch = NULL;
@@ -79,10 +79,10 @@ static void *fs_create(const ct_create_args *a, ct_error *err) {
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
-    s->world = ct_kit_world_size(a->comm);
-    s->rank = ct_kit_rank(a->comm);
-    s->pre = ct_kit_predivide_factor(s->world);
-    s->post = ct_kit_postdivide_factor(s->world);
+    s->world = ct_skit_world_size(a->comm);
+    s->rank = ct_skit_rank(a->comm);
+    s->pre = ct_skit_predivide_factor(s->world);
+    s->post = ct_skit_postdivide_factor(s->world);
     return s;
 }
 
@@ -95,7 +95,7 @@ static uint64_t gathered_bytes(const full_shard *s, const fs_unit *x) {
 static int32_t gather_alloc(full_shard *s, uint32_t u, ct_error *err) {
     fs_unit *x = &s->units[u];
     assert(!x->gathered);
-    if (!(x->gathered = ct_kit_alloc_unit(s->dev, x->padded, s->policy.param_dtype, FS_WHO, u,
+    if (!(x->gathered = ct_skit_alloc_unit(s->dev, x->padded, s->policy.param_dtype, FS_WHO, u,
                                           "gathered parameters", err)))
         return err->code;
     s->gathered_now += gathered_bytes(s, x);
@@ -105,7 +105,7 @@ static int32_t gather_alloc(full_shard *s, uint32_t u, ct_error *err) {
 
 /* Free the gathered buffer (waiting for a prefetch that is still filling it). */
 static int32_t gather_free(full_shard *s, fs_unit *x, ct_error *err) {
-    int32_t rc = ct_kit_wait(s->reducer.comm, &x->gather_req, err);
+    int32_t rc = ct_skit_wait(s->reducer.comm, &x->gather_req, err);
     if (!x->gathered) return rc;
     s->dev.vt->free_mem(s->dev.self, x->gathered);
     x->gathered = NULL;
@@ -122,12 +122,12 @@ static uint64_t unsharded_grad_bytes(const full_shard *s, const fs_unit *x) {
 
 static int32_t grads_alloc(full_shard *s, uint32_t u, ct_error *err) {
     fs_unit *x = &s->units[u];
-    if (!(x->grad_local = ct_kit_alloc_unit(s->dev, x->padded, s->policy.grad_accum_dtype, FS_WHO,
+    if (!(x->grad_local = ct_skit_alloc_unit(s->dev, x->padded, s->policy.grad_accum_dtype, FS_WHO,
                                             u, "unsharded gradient", err)))
         return err->code;
     x->grad_wire = x->grad_local;
     if (s->policy.reduce_dtype != s->policy.grad_accum_dtype) {
-        if (!(x->grad_wire = ct_kit_alloc_unit(s->dev, x->padded, s->policy.reduce_dtype, FS_WHO,
+        if (!(x->grad_wire = ct_skit_alloc_unit(s->dev, x->padded, s->policy.reduce_dtype, FS_WHO,
                                                u, "reduce buffer", err))) {
             s->dev.vt->free_mem(s->dev.self, x->grad_local);
             x->grad_local = NULL;
@@ -153,12 +153,12 @@ static void fs_destroy(void *p) {
     for (uint32_t u = 0; u < s->n_units; u++) {
         fs_unit *x = &s->units[u];
         ct_error ignored = {.struct_size = sizeof ignored};
-        ct_kit_wait(s->reducer.comm, &x->req, &ignored);
+        ct_skit_wait(s->reducer.comm, &x->req, &ignored);
         gather_free(s, x, &ignored);
         grads_free(s, x);
         if (x->grad_out != x->rs_out) s->dev.vt->free_mem(s->dev.self, x->grad_out);
         s->dev.vt->free_mem(s->dev.self, x->rs_out);
-        ct_kit_params_free(s->dev, &x->params);
+        ct_skit_params_free(s->dev, &x->params);
     }
     free(s->bwd_now);
     free(s->bwd_last);
@@ -171,7 +171,7 @@ static void fs_destroy(void *p) {
 static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
     full_shard *s = p;
     ct_strategy_setup su;
-    if (ct_kit_setup_begin(FS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
+    if (ct_skit_setup_begin(FS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
                            err))
         return err->code;
     const ct_precision_policy *pol = &s->policy;
@@ -184,18 +184,18 @@ static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
     for (uint32_t u = 0; u < su.n_units; u++) {
         fs_unit *x = &s->units[u];
         x->numel = su.unit_numel[u];
-        x->padded = ct_kit_padded_numel(x->numel, s->world);
+        x->padded = ct_skit_padded_numel(x->numel, s->world);
         x->shard_n = x->padded / (uint64_t)s->world;
         x->offset = (uint64_t)s->rank * x->shard_n;
-        if (ct_kit_params_alloc(s->dev, &x->params, x->shard_n, pol->param_dtype, FS_WHO, u, 1,
+        if (ct_skit_params_alloc(s->dev, &x->params, x->shard_n, pol->param_dtype, FS_WHO, u, 1,
                                 err))
             return err->code;
-        if (!(x->rs_out = ct_kit_alloc_unit(s->dev, x->shard_n, pol->reduce_dtype, FS_WHO, u,
+        if (!(x->rs_out = ct_skit_alloc_unit(s->dev, x->shard_n, pol->reduce_dtype, FS_WHO, u,
                                             "gradient shard", err)))
             return err->code;
         x->grad_out = x->rs_out;
         if (pol->reduce_dtype != CT_DTYPE_F32 &&
-            !(x->grad_out = ct_kit_alloc_unit(s->dev, x->shard_n, CT_DTYPE_F32, FS_WHO, u,
+            !(x->grad_out = ct_skit_alloc_unit(s->dev, x->shard_n, CT_DTYPE_F32, FS_WHO, u,
                                               "f32 gradient shard", err)))
             return err->code;
     }
@@ -203,12 +203,12 @@ static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
 }
 
 static int32_t check_unit(const full_shard *s, uint32_t u, ct_error *err) {
-    return ct_kit_check_unit(FS_WHO, s->units != NULL, u, s->n_units, err);
+    return ct_skit_check_unit(FS_WHO, s->units != NULL, u, s->n_units, err);
 }
 
 /* Compute shard = master shard cast to param_dtype (nothing when they alias). */
 static int32_t refresh_compute(full_shard *s, fs_unit *x, ct_error *err) {
-    return ct_kit_params_refresh(s->dev, &x->params, x->shard_n, s->policy.param_dtype, err);
+    return ct_skit_params_refresh(s->dev, &x->params, x->shard_n, s->policy.param_dtype, err);
 }
 
 /* Keep elements [r*S, r*S + S) of the full unpadded copy; the padding stays zero. */
@@ -235,7 +235,7 @@ static int32_t fs_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     full_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
-    float *all = ct_kit_alloc(s->dev, x->padded, CT_DTYPE_F32,
+    float *all = ct_skit_alloc(s->dev, x->padded, CT_DTYPE_F32,
                               FS_WHO ": save_unit gather buffer", err);
     if (!all) return err->code;
     int32_t rc = s->reducer.comm.vt->all_gather(s->reducer.comm.self, x->params.master, all,
@@ -300,7 +300,7 @@ static int32_t fs_acquire(void *p, uint32_t u, int32_t phase, const void **param
     }
     int32_t rc = CT_OK;
     if (!x->gathered) rc = gather(s, u, 0, err);
-    else rc = ct_kit_wait(s->reducer.comm, &x->gather_req, err); /* prefetched or kept */
+    else rc = ct_skit_wait(s->reducer.comm, &x->gather_req, err); /* prefetched or kept */
     if (rc) return rc;
     x->holds++;
     *params = x->gathered;
@@ -317,7 +317,7 @@ static int32_t fs_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     full_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
-    if (x->holds == 0) return ct_kit_error_not_acquired(FS_WHO, u, err);
+    if (x->holds == 0) return ct_skit_error_not_acquired(FS_WHO, u, err);
     if (--x->holds > 0) return CT_OK;
     int32_t rc = CT_OK;
     if (phase == CT_PHASE_BACKWARD || s->reshard_after_forward) rc = gather_free(s, x, err);
@@ -347,7 +347,7 @@ static int32_t fs_begin_step(void *p, ct_error *err) {
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
         fs_unit *x = &s->units[u];
-        if (x->req) return ct_kit_error_in_flight(FS_WHO, u, err);
+        if (x->req) return ct_skit_error_in_flight(FS_WHO, u, err);
         x->reduce_started = 0;
         if (x->grad_local) { /* left over from an unfinished step */
             int32_t rc = s->dev.vt->zero(s->dev.self, x->grad_local,
@@ -364,8 +364,8 @@ static int32_t fs_begin_step(void *p, ct_error *err) {
  * unsharded gradient. */
 static int32_t finish_unit(full_shard *s, fs_unit *x, ct_error *err) {
     const int32_t rdt = s->policy.reduce_dtype;
-    int32_t rc = ct_kit_wait(s->reducer.comm, &x->req, err);
-    if (!rc) rc = ct_kit_divide_to_f32(s->dev, x->grad_out, x->rs_out, rdt, x->shard_n, s->post,
+    int32_t rc = ct_skit_wait(s->reducer.comm, &x->req, err);
+    if (!rc) rc = ct_skit_divide_to_f32(s->dev, x->grad_out, x->rs_out, rdt, x->shard_n, s->post,
                                        err);
     grads_free(s, x);
     return rc;
@@ -380,16 +380,16 @@ static int32_t fs_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     if (!last) return CT_OK;
     fs_unit *x = &s->units[u];
     const int32_t rdt = s->policy.reduce_dtype;
-    if (x->reduce_started) return ct_kit_error_reduced_twice(FS_WHO, u, err);
+    if (x->reduce_started) return ct_skit_error_reduced_twice(FS_WHO, u, err);
     int32_t rc = CT_OK;
     for (uint32_t v = 0; v < s->n_units && !rc; v++) {
         fs_unit *y = &s->units[v];
         if (y->reduce_started && y->grad_local) rc = finish_unit(s, y, err);
     }
     if (!rc && !x->grad_local) rc = grads_alloc(s, u, err); /* no backward: zeros */
-    if (!rc) rc = ct_kit_convert_and_divide(s->dev, x->grad_wire, rdt, x->grad_local,
+    if (!rc) rc = ct_skit_convert_and_divide(s->dev, x->grad_wire, rdt, x->grad_local,
                                             s->policy.grad_accum_dtype, x->padded, s->pre, err);
-    if (!rc) rc = ct_kit_reduce_scatter_sum(&s->reducer, x->grad_wire, x->rs_out, x->shard_n, rdt,
+    if (!rc) rc = ct_skit_reduce_scatter_sum(&s->reducer, x->grad_wire, x->rs_out, x->shard_n, rdt,
                                             &x->req, err);
     if (rc) return rc;
     x->reduce_started = 1;
@@ -407,7 +407,7 @@ static int32_t fs_finish_backward(void *p, ct_error *err) {
         int32_t w = CT_OK;
         if (x->reduce_started && x->grad_local) w = finish_unit(s, x, &werr);
         else if (!x->reduce_started && !rc)
-            w = ct_kit_error_never_reduced(FS_WHO, u, &werr);
+            w = ct_skit_error_never_reduced(FS_WHO, u, &werr);
         if (!x->holds) {
             int32_t f = gather_free(s, x, &werr);
             if (!w) w = f;
@@ -430,7 +430,7 @@ static int32_t fs_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
         .struct_size = sizeof sh, .master = x->params.master, .grad = x->grad_out,
         .numel = x->shard_n, .offset = x->offset, .padded_numel = x->padded, .replicated = 0,
     };
-    ct_kit_put_shard(out, &sh);
+    ct_skit_put_shard(out, &sh);
     return CT_OK;
 }
 
@@ -456,7 +456,7 @@ static int32_t fs_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
     size_t rsz = ct_dtype_size(s->policy.reduce_dtype);
     for (uint32_t u = 0; u < s->n_units; u++) {
         fs_unit *x = &s->units[u];
-        pb += ct_kit_params_bytes(&x->params, x->shard_n, s->policy.param_dtype);
+        pb += ct_skit_params_bytes(&x->params, x->shard_n, s->policy.param_dtype);
         gb += x->shard_n * rsz + (x->grad_out != x->rs_out ? x->shard_n * 4 : 0);
     }
     *params = pb;

@@ -10,12 +10,12 @@
 
 #include <stdlib.h>
 
-/* Legend: N ranks; P a unit's padded length (ct_kit_padded_numel). */
+/* Legend: N ranks; P a unit's padded length (ct_skit_padded_numel). */
 
 #define NS_WHO "strategy no_shard" /* starts every error message */
 
 typedef struct ns_unit {
-    ct_kit_replica r;       /* numel, P, master, compute copy, grad_local (P each), holds */
+    ct_skit_replica r;       /* numel, P, master, compute copy, grad_local (P each), holds */
     void       *grad_wire;  /* (P) reduce_dtype; aliases r.grad_local when the dtypes agree */
     float      *grad_out;   /* (P) f32 global mean; aliases grad_wire when reduce_dtype is f32 */
     ct_request *req;        /* the in-flight all-reduce of this step, or NULL */
@@ -26,7 +26,7 @@ typedef struct no_shard {
     const ct_host_api  *api;
     ct_host            *host;
     ct_device_ref       dev;
-    ct_kit_reducer      reducer;
+    ct_skit_reducer      reducer;
     int32_t             world;
     int32_t             pre;          /* FSDP1 divide factors: pre * post == world */
     double              post;
@@ -36,7 +36,7 @@ typedef struct no_shard {
 } no_shard;
 
 static void *ns_create(const ct_create_args *a, ct_error *err) {
-    if (ct_kit_check_engines(a, NS_WHO, err)) return NULL;
+    if (ct_skit_check_engines(a, NS_WHO, err)) return NULL;
     no_shard *s = calloc(1, sizeof *s);
     if (!s) return ct_error_set(err, CT_ERR_NOMEM, NS_WHO ": out of memory"), NULL;
     s->api = a->api;
@@ -44,9 +44,9 @@ static void *ns_create(const ct_create_args *a, ct_error *err) {
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
-    s->world = ct_kit_world_size(a->comm);
-    s->pre = ct_kit_predivide_factor(s->world);
-    s->post = ct_kit_postdivide_factor(s->world);
+    s->world = ct_skit_world_size(a->comm);
+    s->pre = ct_skit_predivide_factor(s->world);
+    s->post = ct_skit_postdivide_factor(s->world);
     return s;
 }
 
@@ -56,10 +56,10 @@ static void ns_destroy(void *p) {
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
         ct_error ignored = {.struct_size = sizeof ignored};
-        ct_kit_wait(s->reducer.comm, &x->req, &ignored);
+        ct_skit_wait(s->reducer.comm, &x->req, &ignored);
         if (x->grad_out != x->grad_wire) s->dev.vt->free_mem(s->dev.self, x->grad_out);
         if (x->grad_wire != x->r.grad_local) s->dev.vt->free_mem(s->dev.self, x->grad_wire);
-        ct_kit_replica_free(s->dev, &x->r);
+        ct_skit_replica_free(s->dev, &x->r);
     }
     free(s->units);
     free(s);
@@ -69,7 +69,7 @@ static void ns_destroy(void *p) {
 static int32_t ns_setup(void *p, const ct_strategy_setup *setup_in, ct_error *err) {
     no_shard *s = p;
     ct_strategy_setup su;
-    if (ct_kit_setup_begin(NS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer, err))
+    if (ct_skit_setup_begin(NS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer, err))
         return err->code;
     const ct_precision_policy *pol = &s->policy;
     s->units = calloc(su.n_units, sizeof *s->units);
@@ -77,17 +77,17 @@ static int32_t ns_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
     s->n_units = su.n_units;
     for (uint32_t u = 0; u < su.n_units; u++) {
         ns_unit *x = &s->units[u];
-        if (ct_kit_replica_alloc(s->dev, &x->r, su.unit_numel[u], s->world, pol, NS_WHO, u, err))
+        if (ct_skit_replica_alloc(s->dev, &x->r, su.unit_numel[u], s->world, pol, NS_WHO, u, err))
             return err->code;
         const uint64_t P = x->r.padded;
         x->grad_wire = x->r.grad_local;
         if (pol->reduce_dtype != pol->grad_accum_dtype &&
-            !(x->grad_wire = ct_kit_alloc_unit(s->dev, P, pol->reduce_dtype, NS_WHO, u,
+            !(x->grad_wire = ct_skit_alloc_unit(s->dev, P, pol->reduce_dtype, NS_WHO, u,
                                                "reduce buffer", err)))
             return err->code;
         x->grad_out = x->grad_wire;
         if (pol->reduce_dtype != CT_DTYPE_F32 &&
-            !(x->grad_out = ct_kit_alloc_unit(s->dev, P, CT_DTYPE_F32, NS_WHO, u, "f32 gradient",
+            !(x->grad_out = ct_skit_alloc_unit(s->dev, P, CT_DTYPE_F32, NS_WHO, u, "f32 gradient",
                                               err)))
             return err->code;
     }
@@ -95,19 +95,19 @@ static int32_t ns_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
 }
 
 static int32_t check_unit(const no_shard *s, uint32_t u, ct_error *err) {
-    return ct_kit_check_unit(NS_WHO, s->units != NULL, u, s->n_units, err);
+    return ct_skit_check_unit(NS_WHO, s->units != NULL, u, s->n_units, err);
 }
 
 static int32_t ns_load_unit(void *p, uint32_t u, const float *full, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    return ct_kit_replica_load(s->dev, &s->units[u].r, s->policy.param_dtype, full, err);
+    return ct_skit_replica_load(s->dev, &s->units[u].r, s->policy.param_dtype, full, err);
 }
 
 static int32_t ns_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    return ct_kit_replica_save(s->dev, &s->units[u].r, full, err);
+    return ct_skit_replica_save(s->dev, &s->units[u].r, full, err);
 }
 
 /* Replicated: the compute copy is always there; acquire/release only count, to catch a host
@@ -116,14 +116,14 @@ static int32_t ns_acquire(void *p, uint32_t u, int32_t phase, const void **param
                           ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    ct_kit_replica_acquire(&s->units[u].r, params);
+    ct_skit_replica_acquire(&s->units[u].r, params);
     return CT_OK;
 }
 
 static int32_t ns_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     no_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
-    return ct_kit_replica_release(NS_WHO, u, &s->units[u].r, err);
+    return ct_skit_replica_release(NS_WHO, u, &s->units[u].r, err);
 }
 
 static int32_t ns_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) {
@@ -138,9 +138,9 @@ static int32_t ns_begin_step(void *p, ct_error *err) {
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
-        if (x->req) return ct_kit_error_in_flight(NS_WHO, u, err);
+        if (x->req) return ct_skit_error_in_flight(NS_WHO, u, err);
         x->reduce_started = 0;
-        int32_t rc = ct_kit_replica_zero_grad(s->dev, &x->r, s->policy.grad_accum_dtype, err);
+        int32_t rc = ct_skit_replica_zero_grad(s->dev, &x->r, s->policy.grad_accum_dtype, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -153,10 +153,10 @@ static int32_t ns_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     if (!last) return CT_OK;
     ns_unit *x = &s->units[u];
     const int32_t rdt = s->policy.reduce_dtype;
-    if (x->reduce_started) return ct_kit_error_reduced_twice(NS_WHO, u, err);
-    int32_t rc = ct_kit_convert_and_divide(s->dev, x->grad_wire, rdt, x->r.grad_local,
+    if (x->reduce_started) return ct_skit_error_reduced_twice(NS_WHO, u, err);
+    int32_t rc = ct_skit_convert_and_divide(s->dev, x->grad_wire, rdt, x->r.grad_local,
                                            s->policy.grad_accum_dtype, x->r.padded, s->pre, err);
-    if (!rc) rc = ct_kit_all_reduce_sum(&s->reducer, x->grad_wire, x->grad_wire, x->r.padded,
+    if (!rc) rc = ct_skit_all_reduce_sum(&s->reducer, x->grad_wire, x->grad_wire, x->r.padded,
                                         rdt, &x->req, err);
     if (rc) return rc;
     x->reduce_started = 1;
@@ -171,14 +171,14 @@ static int32_t ns_finish_backward(void *p, ct_error *err) {
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
-        int32_t w = ct_kit_wait(s->reducer.comm, &x->req, err);
+        int32_t w = ct_skit_wait(s->reducer.comm, &x->req, err);
         if (rc) continue; /* keep waiting so no request is left behind */
         if ((rc = w)) continue;
         if (!x->reduce_started) {
-            rc = ct_kit_error_never_reduced(NS_WHO, u, err);
+            rc = ct_skit_error_never_reduced(NS_WHO, u, err);
             continue;
         }
-        rc = ct_kit_divide_to_f32(s->dev, x->grad_out, x->grad_wire, rdt, x->r.padded, s->post,
+        rc = ct_skit_divide_to_f32(s->dev, x->grad_out, x->grad_wire, rdt, x->r.padded, s->post,
                                   err);
     }
     return rc;
@@ -192,7 +192,7 @@ static int32_t ns_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
         .struct_size = sizeof sh, .master = x->r.params.master, .grad = x->grad_out,
         .numel = x->r.padded, .offset = 0, .padded_numel = x->r.padded, .replicated = 1,
     };
-    ct_kit_put_shard(out, &sh);
+    ct_skit_put_shard(out, &sh);
     return CT_OK;
 }
 
@@ -201,7 +201,7 @@ static int32_t ns_step_done(void *p, ct_error *err) {
     if (!s->units) return check_unit(s, 0, err);
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
-        int32_t rc = ct_kit_params_refresh(s->dev, &x->r.params, x->r.padded,
+        int32_t rc = ct_skit_params_refresh(s->dev, &x->r.params, x->r.padded,
                                            s->policy.param_dtype, err);
         if (rc) return rc;
     }
@@ -217,7 +217,7 @@ static int32_t ns_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
         const uint64_t P = x->r.padded;
-        pb += ct_kit_params_bytes(&x->r.params, P, s->policy.param_dtype);
+        pb += ct_skit_params_bytes(&x->r.params, P, s->policy.param_dtype);
         gb += P * gsz + (x->grad_wire != x->r.grad_local ? P * rsz : 0) +
               (x->grad_out != x->grad_wire ? P * 4 : 0);
     }

@@ -7,6 +7,8 @@
  * it. Not part of the ABI: nothing here crosses the plugin boundary, and it keeps no state.
  *
  * `who` arguments start error messages and name the plugin: "strategy no_shard".
+ * Names: the kits are prefixed by kind — ct_skit_ (strategy), ct_pkit_ (precision_kit.h),
+ * ct_lkit_ (loss_kit.h) — so `ct_` + one word stays the ABI of ctrain.h.
  */
 #ifndef CTRAIN_STRATEGY_KIT_H
 #define CTRAIN_STRATEGY_KIT_H
@@ -24,7 +26,7 @@
  * f before the SUM collective and by N / f after it, so neither the sum (overflow) nor the
  * addends (underflow) leave the low-precision range as easily as with one divide by N.
  * N = 1 -> 1, 2 -> 2, 3 -> 2, 4 -> 2, 6 -> 4, 8 -> 4, 16 -> 4, 32 -> 8, 64 -> 8. */
-static inline int32_t ct_kit_predivide_factor(int32_t world_size) {
+static inline int32_t ct_skit_predivide_factor(int32_t world_size) {
     int32_t f = 1;
     while (world_size % f == 0 && world_size / f > f) f *= 2;
     return f;
@@ -32,14 +34,14 @@ static inline int32_t ct_kit_predivide_factor(int32_t world_size) {
 
 /* The post-divide factor that goes with it: N / f, as FSDP1 computes it in floating point
  * (an integer when N is a power of two; 1.5 for N = 3 or 6). */
-static inline double ct_kit_postdivide_factor(int32_t world_size) {
-    return (double)world_size / (double)ct_kit_predivide_factor(world_size);
+static inline double ct_skit_postdivide_factor(int32_t world_size) {
+    return (double)world_size / (double)ct_skit_predivide_factor(world_size);
 }
 
 /* A unit of `numel` elements laid out as one flat buffer, padded so it splits into world_size
  * equal shards that each start on a CT_TENSOR_ALIGN boundary (ct_shard.padded_numel). Never 0,
  * so every buffer of a unit is a real allocation. */
-static inline uint64_t ct_kit_padded_numel(uint64_t numel, int32_t world_size) {
+static inline uint64_t ct_skit_padded_numel(uint64_t numel, int32_t world_size) {
     uint64_t step = (uint64_t)world_size * CT_TENSOR_ALIGN;
     return numel == 0 ? step : ct_align_up(numel, step);
 }
@@ -48,7 +50,7 @@ static inline uint64_t ct_kit_padded_numel(uint64_t numel, int32_t world_size) {
 
 /* *out = the first min(src->struct_size, size) bytes of src, the rest zero (the ABI's copy
  * rule); out->struct_size is set to `size`. For ct_strategy_setup, ct_precision_policy, ... */
-static inline void ct_kit_copy_struct(void *out, const void *src, size_t size) {
+static inline void ct_skit_copy_struct(void *out, const void *src, size_t size) {
     uint32_t src_size;
     memset(out, 0, size);
     if (!src) return;
@@ -59,14 +61,14 @@ static inline void ct_kit_copy_struct(void *out, const void *src, size_t size) {
 }
 
 /* Does the vtable `vt` (struct_size first) reach `member`, and is that member non-NULL? */
-#define CT_KIT_HAS(vt, type, member) \
+#define CT_SKIT_HAS(vt, type, member) \
     ((vt) && (vt)->struct_size >= offsetof(type, member) + sizeof((vt)->member) && (vt)->member)
 
 /* --- device buffers ---------------------------------------------------------------------- */
 
 /* n elements of dtype on the device, zero-filled; NULL with err naming `what` (e.g. "unit 3
  * master shard") and the size when out of memory. */
-static inline void *ct_kit_alloc(ct_device_ref dev, uint64_t n, int32_t dtype, const char *what,
+static inline void *ct_skit_alloc(ct_device_ref dev, uint64_t n, int32_t dtype, const char *what,
                                  ct_error *err) {
     uint64_t bytes = n * ct_dtype_size(dtype);
     void *p = dev.vt->alloc(dev.self, bytes ? bytes : 64, err);
@@ -83,20 +85,20 @@ static inline void *ct_kit_alloc(ct_device_ref dev, uint64_t n, int32_t dtype, c
     return p;
 }
 
-/* ct_kit_alloc for a buffer of unit u, named "<who>: unit <u> <label>" in errors (label e.g.
+/* ct_skit_alloc for a buffer of unit u, named "<who>: unit <u> <label>" in errors (label e.g.
  * "gradient", "master shard"). */
-static inline void *ct_kit_alloc_unit(ct_device_ref dev, uint64_t n, int32_t dtype,
+static inline void *ct_skit_alloc_unit(ct_device_ref dev, uint64_t n, int32_t dtype,
                                       const char *who, uint32_t u, const char *label,
                                       ct_error *err) {
     char what[64];
     snprintf(what, sizeof what, "%s: unit %u %s", who, u, label);
-    return ct_kit_alloc(dev, n, dtype, what, err);
+    return ct_skit_alloc(dev, n, dtype, what, err);
 }
 
 /* dst = src converted from src_dtype to dst_dtype (n elements, device memory): a device copy
  * when the dtypes agree (nothing when dst == src), the device's cast (round to nearest even)
  * otherwise. */
-static inline int32_t ct_kit_convert(ct_device_ref dev, void *dst, int32_t dst_dtype,
+static inline int32_t ct_skit_convert(ct_device_ref dev, void *dst, int32_t dst_dtype,
                                      const void *src, int32_t src_dtype, uint64_t n,
                                      ct_error *err) {
     if (dst_dtype == src_dtype) {
@@ -109,7 +111,7 @@ static inline int32_t ct_kit_convert(ct_device_ref dev, void *dst, int32_t dst_d
 /* x *= 1/divisor in x's dtype (rounded to it); nothing for divisor 1. The device has no
  * divide, so this multiplies by the f32 reciprocal: the same as PyTorch's div_ when divisor is
  * a power of two (every factor is, for power-of-two N), within one rounding otherwise. */
-static inline int32_t ct_kit_divide(ct_device_ref dev, void *x, int32_t dtype, uint64_t n,
+static inline int32_t ct_skit_divide(ct_device_ref dev, void *x, int32_t dtype, uint64_t n,
                                     double divisor, ct_error *err) {
     if (divisor == 1.0) return CT_OK;
     return dev.vt->scale(dev.self, x, dtype, n, (float)(1.0 / divisor), err);
@@ -119,21 +121,21 @@ static inline int32_t ct_kit_divide(ct_device_ref dev, void *x, int32_t dtype, u
 
 /* Who performs a gradient reduction: the precision plugin (research policies: stochastic
  * rounding, bf16 wire with f32 accumulation, ...) when it provides the hook, else the comm. */
-typedef struct ct_kit_reducer {
+typedef struct ct_skit_reducer {
     ct_comm_ref                comm;
     ct_device_ref              device;
     const ct_precision_vtable *precision;      /* may be NULL */
     void                      *precision_self;
-} ct_kit_reducer;
+} ct_skit_reducer;
 
 /* SUM all-reduce of count elements of dtype. With a precision hook the call is synchronous
  * and *req is NULL; otherwise the comm's all_reduce is asynchronous when req is non-NULL and
- * the comm can wait (then *req must go to ct_kit_wait). */
-static inline int32_t ct_kit_all_reduce_sum(const ct_kit_reducer *r, const void *send,
+ * the comm can wait (then *req must go to ct_skit_wait). */
+static inline int32_t ct_skit_all_reduce_sum(const ct_skit_reducer *r, const void *send,
                                             void *recv, uint64_t count, int32_t dtype,
                                             ct_request **req, ct_error *err) {
     if (req) *req = NULL;
-    if (CT_KIT_HAS(r->precision, ct_precision_vtable, all_reduce))
+    if (CT_SKIT_HAS(r->precision, ct_precision_vtable, all_reduce))
         return r->precision->all_reduce(r->precision_self, r->comm, r->device, send, recv, count,
                                         dtype, err);
     if (!r->comm.vt->wait) req = NULL;
@@ -142,12 +144,12 @@ static inline int32_t ct_kit_all_reduce_sum(const ct_kit_reducer *r, const void 
 }
 
 /* SUM reduce-scatter: send holds world_size*count elements, recv gets this rank's count. Same
- * dispatch and asynchrony as ct_kit_all_reduce_sum. */
-static inline int32_t ct_kit_reduce_scatter_sum(const ct_kit_reducer *r, const void *send,
+ * dispatch and asynchrony as ct_skit_all_reduce_sum. */
+static inline int32_t ct_skit_reduce_scatter_sum(const ct_skit_reducer *r, const void *send,
                                                 void *recv, uint64_t count, int32_t dtype,
                                                 ct_request **req, ct_error *err) {
     if (req) *req = NULL;
-    if (CT_KIT_HAS(r->precision, ct_precision_vtable, reduce_scatter))
+    if (CT_SKIT_HAS(r->precision, ct_precision_vtable, reduce_scatter))
         return r->precision->reduce_scatter(r->precision_self, r->comm, r->device, send, recv,
                                             count, dtype, err);
     if (!r->comm.vt->wait) req = NULL;
@@ -156,7 +158,7 @@ static inline int32_t ct_kit_reduce_scatter_sum(const ct_kit_reducer *r, const v
 }
 
 /* Complete *req if there is one, and clear it. */
-static inline int32_t ct_kit_wait(ct_comm_ref comm, ct_request **req, ct_error *err) {
+static inline int32_t ct_skit_wait(ct_comm_ref comm, ct_request **req, ct_error *err) {
     if (!*req) return CT_OK;
     ct_request *q = *req;
     *req = NULL;
@@ -164,66 +166,66 @@ static inline int32_t ct_kit_wait(ct_comm_ref comm, ct_request **req, ct_error *
 }
 
 /* The send side of a gradient reduction: dst (dst_dtype, the wire) = src (src_dtype, the local
- * gradient) converted as ct_kit_convert, then divided by `divisor` in dst_dtype as
- * ct_kit_divide (FSDP1's pre-divide factor f, or N for ddp). n elements; dst may alias src only
+ * gradient) converted as ct_skit_convert, then divided by `divisor` in dst_dtype as
+ * ct_skit_divide (FSDP1's pre-divide factor f, or N for ddp). n elements; dst may alias src only
  * when the dtypes agree. */
-static inline int32_t ct_kit_convert_and_divide(ct_device_ref dev, void *dst, int32_t dst_dtype,
+static inline int32_t ct_skit_convert_and_divide(ct_device_ref dev, void *dst, int32_t dst_dtype,
                                                 const void *src, int32_t src_dtype, uint64_t n,
                                                 double divisor, ct_error *err) {
-    int32_t rc = ct_kit_convert(dev, dst, dst_dtype, src, src_dtype, n, err);
-    return rc ? rc : ct_kit_divide(dev, dst, dst_dtype, n, divisor, err);
+    int32_t rc = ct_skit_convert(dev, dst, dst_dtype, src, src_dtype, n, err);
+    return rc ? rc : ct_skit_divide(dev, dst, dst_dtype, n, divisor, err);
 }
 
 /* The receive side of FSDP1's reduction: x (x_dtype, the collective's result) divided by
  * `divisor` (N/f) in place, then out (f32) = x converted. n elements; out may be x when
  * x_dtype is f32. */
-static inline int32_t ct_kit_divide_to_f32(ct_device_ref dev, float *out, void *x,
+static inline int32_t ct_skit_divide_to_f32(ct_device_ref dev, float *out, void *x,
                                            int32_t x_dtype, uint64_t n, double divisor,
                                            ct_error *err) {
-    int32_t rc = ct_kit_divide(dev, x, x_dtype, n, divisor, err);
-    return rc ? rc : ct_kit_convert(dev, out, CT_DTYPE_F32, x, x_dtype, n, err);
+    int32_t rc = ct_skit_divide(dev, x, x_dtype, n, divisor, err);
+    return rc ? rc : ct_skit_convert(dev, out, CT_DTYPE_F32, x, x_dtype, n, err);
 }
 
 /* --- a unit's parameters ----------------------------------------------------------------- */
 
 /* What a rank holds of a unit's parameters: the f32 master (the whole unit, or this rank's
  * shard) and the compute copy that forward and backward read (or that is all-gathered). */
-typedef struct ct_kit_params {
+typedef struct ct_skit_params {
     float *master;  /* (n) f32 master weights, owned; the optimizer updates them */
     void  *compute; /* (n) param_dtype, owned; aliases master when param_dtype is f32 */
-} ct_kit_params;
+} ct_skit_params;
 
 /* Allocate both for n elements of unit u (compute only when param_dtype is not f32). sharded
  * only changes their names in errors: "master shard" / "compute shard" instead of "master" /
- * "compute copy". On error what was allocated stays in *p for ct_kit_params_free. */
-static inline int32_t ct_kit_params_alloc(ct_device_ref dev, ct_kit_params *p, uint64_t n,
+ * "compute copy". On error what was allocated stays in *p for ct_skit_params_free. */
+static inline int32_t ct_skit_params_alloc(ct_device_ref dev, ct_skit_params *p, uint64_t n,
                                           int32_t param_dtype, const char *who, uint32_t u,
                                           int sharded, ct_error *err) {
-    p->master = (float *)ct_kit_alloc_unit(dev, n, CT_DTYPE_F32, who, u,
+    p->master = (float *)ct_skit_alloc_unit(dev, n, CT_DTYPE_F32, who, u,
                                            sharded ? "master shard" : "master", err);
     if (!p->master) return err->code;
     p->compute = p->master;
     if (param_dtype == CT_DTYPE_F32) return CT_OK;
-    p->compute = ct_kit_alloc_unit(dev, n, param_dtype, who, u,
+    p->compute = ct_skit_alloc_unit(dev, n, param_dtype, who, u,
                                    sharded ? "compute shard" : "compute copy", err);
     return p->compute ? CT_OK : err->code;
 }
 
-/* Free what ct_kit_params_alloc made (NULL members are fine: a device frees NULL as nothing). */
-static inline void ct_kit_params_free(ct_device_ref dev, ct_kit_params *p) {
+/* Free what ct_skit_params_alloc made (NULL members are fine: a device frees NULL as nothing). */
+static inline void ct_skit_params_free(ct_device_ref dev, ct_skit_params *p) {
     if (p->compute != (void *)p->master) dev.vt->free_mem(dev.self, p->compute);
     dev.vt->free_mem(dev.self, p->master);
 }
 
 /* compute = master cast to param_dtype (round to nearest even), as FSDP does before its
  * all-gather; nothing when they alias. n elements. */
-static inline int32_t ct_kit_params_refresh(ct_device_ref dev, ct_kit_params *p, uint64_t n,
+static inline int32_t ct_skit_params_refresh(ct_device_ref dev, ct_skit_params *p, uint64_t n,
                                             int32_t param_dtype, ct_error *err) {
-    return ct_kit_convert(dev, p->compute, param_dtype, p->master, CT_DTYPE_F32, n, err);
+    return ct_skit_convert(dev, p->compute, param_dtype, p->master, CT_DTYPE_F32, n, err);
 }
 
 /* Bytes of device memory both take, n elements: for memory(). */
-static inline uint64_t ct_kit_params_bytes(const ct_kit_params *p, uint64_t n,
+static inline uint64_t ct_skit_params_bytes(const ct_skit_params *p, uint64_t n,
                                            int32_t param_dtype) {
     return n * 4 + (p->compute != (void *)p->master ? n * ct_dtype_size(param_dtype) : 0);
 }
@@ -231,7 +233,7 @@ static inline uint64_t ct_kit_params_bytes(const ct_kit_params *p, uint64_t n,
 /* --- create, setup and the per-unit checks ----------------------------------------------- */
 
 /* create()'s first check: a strategy works through the rank's device and comm engines. */
-static inline int32_t ct_kit_check_engines(const ct_create_args *a, const char *who,
+static inline int32_t ct_skit_check_engines(const ct_create_args *a, const char *who,
                                            ct_error *err) {
     if (a->device.vt && a->comm.vt) return CT_OK;
     return ct_error_set(err, CT_ERR_INVALID, "%s: created without a device or comm engine"
@@ -240,16 +242,16 @@ static inline int32_t ct_kit_check_engines(const ct_create_args *a, const char *
 
 /* The world size and this rank's index: the values in the ref when the host filled them in
  * (world_size > 0), else the engine's own answer. */
-static inline int32_t ct_kit_world_size(ct_comm_ref c) {
+static inline int32_t ct_skit_world_size(ct_comm_ref c) {
     return c.world_size > 0 ? c.world_size : c.vt->world_size(c.self);
 }
-static inline int32_t ct_kit_rank(ct_comm_ref c) {
+static inline int32_t ct_skit_rank(ct_comm_ref c) {
     return c.world_size > 0 ? c.rank : c.vt->rank(c.self);
 }
 
 /* The dtypes a built-in strategy moves gradients and parameters in: the device casts only
  * between these two. */
-static inline int32_t ct_kit_check_dtype(const char *who, const char *what, int32_t dtype,
+static inline int32_t ct_skit_check_dtype(const char *who, const char *what, int32_t dtype,
                                          ct_error *err) {
     if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
     return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: %s %s is not supported"
@@ -262,22 +264,22 @@ static inline int32_t ct_kit_check_dtype(const char *who, const char *what, int3
  * not run before (`already` non-zero is an error), units and a policy given, an f32 master,
  * f32 or bf16 param / reduce / grad accumulation dtypes. On success the precision plugin's
  * hooks go into *r. On error *su and *policy may be filled, *r is untouched. */
-static inline int32_t ct_kit_setup_begin(const char *who, int already,
+static inline int32_t ct_skit_setup_begin(const char *who, int already,
                                          const ct_strategy_setup *setup_in,
                                          ct_strategy_setup *su, ct_precision_policy *policy,
-                                         ct_kit_reducer *r, ct_error *err) {
-    ct_kit_copy_struct(su, setup_in, sizeof *su);
+                                         ct_skit_reducer *r, ct_error *err) {
+    ct_skit_copy_struct(su, setup_in, sizeof *su);
     if (already) return ct_error_set(err, CT_ERR_INVALID, "%s: setup() called twice", who);
     if (su->n_units == 0 || !su->unit_numel || !su->policy)
         return ct_error_set(err, CT_ERR_INVALID, "%s: setup without units or precision policy",
                             who);
-    ct_kit_copy_struct(policy, su->policy, sizeof *policy);
+    ct_skit_copy_struct(policy, su->policy, sizeof *policy);
     if (policy->master_dtype != CT_DTYPE_F32)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: master dtype %s; only f32 master"
                             " weights are supported", who, ct_dtype_name(policy->master_dtype));
-    if (ct_kit_check_dtype(who, "param dtype", policy->param_dtype, err) ||
-        ct_kit_check_dtype(who, "reduce dtype", policy->reduce_dtype, err) ||
-        ct_kit_check_dtype(who, "grad accumulation dtype", policy->grad_accum_dtype, err))
+    if (ct_skit_check_dtype(who, "param dtype", policy->param_dtype, err) ||
+        ct_skit_check_dtype(who, "reduce dtype", policy->reduce_dtype, err) ||
+        ct_skit_check_dtype(who, "grad accumulation dtype", policy->grad_accum_dtype, err))
         return err->code;
     r->precision = su->precision;
     r->precision_self = su->precision_self;
@@ -285,7 +287,7 @@ static inline int32_t ct_kit_setup_begin(const char *who, int already,
 }
 
 /* Every per-unit call's check: setup() done (`ready` non-zero) and u < n_units. */
-static inline int32_t ct_kit_check_unit(const char *who, int ready, uint32_t u, uint32_t n_units,
+static inline int32_t ct_skit_check_unit(const char *who, int ready, uint32_t u, uint32_t n_units,
                                         ct_error *err) {
     if (!ready) return ct_error_set(err, CT_ERR_INVALID, "%s: used before setup()", who);
     if (u >= n_units)
@@ -296,28 +298,28 @@ static inline int32_t ct_kit_check_unit(const char *who, int ready, uint32_t u, 
 
 /* The host broke the step protocol (ctrain.h, ct_strategy_vtable): unit u's gradient was
  * handed over twice in one step, or never. CT_ERR_INTERNAL: a host bug, not a user error. */
-static inline int32_t ct_kit_error_reduced_twice(const char *who, uint32_t u, ct_error *err) {
+static inline int32_t ct_skit_error_reduced_twice(const char *who, uint32_t u, ct_error *err) {
     return ct_error_set(err, CT_ERR_INTERNAL, "%s: unit %u reduced twice in one step", who, u);
 }
-static inline int32_t ct_kit_error_never_reduced(const char *who, uint32_t u, ct_error *err) {
+static inline int32_t ct_skit_error_never_reduced(const char *who, uint32_t u, ct_error *err) {
     return ct_error_set(err, CT_ERR_INTERNAL, "%s: unit %u's gradient was never reduced"
                         " ---> HINT: the host must call unit_backward_done(u, last=1) for every"
                         " unit", who, u);
 }
 /* ... or began a step while unit u's reduction of the last one was still in flight. */
-static inline int32_t ct_kit_error_in_flight(const char *who, uint32_t u, ct_error *err) {
+static inline int32_t ct_skit_error_in_flight(const char *who, uint32_t u, ct_error *err) {
     return ct_error_set(err, CT_ERR_INTERNAL, "%s: begin_step while unit %u's reduction is in"
                         " flight ---> HINT: call finish_backward first", who, u);
 }
 /* ... or released unit u more often than it acquired it. */
-static inline int32_t ct_kit_error_not_acquired(const char *who, uint32_t u, ct_error *err) {
+static inline int32_t ct_skit_error_not_acquired(const char *who, uint32_t u, ct_error *err) {
     return ct_error_set(err, CT_ERR_INTERNAL, "%s: release of unit %u that is not acquired", who,
                         u);
 }
 
 /* shard()'s answer: as much of *sh as out->struct_size asks for (0: all of it), and
  * out->struct_size set to the bytes written. */
-static inline void ct_kit_put_shard(ct_shard *out, const ct_shard *sh) {
+static inline void ct_skit_put_shard(ct_shard *out, const ct_shard *sh) {
     uint32_t n = out->struct_size && out->struct_size < sizeof *sh ? out->struct_size
                                                                     : (uint32_t)sizeof *sh;
     memcpy(out, sh, n);
@@ -328,66 +330,66 @@ static inline void ct_kit_put_shard(ct_shard *out, const ct_shard *sh) {
 
 /* Every rank holds all of the unit: master, compute copy and a local gradient, each of the
  * padded length. acquire/release only count holds, to catch a host whose calls do not pair. */
-typedef struct ct_kit_replica {
+typedef struct ct_skit_replica {
     uint64_t      numel;      /* elements before padding */
-    uint64_t      padded;     /* ct_kit_padded_numel(numel, N) */
-    ct_kit_params params;     /* (padded) each */
+    uint64_t      padded;     /* ct_skit_padded_numel(numel, N) */
+    ct_skit_params params;     /* (padded) each */
     void         *grad_local; /* (padded) grad_accum_dtype: backward stages add into it */
     int32_t       holds;      /* acquire() minus release() calls */
-} ct_kit_replica;
+} ct_skit_replica;
 
 /* Allocate unit u's master, compute copy and local gradient (zero-filled). On error what was
- * allocated stays in *x for ct_kit_replica_free. */
-static inline int32_t ct_kit_replica_alloc(ct_device_ref dev, ct_kit_replica *x, uint64_t numel,
+ * allocated stays in *x for ct_skit_replica_free. */
+static inline int32_t ct_skit_replica_alloc(ct_device_ref dev, ct_skit_replica *x, uint64_t numel,
                                            int32_t world_size, const ct_precision_policy *pol,
                                            const char *who, uint32_t u, ct_error *err) {
     x->numel = numel;
-    x->padded = ct_kit_padded_numel(numel, world_size);
-    if (ct_kit_params_alloc(dev, &x->params, x->padded, pol->param_dtype, who, u, 0, err))
+    x->padded = ct_skit_padded_numel(numel, world_size);
+    if (ct_skit_params_alloc(dev, &x->params, x->padded, pol->param_dtype, who, u, 0, err))
         return err->code;
-    x->grad_local = ct_kit_alloc_unit(dev, x->padded, pol->grad_accum_dtype, who, u, "gradient",
+    x->grad_local = ct_skit_alloc_unit(dev, x->padded, pol->grad_accum_dtype, who, u, "gradient",
                                       err);
     return x->grad_local ? CT_OK : err->code;
 }
 
 /* Free the local gradient, then the parameters. */
-static inline void ct_kit_replica_free(ct_device_ref dev, ct_kit_replica *x) {
+static inline void ct_skit_replica_free(ct_device_ref dev, ct_skit_replica *x) {
     dev.vt->free_mem(dev.self, x->grad_local);
-    ct_kit_params_free(dev, &x->params);
+    ct_skit_params_free(dev, &x->params);
 }
 
 /* load_unit: master = the full unpadded copy in host memory (the padding stays zero), then the
  * compute copy is refreshed. */
-static inline int32_t ct_kit_replica_load(ct_device_ref dev, ct_kit_replica *x,
+static inline int32_t ct_skit_replica_load(ct_device_ref dev, ct_skit_replica *x,
                                           int32_t param_dtype, const float *full, ct_error *err) {
     int32_t rc = dev.vt->copy(dev.self, x->params.master, full, x->numel * sizeof(float),
                               CT_COPY_H2D, err);
-    return rc ? rc : ct_kit_params_refresh(dev, &x->params, x->padded, param_dtype, err);
+    return rc ? rc : ct_skit_params_refresh(dev, &x->params, x->padded, param_dtype, err);
 }
 
 /* save_unit: the unpadded master into host memory `full` (no collective: every rank has it). */
-static inline int32_t ct_kit_replica_save(ct_device_ref dev, const ct_kit_replica *x, float *full,
+static inline int32_t ct_skit_replica_save(ct_device_ref dev, const ct_skit_replica *x, float *full,
                                           ct_error *err) {
     return dev.vt->copy(dev.self, full, x->params.master, x->numel * sizeof(float), CT_COPY_D2H,
                         err);
 }
 
 /* acquire: one more hold; the compute copy is always there. */
-static inline void ct_kit_replica_acquire(ct_kit_replica *x, const void **params) {
+static inline void ct_skit_replica_acquire(ct_skit_replica *x, const void **params) {
     x->holds++;
     *params = x->params.compute;
 }
 
 /* release: one hold less; an error when there is none. */
-static inline int32_t ct_kit_replica_release(const char *who, uint32_t u, ct_kit_replica *x,
+static inline int32_t ct_skit_replica_release(const char *who, uint32_t u, ct_skit_replica *x,
                                              ct_error *err) {
-    if (x->holds == 0) return ct_kit_error_not_acquired(who, u, err);
+    if (x->holds == 0) return ct_skit_error_not_acquired(who, u, err);
     x->holds--;
     return CT_OK;
 }
 
 /* begin_step: the local gradient back to zero. */
-static inline int32_t ct_kit_replica_zero_grad(ct_device_ref dev, ct_kit_replica *x,
+static inline int32_t ct_skit_replica_zero_grad(ct_device_ref dev, ct_skit_replica *x,
                                                int32_t grad_accum_dtype, ct_error *err) {
     return dev.vt->zero(dev.self, x->grad_local, x->padded * ct_dtype_size(grad_accum_dtype),
                         err);
