@@ -331,6 +331,14 @@ static int32_t gpt_cuda_load(gpt *m, ct_error *err) {
 }
 #endif
 
+/* ct_plugin_desc.validate: every check of the section that create() makes (read_config on a
+ * scratch instance), without building anything. */
+static int32_t gpt_validate(const ct_create_args *a, ct_error *err) {
+    gpt scratch;
+    memset(&scratch, 0, sizeof scratch);
+    return read_config(&scratch, a, err);
+}
+
 static void *gpt_create(const ct_create_args *a, ct_error *err) {
     gpt *m = calloc(1, sizeof *m);
     if (!m) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory"), NULL;
@@ -522,5 +530,6 @@ CT_DEFINE_PLUGIN(
     .summary = GPT_SUMMARY,
     .params = gpt_params,
     .devices = GPT_DEVICES,
-    .vtable = &gpt_vtable,)
+    .vtable = &gpt_vtable,
+    .validate = gpt_validate,)
 
