@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,10 +38,19 @@ int32_t runlock_take(ct_runlock *lk, const char *out_dir, ct_error *err) {
     lk->fd = -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/.lock", out_dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: the file is truncated below, so never through a link to some other file */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd < 0)
-        return ct_error_set(err, CT_ERR_IO, "cannot open %s: %s ---> check [run] out_dir", path,
-                            strerror(errno));
+        return ct_error_set(err, CT_ERR_IO, "cannot open %s: %s ---> %s", path, strerror(errno),
+                            errno == ELOOP ? "it is a symbolic link; remove it (ctrain makes "
+                                             "its own)"
+                                           : "check [run] out_dir");
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "%s is not a regular file ---> remove it (ctrain "
+                            "makes its own)", path);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         if (e != EWOULDBLOCK) {

@@ -167,7 +167,7 @@ t0=$(ms)
 timeout 30 "$CTRAIN" train "$work/base.ini" --set run.steps=5 --set run.out_dir="$out" > "$work/B.log" 2>&1
 brc=$?; btook=$(( $(ms) - t0 ))
 arunning=0; kill -0 $apid 2> /dev/null && arunning=1
-want="[run] out_dir $out is in use by another run (host $(hostname), pid $apid"
+want="[run] out_dir $out is in use by another run (host $(uname -n), pid $apid"
 if [ $brc -eq 1 ] && [ $btook -lt 5000 ] && [ $arunning -eq 1 ] && has "$work/B.log" "$want"; then
     ok "a second run into a locked out_dir is refused in ${btook} ms: $(head -c 140 "$work/B.log")..."
 else
@@ -194,5 +194,17 @@ if has "$work/killed/.lock" "pid $kpid" \
     ok "a lock file left by a run killed with SIGKILL (pid $kpid) does not block the next run"
 else
     fail "after kill -9: lock file: $(cat "$work/killed/.lock" 2>&1); next run: $(cat "$work/C.log")"
+fi
+# OUT/.lock is truncated when taken: a symbolic link there is refused, never followed.
+mkdir -p "$work/linked"
+echo "precious" > "$work/precious.txt"
+ln -s "$work/precious.txt" "$work/linked/.lock"
+timeout 30 "$CTRAIN" train "$work/base.ini" --set run.steps=3 --set run.out_dir="$work/linked" > "$work/D.log" 2>&1
+drc=$?
+if [ $drc -eq 1 ] && has "$work/D.log" "$work/linked/.lock" && has "$work/D.log" "symbolic link" \
+        && [ "$(cat "$work/precious.txt")" = precious ]; then
+    ok "a symbolic link as OUT/.lock is refused and its target left alone"
+else
+    fail "symlinked lock: exit $drc, target now \"$(cat "$work/precious.txt")\"; output: $(cat "$work/D.log")"
 fi
 finish

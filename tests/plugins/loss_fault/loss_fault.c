@@ -20,11 +20,12 @@
  *   error  return CT_ERR_INVALID "loss fault: injected error on rank R at step S"
  *   nan    return the value NaN (the host must stop the run naming the term and the step)
  *   hang   never return (sleeps in a loop; only the end of the process stops it)
- *   crash  write through a null pointer (SIGSEGV)
+ *   crash  raise SIGSEGV in the rank's thread (as a bad memory access would)
  */
 #include <ctrain/ctrain.h>
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,11 +102,11 @@ static int32_t fault_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
             nanosleep(&nap, NULL);
         }
     case FAULT_CRASH: {
-        say(self, "a crash (null write)");
-        /* both volatile: the compiler can neither see the NULL nor drop the store */
-        volatile int *volatile nowhere = NULL;
-        *nowhere = 1;
-        return CT_OK;
+        /* raised rather than a null write: a null write is undefined behaviour, which the
+         * compiler may drop and `make ubsan` reports instead of crashing */
+        say(self, "a crash (SIGSEGV)");
+        raise(SIGSEGV);
+        return CT_OK; /* not reached: SIGSEGV's default action ends the process */
     }
     default: return CT_OK;
     }
@@ -114,7 +115,7 @@ static int32_t fault_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
 static const ct_param_spec fault_params[] = {
     CT_PARAM_ENUM("mode", "none", mode_choices,
                   "what to inject: none, error (an error return), nan (a NaN value), hang "
-                  "(never return), crash (a null write: SIGSEGV)"),
+                  "(never return), crash (raise SIGSEGV)"),
     CT_PARAM_INT("rank", "0", 0, 1 << 20, "the rank that fails"),
     CT_PARAM_INT("step", "1", 1, (int64_t)1 << 40,
                  "the training step it fails at (its first micro-batch), counted from the "
