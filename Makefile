@@ -104,9 +104,22 @@ TEST_C   := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_C:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(BUILD)/tests/unit_tests
 
+# ---- test-only plugins: tests/plugins/<id>/*.c becomes build/tests/plugins/<id>.so --------
+# Built like in-tree plugins but outside build/plugins, so no user ever finds them (and
+# check-abi, which checks what is installed, leaves them out). tests/plugins/README.md.
+TEST_PLUGIN_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard tests/plugins/*/*.c))))
+TEST_PLUGINS := $(foreach d,$(TEST_PLUGIN_DIRS),$(BUILD)/tests/plugins/$(notdir $(d)).so)
+define TEST_PLUGIN_template
+$(BUILD)/tests/plugins/$(notdir $(1)).so: $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard $(1)/*.c))
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$(Q)$(CC) $(LDFLAGS_PLUGIN) -o $$@ $$^ -lm
+endef
+$(foreach d,$(TEST_PLUGIN_DIRS),$(eval $(call TEST_PLUGIN_template,$(d))))
+
 # ---- top-level targets -------------------------------------------------------------------
 .PHONY: all test run bench install asan ubsan check-abi deps clean examples
-all: $(BUILD)/ctrain $(PLUGINS) $(COMPANIONS) $(TEST_BIN)
+all: $(BUILD)/ctrain $(PLUGINS) $(COMPANIONS) $(TEST_BIN) $(TEST_PLUGINS)
 	@$(if $(SKIPPED_CUDA),echo "note: nvcc not found: skipped CUDA plugins: $(SKIPPED_CUDA)",true)
 
 $(BUILD)/ctrain: $(HOST_OBJ)
@@ -128,6 +141,11 @@ $(BUILD)/obj/host/%.o: host/%.cc
 	@mkdir -p $(@D)
 	@echo "  CXX     $<"
 	$(Q)$(CXX) $(CXXFLAGS_HOST) -c $< -o $@
+
+$(BUILD)/obj/tests/plugins/%.o: tests/plugins/%.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_PLUGIN) -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(@D)

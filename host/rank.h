@@ -59,6 +59,7 @@ typedef struct ct_rank {
 
     ct_loader *train_data, *val_data;
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
+    int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
     int32_t    is_root_unit_shared; /* informational */
 } ct_rank;
 

@@ -3,6 +3,7 @@
 
 #include "probe.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Load the next micro-batch of `data` into the device's token and target buffers. */
@@ -61,9 +62,11 @@ static int32_t forward(ct_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *
                                 err);
 }
 
-/* Every loss term on the current logits; dlogits NULL evaluates values only. */
-static int32_t losses(ct_rank *r, float *dlogits, double grad_scale, ct_step_stats *stats,
-                      ct_error *err) {
+/* Every loss term on the current logits; dlogits NULL evaluates values only. A term whose
+ * value is not finite stops the step here, before the backward pass, the optimizer update and
+ * any checkpoint (DESIGN §9 Numbers): the error names the term, the step and the micro-batch. */
+static int32_t losses(ct_rank *r, int32_t micro, float *dlogits, double grad_scale,
+                      ct_step_stats *stats, ct_error *err) {
     ct_loss_batch b = {
         .struct_size = sizeof b,
         .logits = r->logits,
@@ -83,6 +86,15 @@ static int32_t losses(ct_rank *r, float *dlogits, double grad_scale, ct_step_sta
         ct_loss_result res = {.struct_size = sizeof res};
         int32_t rc = lv->forward_backward(r->loss[i].self, &b, &res, err);
         if (rc != CT_OK) return rc;
+        if (!isfinite(res.value))
+            return ct_error_set(err, CT_ERR_INVALID,
+                                "%s %lld, micro-batch %d: loss term '%s' is %g ---> the run "
+                                "stops before the optimizer step; nothing of this step is "
+                                "saved (the newest checkpoint is the last good one). Lower "
+                                "[optim] lr or set [optim] grad_clip, or check the term's "
+                                "plugin (%s)",
+                                dlogits ? "step" : "evaluation after step", (long long)r->step,
+                                (int)micro, r->loss_name[i], res.value, r->loss[i].plugin->path);
         stats->term_sum[i] += res.value;
         total += res.value;
     }
@@ -126,7 +138,7 @@ int32_t step_train(ct_rank *r, ct_step_stats *stats, ct_error *err) {
         if (rc == CT_OK)
             rc = r->dev.vt->zero(r->dev.self, r->dlogits,
                                  (uint64_t)r->N * (uint64_t)r->V * sizeof(float), err);
-        if (rc == CT_OK) rc = losses(r, r->dlogits, 1.0 / (double)r->grad_accum, stats, err);
+        if (rc == CT_OK) rc = losses(r, m, r->dlogits, 1.0 / (double)r->grad_accum, stats, err);
         if (rc == CT_OK) rc = backward(r, m, m == r->grad_accum - 1, err);
         stats->micro_batches++;
         stats->tokens += r->N;
@@ -143,7 +155,7 @@ int32_t step_eval(ct_rank *r, int64_t batches, ct_step_stats *stats, ct_error *e
     for (int64_t b = 0; b < batches; b++) {
         int32_t rc = load_batch(r, r->val_data, err);
         if (rc == CT_OK) rc = forward(r, 0, &stats->logits, err);
-        if (rc == CT_OK) rc = losses(r, NULL, 1.0, stats, err);
+        if (rc == CT_OK) rc = losses(r, (int32_t)b, NULL, 1.0, stats, err);
         if (rc != CT_OK) return rc;
         stats->micro_batches++;
         stats->tokens += r->N;

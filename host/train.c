@@ -7,7 +7,9 @@
 #include "commands.h"
 #include "optim.h"
 #include "rank.h"
+#include "runlock.h"
 #include "step.h"
+#include "supervise.h"
 #include "wiring.h"
 
 #include <errno.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct run_shared {
     const ct_config *cfg;
@@ -27,13 +30,13 @@ typedef struct run_shared {
     int32_t          resume;
     int64_t          stop_after; /* 0: run to [run] steps; else stop (and checkpoint) there */
     const char      *out_dir;
+    supervisor      *sv;         /* watches this process's ranks (run_ranks) */
 } run_shared;
 
 typedef struct rank_job {
     run_shared *shared;
-    int32_t     rank;
-    int32_t     rc;
-    ct_error    err;
+    int32_t     slot; /* index among this process's ranks */
+    int32_t     rank; /* the rank it starts as */
 } rank_job;
 
 static double now_s(void) {
@@ -207,6 +210,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
     config_get_bool(cfg, "run", "probe", &probe, NULL);
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         ct_step_stats st;
+        r->step = step;
         r->probe_now = probe && (step % log_every == 0 || step == oc.steps);
         rc = step_train(r, &st, err);
         double gnorm = 0, lr = optim_lr(&oc, step - 1);
@@ -285,48 +289,86 @@ static void *rank_thread(void *arg) {
     rank_job *job = arg;
     run_shared *sh = job->shared;
     ct_rank r;
-    job->err.struct_size = sizeof job->err;
-    job->rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &job->err);
-    job->rank = r.rank; /* the comm's rank (mpi: this process's rank in the job) */
-    if (job->rc == CT_OK) {
-        job->rc = train_rank(&r, sh, &job->err);
-        if (job->rc != CT_OK && r.comm_ref.vt && r.comm_ref.vt->abort && job->rc != CT_ERR_COMM)
-            r.comm_ref.vt->abort(r.comm_ref.self, job->err.message);
+    ct_error err = {.struct_size = sizeof err};
+    supervise_set_rank(sh->sv, job->slot, job->rank);
+    int32_t rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &err);
+    /* the comm's rank (mpi: this process's rank in the job); rank_close keeps it */
+    supervise_set_rank(sh->sv, job->slot, r.rank);
+    if (rc != CT_OK) {
+        supervise_failed(sh->sv, job->slot, rc, &err); /* rank_open has aborted the world */
+    } else {
+        rc = train_rank(&r, sh, &err);
+        if (rc != CT_OK) {
+            /* recorded (and printed) before the abort, so the other ranks' echoes of it
+             * cannot come first */
+            supervise_failed(sh->sv, job->slot, rc, &err);
+            if (rc != CT_ERR_COMM && r.comm_ref.vt && r.comm_ref.vt->abort)
+                r.comm_ref.vt->abort(r.comm_ref.self, err.message);
+        }
         rank_close(&r);
     }
+    supervise_done(sh->sv, job->slot);
     return NULL;
 }
 
-/* Run all ranks of this process and report the first failure (a rank's own error before the
- * communication errors it caused elsewhere). */
+/* Grace period after the first failure before ranks that have not stopped are given up:
+ * [comm] timeout_s (a healthy rank reaches its next collective, where it sees the failure,
+ * within that time), at most RANKS_GRACE_MAX_S; RANKS_GRACE_MAX_S for engines without the key. */
+#define RANKS_GRACE_MAX_S 10.0
+
+static double grace_period(const ct_config *cfg) {
+    double t = RANKS_GRACE_MAX_S;
+    if (config_get(cfg, "comm", "timeout_s")) config_get_float(cfg, "comm", "timeout_s", &t, NULL);
+    return t > 0 && t < RANKS_GRACE_MAX_S ? t : RANKS_GRACE_MAX_S;
+}
+
+/* Run all ranks of this process. The first failure is printed as it happens (supervise.h);
+ * ranks that do not stop within the grace period after it are named and the process ends
+ * (_exit: their threads still use the world, the plugins and the configuration). */
 static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) {
     rank_job *jobs = calloc((size_t)n_threads, sizeof *jobs);
     pthread_t *th = calloc((size_t)n_threads, sizeof *th);
-    if (!jobs || !th) {
+    sh->sv = supervise_new(n_threads, grace_period(sh->cfg), stderr);
+    if (!jobs || !th || !sh->sv) {
         free(jobs);
         free(th);
+        supervise_free(sh->sv);
         fprintf(stderr, "ctrain: out of memory starting %d ranks\n", n_threads);
         return 1;
     }
     for (int32_t i = 0; i < n_threads; i++) {
         jobs[i].shared = sh;
+        jobs[i].slot = i;
         jobs[i].rank = first_rank + i;
     }
-    if (n_threads == 1) rank_thread(&jobs[0]);
-    else {
-        for (int32_t i = 0; i < n_threads; i++) pthread_create(&th[i], NULL, rank_thread, &jobs[i]);
-        for (int32_t i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
-    }
-    int32_t status = 0, shown = 0;
-    for (int pass = 0; pass < 2 && !shown; pass++)
-        for (int32_t i = 0; i < n_threads; i++) {
-            if (jobs[i].rc == CT_OK) continue;
-            status = 1;
-            if (pass == 0 && jobs[i].rc == CT_ERR_COMM) continue;
-            fprintf(stderr, "ctrain: rank %d: %s\n", jobs[i].rank, jobs[i].err.message);
-            shown = 1;
-            break;
+    int32_t started = 0;
+    if (n_threads == 1) {
+        rank_thread(&jobs[0]);
+        started = 1;
+    } else {
+        for (; started < n_threads; started++)
+            if (pthread_create(&th[started], NULL, rank_thread, &jobs[started]) != 0) break;
+        if (started < n_threads) {
+            /* the started ranks will wait for the missing ones until the comm's timeout */
+            ct_error e = {.struct_size = sizeof e};
+            ct_error_set(&e, CT_ERR_NOMEM, "cannot start the thread of rank %d (of %d) "
+                         "---> lower [comm] world_size", (int)(first_rank + started),
+                         (int)n_threads);
+            for (int32_t i = started; i < n_threads; i++) {
+                supervise_failed(sh->sv, i, CT_ERR_NOMEM, &e);
+                supervise_done(sh->sv, i);
+            }
         }
+    }
+    int32_t still_running = 0;
+    int32_t status = supervise_wait(sh->sv, &still_running);
+    if (still_running > 0) {
+        fflush(stdout);
+        _exit(1);
+    }
+    for (int32_t i = 0; n_threads > 1 && i < started; i++) pthread_join(th[i], NULL);
+    supervise_free(sh->sv);
+    sh->sv = NULL;
     free(jobs);
     free(th);
     return status;
@@ -339,6 +381,7 @@ int cmd_train(int argc, char **argv) {
     ct_wiring w;
     int n_rest = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    ct_runlock lock = {.fd = -1};
     int32_t resume = 0, status = 2;
     int64_t stop_after = 0;
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
@@ -363,10 +406,14 @@ int cmd_train(int argc, char **argv) {
     config_get_int(cfg, "comm", "world_size", &world, NULL);
     const ct_comm_vtable *cv = w.comm->vtable;
     status = 1;
+    supervise_report_fatal_signals();
     /* under mpirun every process gets here: the first one of the job writes config.ini */
     const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
     int first_process = !mpi_rank || strcmp(mpi_rank, "0") == 0;
+    /* the process that writes the folder's config.ini holds its lock for the whole run (the
+     * in-process ranks share it; the other processes of an mpirun job take none) */
     if (mkdir_p(out_dir, &err) != CT_OK ||
+        (first_process && runlock_take(&lock, out_dir, &err) != CT_OK) ||
         (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;
@@ -374,7 +421,16 @@ int cmd_train(int argc, char **argv) {
     run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world,
                      .resume = resume, .stop_after = stop_after, .out_dir = out_dir};
     if (cv->world_create) {
-        ct_create_args a = {.struct_size = sizeof a, .section = "comm", .world_size = (int32_t)world};
+        /* the engine reads its own keys ([comm] algo, timeout_s, ...) here, through the host
+         * API exactly as at create(); wh lives until world_destroy */
+        ct_host wh;
+        hostapi_init(&wh, cfg, 0, w.comm->desc.name, NULL);
+        ct_create_args a = {.struct_size = sizeof a,
+                            .api = hostapi_table(),
+                            .host = &wh,
+                            .section = "comm",
+                            .rank = 0,
+                            .world_size = (int32_t)world};
         sh.comm_world = cv->world_create((int32_t)world, &a, &err);
         if (!sh.comm_world) {
             fprintf(stderr, "ctrain train: comm %s: %s\n", w.comm->desc.name, err.message);
@@ -396,6 +452,7 @@ int cmd_train(int argc, char **argv) {
     }
     if (status == 0) printf("metrics: %s/metrics.jsonl\n", out_dir);
 out_session:
+    runlock_release(&lock);
     registry_close(reg);
     config_free(cfg);
     free(rest);

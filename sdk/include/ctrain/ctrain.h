@@ -527,7 +527,10 @@ struct ct_comm_vtable {
     /* In-process engines only (threads): create the state the ranks of one world share, for
      * world_size ranks. When this is non-NULL the host runs world_size rank threads in this
      * process and passes the world to each rank's create() as args->comm_world. NULL for
-     * engines whose world lives outside the process (local, mpi, nccl). */
+     * engines whose world lives outside the process (local, mpi, nccl). args carries api,
+     * host and section ("comm") as create() gets them, so the engine reads its own keys here
+     * (threads: algo, timeout_s); rank is 0, device and comm are unset, comm_world is NULL.
+     * args->host stays valid until world_destroy. */
     /* OPTIONAL: */
     void *(*world_create)(int32_t world_size, const ct_create_args *args, ct_error *err);
     void (*world_destroy)(void *world); /* OPTIONAL; REQUIRED with world_create */
