@@ -626,6 +626,28 @@ static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t worl
     return rc;
 }
 
+/* Rank 0 after a resume from `step`: OUT/checkpoints/step_N of N > step belong to the history
+ * the resume abandons (as the rows of metrics.jsonl after it): removed, each named on stderr,
+ * so a later --resume can never jump back onto it. */
+static void remove_newer(const char *out_dir, int64_t step) {
+    char root[PATH_MAX], path[PATH_MAX];
+    ct_error err = {.struct_size = sizeof err};
+    long long *steps = NULL;
+    int n = 0;
+    if (path_fmt(root, sizeof root, &err, "%s/checkpoints", out_dir) != CT_OK ||
+        list_steps(root, &steps, &n, &err) != CT_OK)
+        return;
+    for (int i = 0; i < n && steps[i] > step; i++) {
+        if (path_fmt(path, sizeof path, &err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        if (remove_tree(path) != 0)
+            fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
+        else
+            fprintf(stderr, "ctrain: removed %s: newer than the resumed step %lld\n", path,
+                    (long long)step);
+    }
+    free(steps);
+}
+
 int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err) {
     char dir[PATH_MAX], root[PATH_MAX];
@@ -687,5 +709,8 @@ int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int
     for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
     free(saved);
     config_free(saved_cfg);
-    return rc;
+    /* every rank has read its files: the history after the resumed step is abandoned */
+    if ((rc = agree(r, rc, "loading the checkpoint", err)) != CT_OK) return rc;
+    if (r->rank == 0) remove_newer(out_dir, *step);
+    return CT_OK;
 }

@@ -30,7 +30,9 @@ int32_t checkpoint_save(ct_rank *r, const char *out_dir, int64_t step, int32_t k
  * under OUT/checkpoints, where a folder that fails its checksum, cannot be parsed, holds a
  * non-finite value or lacks config.ini is skipped with a warning on stderr (rank 0) naming it
  * and why. CT_ERR_IO when there is none. The checkpoint's [model] section must equal the run's
- * (else CT_ERR_INVALID naming the key, both values and the checkpoint's config.ini). */
+ * (else CT_ERR_INVALID naming the key, both values and the checkpoint's config.ini).
+ * After a successful load, rank 0 removes OUT/checkpoints/step_N of N > *step (the history the
+ * resume abandons, like the rows of metrics.jsonl after it), naming each on stderr. */
 int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err);
 
