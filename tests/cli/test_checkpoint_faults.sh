@@ -15,10 +15,10 @@ ROOT=$PWD
 CTRAIN="$ROOT/$CTRAIN"
 case ${BUILD:-build} in /*) CTRAIN=$BUILD/ctrain ;; esac
 ok() { pass; echo "ok $*"; }
-work=$(mktemp -d /tmp/ctrain-faults-XXXXXX)
+work=$(mktemp -d /tmp/ctrain-ckptfaults-XXXXXX)
 mnt=""
 cleanup() {
-    [ -n "$mnt" ] && mountpoint -q "$mnt" && umount "$mnt"
+    [ -n "$mnt" ] && umount "$mnt" 2> /dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -90,7 +90,7 @@ for attempt in $(seq 1 40); do
         > "$k.$attempt.out" 2> "$k.$attempt.err" &
     pid=$!
     delay=$(( RANDOM % max_delay ))
-    sleep "$(printf '0.%03d' "$delay")"
+    sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
     kill -KILL "$pid" 2> /dev/null && kills=$((kills + 1))
     wait "$pid" 2> /dev/null
     status=$?
