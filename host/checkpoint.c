@@ -32,6 +32,9 @@
 #define CKPT_VERSION 1u
 #define CKPT_MAX_LISTED 65536 /* checkpoint folders considered in one listing */
 
+/* The three arrays saved per unit, in file order. */
+static const char *const part_name[3] = {"master weights", "AdamW m", "AdamW v"};
+
 /* ---- paths and folders ------------------------------------------------------------------ */
 
 /* snprintf into buf; CT_ERR_INVALID when the path does not fit (never a truncated path). */
@@ -218,7 +221,6 @@ static int32_t copy_d2h(ct_rank *r, void *dst, const void *src, uint64_t bytes, 
 }
 
 static int32_t write_rank_file(ct_rank *r, const char *dir, int64_t step, ct_error *err) {
-    static const char *const part_name[3] = {"master weights", "AdamW m", "AdamW v"};
     char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/rank_%05d.bin", dir, r->rank);
     if (rc != CT_OK) return rc;
@@ -283,10 +285,11 @@ static int32_t write_rank_file(ct_rank *r, const char *dir, int64_t step, ct_err
     return rc;
 }
 
-/* Remove complete checkpoints of steps after `step` and beyond the newest `keep` of the
- * others, and stale temporaries. Rank 0, after a successful save of `step`. A failure to
- * remove is reported on stderr and does not fail the run. */
-static void prune(const char *root, int64_t step, int32_t keep) {
+/* Remove complete checkpoints of steps after `step` (named on stderr when `announce`) and
+ * beyond the newest `keep` of the others, and stale temporaries. Rank 0, after a successful
+ * save of `step` or a resume from it. A failure to remove is reported on stderr and does not
+ * fail the run. */
+static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     long long *steps = NULL;
     int n = 0;
     ct_error err = {.struct_size = sizeof err};
@@ -304,6 +307,9 @@ static void prune(const char *root, int64_t step, int32_t keep) {
         if (path_fmt(path, sizeof path, &err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
         if (remove_tree(path) != 0)
             fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
+        else if (announce && steps[i] > step)
+            fprintf(stderr, "ctrain: removed %s: newer than the resumed step %lld\n", path,
+                    (long long)step);
     }
     free(steps);
     DIR *d = opendir(root);
@@ -375,7 +381,7 @@ int32_t checkpoint_save(ct_rank *r, const char *out_dir, int64_t step, int32_t k
     if ((rc = agree(r, rc, "writing a rank file", err)) != CT_OK) goto out_remove_tmp;
     if (r->rank == 0) rc = finish_save(r, root, tmp, dir, err);
     if ((rc = agree(r, rc, "finishing the folder", err)) != CT_OK) goto out_remove_tmp;
-    if (r->rank == 0) prune(root, step, keep);
+    if (r->rank == 0) prune(root, step, keep, 0);
     return CT_OK;
 
 out_remove_tmp:
@@ -422,7 +428,6 @@ typedef struct saved_rank {
 
 /* Open and verify one rank file: header, checksum over the whole file, every value finite. */
 static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error *err) {
-    static const char *const part_name[3] = {"master weights", "AdamW m", "AdamW v"};
     memset(s, 0, sizeof *s);
     int32_t rc = path_fmt(s->path, sizeof s->path, err, "%s/rank_%05d.bin", dir, rank);
     if (rc != CT_OK) return rc;
@@ -626,28 +631,6 @@ static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t worl
     return rc;
 }
 
-/* Rank 0 after a resume from `step`: OUT/checkpoints/step_N of N > step belong to the history
- * the resume abandons (as the rows of metrics.jsonl after it): removed, each named on stderr,
- * so a later --resume can never jump back onto it. */
-static void remove_newer(const char *out_dir, int64_t step) {
-    char root[PATH_MAX], path[PATH_MAX];
-    ct_error err = {.struct_size = sizeof err};
-    long long *steps = NULL;
-    int n = 0;
-    if (path_fmt(root, sizeof root, &err, "%s/checkpoints", out_dir) != CT_OK ||
-        list_steps(root, &steps, &n, &err) != CT_OK)
-        return;
-    for (int i = 0; i < n && steps[i] > step; i++) {
-        if (path_fmt(path, sizeof path, &err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
-        if (remove_tree(path) != 0)
-            fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
-        else
-            fprintf(stderr, "ctrain: removed %s: newer than the resumed step %lld\n", path,
-                    (long long)step);
-    }
-    free(steps);
-}
-
 int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err) {
     char dir[PATH_MAX], root[PATH_MAX];
@@ -709,8 +692,11 @@ int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int
     for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
     free(saved);
     config_free(saved_cfg);
-    /* every rank has read its files: the history after the resumed step is abandoned */
+    /* every rank has read its files: the history after the resumed step is abandoned (as the
+     * rows of metrics.jsonl after it), so a later --resume can never jump back onto it */
     if ((rc = agree(r, rc, "loading the checkpoint", err)) != CT_OK) return rc;
-    if (r->rank == 0) remove_newer(out_dir, *step);
+    ct_error scratch = {.struct_size = sizeof scratch};
+    if (r->rank == 0 && path_fmt(root, sizeof root, &scratch, "%s/checkpoints", out_dir) == CT_OK)
+        prune(root, *step, INT32_MAX, 1);
     return CT_OK;
 }

@@ -17,14 +17,7 @@ work=$(mktemp -d /tmp/ctrain-ckpt-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 [ -x "$CTRAIN" ] || { fail "no $CTRAIN: build first (make)"; finish; exit 1; }
 
-"$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out "$work/data" --tokenizer bytes \
-    --val-fraction 0.1 > "$work/prepare.log" 2>&1 \
-    || { fail "prepare: $(tail -3 "$work/prepare.log")"; finish; exit 1; }
-# a very small GPT (one block, C = 16, 2 x 16 tokens a step): about 30 steps a second
-tiny_ini "$work/t.ini" "$work/unused" "$work/data" 256
-sed -i -e 's/^n_layer = 2/n_layer = 1/' -e 's/^d_model = 32/d_model = 16/' \
-    -e 's/^batch_size = 4/batch_size = 2/' -e 's/^seq_len = 32/seq_len = 16/' \
-    -e 's/^val = .*/val =/' "$work/t.ini"
+small_run_setup "$work" || { finish; exit 1; }
 
 # run OUT [args...]: train t.ini into OUT; sets rc, and OUT.out / OUT.err hold the output.
 run() {
