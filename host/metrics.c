@@ -116,15 +116,14 @@ static int32_t keep_steps(const char *path, int64_t keep, ct_error *err) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    int bad = 0;
+    int bad = 0, saved = 0;
     while (!bad && in && (n = getline(&line, &cap, in)) >= 0) {
         long long s = line_step(line, (size_t)n);
-        if (s >= 0 && s <= keep) bad = write_all(fd, line, (size_t)n) != 0;
+        if (s >= 0 && s <= keep && write_all(fd, line, (size_t)n) != 0) bad = 1, saved = errno;
     }
-    if (in && !bad && ferror(in)) bad = 1;
+    if (in && !bad && ferror(in)) bad = 1, saved = EIO;
     free(line);
     if (in) fclose(in);
-    int saved = bad ? errno : 0;
     if (!bad && fsync(fd) != 0) bad = 1, saved = errno;
     if (close(fd) != 0 && !bad) bad = 1, saved = errno;
     if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
