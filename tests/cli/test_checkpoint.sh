@@ -10,9 +10,6 @@ set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 . tests/cli/train_lib.sh
-CTRAIN="$ROOT/$CTRAIN"
-case ${BUILD:-build} in /*) CTRAIN=$BUILD/ctrain ;; esac
-ok() { pass; echo "ok $*"; }
 work=$(mktemp -d /tmp/ctrain-ckpt-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 [ -x "$CTRAIN" ] || { fail "no $CTRAIN: build first (make)"; finish; exit 1; }

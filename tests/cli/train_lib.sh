@@ -1,8 +1,10 @@
 # train_lib.sh — helpers for the end-to-end training tests (sourced, not run): a tiny config
 # writer, metric extraction and comparisons that print one line per failure and count checks.
 CTRAIN=${BUILD:-build}/ctrain
+case $CTRAIN in /*) ;; *) CTRAIN=$PWD/$CTRAIN ;; esac   # sourced from the repository root
 passed=0; failed=0
 pass() { passed=$((passed + 1)); }
+ok() { pass; echo "ok $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; }
 
