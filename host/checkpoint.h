@@ -1,26 +1,43 @@
 /* checkpoint.h — checkpoints: one folder per step (OUT/checkpoints/step_NNNNNNNN) holding one
  * file per rank (its master-weight shard, AdamW moments, data position) and the resolved
  * configuration. Written under a temporary name, fsync'd, then renamed, so a folder that
- * exists is complete. Resume reads every rank's file, so a run saved at world size N resumes
- * at world size M (each rank takes its new shard of the reassembled units).
- * Not for: exporting a consolidated model to other formats (export.c). */
+ * exists is complete; a save that fails removes its temporary folder, and a save never writes a
+ * non-finite parameter or moment. Resume reads every rank's file, so a run saved at world size
+ * N resumes at world size M (each rank takes its new shard of the reassembled units).
+ * Not for: exporting a consolidated model to other formats (export.c). Paths are opaque bytes:
+ * folders are made and removed in-process, never through a shell.
+ */
 #ifndef CTRAIN_HOST_CHECKPOINT_H
 #define CTRAIN_HOST_CHECKPOINT_H
 
 #include "rank.h"
 
-/* Write OUT/config.ini: the resolved configuration (rank 0 only; call before the ranks start). */
+/* Write OUT/config.ini: the resolved configuration (rank 0 only; call before the ranks start).
+ * Through a temporary file that is removed when the write fails. */
 int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_error *err);
 
-/* Save step `step`. Collective: every rank calls it. Keeps the newest `keep` checkpoints. */
+/* Save step `step`. Collective: every rank calls it, and every rank returns an error when any
+ * rank failed (the failing rank with its own message, the others with CT_ERR_COMM).
+ * Refuses (CT_ERR_INVALID, naming the unit, tensor and step) when a master weight or an AdamW
+ * moment is not finite: nothing is written and the newest checkpoint stays the newest.
+ * On success keeps the newest `keep` checkpoints of steps <= `step` and removes those of later
+ * steps (a history abandoned by resuming from an older checkpoint) and stale temporaries. */
 int32_t checkpoint_save(ct_rank *r, const char *out_dir, int64_t step, int32_t keep,
                         ct_error *err);
 
-/* Load the newest checkpoint under OUT/checkpoints into the rank (parameters, AdamW state, data
- * position) and set *step to its step. Collective. CT_ERR_IO when there is none. */
-int32_t checkpoint_resume(ct_rank *r, const char *out_dir, int64_t *step, ct_error *err);
+/* Load a checkpoint into the rank (parameters, AdamW state, data position) and set *step to its
+ * step. Collective. `from` is a checkpoint folder (--resume-from) or NULL: the newest valid one
+ * under OUT/checkpoints, where a folder that fails its checksum, cannot be parsed, holds a
+ * non-finite value or lacks config.ini is skipped with a warning on stderr (rank 0) naming it
+ * and why. CT_ERR_IO when there is none. The checkpoint's [model] section must equal the run's
+ * (else CT_ERR_INVALID naming the key, both values and the checkpoint's config.ini).
+ * After a successful load, rank 0 removes OUT/checkpoints/step_N of N > *step (the history the
+ * resume abandons, like the rows of metrics.jsonl after it), naming each on stderr. */
+int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int64_t *step,
+                          ct_error *err);
 
-/* Path of the newest complete checkpoint folder under out_dir into buf; CT_ERR_IO if none. */
+/* Path of the newest complete checkpoint folder (a directory named step_ and digits only)
+ * under out_dir into buf; CT_ERR_IO if none. Does not read the files (checkpoint_resume does). */
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err);
 
 #endif /* CTRAIN_HOST_CHECKPOINT_H */

@@ -36,12 +36,12 @@ static const ct_param_spec data_specs[] = {
 static const char *const schedule_choices[] = {"cosine", "linear", "constant", NULL};
 static const ct_param_spec optim_specs[] = {
     CT_PARAM_FLOAT("lr", "6e-4", 0, 10, "peak learning rate"),
-    CT_PARAM_FLOAT("min_lr", "0", 0, 10, "learning rate at the end of the schedule"),
+    CT_PARAM_FLOAT("min_lr", "0", 0, 10, "learning rate at the end of the schedule; <= lr"),
     CT_PARAM_INT("warmup", "0", 0, 1e9, "linear warm-up steps"),
     CT_PARAM_ENUM("schedule", "cosine", schedule_choices, "decay after warm-up"),
-    CT_PARAM_FLOAT("beta1", "0.9", 0, 1, "AdamW first-moment decay"),
-    CT_PARAM_FLOAT("beta2", "0.95", 0, 1, "AdamW second-moment decay"),
-    CT_PARAM_FLOAT("eps", "1e-8", 0, 1, "AdamW epsilon"),
+    CT_PARAM_FLOAT("beta1", "0.9", 0, 1, "AdamW first-moment decay; < 1"),
+    CT_PARAM_FLOAT("beta2", "0.95", 0, 1, "AdamW second-moment decay; < 1"),
+    CT_PARAM_FLOAT("eps", "1e-8", 0, 1, "AdamW epsilon; >= 1.1754944e-38 (FLT_MIN: AdamW runs in f32)"),
     CT_PARAM_FLOAT("weight_decay", "0.1", 0, 10, "decoupled weight decay"),
     CT_PARAM_BOOL("decay_all", "false", "decay every tensor (open_lm) instead of matrices only"),
     CT_PARAM_FLOAT("grad_clip", "1.0", 0, 1e9, "clip the global gradient norm to this; 0 = off"),

@@ -160,19 +160,30 @@ int32_t jsonl_read(const char *path, jsonl_record **records, int32_t *n_records,
     char *line = NULL;
     size_t line_cap = 0;
     int32_t cap = 0, rc = CT_OK;
-    long line_no = 0;
-    while (getline(&line, &line_cap, f) >= 0) {
+    long line_no = 0, bad_line = 0; /* a torn line: an error unless it is the last one */
+    const char *bad_why = NULL;
+    ssize_t len;
+    while ((len = getline(&line, &line_cap, f)) >= 0) {
         line_no++;
         const char *p = line;
-        while (*p && isspace((unsigned char)*p)) p++;
-        if (!*p) continue; /* blank line */
+        while (p < line + len && *p && isspace((unsigned char)*p)) p++;
+        if (p == line + len) continue; /* blank line */
+        if (bad_line) break;           /* the torn line was not the last one */
         jsonl_record rec;
         const char *why = NULL;
-        if (!parse_line(line, &rec, &why)) {
-            free_record(&rec);
-            rc = ct_error_set(err, CT_ERR_INVALID, "%s:%ld: %s ---> metrics files hold one flat "
-                              "JSON object per line", path, line_no, why);
-            goto out_free;
+        int has_nul = (size_t)len != strlen(line);
+        if (has_nul || !parse_line(line, &rec, &why)) {
+            if (!has_nul) free_record(&rec);
+            if (!bad_why) bad_why = has_nul ? "zero bytes inside the line" : why;
+            /* torn: cut short (no newline) or zero-filled, as a crash or a full disk leaves
+             * it; skipped when last. A whole line that does not parse is an error. */
+            if (!has_nul && line[len - 1] == '\n') {
+                rc = ct_error_set(err, CT_ERR_INVALID, "%s:%ld: %s ---> metrics files hold one "
+                                  "flat JSON object per line", path, line_no, why);
+                goto out_free;
+            }
+            bad_line = line_no;
+            continue;
         }
         if (*n_records == cap) {
             cap = cap ? cap * 2 : 64;
@@ -186,6 +197,15 @@ int32_t jsonl_read(const char *path, jsonl_record **records, int32_t *n_records,
         }
         (*records)[(*n_records)++] = rec;
     }
+    if (bad_line && line_no > bad_line) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s:%ld: %s ---> metrics files hold one flat "
+                          "JSON object per line", path, bad_line, bad_why);
+        goto out_free;
+    }
+    if (bad_line) /* a run stopped (a crash, a full disk) while writing its last line */
+        fprintf(stderr, "ctrain: warning: %s:%ld: skipped the incomplete last line (%s) ---> "
+                "the run was interrupted while writing it; the lines before it are read\n",
+                path, bad_line, bad_why);
     free(line);
     fclose(f);
     return CT_OK;

@@ -31,7 +31,10 @@ typedef struct run_log {
 } run_log;
 
 /* Parse a JSON-lines file. Errors (unreadable file, a malformed line) return CT_ERR_IO or
- * CT_ERR_INVALID with "FILE:LINE: ..." in err. Free with jsonl_free_records. */
+ * CT_ERR_INVALID with "FILE:LINE: ..." in err. A torn LAST line (one that does not parse and
+ * lacks its newline or holds zero bytes, as a crash or a full disk leaves it) is skipped with
+ * a warning on stderr naming FILE:LINE.
+ * Free with jsonl_free_records. */
 int32_t jsonl_read(const char *path, jsonl_record **records, int32_t *n_records, ct_error *err);
 void jsonl_free_records(jsonl_record *records, int32_t n_records);
 

@@ -1,10 +1,14 @@
-/* metrics.c — per-rank metric tables and their JSON line (see metrics.h). */
+/* metrics.c — per-rank metric tables, their JSON line and the checked writer of
+ * OUT/metrics.jsonl (see metrics.h). */
 #include "metrics.h"
 
 #include <ctrain/ctrain.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static ct_metric *find(ct_metric_table *t, const char *name) {
     for (int32_t i = 0; i < t->n; i++)
@@ -62,4 +66,134 @@ void metrics_write_json(const ct_metric_table *t, int64_t step, FILE *out) {
         else fprintf(out, ", \"%s\": null", t->items[i].name);
     }
     fputs("}\n", out);
+}
+
+/* ---- OUT/metrics.jsonl --------------------------------------------------------------- */
+
+#define METRICS_HINT "---> free disk space under [run] out_dir, then resume with --resume"
+
+/* Write all n bytes at fd's end; 0, or -1 with errno set (a short write of a full disk gives
+ * ENOSPC). */
+static int write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) return errno = ENOSPC, -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* The step of a whole line written by metrics_write_json ("{"step": N, ..."}\n"); -1 when the
+ * line is not whole (torn by a crash or a full disk) or has no leading step. */
+static long long line_step(const char *line, size_t len) {
+    if (len < 2 || line[len - 1] != '\n' || line[len - 2] != '}') return -1;
+    if (strncmp(line, "{\"step\": ", 9) != 0) return -1;
+    char *end;
+    long long s = strtoll(line + 9, &end, 10);
+    if (end == line + 9 || (*end != ',' && *end != '}')) return -1;
+    return s;
+}
+
+/* Rewrite path keeping its whole lines of step <= keep (temp + fsync + rename). */
+static int32_t keep_steps(const char *path, int64_t keep, ct_error *err) {
+    char tmp[4200];
+    int len = snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    if (len < 0 || (size_t)len >= sizeof tmp)
+        return ct_error_set(err, CT_ERR_INVALID, "path too long: %s", path);
+    FILE *in = fopen(path, "r");
+    if (!in && errno != ENOENT)
+        return ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int saved = errno;
+        if (in) fclose(in);
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " METRICS_HINT, tmp,
+                            strerror(saved));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int bad = 0, saved = 0;
+    while (!bad && in && (n = getline(&line, &cap, in)) >= 0) {
+        long long s = line_step(line, (size_t)n);
+        if (s >= 0 && s <= keep && write_all(fd, line, (size_t)n) != 0) bad = 1, saved = errno;
+    }
+    if (in && !bad && ferror(in)) bad = 1, saved = EIO;
+    free(line);
+    if (in) fclose(in);
+    if (!bad && fsync(fd) != 0) bad = 1, saved = errno;
+    if (close(fd) != 0 && !bad) bad = 1, saved = errno;
+    if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
+    if (bad) {
+        unlink(tmp);
+        return ct_error_set(err, CT_ERR_IO, "cannot rewrite %s: %s " METRICS_HINT, path,
+                            strerror(saved ? saved : EIO));
+    }
+    return CT_OK;
+}
+
+int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_through_step,
+                          ct_error *err) {
+    mf->fd = -1;
+    mf->length = 0;
+    int len = snprintf(mf->path, sizeof mf->path, "%s/metrics.jsonl", dir);
+    if (len < 0 || (size_t)len >= sizeof mf->path)
+        return ct_error_set(err, CT_ERR_INVALID, "path too long: %s/metrics.jsonl ---> use a "
+                            "shorter [run] out_dir", dir);
+    int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
+    if (keep_through_step < 0) flags |= O_TRUNC;
+    else {
+        int32_t rc = keep_steps(mf->path, keep_through_step, err);
+        if (rc != CT_OK) return rc;
+    }
+    mf->fd = open(mf->path, flags, 0644);
+    if (mf->fd < 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check [run] out_dir",
+                            mf->path, strerror(errno));
+    off_t end = lseek(mf->fd, 0, SEEK_END);
+    mf->length = end > 0 ? end : 0;
+    return CT_OK;
+}
+
+int32_t metrics_file_write(metrics_file *mf, const ct_metric_table *t, int64_t step,
+                           ct_error *err) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *ms = open_memstream(&buf, &n);
+    if (!ms) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", mf->path);
+    metrics_write_json(t, step, ms);
+    int bad = ferror(ms);
+    fclose(ms);
+    if (bad || !buf) {
+        free(buf);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", mf->path);
+    }
+    int rc = write_all(mf->fd, buf, n);
+    int saved = errno;
+    free(buf);
+    if (rc == 0) {
+        mf->length += (off_t)n;
+        return CT_OK;
+    }
+    /* cut the partial line off again: the file keeps whole lines only */
+    if (ftruncate(mf->fd, mf->length) != 0 && errno != EINVAL)
+        fprintf(stderr, "ctrain: warning: cannot cut the partial last line of %s: %s\n",
+                mf->path, strerror(errno));
+    return ct_error_set(err, CT_ERR_IO, "cannot write %s (step %lld): %s " METRICS_HINT,
+                        mf->path, (long long)step, strerror(saved));
+}
+
+int32_t metrics_file_close(metrics_file *mf, ct_error *err) {
+    if (mf->fd < 0) return CT_OK;
+    int bad = fsync(mf->fd) != 0 && errno != EINVAL && errno != EROFS;
+    int saved = errno;
+    if (close(mf->fd) != 0 && !bad) bad = 1, saved = errno;
+    mf->fd = -1;
+    if (bad)
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " METRICS_HINT, mf->path,
+                            strerror(saved));
+    return CT_OK;
 }

@@ -1,11 +1,15 @@
 /* metrics.h — per-rank metric tables: plugins and the loop add named scalars during a log
- * interval; at a log step the loop combines them over ranks and writes one JSON line.
- * Not for: the console line (loop.c prints it) or plotting (plot.c). */
+ * interval; at a log step the loop combines them over ranks and writes one JSON line to
+ * OUT/metrics.jsonl with checked writes (a line is on disk whole or not at all).
+ * Not for: the console line (train.c prints it), reading the file back (jsonl.c) or plotting
+ * (plot.c). */
 #ifndef CTRAIN_HOST_METRICS_H
 #define CTRAIN_HOST_METRICS_H
 
+#include <ctrain/ctrain.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define CT_METRIC_NAME_MAX 80
 #define CT_METRICS_MAX 256
@@ -36,5 +40,28 @@ void metrics_sort(ct_metric_table *t);
 
 /* Append {"step": step, name: value, ...} as one line; NaN/Inf are written as null. */
 void metrics_write_json(const ct_metric_table *t, int64_t step, FILE *out);
+
+/* OUT/metrics.jsonl, open for appending whole lines. */
+typedef struct metrics_file {
+    int   fd;         /* -1 when closed */
+    off_t length;     /* bytes of whole lines written so far */
+    char  path[4096];
+} metrics_file;
+
+/* Open DIR/metrics.jsonl. keep_through_step < 0: a new, empty file. Otherwise (a resume) the
+ * file keeps only its whole lines whose "step" is <= keep_through_step, in order: rewritten
+ * through DIR/metrics.jsonl.PID.tmp, fsync'd and renamed over it (a missing file starts
+ * empty). Errors (CT_ERR_IO) name the file and the system's reason. */
+int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_through_step,
+                          ct_error *err);
+
+/* Append the table's JSON line (metrics_write_json's format) with one checked write and no
+ * buffering left behind. On failure (a full disk, an I/O error) the partial line is cut off
+ * again so the file holds whole lines only, and err names the file and strerror. */
+int32_t metrics_file_write(metrics_file *mf, const ct_metric_table *t, int64_t step,
+                           ct_error *err);
+
+/* fsync and close; CT_ERR_IO when either fails. Safe on a closed file. */
+int32_t metrics_file_close(metrics_file *mf, ct_error *err);
 
 #endif /* CTRAIN_HOST_METRICS_H */

@@ -1,7 +1,8 @@
 /* plot.c — `ctrain plot RUN_DIR... --metric NAME [--metric NAME]... --out FILE.png [--title T]
  * [--logy]`: metrics against step, one line per run, one panel per metric, drawn by gnuplot
- * (Debian's gnuplot-nox; pngcairo when it has it, else png). The data files and the script go
- * to a temporary folder, kept (and named) when gnuplot fails.
+ * (Debian's gnuplot-nox; pngcairo when it has it, else png), started with fork + execv and an
+ * argument vector, never a shell. The data files and the script go to a temporary folder, kept
+ * (and named) when gnuplot fails.
  * Not for: reading metrics files (jsonl.c) or tables of figures (compare.c).
  */
 #include "commands.h"
@@ -9,6 +10,7 @@
 #include "jsonl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,24 +201,58 @@ static int write_script(const char *script, const char *tmp, const plot_args *a,
     return fclose(f) == 0;
 }
 
-/* Run gnuplot on script; its output is echoed on failure. 0 on success. */
+/* Run gnuplot on script as a child with an argument vector (no shell: paths are bytes); its
+ * stdout and stderr come back through a pipe and are echoed on failure. 0 on success. */
 static int run_gnuplot(const char *gnuplot, const char *script) {
-    char cmd[8600];
-    snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", gnuplot, script);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        fprintf(stderr, "ctrain plot: cannot run %s: %s\n", gnuplot, strerror(errno));
+    int fds[2];
+    if (pipe(fds) != 0) {
+        fprintf(stderr, "ctrain plot: cannot run %s: pipe: %s\n", gnuplot, strerror(errno));
         return 1;
     }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "ctrain plot: cannot run %s: fork: %s\n", gnuplot, strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return 1;
+    }
+    if (pid == 0) { /* the child: stdin from /dev/null, stdout and stderr into the pipe */
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        char *const argv[] = {(char *)"gnuplot", (char *)script, NULL};
+        execv(gnuplot, argv);
+        dprintf(2, "cannot execute %s: %s\n", gnuplot, strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
     char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, p);
+    size_t n = 0;
+    for (;;) { /* keep the first 8 KB, drain the rest so the child never blocks */
+        char sink[512];
+        char *dst = n < sizeof out - 1 ? out + n : sink;
+        size_t room = n < sizeof out - 1 ? sizeof out - 1 - n : sizeof sink;
+        ssize_t k = read(fds[0], dst, room);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        if (dst == out + n) n += (size_t)k;
+    }
     out[n] = '\0';
-    char sink[512];
-    while (fread(sink, 1, sizeof sink, p) > 0) {}
-    int status = pclose(p);
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            status = -1;
+            break;
+        }
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "%sctrain plot: gnuplot failed (status %d)\n", out,
-                WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        fprintf(stderr, "%sctrain plot: gnuplot failed (%s %d)\n", out,
+                status != -1 && WIFSIGNALED(status) ? "signal" : "status",
+                status == -1 ? -1 : WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         return 1;
     }
     return 0;
@@ -244,11 +280,6 @@ int cmd_plot(int argc, char **argv) {
                 "(apt-get install gnuplot-nox)\n");
         return 1;
     }
-    for (const char *c = gnuplot; *c; c++)
-        if (*c == '\'') {
-            fprintf(stderr, "ctrain plot: the gnuplot path %s contains a quote\n", gnuplot);
-            return 1;
-        }
 
     run_log logs[PLOT_MAX_RUNS];
     int32_t n_loaded = 0;

@@ -1,5 +1,5 @@
-/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume] [--stop-after N]`
- * (stop after step N as if interrupted, e.g. to test resuming): resolves the
+/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume | --resume-from DIR]
+ * [--stop-after N]` (stop after step N as if interrupted, e.g. to test resuming): resolves the
  * configuration exactly as `validate` does, starts the ranks (threads of this process for
  * in-process engines, else one rank per process), runs the steps, logs metrics, evaluates and
  * checkpoints. Not for: the step's arithmetic (step.c, optim.c) or file formats (checkpoint.c). */
@@ -28,6 +28,7 @@ typedef struct run_shared {
     void            *comm_world; /* in-process engines */
     int32_t          world;
     int32_t          resume;
+    const char      *resume_from; /* a checkpoint folder (--resume-from), or NULL */
     int64_t          stop_after; /* 0: run to [run] steps; else stop (and checkpoint) there */
     const char      *out_dir;
     supervisor      *sv;         /* watches this process's ranks (run_ranks) */
@@ -186,18 +187,20 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
     config_get_int(cfg, "run", "keep_checkpoints", &keep, NULL);
 
     int64_t start = 0;
-    if (sh->resume) {
-        rc = checkpoint_resume(r, sh->out_dir, &start, err);
+    int32_t resumed = sh->resume || sh->resume_from;
+    if (resumed) {
+        rc = checkpoint_resume(r, sh->out_dir, sh->resume_from, &start, err);
         if (rc != CT_OK) return rc;
         if (r->rank == 0) printf("resumed from step %lld\n", (long long)start);
     }
 
-    FILE *mf = NULL;
+    /* rank 0 writes OUT/metrics.jsonl; after a resume it keeps the rows up to the checkpoint's
+     * step only, so the steps run again are not logged twice */
+    metrics_file mfile = {.fd = -1}, *mf = NULL;
     if (r->rank == 0) {
-        char path[1100];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", sh->out_dir);
-        mf = fopen(path, start > 0 ? "a" : "w");
-        if (!mf) return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        rc = metrics_file_open(&mfile, sh->out_dir, resumed ? start : -1, err);
+        if (rc != CT_OK) return rc;
+        mf = &mfile;
     }
 
     interval iv;
@@ -242,8 +245,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
             metrics_add(&out, "world_size", r->world, CT_METRIC_MEAN);
             metrics_sort(&out);
             if (mf) {
-                metrics_write_json(&out, step, mf);
-                fflush(mf);
+                if ((rc = metrics_file_write(mf, &out, step, err)) != CT_OK) break;
                 char eta[32];
                 double per_step = (now_s() - t_run) / (double)steps_done_here;
                 format_eta(per_step * (double)(oc.steps - step), eta, sizeof eta);
@@ -255,6 +257,8 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
             }
             memset(&iv, 0, sizeof iv);
             iv.t_start = now_s();
+            /* a non-finite weight or moment stops the run before the next save can see it */
+            if ((rc = optim_check_finite(r, step, err)) != CT_OK) break;
         }
         if (eval_every > 0 && (step % eval_every == 0 || step == oc.steps) && r->val_data) {
             ct_step_stats es;
@@ -269,8 +273,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
             if (rc != CT_OK) break;
             metrics_sort(&out);
             if (mf) {
-                metrics_write_json(&out, step, mf);
-                fflush(mf);
+                if ((rc = metrics_file_write(mf, &out, step, err)) != CT_OK) break;
                 printf("step %lld/%lld | val loss %.4f\n", (long long)step, (long long)oc.steps,
                        metrics_value(&out, "val/loss"));
             }
@@ -281,7 +284,13 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
                 printf("checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir, (long long)step);
         }
     }
-    if (mf) fclose(mf);
+    if (mf) {
+        ct_error cerr = {.struct_size = sizeof cerr};
+        if (metrics_file_close(mf, &cerr) != CT_OK && rc == CT_OK) {
+            *err = cerr;
+            rc = cerr.code;
+        }
+    }
     return rc;
 }
 
@@ -384,6 +393,7 @@ int cmd_train(int argc, char **argv) {
     ct_runlock lock = {.fd = -1};
     int32_t resume = 0, status = 2;
     int64_t stop_after = 0;
+    const char *resume_from = NULL;
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
         fprintf(stderr, "ctrain train: %s\n", rest ? err.message : "out of memory");
         free(rest);
@@ -392,13 +402,30 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < n_rest; i++) {
         char *end = NULL;
         if (strcmp(rest[i], "--resume") == 0) resume = 1;
+        else if (strcmp(rest[i], "--resume-from") == 0 && i + 1 < n_rest)
+            resume_from = rest[++i];
         else if (strcmp(rest[i], "--stop-after") == 0 && i + 1 < n_rest &&
                  (stop_after = strtoll(rest[i + 1], &end, 10)) > 0 && *end == 0)
             i++;
         else {
-            fprintf(stderr, "ctrain train: unknown option '%s' ---> see `ctrain help`\n", rest[i]);
+            fprintf(stderr, "ctrain train: %s '%s' ---> see `ctrain help`\n",
+                    strcmp(rest[i], "--resume-from") == 0 ? "a folder must follow"
+                    : strcmp(rest[i], "--stop-after") == 0 ? "a step > 0 must follow"
+                                                            : "unknown option",
+                    rest[i]);
             goto out_session;
         }
+    }
+    if (resume && resume_from) {
+        fprintf(stderr, "ctrain train: --resume and --resume-from exclude each other ---> "
+                "--resume takes the newest valid checkpoint of [run] out_dir, --resume-from DIR "
+                "that folder\n");
+        goto out_session;
+    }
+    ct_optim_config oc; /* the optimiser's bounds, before anything is written */
+    if (optim_config(cfg, &oc, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", err.message);
+        goto out_session;
     }
     const char *out_dir = NULL;
     config_get_string(cfg, "run", "out_dir", &out_dir, NULL);
@@ -419,7 +446,7 @@ int cmd_train(int argc, char **argv) {
         goto out_session;
     }
     run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world,
-                     .resume = resume, .stop_after = stop_after, .out_dir = out_dir};
+                     .resume = resume, .resume_from = resume_from, .stop_after = stop_after, .out_dir = out_dir};
     if (cv->world_create) {
         /* the engine reads its own keys ([comm] algo, timeout_s, ...) here, through the host
          * API exactly as at create(); wh lives until world_destroy */

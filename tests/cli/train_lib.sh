@@ -1,8 +1,10 @@
 # train_lib.sh — helpers for the end-to-end training tests (sourced, not run): a tiny config
 # writer, metric extraction and comparisons that print one line per failure and count checks.
 CTRAIN=${BUILD:-build}/ctrain
+case $CTRAIN in /*) ;; *) CTRAIN=$PWD/$CTRAIN ;; esac   # sourced from the repository root
 passed=0; failed=0
 pass() { passed=$((passed + 1)); }
+ok() { pass; echo "ok $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; }
 
@@ -16,6 +18,19 @@ tiny_ini() {
         printf 'vocab_size = %s\nseq_len = 32\n' "$vocab"
         printf '[optim]\nlr = 3e-3\nwarmup = 5\n'
     } > "$file"
+}
+
+# small_run_setup WORK: byte-level shards of GPL-3 in WORK/data and WORK/t.ini, a one-block GPT
+# (C = 16, 2 x 16 tokens a step, no validation) that runs tens of steps a second. Returns
+# non-zero (after fail) when prepare fails.
+small_run_setup() {
+    "$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out "$1/data" --tokenizer bytes \
+        --val-fraction 0.1 > "$1/prepare.log" 2>&1 \
+        || { fail "prepare: $(tail -3 "$1/prepare.log")"; return 1; }
+    tiny_ini "$1/t.ini" "$1/unused" "$1/data" 256
+    sed -i -e 's/^n_layer = 2/n_layer = 1/' -e 's/^d_model = 32/d_model = 16/' \
+        -e 's/^batch_size = 4/batch_size = 2/' -e 's/^seq_len = 32/seq_len = 16/' \
+        -e 's/^val = .*/val =/' "$1/t.ini"
 }
 
 # metric_series RUN_DIR NAME: the value of NAME at every logged step, one per line, as written.
