@@ -63,6 +63,13 @@ NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-fvisibility=hidden -Isdk/include \
 # device is used; the plugin's .c code is compiled with -DCT_HAVE_CUDA and linked with -ldl, and
 # links no CUDA library, so it loads on any machine.
 CUDA_RT_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64 -lcudart
+# Switching CUDA=0/1 on one build folder changes those flags: a stamp per mode makes the .c
+# objects of plugins with .cu files rebuild when the mode changes.
+CUDA_STAMP := $(BUILD)/.cuda-$(if $(HAVE_NVCC),on,off)
+$(CUDA_STAMP):
+	@mkdir -p $(@D)
+	@rm -f $(BUILD)/.cuda-on $(BUILD)/.cuda-off
+	@touch $@
 define PLUGIN_template
 $(1)_ID   := $(call plugin_id,$(1))
 $(1)_C    := $(wildcard $(1)/*.c)
@@ -93,6 +100,7 @@ $(BUILD)/plugins/$$($(1)_ID).so:
 $$($(1)_OBJ): CFLAGS_EXTRA := $$($$($(1)_ID)_CFLAGS) $$($(1)_SPLIT_CFLAGS)
 $$($(1)_OBJ): NVCCFLAGS_EXTRA := $$($$($(1)_ID)_NVCCFLAGS)
 $$($(1)_OBJ): $(wildcard $(1)/plugin.mk)
+$(if $(wildcard $(1)/*.cu),$$($(1)_COBJ): $(CUDA_STAMP))
 else
 SKIPPED_CUDA += $$($(1)_ID)
 endif
