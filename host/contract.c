@@ -6,6 +6,7 @@
 #include "contract.h"
 
 #include "config.h"
+#include "registry.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -107,6 +108,24 @@ contract_lifecycle contract_lifecycle_of(int32_t kind, const void *vtable) {
         life.destroy = first_members->destroy;
     }
     return life;
+}
+
+const char *contract_status_name(int32_t rc) {
+    static const char *const names[] = {"CT_OK", "CT_ERR_INVALID", "CT_ERR_NOMEM", "CT_ERR_IO",
+                                        "CT_ERR_UNSUPPORTED", "CT_ERR_COMM", "CT_ERR_DEVICE",
+                                        "CT_ERR_INTERNAL"};
+    return rc >= 0 && rc < (int32_t)(sizeof names / sizeof *names) ? names[rc]
+                                                                    : "an unknown status";
+}
+
+int32_t contract_name_silent_error(int32_t rc, ct_error *err, const ct_plugin *p,
+                                   const char *member) {
+    if (rc == CT_OK || !err || err->message[0]) return rc;
+    ct_error_set(err, rc, "%s %s (%s): %s failed with %s (%d) but no message ---> the plugin "
+                 "must fill its ct_error (ct_error_set); report this to its author",
+                 kind_name(p->desc.kind), p->desc.name, p->path, member,
+                 contract_status_name(rc), (int)rc);
+    return rc;
 }
 
 static int valid_key(const char *s) {

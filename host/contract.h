@@ -32,4 +32,14 @@ typedef struct contract_lifecycle {
 } contract_lifecycle;
 contract_lifecycle contract_lifecycle_of(int32_t kind, const void *vtable);
 
+/* After a plugin call that returned rc: when rc is not CT_OK and the plugin left err's message
+ * empty, fill it naming the plugin (kind, name, file), the member called and the status, so no
+ * error reaches the user as an empty line. Returns rc. */
+struct ct_plugin;
+int32_t contract_name_silent_error(int32_t rc, ct_error *err, const struct ct_plugin *p,
+                                   const char *member);
+
+/* "CT_ERR_INVALID", ... for a ct_status; "an unknown status" otherwise. */
+const char *contract_status_name(int32_t rc);
+
 #endif /* CTRAIN_HOST_CONTRACT_H */

@@ -3,29 +3,12 @@
  * initialised parameters, optimizer state, step buffers and data loaders. */
 #include "rank.h"
 
+#include "contract.h"
 #include "init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Every vtable starts with struct_size, then create and destroy — except comm, which has
- * world_create/world_destroy first; the two layouts are handled explicitly. */
-typedef struct {
-    uint32_t struct_size;
-    void *(*create)(const ct_create_args *, ct_error *);
-    void (*destroy)(void *);
-} lifecycle_vtable;
-
-static void *(*create_fn(const ct_plugin *p))(const ct_create_args *, ct_error *) {
-    if (p->desc.kind == CT_KIND_COMM) return ((const ct_comm_vtable *)p->vtable)->create;
-    return ((const lifecycle_vtable *)p->vtable)->create;
-}
-
-static void (*destroy_fn(const ct_plugin *p))(void *) {
-    if (p->desc.kind == CT_KIND_COMM) return ((const ct_comm_vtable *)p->vtable)->destroy;
-    return ((const lifecycle_vtable *)p->vtable)->destroy;
-}
 
 static int32_t make_instance(ct_rank *r, ct_instance *inst, const ct_plugin *p,
                              const char *section, void *comm_world, ct_error *err) {
@@ -46,22 +29,20 @@ static int32_t make_instance(ct_rank *r, ct_instance *inst, const ct_plugin *p,
         .seed = (uint64_t)seed,
         .comm_world = comm_world,
     };
-    void *(*create)(const ct_create_args *, ct_error *) = create_fn(p);
-    if (!create) return ct_error_set(err, CT_ERR_INVALID, "plugin %s (%s) has no create()",
-                                     p->desc.name, p->path);
+    /* the registry refused plugins without create/destroy (contract.c) */
+    contract_lifecycle life = contract_lifecycle_of(p->desc.kind, p->vtable);
     err->code = CT_OK;
-    inst->self = create(&a, err);
-    if (!inst->self) {
-        if (err->code == CT_OK)
-            ct_error_set(err, CT_ERR_INTERNAL, "plugin %s: create() failed without a message",
-                         p->desc.name);
-        return err->code;
-    }
+    err->message[0] = '\0';
+    inst->self = life.create(&a, err);
+    if (!inst->self)
+        return contract_name_silent_error(err->code != CT_OK ? err->code : CT_ERR_INTERNAL, err,
+                                          p, "create");
     return CT_OK;
 }
 
 static void drop_instance(ct_instance *inst) {
-    if (inst->self && inst->plugin) destroy_fn(inst->plugin)(inst->self);
+    if (inst->self && inst->plugin)
+        contract_lifecycle_of(inst->plugin->desc.kind, inst->plugin->vtable).destroy(inst->self);
     inst->self = NULL;
 }
 
@@ -218,13 +199,15 @@ int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t 
     TRY(make_instance(r, &r->precision, w->precision, "precision", NULL, err));
     const ct_precision_vtable *pv = r->precision.vt;
     r->policy.struct_size = sizeof r->policy;
-    TRY(pv->policy(r->precision.self, &r->policy, err));
+    TRY(contract_name_silent_error(pv->policy(r->precision.self, &r->policy, err), err,
+                                   w->precision, "policy"));
 
     TRY(make_instance(r, &r->strategy, w->strategy, "strategy", NULL, err));
     TRY(make_instance(r, &r->model, w->model, "model", NULL, err));
     const ct_model_vtable *mv = r->model.vt;
     r->mdesc.struct_size = sizeof r->mdesc;
-    TRY(mv->describe(r->model.self, &r->mdesc, err));
+    TRY(contract_name_silent_error(mv->describe(r->model.self, &r->mdesc, err), err, w->model,
+                                   "describe"));
     if (r->mdesc.tensor_struct_size == 0) r->mdesc.tensor_struct_size = sizeof(ct_tensor_spec);
 
     for (int32_t i = 0; i < w->n_loss; i++) {
@@ -246,7 +229,9 @@ int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t 
                           (long long)r->mdesc.max_seq_len);
         goto out_close;
     }
-    TRY(mv->prepare(r->model.self, r->B, r->T, r->policy.param_dtype, err));
+    TRY(contract_name_silent_error(mv->prepare(r->model.self, r->B, r->T,
+                                               r->policy.param_dtype, err),
+                                   err, w->model, "prepare"));
     TRY(setup_parameters(r, err));
     TRY(alloc_buffers(r, err));
     TRY(open_data(r, err));

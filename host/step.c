@@ -1,6 +1,7 @@
 /* step.c — the forward/backward drive of one rank (see step.h). */
 #include "step.h"
 
+#include "contract.h"
 #include "probe.h"
 
 #include <math.h>
@@ -85,7 +86,8 @@ static int32_t losses(ct_rank *r, int32_t micro, float *dlogits, double grad_sca
         const ct_loss_vtable *lv = r->loss[i].vt;
         ct_loss_result res = {.struct_size = sizeof res};
         int32_t rc = lv->forward_backward(r->loss[i].self, &b, &res, err);
-        if (rc != CT_OK) return rc;
+        if (rc != CT_OK)
+            return contract_name_silent_error(rc, err, r->loss[i].plugin, "forward_backward");
         if (!isfinite(res.value))
             return ct_error_set(err, CT_ERR_INVALID,
                                 "%s %lld, micro-batch %d: loss term '%s' is %g ---> the run "

@@ -3,6 +3,8 @@
  * Not for: the threads themselves (train.c) or aborting the comm world (the ranks do that). */
 #include "supervise.h"
 
+#include "contract.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -96,8 +98,12 @@ void supervise_set_rank(supervisor *sv, int32_t slot, int32_t rank) {
 }
 
 static void print_locked(supervisor *sv, slot *s) {
-    fprintf(sv->out, "ctrain: rank %d: %s\n", (int)s->rank,
-            s->err.message[0] ? s->err.message : "failed without a message");
+    if (s->err.message[0])
+        fprintf(sv->out, "ctrain: rank %d: %s\n", (int)s->rank, s->err.message);
+    else /* a plugin call the host did not name; contract_name_silent_error covers most */
+        fprintf(sv->out, "ctrain: rank %d: a plugin call failed with %s (%d) but no message "
+                "---> the plugin must fill its ct_error; report this to its author\n",
+                (int)s->rank, contract_status_name(s->rc), (int)s->rc);
     fflush(sv->out);
     s->printed = 1;
 }

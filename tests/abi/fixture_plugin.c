@@ -6,11 +6,16 @@
  * one that ends before its last member, which is OPTIONAL), FX_WIDE_PARAMS (param specs with 24
  * extra bytes each, as a later minor version might have), FX_MISSING_DEP (call a function
  * of a library linked in, so deleting that library makes dlopen fail), FX_CRASH_IN_CONSTRUCTOR
- * (raise SIGSEGV from a constructor, i.e. during dlopen).
+ * (raise SIGSEGV from a constructor, i.e. during dlopen). The broken-plugin corpus
+ * (tests/cli/test_broken_plugins.sh): FX_SILENT_ERROR (forward_backward fails without a
+ * message), FX_SCHEMA=FX_BAD_DEFAULT|FX_ENUM_DEFAULT|FX_NO_CHOICES|FX_TWICE|FX_BAD_KEY (a schema that
+ * contradicts itself), FX_NULL_SLOT=k (vtable slot k, 0 = the member after struct_size, left
+ * NULL).
  * Not for: real training (its forward_backward adds a constant 1 to the loss).
  */
 #include <ctrain/ctrain.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef FX_NAME
 #define FX_NAME fx
@@ -48,6 +53,9 @@ static int32_t fx_forward_backward(void *self, const ct_loss_batch *b, ct_loss_r
     (void)b;
     (void)err;
     r->value = 1.0;
+#ifdef FX_SILENT_ERROR
+    return CT_ERR_INVALID; /* and no message: the host must say which plugin failed */
+#endif
 #ifdef FX_MISSING_DEP
     r->value += fx_dep_value();
 #endif
@@ -70,7 +78,24 @@ static const fx_spec fx_params[] = {
 };
 #else
 typedef ct_param_spec fx_spec;
+#define FX_BAD_DEFAULT 1
+#define FX_ENUM_DEFAULT 2
+#define FX_NO_CHOICES 3
+#define FX_TWICE 4
+#define FX_BAD_KEY 5
+static const char *const fx_none[] = {NULL};
 static const ct_param_spec fx_params[] = {
+#if FX_SCHEMA == FX_BAD_DEFAULT
+    CT_PARAM_FLOAT("weight", "5", 0, 2, "a default outside its own range"),
+#elif FX_SCHEMA == FX_ENUM_DEFAULT
+    CT_PARAM_ENUM("style", "medium", fx_modes, "a default that is not a choice"),
+#elif FX_SCHEMA == FX_NO_CHOICES
+    CT_PARAM_ENUM("style", "fast", fx_none, "an enum without choices"),
+#elif FX_SCHEMA == FX_TWICE
+    CT_PARAM_INT("count", "3", 1, 10, "declared twice"),
+#elif FX_SCHEMA == FX_BAD_KEY
+    CT_PARAM_INT("Count", "3", 1, 10, "a key the registry rejects"),
+#endif
     CT_PARAM_FLOAT("coef", "0.5", 0, 2, "a weight"),
     CT_PARAM_ENUM("mode", "fast", fx_modes, "a choice"),
     CT_PARAM_INT("count", "3", 1, 10, "a count"),
@@ -113,6 +138,22 @@ static const struct {
 #endif
     {FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4, FX_STUB4}};
 
+/* FX_NULL_SLOT: a copy of the chosen vtable with one member NULL, made at load time */
+#ifdef FX_NULL_SLOT
+static union {
+    ct_loss_vtable loss;
+    struct {
+        uint32_t struct_size;
+        fx_fn    fn[32];
+    } any;
+} fx_holed;
+static const void *fx_vtable_with_hole(const void *vt) {
+    memcpy(&fx_holed, vt, *(const uint32_t *)vt);
+    fx_holed.any.fn[FX_NULL_SLOT] = NULL;
+    return &fx_holed;
+}
+#endif
+
 static const ct_plugin_desc fx_desc = {
     .struct_size = sizeof(ct_plugin_desc),
     .abi_major = FX_MAJOR,
@@ -129,7 +170,16 @@ static const ct_plugin_desc fx_desc = {
 };
 
 #ifndef FX_NO_ENTRY
-CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &fx_desc; }
+CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) {
+#ifdef FX_NULL_SLOT
+    static ct_plugin_desc holed;
+    holed = fx_desc;
+    holed.vtable = fx_vtable_with_hole(fx_desc.vtable);
+    return &holed;
+#else
+    return &fx_desc;
+#endif
+}
 #else
 CT_EXPORT const ct_plugin_desc *not_the_entry(void) { return &fx_desc; }
 #endif
