@@ -227,7 +227,7 @@ void check_loss(ct_check *c) {
     int at = 0;
     for (int k = 0; k < NV; k++) {
         double e = fabs(((double)out[k] - (double)out0[k]) - (double)pre[k]);
-        double t = 1e-6 * (fabs((double)pre[k]) + fabs((double)out0[k])) + 1e-30;
+        double t = 1e-6 * (fabs((double)pre[k]) + fabs((double)out0[k]) + gmax) + 1e-30;
         if (e / t > ratio) ratio = e / t, tol = t, at = k;
     }
     if (ratio <= 1)
