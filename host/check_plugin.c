@@ -205,6 +205,10 @@ int cmd_check_plugin(int argc, char **argv) {
         return usage("name the plugin's .so file (a path or a name ending in .so), e.g. "
                      "build/plugins/loss_ce.so");
 
+    /* Tiny shapes: a plugin's OpenMP loops on one thread (set before any plugin loads the
+     * OpenMP runtime, which reads it once; a value the user set wins). On a busy machine, a
+     * second thread only adds spinning to the hundreds of small calls the checks make. */
+    setenv("OMP_NUM_THREADS", "1", 0);
     ct_error err = {.struct_size = sizeof err};
     c.reg = registry_open(&err);
     if (!c.reg) {
