@@ -46,6 +46,10 @@ typedef struct run_result {
     int32_t grad_unit, grad_rank;
     uint64_t grad_index;
     double  grad_want, grad_got;
+    /* shard coverage: 1 when every element of every unit is owned once (or by every rank,
+     * replicated); else cover_message says where it is not */
+    int32_t cover_ok;
+    char    cover_message[200];
 } run_result;
 
 typedef struct run_shared {
@@ -67,6 +71,10 @@ typedef struct rank_job {
     double      grad_err, grad_want, grad_got;
     int32_t     grad_unit;
     uint64_t    grad_index;
+    /* the step-1 shards: which elements of each unit this rank owns */
+    uint32_t    n_units;
+    uint64_t    unit_numel[MAXU], shard_offset[MAXU], shard_numel[MAXU];
+    int32_t     shard_replicated[MAXU];
 } rank_job;
 
 /* After step 1: this rank's shard of every unit's reduced gradient, stored as the reference
@@ -81,6 +89,11 @@ static int32_t gradients(ct_rank *r, rank_job *job, ct_error *err) {
         ct_shard s = {.struct_size = sizeof s};
         int32_t rc = st->shard(r->strategy.self, u, &s, err);
         if (rc != CT_OK) return rc;
+        job->n_units = r->mdesc.n_units;
+        job->unit_numel[u] = r->units[u].numel;
+        job->shard_offset[u] = s.offset;
+        job->shard_numel[u] = s.numel;
+        job->shard_replicated[u] = s.replicated;
         float *g = malloc((s.numel ? s.numel : 1) * sizeof *g);
         if (!g) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         rc = r->dev.vt->copy(r->dev.self, g, s.grad, s.numel * sizeof *g, CT_COPY_D2H, err);
@@ -166,6 +179,39 @@ static void run_ini(char *buf, size_t cap, const char *data, const char *strateg
              CHECK_SEED, STEPS, data, GLOBAL_B / world, SEQ, VOCAB, SEQ, strategy, (int)world);
 }
 
+/* Do the ranks' shards of every unit cover each element exactly once (sharded) or does every
+ * rank hold all of it (replicated)? */
+static void coverage(const rank_job *jobs, int32_t world, run_result *out) {
+    out->cover_ok = 1;
+    for (uint32_t u = 0; u < jobs[0].n_units && out->cover_ok; u++) {
+        uint64_t n = jobs[0].unit_numel[u];
+        int32_t repl = jobs[0].shard_replicated[u];
+        uint8_t *owners = calloc(n ? n : 1, 1);
+        if (!owners) return;
+        for (int32_t r = 0; r < world && out->cover_ok; r++) {
+            if (jobs[r].shard_replicated[u] != repl) {
+                out->cover_ok = 0;
+                snprintf(out->cover_message, sizeof out->cover_message, "unit %u: rank %d says "
+                         "replicated %d, rank 0 says %d", u, (int)r,
+                         (int)jobs[r].shard_replicated[u], (int)repl);
+            }
+            for (uint64_t i = 0; i < jobs[r].shard_numel[u]; i++) {
+                uint64_t at = jobs[r].shard_offset[u] + i;
+                if (at < n && owners[at] < 255) owners[at]++;
+            }
+        }
+        for (uint64_t i = 0; i < n && out->cover_ok; i++)
+            if (owners[i] != (repl ? world : 1)) {
+                out->cover_ok = 0;
+                snprintf(out->cover_message, sizeof out->cover_message, "unit %u element %llu "
+                         "is owned by %d ranks, expected %d (%s)", u, (unsigned long long)i,
+                         (int)owners[i], repl ? (int)world : 1,
+                         repl ? "replicated" : "sharded");
+            }
+        free(owners);
+    }
+}
+
 /* Configure, wire and run `world` rank threads; the outcome in *out. */
 static void run(ct_check *c, const char *data, const char *strategy, int with_sets,
                 int32_t world, run_shared *sh, run_result *out) {
@@ -218,6 +264,7 @@ static void run(ct_check *c, const char *data, const char *strategy, int with_se
                 out->failed_rank = r;
                 snprintf(out->message, sizeof out->message, "%s", jobs[r].err.message);
             }
+    if (!out->rc && !sh->is_reference) coverage(jobs, world, out);
     for (int32_t r = 0; r < world; r++)
         if (!(jobs[r].grad_err <= out->grad_err)) {
             out->grad_err = jobs[r].grad_err;
@@ -260,6 +307,12 @@ static void judge(ct_check *c, int32_t world, const run_result *got, const run_r
     check_verdict(c, e <= REL_TOL, "world %d: gradient norms of %d steps match ddp at world 1 "
                   "(max rel diff %.2g, tol %.0e; step %d: expected %.9g got %.9g)", (int)world,
                   STEPS, e, REL_TOL, at + 1, ref->gnorm[at], got->gnorm[at]);
+    if (got->cover_ok)
+        check_verdict(c, 1, "world %d: the shards cover every element of every unit once (or "
+                      "all of it on every rank, replicated)", (int)world);
+    else
+        check_verdict(c, 0, "world %d: the shards cover every element of every unit once: %s",
+                      (int)world, got->cover_message);
     check_verdict(c, got->grad_err <= REL_TOL, "world %d: step-1 gradient of every unit matches "
                   "ddp's elementwise (max err %.2g of the unit's largest, tol %.0e; worst: rank %d "
                   "unit %d element %llu: expected %.9g got %.9g)", (int)world, got->grad_err,

@@ -1,8 +1,9 @@
 /* strategy_no_divide.c — a deliberately wrong strategy for tests/cli/test_check_plugin.sh: DDP
  * reduced to its core (every unit replicated, one synchronous SUM all-reduce per unit, f32
  * only) that forgets to divide the sum by the number of ranks, which `ctrain check-plugin`
- * must name. Built only by the test (cc -shared -fPIC -fvisibility=hidden -Wl,-z,defs
- * -Isdk/include).
+ * must name. With -DWRONG_SHARD_FLAG it divides correctly but reports its replicated units as
+ * sharded (ct_shard.replicated = 0), so a global norm counts every element once per rank.
+ * Built only by the test (cc -shared -fPIC -fvisibility=hidden -Wl,-z,defs -Isdk/include).
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/strategy_kit.h>
@@ -92,9 +93,23 @@ static int32_t nd_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     nd *s = p;
     if (!last) return CT_OK;
     ct_kit_replica *x = &s->u[u];
-    return s->comm.vt->all_reduce(s->comm.self, x->grad_local, x->grad_local, x->padded,
-                                  CT_DTYPE_F32, CT_REDUCE_SUM, NULL, err);
+    int32_t rc = s->comm.vt->all_reduce(s->comm.self, x->grad_local, x->grad_local, x->padded,
+                                        CT_DTYPE_F32, CT_REDUCE_SUM, NULL, err);
+#if defined(WRONG_SHARD_FLAG)
+    if (rc == CT_OK)
+        rc = ct_kit_divide(s->dev, x->grad_local, CT_DTYPE_F32, x->padded,
+                           (double)ct_kit_world_size(s->comm), err);
+#endif
+    return rc;
 }
+
+#if defined(WRONG_SHARD_FLAG)
+#define ND_NAME "wrong_shard_flag"
+#define ND_REPLICATED 0
+#else
+#define ND_NAME "no_divide"
+#define ND_REPLICATED 1
+#endif
 
 static int32_t nd_finish_backward(void *p, ct_error *err) {
     (void)p;
@@ -106,7 +121,7 @@ static int32_t nd_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     (void)err;
     ct_kit_replica *x = &((nd *)p)->u[u];
     ct_shard sh = {.struct_size = sizeof sh, .master = x->params.master, .grad = x->grad_local,
-                   .numel = x->padded, .offset = 0, .padded_numel = x->padded, .replicated = 1};
+                   .numel = x->padded, .offset = 0, .padded_numel = x->padded, .replicated = ND_REPLICATED};
     ct_kit_put_shard(out, &sh);
     return CT_OK;
 }
@@ -127,7 +142,7 @@ static const ct_strategy_vtable nd_vtable = {
 };
 static const ct_plugin_desc nd_desc = {
     .struct_size = sizeof(ct_plugin_desc), .abi_major = CT_ABI_MAJOR, .abi_minor = CT_ABI_MINOR,
-    .kind = CT_KIND_STRATEGY, .name = "no_divide", .version = "0.0.1",
+    .kind = CT_KIND_STRATEGY, .name = ND_NAME, .version = "0.0.1",
     .summary = "deliberately wrong ddp: the gradient sum is not divided by the ranks",
     .params = nd_params, .param_struct_size = sizeof(ct_param_spec), .devices = CT_DEVICE_CPU,
     .vtable = &nd_vtable,

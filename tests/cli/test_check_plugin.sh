@@ -99,6 +99,15 @@ else
     ct_fail "build strategy_no_divide.so" "cc failed"
 fi
 
+if build_wrong strategy_wrong_shard_flag.so strategy_no_divide.c -DWRONG_SHARD_FLAG; then
+    check "$WRONG/strategy_wrong_shard_flag.so"
+    expect_fails_with "a strategy that calls replicated units sharded fails the coverage check" \
+        "FAIL strategy wrong_shard_flag: world 2: the shards cover every element of every unit once: unit 0 element 0 is owned by 2 ranks, expected 1 (sharded)|FAIL strategy wrong_shard_flag: world 2: gradient norms|ok   strategy wrong_shard_flag: world 2: step-1 gradient" \
+        "FAIL strategy wrong_shard_flag: world 1"
+else
+    ct_fail "build strategy_wrong_shard_flag.so" "cc failed"
+fi
+
 # ---- --set reaches the plugin's own section -----------------------------------------------
 check "$PLUGINS/loss_zloss.so" --set coef=1e-3
 default_value=$("$CTRAIN" check-plugin "$PLUGINS/loss_zloss.so" | sed -n 's/.*value is finite (\([^ ]*\) .*/\1/p')
