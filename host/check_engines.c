@@ -224,8 +224,7 @@ void check_comm(ct_check *c) {
         check_verdict(c, 0, "set-up ([comm] from --set, device cpu): %s", err.message);
         goto out;
     }
-    int made = 0;
-    for (int i = 0; i < CYCLES && rc == CT_OK; i++, made++) {
+    for (int i = 0; i < CYCLES && rc == CT_OK; i++) {
         ct_create_args wa = {.struct_size = sizeof wa, .api = hostapi_table(), .section = "comm",
                              .world_size = 1, .device = dev, .seed = CHECK_SEED};
         ct_host wh;
@@ -245,7 +244,6 @@ void check_comm(ct_check *c) {
     check_verdict(c, rc == CT_OK, "%screate/destroy %d times at world 1%s%s",
                   cv->world_create ? "world_create + " : "", CYCLES, rc == CT_OK ? "" : ": ",
                   rc == CT_OK ? "" : err.message);
-    (void)made;
 out:
     check_destroy(&dev_inst);
     if (cfg) config_free(cfg);

@@ -38,6 +38,7 @@ typedef struct rank_slot {
     ct_device_ref  devref;
     ct_comm_ref    commref;
     double        *result[N_CALLS]; /* (n) host copies of what the hooks returned, as double */
+    int32_t        send_changed[N_CALLS]; /* an out-of-place hook wrote into its const send */
     int32_t        rc;
     ct_error       err;
 } rank_slot;
@@ -111,6 +112,15 @@ static void *rank_main(void *arg) {
             rc = w->pv->all_reduce(s->prec.self, s->commref, s->devref, send,
                                    call == AR_INPLACE ? send : recv, n, w->dtype, &s->err);
         if (rc == CT_OK) rc = from_device(s, s->result[call], call == AR_INPLACE ? send : recv, n);
+        /* send is const for the out-of-place calls: read it back */
+        if (rc == CT_OK && call != AR_INPLACE) {
+            double *back = malloc(sizeof(double) * total);
+            if (!back) rc = ct_error_set(&s->err, CT_ERR_NOMEM, "out of memory");
+            else if ((rc = from_device(s, back, send, total)) == CT_OK)
+                for (uint64_t i = 0; i < total; i++)
+                    if (back[i] != x[i]) s->send_changed[call] = 1;
+            free(back);
+        }
         s->rc = rc;
     }
     if (s->rc != CT_OK && s->commref.vt && s->commref.vt->abort)
@@ -212,6 +222,17 @@ static void judge(prec_world *w, int call) {
     if (call != RS)
         check_verdict(c, same, "%s at N=%d: every rank receives the same bits%s",
                       call_names[call], (int)N, same ? "" : ": ranks differ");
+    if (call != AR_INPLACE) {
+        int32_t changed = -1;
+        for (int32_t r = 0; r < N && changed < 0; r++)
+            if (w->slots[r].send_changed[call]) changed = r;
+        if (changed < 0)
+            check_verdict(c, 1, "%s at N=%d leaves its (const) send buffer as it was",
+                          call_names[call], (int)N);
+        else
+            check_verdict(c, 0, "%s at N=%d leaves its (const) send buffer as it was: rank %d's "
+                          "send buffer was written to", call_names[call], (int)N, (int)changed);
+    }
 }
 
 static int policy_dtype_ok(int32_t d) { return d == CT_DTYPE_F32 || d == CT_DTYPE_BF16; }

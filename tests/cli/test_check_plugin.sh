@@ -90,6 +90,15 @@ else
     ct_fail "build precision_drop_last_rank.so" "cc failed"
 fi
 
+if build_wrong precision_writes_send.so precision_drop_rank.c -DWRONG_WRITES_SEND; then
+    check "$WRONG/precision_writes_send.so"
+    expect_fails_with "a precision hook that writes into its const send buffer is named" \
+        "FAIL precision writes_send: reduce_scatter hook at N=2 leaves its (const) send buffer as it was: rank 0's send buffer was written to|ok   precision writes_send: all_reduce hook at N=8 matches an fp64 sum" \
+        "matches an fp64 sum:"
+else
+    ct_fail "build precision_writes_send.so" "cc failed"
+fi
+
 if build_wrong strategy_no_divide.so strategy_no_divide.c; then
     check "$WRONG/strategy_no_divide.so"
     expect_fails_with "a strategy without the divide by N fails the gradient checks at world 2" \
