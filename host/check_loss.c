@@ -146,6 +146,7 @@ static double grad_error(const float *out, const float *prefill, const double *f
     *where = 0;
     for (int k = 0; k < NV; k++) {
         double e = fabs(((double)out[k] - (double)prefill[k]) - scale * fd[k]);
+        if (!isfinite(e)) return *where = k, INFINITY; /* a NaN gradient or value */
         if (e > worst) worst = e, *where = k;
         if (fabs(scale * fd[k]) > big) big = fabs(scale * fd[k]);
     }
@@ -228,7 +229,7 @@ void check_loss(ct_check *c) {
     for (int k = 0; k < NV; k++) {
         double e = fabs(((double)out[k] - (double)out0[k]) - (double)pre[k]);
         double t = 1e-6 * (fabs((double)pre[k]) + fabs((double)out0[k]) + gmax) + 1e-30;
-        if (e / t > ratio) ratio = e / t, tol = t, at = k;
+        if (!(e / t <= ratio)) ratio = isnan(e) ? INFINITY : e / t, tol = t, at = k;
     }
     if (ratio <= 1)
         check_verdict(c, 1, "adds into dlogits rather than overwriting (a pre-filled pattern is "

@@ -355,7 +355,7 @@ void check_model(ct_check *c) {
             double pre = (float)(0.37 * check_urand(CHECK_SEED + u, i));
             double want = pre + g0[u][i], tol = 1e-6 * fabs(pre) + 1e-5 * big + 1e-30;
             double e = fabs(r.h_grads[u][i] - want) / tol;
-            if (!(e <= ratio)) ratio = e, w_want = want, w_got = r.h_grads[u][i], w_tol = tol,
+            if (!(e <= ratio)) ratio = isnan(e) ? INFINITY : e, w_want = want, w_got = r.h_grads[u][i], w_tol = tol,
                                w_u = u, w_i = i;
         }
     }
