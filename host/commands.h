@@ -6,7 +6,8 @@
 #ifndef CTRAIN_HOST_COMMANDS_H
 #define CTRAIN_HOST_COMMANDS_H
 
-/* X(name, usage, summary), in the order `ctrain help` lists them. */
+/* X(name, usage, summary), in the order `ctrain help` lists them. An '_' in name is a '-' on
+ * the command line (check_plugin is `ctrain check-plugin`). */
 #define CT_COMMANDS(X)                                                                      \
     X(plugins,  "",                         "list the plugins found, shadowed ones and problems") \
     X(inspect,  "NAME | KIND/NAME | ctrain", "describe a plugin and its INI keys")            \
@@ -15,6 +16,7 @@
     X(prepare,  "TEXT... [options]",        "make token shards from text (see --help)")      \
     X(plot,     "RUN_DIR... --metric NAME... --out FILE.png [--title T] [--logy]", "draw metrics of runs against step (gnuplot)") \
     X(compare,  "RUN_DIR... [--csv]",       "a table of the runs' logit-norm figures, losses, tokens/s") \
+    X(check_plugin, "FILE.so [--set key=value]...", "prove a plugin keeps its kind's contract (finite differences, references)") \
     X(help,     "[COMMAND]",                "this help")
 
 #define CT_DECLARE_COMMAND(name, usage, summary) int cmd_##name(int argc, char **argv);

@@ -23,6 +23,21 @@ static const command commands[] = {CT_COMMANDS(CT_COMMAND_ROW)};
 #undef CT_COMMAND_ROW
 #define N_COMMANDS ((int)(sizeof commands / sizeof *commands))
 
+/* Does the command line's `arg` name table entry `name`? An '_' of the name is written '-'. */
+static int command_is(const char *name, const char *arg) {
+    for (; *name && *arg; name++, arg++)
+        if (*name != *arg && !(*name == '_' && *arg == '-')) return 0;
+    return *name == *arg;
+}
+
+/* The name as the command line writes it ('_' -> '-'), into buf. */
+static const char *command_text(const char *name, char *buf, size_t cap) {
+    size_t i = 0;
+    for (; name[i] && i + 1 < cap; i++) buf[i] = name[i] == '_' ? '-' : name[i];
+    buf[i] = '\0';
+    return buf;
+}
+
 static int fail(const ct_error *err) {
     fprintf(stderr, "ctrain: error: %s\n", err->message);
     return 1;
@@ -273,9 +288,11 @@ out_close:
 /* ---- ctrain help / --version --------------------------------------------------------- */
 
 int cmd_help(int argc, char **argv) {
+    char text[64];
     for (int i = 0; argc > 1 && i < N_COMMANDS; i++)
-        if (!strcmp(commands[i].name, argv[1])) {
-            printf("usage: ctrain %s %s\n  %s\n", commands[i].name, commands[i].usage,
+        if (command_is(commands[i].name, argv[1])) {
+            printf("usage: ctrain %s %s\n  %s\n",
+                   command_text(commands[i].name, text, sizeof text), commands[i].usage,
                    commands[i].summary);
             return 0;
         }
@@ -283,7 +300,8 @@ int cmd_help(int argc, char **argv) {
            "usage: ctrain COMMAND [ARGS]\n\n", CTRAIN_VERSION, CT_ABI_MAJOR, CT_ABI_MINOR);
     for (int i = 0; i < N_COMMANDS; i++) {
         char head[160];
-        snprintf(head, sizeof head, "%s %s", commands[i].name, commands[i].usage);
+        snprintf(head, sizeof head, "%s %s", command_text(commands[i].name, text, sizeof text),
+                 commands[i].usage);
         if (strlen(head) > 46) printf("  %s\n  %-46s %s\n", head, "", commands[i].summary);
         else printf("  %-46s %s\n", head, commands[i].summary);
     }
@@ -306,9 +324,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
     for (int i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(commands[i].name, name)) return commands[i].fn(argc - 1, argv + 1);
+        if (command_is(commands[i].name, name)) return commands[i].fn(argc - 1, argv + 1);
     const char *names[64];
-    for (int i = 0; i < N_COMMANDS && i < 64; i++) names[i] = commands[i].name;
+    char texts[64][64];
+    for (int i = 0; i < N_COMMANDS && i < 64; i++)
+        names[i] = command_text(commands[i].name, texts[i], sizeof texts[i]);
     const char *near = config_nearest(name, names, N_COMMANDS < 64 ? N_COMMANDS : 64);
     fprintf(stderr, "ctrain: unknown command '%s'%s%s%s ---> `ctrain help` lists the commands\n",
             name, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");

@@ -1,0 +1,244 @@
+/* check_plugin.c — `ctrain check-plugin FILE.so [--set key=value]...`: loads the plugin as the
+ * host does (registry_resolve with the file's path), runs the checks of its kind and prints
+ * "N passed, N failed" (exit 0 only when none failed); plus what the per-kind checks share
+ * (see check_plugin.h). Not for: the checks themselves (check_<kind>.c).
+ */
+#include "check_plugin.h"
+
+#include "commands.h"
+
+#include <ctrain/numerics.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- verdicts ------------------------------------------------------------------------- */
+
+int check_verdict(ct_check *c, int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s %s: ", ok ? "ok  " : "FAIL", c->label);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    if (ok) c->passed++;
+    else c->failed++;
+    return ok;
+}
+
+void check_note(ct_check *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("note %s: ", c->label);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+}
+
+double check_urand(uint64_t seed, uint64_t i) { return 2.0 * ct_uniform01(seed, i) - 1.0; }
+
+/* ---- configuration, instances, the CPU device ------------------------------------------- */
+
+int32_t check_config(ct_check *c, const char *ini, const char *section, const char *const *skip,
+                     ct_config **out, ct_error *err) {
+    *out = NULL;
+    ct_config *cfg = config_new();
+    if (!cfg) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = config_load_string(cfg, "check-plugin", ini ? ini : "", err);
+    for (int32_t i = 0; rc == CT_OK && i < c->n_sets; i++) {
+        const char *eq = strchr(c->sets[i], '=');
+        char key[128];
+        size_t klen = (size_t)(eq - c->sets[i]);
+        if (klen >= sizeof key) klen = sizeof key - 1;
+        memcpy(key, c->sets[i], klen);
+        key[klen] = '\0';
+        rc = config_set(cfg, section, key, eq + 1, "--set", err);
+    }
+    if (rc == CT_OK)
+        rc = config_validate_section(cfg, section, c->plugin->params, sizeof(ct_param_spec),
+                                     c->plugin->desc.name, skip, err);
+    if (rc != CT_OK) {
+        config_free(cfg);
+        return rc;
+    }
+    *out = cfg;
+    return CT_OK;
+}
+
+/* Every vtable starts with struct_size, create, destroy — except comm's, which has
+ * world_create and world_destroy first (as rank.c handles it). */
+typedef struct {
+    uint32_t struct_size;
+    void *(*create)(const ct_create_args *, ct_error *);
+    void (*destroy)(void *);
+} lifecycle_vtable;
+
+int32_t check_create(check_instance *inst, const ct_plugin *p, const ct_config *cfg,
+                     const char *section, int32_t rank, int32_t world, ct_device_ref dev,
+                     ct_comm_ref comm, void *comm_world, ct_error *err) {
+    memset(inst, 0, sizeof *inst);
+    inst->plugin = p;
+    hostapi_init(&inst->host, cfg, rank, p->desc.name, NULL);
+    ct_create_args a = {
+        .struct_size = sizeof a,
+        .api = hostapi_table(),
+        .host = &inst->host,
+        .section = section,
+        .rank = rank,
+        .world_size = world,
+        .device = dev,
+        .comm = comm,
+        .seed = CHECK_SEED,
+        .comm_world = comm_world,
+    };
+    void *(*create)(const ct_create_args *, ct_error *) =
+        p->desc.kind == CT_KIND_COMM ? ((const ct_comm_vtable *)p->vtable)->create
+                                     : ((const lifecycle_vtable *)p->vtable)->create;
+    if (!create)
+        return ct_error_set(err, CT_ERR_INVALID, "plugin %s has no create() ---> set .create",
+                            p->path);
+    err->code = CT_OK;
+    inst->self = create(&a, err);
+    if (!inst->self)
+        return err->code != CT_OK
+                   ? err->code
+                   : ct_error_set(err, CT_ERR_INTERNAL, "%s: create() returned NULL without a "
+                                  "message ---> fill the ct_error", p->desc.name);
+    return CT_OK;
+}
+
+void check_destroy(check_instance *inst) {
+    if (!inst->self) return;
+    const ct_plugin *p = inst->plugin;
+    void (*destroy)(void *) = p->desc.kind == CT_KIND_COMM
+                                  ? ((const ct_comm_vtable *)p->vtable)->destroy
+                                  : ((const lifecycle_vtable *)p->vtable)->destroy;
+    if (destroy) destroy(inst->self);
+    inst->self = NULL;
+}
+
+int32_t check_device_section(ct_check *c, ct_config *cfg, ct_error *err) {
+    const ct_plugin *p = registry_resolve(c->reg, CT_KIND_DEVICE, "cpu", err);
+    if (!p) return err->code;
+    static const char *const skip[] = {"type", NULL};
+    return config_validate_section(cfg, "device", p->params, sizeof(ct_param_spec), p->desc.name,
+                                   skip, err);
+}
+
+int32_t check_device_open(ct_check *c, const ct_config *cfg, int32_t rank, check_instance *inst,
+                          ct_device_ref *ref, ct_error *err) {
+    const ct_plugin *p = registry_resolve(c->reg, CT_KIND_DEVICE, "cpu", err);
+    if (!p) return err->code;
+    ct_device_ref none = {0};
+    ct_comm_ref no_comm = {0};
+    int32_t rc = check_create(inst, p, cfg, "device", rank, 1, none, no_comm, NULL, err);
+    if (rc != CT_OK) return rc;
+    ref->vt = p->vtable;
+    ref->self = inst->self;
+    ref->type = CT_DEVICE_CPU;
+    return CT_OK;
+}
+
+/* ---- the command ------------------------------------------------------------------------ */
+
+static int usage(const char *why) {
+    fprintf(stderr, "ctrain check-plugin: %s ---> usage: ctrain check-plugin FILE.so "
+                    "[--set key=value]... (keys of the plugin's own section, e.g. --set "
+                    "coef=1e-3)\n", why);
+    return 2;
+}
+
+/* The plugin file as whatever kind it declares (registry_resolve wants a kind). */
+static const ct_plugin *resolve_any(ct_registry *reg, const char *path, ct_error *err) {
+    for (int32_t k = 1; k <= 6; k++) {
+        ct_error e = {.struct_size = sizeof e};
+        const ct_plugin *p = registry_resolve(reg, k, path, &e);
+        if (p) return p;
+        if (!strstr(e.message, " plugin; [")) { /* not "is a loss plugin; [model] needs ..." */
+            *err = e;
+            return NULL;
+        }
+    }
+    ct_error_set(err, CT_ERR_INVALID, "%s: no kind matched", path);
+    return NULL;
+}
+
+int cmd_check_plugin(int argc, char **argv) {
+    ct_check c;
+    memset(&c, 0, sizeof c);
+    const char *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *set = NULL;
+        if (!strcmp(argv[i], "--set")) {
+            if (i + 1 >= argc) return usage("--set needs key=value");
+            set = argv[++i];
+        } else if (!strncmp(argv[i], "--set=", 6)) {
+            set = argv[i] + 6;
+        } else if (argv[i][0] == '-') {
+            char why[300];
+            snprintf(why, sizeof why, "unknown option '%s'", argv[i]);
+            return usage(why);
+        } else if (file) {
+            char why[300];
+            snprintf(why, sizeof why, "one plugin file at a time ('%s' and '%s')", file, argv[i]);
+            return usage(why);
+        } else {
+            file = argv[i];
+        }
+        if (!set) continue;
+        const char *eq = strchr(set, '=');
+        if (!eq || eq == set || memchr(set, '.', (size_t)(eq - set)) || eq - set >= 120) {
+            char why[400];
+            snprintf(why, sizeof why, "--set '%s' is not key=value with a key of the plugin's "
+                     "own section (no section prefix)", set);
+            return usage(why);
+        }
+        if (c.n_sets == CHECK_MAX_SETS) return usage("too many --set");
+        c.sets[c.n_sets++] = set;
+    }
+    if (!file) return usage("no plugin file named");
+    size_t n = strlen(file);
+    if (!strchr(file, '/') && !(n > 3 && !strcmp(file + n - 3, ".so")))
+        return usage("name the plugin's .so file (a path or a name ending in .so), e.g. "
+                     "build/plugins/loss_ce.so");
+
+    /* Tiny shapes: a plugin's OpenMP loops on one thread (set before any plugin loads the
+     * OpenMP runtime, which reads it once; a value the user set wins). On a busy machine, a
+     * second thread only adds spinning to the hundreds of small calls the checks make. */
+    setenv("OMP_NUM_THREADS", "1", 0);
+    ct_error err = {.struct_size = sizeof err};
+    c.reg = registry_open(&err);
+    if (!c.reg) {
+        fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
+        return 1;
+    }
+    c.plugin = resolve_any(c.reg, file, &err);
+    if (!c.plugin) {
+        fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
+        registry_close(c.reg);
+        return 1;
+    }
+    snprintf(c.label, sizeof c.label, "%s %s", kind_name(c.plugin->desc.kind),
+             c.plugin->desc.name);
+    printf("checking %s plugin '%s' %s (%s) on device cpu, seed %u\n",
+           kind_name(c.plugin->desc.kind), c.plugin->desc.name, c.plugin->desc.version,
+           c.plugin->path, CHECK_SEED);
+    fflush(stdout);
+    if (!(c.plugin->desc.devices & CT_DEVICE_CPU) && c.plugin->desc.devices)
+        check_note(&c, "the plugin does not declare device cpu; the checks run on cpu anyway");
+    switch (c.plugin->desc.kind) {
+    case CT_KIND_LOSS: check_loss(&c); break;
+    case CT_KIND_PRECISION: check_precision(&c); break;
+    case CT_KIND_STRATEGY: check_strategy(&c); break;
+    case CT_KIND_MODEL: check_model(&c); break;
+    case CT_KIND_DEVICE: check_device(&c); break;
+    case CT_KIND_COMM: check_comm(&c); break;
+    default: break;
+    }
+    printf("%d passed, %d failed\n", (int)c.passed, (int)c.failed);
+    registry_close(c.reg);
+    return c.failed ? 1 : 0;
+}
