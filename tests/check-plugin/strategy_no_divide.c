@@ -17,11 +17,11 @@ typedef struct nd {
     ct_comm_ref         comm;
     ct_precision_policy pol;
     uint32_t            n;
-    ct_kit_replica     *u; /* (n) */
+    ct_skit_replica     *u; /* (n) */
 } nd;
 
 static void *nd_create(const ct_create_args *a, ct_error *err) {
-    if (ct_kit_check_engines(a, WHO, err)) return NULL;
+    if (ct_skit_check_engines(a, WHO, err)) return NULL;
     nd *s = calloc(1, sizeof *s);
     if (!s) return ct_error_set(err, CT_ERR_NOMEM, WHO ": out of memory"), NULL;
     s->dev = a->device;
@@ -31,14 +31,14 @@ static void *nd_create(const ct_create_args *a, ct_error *err) {
 
 static void nd_destroy(void *p) {
     nd *s = p;
-    for (uint32_t i = 0; s && i < s->n; i++) ct_kit_replica_free(s->dev, &s->u[i]);
+    for (uint32_t i = 0; s && i < s->n; i++) ct_skit_replica_free(s->dev, &s->u[i]);
     if (s) free(s->u);
     free(s);
 }
 
 static int32_t nd_setup(void *p, const ct_strategy_setup *su, ct_error *err) {
     nd *s = p;
-    ct_kit_copy_struct(&s->pol, su->policy, sizeof s->pol);
+    ct_skit_copy_struct(&s->pol, su->policy, sizeof s->pol);
     if (s->pol.param_dtype != CT_DTYPE_F32 || s->pol.grad_accum_dtype != CT_DTYPE_F32 ||
         s->pol.reduce_dtype != CT_DTYPE_F32)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, WHO ": f32 only ---> [precision] fp32");
@@ -46,7 +46,7 @@ static int32_t nd_setup(void *p, const ct_strategy_setup *su, ct_error *err) {
         return ct_error_set(err, CT_ERR_NOMEM, WHO ": out of memory");
     s->n = su->n_units;
     for (uint32_t i = 0; i < s->n; i++)
-        if (ct_kit_replica_alloc(s->dev, &s->u[i], su->unit_numel[i], ct_kit_world_size(s->comm),
+        if (ct_skit_replica_alloc(s->dev, &s->u[i], su->unit_numel[i], ct_skit_world_size(s->comm),
                                  &s->pol, WHO, i, err))
             return err->code;
     return CT_OK;
@@ -54,25 +54,25 @@ static int32_t nd_setup(void *p, const ct_strategy_setup *su, ct_error *err) {
 
 static int32_t nd_load_unit(void *p, uint32_t u, const float *full, ct_error *err) {
     nd *s = p;
-    return ct_kit_replica_load(s->dev, &s->u[u], CT_DTYPE_F32, full, err);
+    return ct_skit_replica_load(s->dev, &s->u[u], CT_DTYPE_F32, full, err);
 }
 
 static int32_t nd_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     nd *s = p;
-    return ct_kit_replica_save(s->dev, &s->u[u], full, err);
+    return ct_skit_replica_save(s->dev, &s->u[u], full, err);
 }
 
 static int32_t nd_acquire(void *p, uint32_t u, int32_t phase, const void **params,
                           ct_error *err) {
     (void)phase;
     (void)err;
-    ct_kit_replica_acquire(&((nd *)p)->u[u], params);
+    ct_skit_replica_acquire(&((nd *)p)->u[u], params);
     return CT_OK;
 }
 
 static int32_t nd_release(void *p, uint32_t u, int32_t phase, ct_error *err) {
     (void)phase;
-    return ct_kit_replica_release(WHO, u, &((nd *)p)->u[u], err);
+    return ct_skit_replica_release(WHO, u, &((nd *)p)->u[u], err);
 }
 
 static int32_t nd_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) {
@@ -84,7 +84,7 @@ static int32_t nd_grad_buffer(void *p, uint32_t u, void **grads, ct_error *err) 
 static int32_t nd_begin_step(void *p, ct_error *err) {
     nd *s = p;
     for (uint32_t i = 0; i < s->n; i++)
-        if (ct_kit_replica_zero_grad(s->dev, &s->u[i], CT_DTYPE_F32, err)) return err->code;
+        if (ct_skit_replica_zero_grad(s->dev, &s->u[i], CT_DTYPE_F32, err)) return err->code;
     return CT_OK;
 }
 
@@ -92,13 +92,13 @@ static int32_t nd_begin_step(void *p, ct_error *err) {
 static int32_t nd_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error *err) {
     nd *s = p;
     if (!last) return CT_OK;
-    ct_kit_replica *x = &s->u[u];
+    ct_skit_replica *x = &s->u[u];
     int32_t rc = s->comm.vt->all_reduce(s->comm.self, x->grad_local, x->grad_local, x->padded,
                                         CT_DTYPE_F32, CT_REDUCE_SUM, NULL, err);
 #if defined(WRONG_SHARD_FLAG)
     if (rc == CT_OK)
-        rc = ct_kit_divide(s->dev, x->grad_local, CT_DTYPE_F32, x->padded,
-                           (double)ct_kit_world_size(s->comm), err);
+        rc = ct_skit_divide(s->dev, x->grad_local, CT_DTYPE_F32, x->padded,
+                           (double)ct_skit_world_size(s->comm), err);
 #endif
     return rc;
 }
@@ -119,10 +119,10 @@ static int32_t nd_finish_backward(void *p, ct_error *err) {
 
 static int32_t nd_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     (void)err;
-    ct_kit_replica *x = &((nd *)p)->u[u];
+    ct_skit_replica *x = &((nd *)p)->u[u];
     ct_shard sh = {.struct_size = sizeof sh, .master = x->params.master, .grad = x->grad_local,
                    .numel = x->padded, .offset = 0, .padded_numel = x->padded, .replicated = ND_REPLICATED};
-    ct_kit_put_shard(out, &sh);
+    ct_skit_put_shard(out, &sh);
     return CT_OK;
 }
 
