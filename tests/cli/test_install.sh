@@ -80,6 +80,12 @@ if [ "$ct_rc" -eq 0 ] && [ -f "$CT_TMP/ex/loss_mse_logit.so" ]; then
 else
     ct_fail example_builds "exit $ct_rc: $ct_err"
 fi
+ct_run "$prefix/bin/ctrain" check-plugin "$CT_TMP/ex/loss_mse_logit.so"
+if [ "$ct_rc" -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed$' "$CT_TMP/out"; then
+    ct_pass example_passes_check_plugin
+else
+    ct_fail example_passes_check_plugin "exit $ct_rc: $(tail -3 "$CT_TMP/out") $ct_err"
+fi
 bash scripts/check-abi.sh "$CT_TMP/ex/loss_mse_logit.so" >/dev/null \
     && ct_pass example_exports_only_entry || ct_fail example_exports_only_entry "check-abi failed"
 ct_expect_success example_listed_via_path "mse_logit" \
