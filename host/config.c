@@ -1,6 +1,7 @@
 /* config.c — the run's configuration (see config.h): INI text parsed with Debian's libinih,
  * --set overrides, schema validation with "did you mean" suggestions, typed getters.
  * Every value remembers its origin ("FILE:LINE", "--set", "default") for messages and printing.
+ * Sections and keys are hash-indexed, so every operation is linear in the size of the input.
  * Not for: finding plugins (registry.c) or deciding which plugin owns a section (wiring.c).
  */
 #include "config.h"
