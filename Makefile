@@ -5,6 +5,7 @@
 #   make bench      throughput benchmarks (report, never gate)
 #   make install PREFIX=/usr/local [DESTDIR=]
 #   make asan | ubsan   the same tests under a sanitizer (build-asan/, build-ubsan/)
+#   make fuzz       5000 seeded INI mutations through validate/train (FUZZ_N=, FUZZ_SEED=)
 #   make check-abi  every plugin .so exports exactly one dynamic symbol: ctrain_plugin_v1
 # Knobs: CUDA=0 (skip CUDA plugins), SANITIZER=address|undefined, BUILD=dir, V=1.
 
@@ -126,7 +127,7 @@ endef
 $(foreach d,$(TEST_PLUGIN_DIRS),$(eval $(call TEST_PLUGIN_template,$(d))))
 
 # ---- top-level targets -------------------------------------------------------------------
-.PHONY: all test run bench install asan ubsan check-abi deps clean examples
+.PHONY: all test run bench install asan ubsan check-abi deps clean examples fuzz
 all: $(BUILD)/ctrain $(PLUGINS) $(COMPANIONS) $(TEST_BIN) $(TEST_PLUGINS)
 	@$(if $(SKIPPED_CUDA),echo "note: nvcc not found: skipped CUDA plugins: $(SKIPPED_CUDA)",true)
 
@@ -177,6 +178,11 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory check-abi
 	$(Q)BUILD=$(BUILD) tests/run.sh
+
+# The INI fuzzer of tests/cli/test_fuzz_ini.sh at length (make test runs 300 of them).
+FUZZ_N ?= 5000
+fuzz: all
+	$(Q)FUZZ_N=$(FUZZ_N) BUILD=$(BUILD) python3 tests/cli/fuzz_ini.py
 
 check-abi: $(PLUGINS)
 	$(Q)scripts/check-abi.sh $(PLUGINS)

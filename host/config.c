@@ -1,12 +1,14 @@
 /* config.c — the run's configuration (see config.h): INI text parsed with Debian's libinih,
  * --set overrides, schema validation with "did you mean" suggestions, typed getters.
  * Every value remembers its origin ("FILE:LINE", "--set", "default") for messages and printing.
+ * Sections and keys are hash-indexed, so every operation is linear in the size of the input.
  * Not for: finding plugins (registry.c) or deciding which plugin owns a section (wiring.c).
  */
 #include "config.h"
 
 #include <ini.h>
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -19,17 +21,30 @@
 #define INI_NAME_MAX 49
 
 typedef struct ct_entry {
-    char   *section;
-    char   *key;
-    char   *value;
-    char   *origin; /* "FILE:LINE", "--set", "default", ... */
-    int32_t line;   /* line in the loaded file; 0 when not from the file */
+    char    *section;
+    char    *key;
+    char    *value;
+    char    *origin; /* "FILE:LINE", "--set", "default", ... */
+    int32_t  line;   /* line in the loaded file; 0 when not from the file */
+    uint64_t hash;   /* of (section, key): see entry_hash */
 } ct_entry;
 
 typedef struct ct_section {
-    char   *name;
-    char   *origin; /* "FILE:LINE" of its first header, or where its first key came from */
+    char    *name;
+    char    *origin; /* "FILE:LINE" of its first header, or where its first key came from */
+    uint64_t hash;   /* of name */
+    int32_t *keys;   /* indices into entries of this section's keys, in order of appearance */
+    int32_t  n_keys, cap_keys;
 } ct_section;
+
+/* An open-addressing hash index (linear probing) of item indices: slot = index + 1, 0 empty.
+ * Kept at most half full, so a lookup probes O(1) slots on average and parsing, overrides,
+ * duplicate detection and validation stay linear in the number of keys. */
+typedef struct ct_index {
+    int32_t *slots;
+    uint32_t cap; /* a power of two, or 0 before the first insert */
+    int32_t  used;
+} ct_index;
 
 struct ct_config {
     char       *path;     /* the loaded file ("<none>" before a load) */
@@ -37,6 +52,8 @@ struct ct_config {
     int32_t     n_entries, cap_entries;
     ct_section *sections; /* in order of first appearance */
     int32_t     n_sections, cap_sections;
+    ct_index    entry_index, section_index;
+    uint64_t    probes;   /* items compared by lookups so far (config_lookup_probes) */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -57,38 +74,97 @@ static void trim_span(const char **begin, const char **end) {
     while (*end > *begin && isspace((unsigned char)(*end)[-1])) (*end)--;
 }
 
+/* FNV-1a, 64 bits, of a name; of a section and a key joined by a NUL. Fixed (not seeded), so
+ * probe counts are reproducible; configuration files are the user's own input. */
+static uint64_t fnv1a(uint64_t h, const char *s) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+static uint64_t name_hash(const char *name) { return fnv1a(0xcbf29ce484222325ULL, name); }
+static uint64_t entry_hash(const char *section, const char *key) {
+    return fnv1a(fnv1a(0xcbf29ce484222325ULL, section) * 0x100000001b3ULL, key);
+}
+
+/* Make room for one more item (rehashing every item's stored hash); 0 when out of memory. */
+static int index_reserve(ct_index *ix, const ct_config *cfg, int is_entries) {
+    if (ix->cap && (uint32_t)(ix->used + 1) * 2 <= ix->cap) return 1;
+    uint32_t cap = ix->cap ? 2 * ix->cap : 64;
+    int32_t *slots = calloc(cap, sizeof *slots);
+    if (!slots) return 0;
+    for (int32_t i = 0; i < ix->used; i++) {
+        uint64_t h = is_entries ? cfg->entries[i].hash : cfg->sections[i].hash;
+        uint32_t at = (uint32_t)h & (cap - 1);
+        while (slots[at]) at = (at + 1) & (cap - 1);
+        slots[at] = i + 1;
+    }
+    free(ix->slots);
+    ix->slots = slots;
+    ix->cap = cap;
+    return 1;
+}
+
+/* Record item `i` (== ix->used, already stored with its hash) in the index. */
+static void index_add(ct_index *ix, uint64_t h, int32_t i) {
+    assert(i == ix->used && (uint32_t)(ix->used + 1) * 2 <= ix->cap);
+    uint32_t at = (uint32_t)h & (ix->cap - 1);
+    while (ix->slots[at]) at = (at + 1) & (ix->cap - 1);
+    ix->slots[at] = i + 1;
+    ix->used++;
+}
+
 static ct_entry *find_entry(const ct_config *cfg, const char *section, const char *key) {
-    for (int32_t i = 0; i < cfg->n_entries; i++)
-        if (!strcmp(cfg->entries[i].section, section) && !strcmp(cfg->entries[i].key, key))
-            return &cfg->entries[i];
+    const ct_index *ix = &cfg->entry_index;
+    if (!ix->cap) return NULL;
+    uint64_t h = entry_hash(section, key);
+    uint64_t *probes = (uint64_t *)&cfg->probes; /* a statistic, not the configuration */
+    for (uint32_t at = (uint32_t)h & (ix->cap - 1); ix->slots[at]; at = (at + 1) & (ix->cap - 1)) {
+        ct_entry *e = &cfg->entries[ix->slots[at] - 1];
+        (*probes)++;
+        if (e->hash == h && !strcmp(e->section, section) && !strcmp(e->key, key)) return e;
+    }
     return NULL;
 }
 
 static ct_section *find_section(const ct_config *cfg, const char *name) {
-    for (int32_t i = 0; i < cfg->n_sections; i++)
-        if (!strcmp(cfg->sections[i].name, name)) return &cfg->sections[i];
+    const ct_index *ix = &cfg->section_index;
+    if (!ix->cap) return NULL;
+    uint64_t h = name_hash(name);
+    uint64_t *probes = (uint64_t *)&cfg->probes;
+    for (uint32_t at = (uint32_t)h & (ix->cap - 1); ix->slots[at]; at = (at + 1) & (ix->cap - 1)) {
+        ct_section *s = &cfg->sections[ix->slots[at] - 1];
+        (*probes)++;
+        if (s->hash == h && !strcmp(s->name, name)) return s;
+    }
     return NULL;
 }
 
-static int32_t add_section(ct_config *cfg, const char *name, const char *origin, ct_error *err) {
-    if (find_section(cfg, name)) return CT_OK;
+/* The section named `name`, added (with `origin`) when new; NULL when out of memory. */
+static ct_section *add_section(ct_config *cfg, const char *name, const char *origin,
+                               ct_error *err) {
+    ct_section *s = find_section(cfg, name);
+    if (s) return s;
     if (cfg->n_sections == cfg->cap_sections) {
         int32_t cap = cfg->cap_sections ? 2 * cfg->cap_sections : 16;
-        ct_section *s = realloc(cfg->sections, (size_t)cap * sizeof *s);
-        if (!s) return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
+        s = cap > 0 ? realloc(cfg->sections, (size_t)cap * sizeof *s) : NULL;
+        if (!s) return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory"), NULL;
         cfg->sections = s;
         cfg->cap_sections = cap;
     }
-    ct_section *s = &cfg->sections[cfg->n_sections];
+    if (!index_reserve(&cfg->section_index, cfg, 0))
+        return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory"), NULL;
+    s = &cfg->sections[cfg->n_sections];
+    memset(s, 0, sizeof *s);
     s->name = dup_s(name);
     s->origin = dup_s(origin);
+    s->hash = name_hash(name);
     if (!s->name || !s->origin) {
         free(s->name);
         free(s->origin);
-        return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
+        return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory"), NULL;
     }
+    index_add(&cfg->section_index, s->hash, cfg->n_sections);
     cfg->n_sections++;
-    return CT_OK;
+    return s;
 }
 
 /* Insert or replace section.key. */
@@ -98,7 +174,8 @@ static int32_t put(ct_config *cfg, const char *section, const char *key, const c
         return ct_error_set(err, CT_ERR_INVALID,
                             "%s: [%s] value of '%s' is %zu bytes; the most is %d ---> shorten it",
                             origin, section, key, strlen(value), CT_VALUE_MAX - 1);
-    if (add_section(cfg, section, origin, err) != CT_OK) return err ? err->code : CT_ERR_NOMEM;
+    ct_section *sec = add_section(cfg, section, origin, err);
+    if (!sec) return err ? err->code : CT_ERR_NOMEM;
     ct_entry *e = find_entry(cfg, section, key);
     if (e) {
         char *v = dup_s(value), *o = dup_s(origin);
@@ -116,17 +193,27 @@ static int32_t put(ct_config *cfg, const char *section, const char *key, const c
     }
     if (cfg->n_entries == cfg->cap_entries) {
         int32_t cap = cfg->cap_entries ? 2 * cfg->cap_entries : 64;
-        ct_entry *n = realloc(cfg->entries, (size_t)cap * sizeof *n);
+        ct_entry *n = cap > 0 ? realloc(cfg->entries, (size_t)cap * sizeof *n) : NULL;
         if (!n) return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
         cfg->entries = n;
         cfg->cap_entries = cap;
     }
+    if (sec->n_keys == sec->cap_keys) {
+        int32_t cap = sec->cap_keys ? 2 * sec->cap_keys : 8;
+        int32_t *k = cap > 0 ? realloc(sec->keys, (size_t)cap * sizeof *k) : NULL;
+        if (!k) return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
+        sec->keys = k;
+        sec->cap_keys = cap;
+    }
+    if (!index_reserve(&cfg->entry_index, cfg, 1))
+        return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
     e = &cfg->entries[cfg->n_entries];
     e->section = dup_s(section);
     e->key = dup_s(key);
     e->value = dup_s(value);
     e->origin = dup_s(origin);
     e->line = line;
+    e->hash = entry_hash(section, key);
     if (!e->section || !e->key || !e->value || !e->origin) {
         free(e->section);
         free(e->key);
@@ -134,6 +221,8 @@ static int32_t put(ct_config *cfg, const char *section, const char *key, const c
         free(e->origin);
         return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
     }
+    index_add(&cfg->entry_index, e->hash, cfg->n_entries);
+    sec->keys[sec->n_keys++] = cfg->n_entries;
     cfg->n_entries++;
     return CT_OK;
 }
@@ -162,7 +251,10 @@ void config_free(ct_config *cfg) {
     for (int32_t i = 0; i < cfg->n_sections; i++) {
         free(cfg->sections[i].name);
         free(cfg->sections[i].origin);
+        free(cfg->sections[i].keys);
     }
+    free(cfg->entry_index.slots);
+    free(cfg->section_index.slots);
     free(cfg->entries);
     free(cfg->sections);
     free(cfg->path);
@@ -220,7 +312,7 @@ static int inspect_line(parse_state *st, const char *b, const char *e) {
         char name[INI_NAME_MAX + 1];
         memcpy(name, nb, (size_t)(ne - nb));
         name[ne - nb] = '\0';
-        if (add_section(st->cfg, name, where, st->err) != CT_OK) {
+        if (!add_section(st->cfg, name, where, st->err)) {
             st->failed = 1;
             return 0;
         }
@@ -454,17 +546,16 @@ const char *config_section_origin(const ct_config *cfg, const char *section) {
 }
 
 int32_t config_key_count(const ct_config *cfg, const char *section) {
-    int32_t n = 0;
-    for (int32_t i = 0; i < cfg->n_entries; i++)
-        if (!strcmp(cfg->entries[i].section, section)) n++;
-    return n;
+    const ct_section *s = find_section(cfg, section);
+    return s ? s->n_keys : 0;
 }
 
 const char *config_key_name(const ct_config *cfg, const char *section, int32_t i) {
-    for (int32_t j = 0; j < cfg->n_entries; j++)
-        if (!strcmp(cfg->entries[j].section, section) && i-- == 0) return cfg->entries[j].key;
-    return NULL;
+    const ct_section *s = find_section(cfg, section);
+    return s && i >= 0 && i < s->n_keys ? cfg->entries[s->keys[i]].key : NULL;
 }
+
+uint64_t config_lookup_probes(const ct_config *cfg) { return cfg->probes; }
 
 /* ---- value parsing (shared by validation and the getters) ---------------------------- */
 
@@ -651,10 +742,12 @@ int32_t config_validate_section(ct_config *cfg, const char *section, const ct_pa
     size_t n_specs = 0;
     while (specs && spec_at(specs, stride, n_specs)->key) n_specs++;
 
-    /* unknown keys, then each present value */
-    for (int32_t i = 0; i < cfg->n_entries; i++) {
-        const ct_entry *e = &cfg->entries[i];
-        if (strcmp(e->section, section) || in_list(e->key, skip)) continue;
+    /* unknown keys, then each present value (filling defaults below may move entries and the
+     * section's key list: nothing of them is held across that) */
+    const ct_section *sec = find_section(cfg, section);
+    for (int32_t i = 0; sec && i < sec->n_keys; i++) {
+        const ct_entry *e = &cfg->entries[sec->keys[i]];
+        if (in_list(e->key, skip)) continue;
         const ct_param_spec *s = NULL;
         for (size_t j = 0; j < n_specs && !s; j++)
             if (!strcmp(spec_at(specs, stride, j)->key, e->key)) s = spec_at(specs, stride, j);
@@ -759,18 +852,16 @@ int32_t config_get_string(const ct_config *cfg, const char *section, const char 
 
 void config_print(const ct_config *cfg, FILE *out) {
     for (int32_t s = 0; s < cfg->n_sections; s++) {
-        const char *name = cfg->sections[s].name;
-        fprintf(out, "%s[%s]\n", s ? "\n" : "", name);
+        const ct_section *sec = &cfg->sections[s];
+        fprintf(out, "%s[%s]\n", s ? "\n" : "", sec->name);
         int width = 0;
-        for (int32_t i = 0; i < cfg->n_entries; i++) {
-            const ct_entry *e = &cfg->entries[i];
-            if (strcmp(e->section, name)) continue;
+        for (int32_t i = 0; i < sec->n_keys; i++) {
+            const ct_entry *e = &cfg->entries[sec->keys[i]];
             int w = (int)(strlen(e->key) + 3 + strlen(e->value));
             if (w > width) width = w;
         }
-        for (int32_t i = 0; i < cfg->n_entries; i++) {
-            const ct_entry *e = &cfg->entries[i];
-            if (strcmp(e->section, name)) continue;
+        for (int32_t i = 0; i < sec->n_keys; i++) {
+            const ct_entry *e = &cfg->entries[sec->keys[i]];
             int w = fprintf(out, "%s = %s", e->key, e->value);
             fprintf(out, "%*s ; %s\n", width - w, "", e->origin);
         }

@@ -50,6 +50,12 @@ int32_t config_has_section(const ct_config *cfg, const char *section);
 int32_t config_key_count(const ct_config *cfg, const char *section);
 const char *config_key_name(const ct_config *cfg, const char *section, int32_t i);
 
+/* Sections and keys are found through hash indexes, so loading, overriding, validating and
+ * reading a configuration take time linear in its size. This counts the stored sections and
+ * keys compared by lookups since config_new (a deterministic measure for tests: it grows
+ * linearly with the number of lookups, not with their product with the number of keys). */
+uint64_t config_lookup_probes(const ct_config *cfg);
+
 /* Validate section `section` against the schema `specs` (stride = the element size, for
  * plugins built against another minor version; end marked by key == NULL). `owner` names
  * who defines the keys in messages ("plugin zloss", "ctrain"). `skip` lists keys that are

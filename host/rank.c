@@ -1,6 +1,7 @@
 /* rank.c — building and tearing down one rank: plugin instances in dependency order
  * (device, comm, precision, strategy, model, loss terms), the strategy's setup with freshly
- * initialised parameters, optimizer state, step buffers and data loaders. */
+ * initialised parameters, optimizer state, step buffers and data loaders; and the same build
+ * without comm, parameters or buffers that preflight (validation) runs. */
 #include "rank.h"
 
 #include "contract.h"
@@ -169,16 +170,15 @@ static int32_t alloc_buffers(ct_rank *r, ct_error *err) {
     return CT_OK;
 }
 
-int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
-                  int32_t world, void *comm_world, ct_error *err) {
-    memset(r, 0, sizeof *r);
-    r->cfg = cfg;
-    r->rank = rank;
-    r->world = world;
+/* Device, comm (unless with_comm is 0: r->comm_ref is then the caller's), precision with its
+ * policy, strategy, model with its description, loss terms: in this order, into r. On failure
+ * what was made stays in r for rank_close. */
+static int32_t open_instances(ct_rank *r, const ct_wiring *w, void *comm_world, int with_comm,
+                              ct_error *err) {
     int32_t rc;
 #define TRY(expr)                                                                              \
     do {                                                                                       \
-        if ((rc = (expr)) != CT_OK) goto out_close;                                            \
+        if ((rc = (expr)) != CT_OK) return rc;                                                 \
     } while (0)
 
     TRY(make_instance(r, &r->device, w->device, "device", NULL, err));
@@ -186,15 +186,17 @@ int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t 
     r->dev.self = r->device.self;
     r->dev.type = (w->device->desc.devices & CT_DEVICE_CUDA) ? CT_DEVICE_CUDA : CT_DEVICE_CPU;
 
-    TRY(make_instance(r, &r->comm, w->comm, "comm", comm_world, err));
-    const ct_comm_vtable *cv = r->comm.vt;
-    r->comm_ref.vt = cv;
-    r->comm_ref.self = r->comm.self;
-    r->comm_ref.rank = cv->rank ? cv->rank(r->comm.self) : rank;
-    r->comm_ref.world_size = cv->world_size ? cv->world_size(r->comm.self) : world;
-    r->rank = r->comm_ref.rank;
-    r->world = r->comm_ref.world_size;
-    r->device.host.rank = r->comm.host.rank = r->rank;
+    if (with_comm) {
+        TRY(make_instance(r, &r->comm, w->comm, "comm", comm_world, err));
+        const ct_comm_vtable *cv = r->comm.vt;
+        r->comm_ref.vt = cv;
+        r->comm_ref.self = r->comm.self;
+        r->comm_ref.rank = cv->rank ? cv->rank(r->comm.self) : r->rank;
+        r->comm_ref.world_size = cv->world_size ? cv->world_size(r->comm.self) : r->world;
+        r->rank = r->comm_ref.rank;
+        r->world = r->comm_ref.world_size;
+        r->device.host.rank = r->comm.host.rank = r->rank;
+    }
 
     TRY(make_instance(r, &r->precision, w->precision, "precision", NULL, err));
     const ct_precision_vtable *pv = r->precision.vt;
@@ -215,20 +217,42 @@ int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t 
         TRY(make_instance(r, &r->loss[i], w->loss[i], w->loss_section[i], NULL, err));
         r->n_loss = i + 1;
     }
+    return CT_OK;
+#undef TRY
+}
 
-    config_get_int(cfg, "data", "batch_size", &r->B, NULL);
-    config_get_int(cfg, "data", "seq_len", &r->T, NULL);
-    config_get_int(cfg, "data", "grad_accum", &r->grad_accum, NULL);
+/* The step's shape from [data] and the model's description: B, T, grad_accum, V, N; the
+ * model must take sequences of [data] seq_len. */
+static int32_t step_shape(ct_rank *r, ct_error *err) {
+    config_get_int(r->cfg, "data", "batch_size", &r->B, NULL);
+    config_get_int(r->cfg, "data", "seq_len", &r->T, NULL);
+    config_get_int(r->cfg, "data", "grad_accum", &r->grad_accum, NULL);
     r->V = r->mdesc.vocab_size;
     r->N = r->B * r->T;
-    if (r->T > r->mdesc.max_seq_len) {
-        rc = ct_error_set(err, CT_ERR_INVALID,
-                          "%s: [data] seq_len = %lld exceeds the model's seq_len %lld "
-                          "---> lower [data] seq_len or raise [model] seq_len",
-                          config_origin(cfg, "data", "seq_len"), (long long)r->T,
-                          (long long)r->mdesc.max_seq_len);
-        goto out_close;
-    }
+    if (r->T > r->mdesc.max_seq_len)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s: [data] seq_len = %lld exceeds the model's seq_len %lld "
+                            "---> lower [data] seq_len or raise [model] seq_len",
+                            config_origin(r->cfg, "data", "seq_len"), (long long)r->T,
+                            (long long)r->mdesc.max_seq_len);
+    return CT_OK;
+}
+
+int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
+                  int32_t world, void *comm_world, ct_error *err) {
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->rank = rank;
+    r->world = world;
+    int32_t rc;
+#define TRY(expr)                                                                              \
+    do {                                                                                       \
+        if ((rc = (expr)) != CT_OK) goto out_close;                                            \
+    } while (0)
+
+    TRY(open_instances(r, w, comm_world, 1, err));
+    TRY(step_shape(r, err));
+    const ct_model_vtable *mv = r->model.vt;
     TRY(contract_name_silent_error(mv->prepare(r->model.self, r->B, r->T,
                                                r->policy.param_dtype, err),
                                    err, w->model, "prepare"));
@@ -242,6 +266,25 @@ out_close:
     if (r->comm.self && r->comm_ref.vt && r->comm_ref.vt->abort)
         r->comm_ref.vt->abort(r->comm_ref.self, err->message);
     rank_close(r);
+    return rc;
+}
+
+int32_t rank_dry_open(const ct_config *cfg, const ct_wiring *w, int32_t world, ct_comm_ref comm,
+                      const char **failed, ct_error *err) {
+    ct_rank *r = calloc(1, sizeof *r);
+    if (!r) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    r->cfg = cfg;
+    r->rank = comm.rank;
+    r->world = world;
+    r->comm_ref = comm;
+    *failed = "plugins";
+    int32_t rc = open_instances(r, w, NULL, 0, err);
+    if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
+    if (rc == CT_OK) *failed = "train", rc = open_data(r, err);
+    if (rc != CT_OK && r->train_data) *failed = "val";
+    if (rc == CT_OK) *failed = NULL;
+    rank_close(r);
+    free(r);
     return rc;
 }
 

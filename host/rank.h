@@ -72,6 +72,16 @@ int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t 
 /* Destroy everything; r->rank and r->world stay readable (for error reports). */
 void rank_close(ct_rank *r);
 
+/* What rank_open checks, without a comm instance, parameters or step buffers (preflight.h):
+ * creates device, precision (and its policy), strategy, model (and describe()s it) and loss
+ * terms exactly as rank_open does, for rank comm.rank of `world`, with `comm` as every
+ * create()'s comm reference (it must hold rank and world_size: no engine is asked); checks
+ * [data] seq_len against the model; opens [data] train and val with the model's vocabulary
+ * as the token limit; then destroys everything. On failure *failed names the step: "plugins",
+ * "shape", "train" or "val" (NULL on success) and err holds rank_open's message. */
+int32_t rank_dry_open(const ct_config *cfg, const ct_wiring *w, int32_t world, ct_comm_ref comm,
+                      const char **failed, ct_error *err);
+
 /* Stage s's unit uses: first/last forward stage index of each unit (host-side bookkeeping). */
 int32_t rank_unit_first_stage(const ct_rank *r, uint32_t u);
 int32_t rank_unit_last_stage(const ct_rank *r, uint32_t u);

@@ -466,15 +466,7 @@ int cmd_train(int argc, char **argv) {
         status = run_ranks(&sh, 0, (int32_t)world);
         cv->world_destroy(sh.comm_world);
     } else {
-        if (world > 1) {
-            fprintf(stderr,
-                    "ctrain train: %s: [comm] world_size = %lld needs an in-process engine; comm "
-                    "%s takes its world from its launcher ---> set [comm] plugin = threads, or "
-                    "start with mpirun and drop world_size\n",
-                    config_origin(cfg, "comm", "world_size"), (long long)world,
-                    w.comm->desc.name);
-            goto out_session;
-        }
+        /* world_size > 1 without an in-process engine was refused by preflight_check */
         status = run_ranks(&sh, 0, 1);
     }
     if (status == 0) printf("metrics: %s/metrics.jsonl\n", out_dir);

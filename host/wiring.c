@@ -6,6 +6,7 @@
 #include "wiring.h"
 
 #include "host_schema.h"
+#include "preflight.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -183,9 +184,12 @@ int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error 
             char chosen[CT_VALUE_MAX];
             snprintf(chosen, sizeof chosen, "%s", name);
             if (h->kind == CT_KIND_COMM && !strcmp(chosen, "auto")) {
+                /* the schema's parser ("1e1" is 10 here as everywhere); a value it refuses
+                 * is reported when [comm] is validated below */
                 int64_t ws = 1;
-                const char *v = config_get(cfg, "comm", "world_size");
-                if (v) ws = strtoll(v, NULL, 10);
+                if (config_get(cfg, "comm", "world_size") &&
+                    config_get_int(cfg, "comm", "world_size", &ws, NULL) != CT_OK)
+                    ws = 1;
                 snprintf(chosen, sizeof chosen, "%s", wiring_auto_comm(ws));
             }
             char file[2 * CT_VALUE_MAX];
@@ -285,6 +289,8 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_co
     rc = wiring_resolve(c, r, w, err);
     for (int32_t i = 0; i < registry_warning_count(r); i++) /* the search path's risks */
         fprintf(stderr, "warning: %s\n", registry_warning_at(r, i));
+    if (rc != CT_OK) goto out_close_registry;
+    rc = preflight_check(c, w, err);
     if (rc != CT_OK) goto out_close_registry;
     *cfg = c;
     *reg = r;

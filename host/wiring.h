@@ -43,6 +43,8 @@ const char *wiring_auto_comm(int64_t world_size);
  * The configuration is the first argument that does not start with '-' (and is not the value
  * of --set). Every other argument is copied, in order, into rest (the caller provides room for
  * argc entries) and counted in *n_rest, for the subcommand's own flags.
+ * Then preflight_check (preflight.h): what the ranks of `train` would refuse is refused here,
+ * with train's message, so `validate` and `train` agree.
  * On success *cfg and *reg are the caller's (config_free, registry_close) and *w is filled.
  * The registry's warnings (world-writable plugin folders or files, shadowing) are printed to
  * stderr as "warning: ..." lines, on success and on failure.

@@ -76,3 +76,19 @@ ct_need_ctrain() {
         exit 1
     fi
 }
+
+# ct_shard FILE N VOCAB: a token shard (llm.c format, data.h) of N tokens below VOCAB, the
+# largest (VOCAB-1) at position N/2, for configurations that must validate (validate opens the
+# data as train does).
+ct_shard() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import struct, sys
+path, n, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+toks = [(i * 7919) % vocab for i in range(n)]
+toks[n // 2] = vocab - 1
+hdr = [20240520, 1, n] + [0] * 253
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(struct.pack("<%dH" % n, *toks))
+PY
+}

@@ -7,6 +7,8 @@ set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
 cd "$ROOT"
+okdata="$CT_TMP/ok.bin"   # validate opens [data] train as train does
+ct_shard "$okdata" 4096 256
 
 major=$(sed -n 's/^#define CT_ABI_MAJOR \([0-9]*\).*/\1/p' sdk/include/ctrain/ctrain.h)
 minor=$(sed -n 's/^#define CT_ABI_MINOR \([0-9]*\).*/\1/p' sdk/include/ctrain/ctrain.h)
@@ -61,7 +63,8 @@ fi
 ct_expect_success v10_inspect "count                int     3" \
     env CTRAIN_PLUGIN_PATH="$old" "$CTRAIN" inspect fx_v10
 ct_expect_success v10_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$old" \
-    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set loss.plugins=ce,fx_v10 \
+    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
+    --set loss.plugins=ce,fx_v10 \
     --set loss.fx_v10.coef=0.25
 
 # refused files are errors when asked for

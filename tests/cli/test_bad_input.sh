@@ -7,12 +7,15 @@ set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
 cd "$ROOT"
+# validate opens [data] train as train does: the valid cases read a shard made here
+ct_shard "$CT_TMP/ok.bin" 4096 256
+okdata=(--set "data.train=$CT_TMP/ok.bin")
 
 # the corpus
 for ini in tests/bad-input/*.ini; do
     name=$(basename "$ini" .ini)
     if grep -q '^; expect-ok' "$ini"; then
-        ct_expect_success "$name" "" "$CTRAIN" validate "$ini"
+        ct_expect_success "$name" "" "$CTRAIN" validate "$ini" "${okdata[@]}"
         continue
     fi
     needles=$(sed -n 's/^; expect: //p' "$ini" | paste -sd'|')
@@ -37,7 +40,8 @@ done
 ct_expect_failure set_without_argument "--set needs an argument" "$CTRAIN" validate "$ok" --set
 ct_expect_failure set_unknown_key "--set: [optim] unknown key 'lrr' (did you mean 'lr'?)" \
     "$CTRAIN" validate "$ok" --set optim.lrr=1
-ct_expect_success set_overrides_file "lr = 5e-4" "$CTRAIN" validate "$ok" --set optim.lr=5e-4
+ct_expect_success set_overrides_file "lr = 5e-4" "$CTRAIN" validate "$ok" "${okdata[@]}" \
+    --set optim.lr=5e-4
 
 # a .so that is not a plugin (no entry symbol)
 printf 'int not_a_plugin(void) { return 1; }\n' > "$CT_TMP/np.c"
@@ -74,6 +78,7 @@ ct_expect_failure wrong_kind_by_path "[device] type = $CT_TMP/loss_fx.so|is a lo
 # commands
 ct_expect_failure unknown_command "unknown command 'valdate' (did you mean 'validate'?)" "$CTRAIN" valdate
 ct_expect_failure inspect_unknown "no plugin named 'zlos' (did you mean 'zloss'?)" "$CTRAIN" inspect zlos
-ct_expect_failure validate_extra_argument "unexpected argument '--bogus'" "$CTRAIN" validate "$ok" --bogus
+ct_expect_failure validate_extra_argument "unexpected argument '--bogus'" "$CTRAIN" validate "$ok" "${okdata[@]}" \
+    --bogus
 
 ct_summary

@@ -7,6 +7,8 @@ set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
 cd "$ROOT"
+okdata="$CT_TMP/ok.bin"   # validate opens [data] train as train does
+ct_shard "$okdata" 4096 256
 
 prefix="$CT_TMP/prefix"
 before=$(stat -c %Y "$BUILD/ctrain")
@@ -93,7 +95,8 @@ ct_expect_success example_listed_via_path "mse_logit" \
 ct_expect_success example_inspect_shows_key "coef                 float   1e-4" \
     env CTRAIN_PLUGIN_PATH="$CT_TMP/ex" "$prefix/bin/ctrain" inspect mse_logit
 ct_expect_success example_in_config "[loss.mse_logit]" env CTRAIN_PLUGIN_PATH="$CT_TMP/ex" \
-    "$prefix/bin/ctrain" validate tests/bad-input/ok_minimal.ini --set loss.plugins=ce,mse_logit
+    "$prefix/bin/ctrain" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
+    --set loss.plugins=ce,mse_logit
 
 # make install of the example puts it where the installed ctrain looks by itself
 ct_run make --no-print-directory -C "$CT_TMP/ex" install

@@ -1,6 +1,7 @@
 /* test_config.c — claims about host/config.c: INI parsing with line numbers and origins,
  * the 199-character line limit, duplicates, --set overrides, schema validation messages,
- * defaults, typed getters and the edit distance behind "did you mean".
+ * defaults, typed getters, the edit distance behind "did you mean", and lookups that stay O(1)
+ * per key however many keys there are.
  * Not for: plugin loading (test_registry.c).
  */
 #include "ct_test.h"
@@ -312,4 +313,65 @@ CT_TEST(config_edit_distance_matches_levenshtein) {
     static const char *const cands[] = {"lr", "min_lr", "warmup", "weight_decay", NULL};
     CT_CHECK(!strcmp(config_nearest("weight_decy", cands, 4), "weight_decay"));
     CT_CHECK(config_nearest("qqqqqqqq", cands, 4) == NULL);
+}
+
+/* The work of one configuration of n keys: load (n keys: half in one section, half in sections
+ * of 8), n/4 overrides of present keys, n/4 of new ones, and a read of every key. Returns the
+ * lookup probes it took. */
+static uint64_t probes_for_keys(int32_t n) {
+    size_t cap = (size_t)n * 48 + 64;
+    char *text = malloc(cap);
+    size_t used = 0;
+    used += (size_t)snprintf(text + used, cap - used, "[big]\n");
+    for (int32_t i = 0; i < n / 2; i++)
+        used += (size_t)snprintf(text + used, cap - used, "key_%d = %d\n", i, i);
+    for (int32_t i = 0; i < n - n / 2; i++) {
+        if (i % 8 == 0) used += (size_t)snprintf(text + used, cap - used, "[s%d]\n", i / 8);
+        used += (size_t)snprintf(text + used, cap - used, "k%d = %d\n", i % 8, i);
+    }
+    ct_config *cfg = config_new();
+    ct_error err = new_err();
+    int32_t rc = config_load_string(cfg, "n.ini", text, &err);
+    free(text);
+    char set[96], key[32];
+    for (int32_t i = 0; rc == CT_OK && i < n / 4; i++) {
+        snprintf(set, sizeof set, "big.key_%d=%d", i, -i); /* replaces */
+        rc = config_apply_override(cfg, set, &err);
+        snprintf(set, sizeof set, "new.key_%d=%d", i, i); /* adds */
+        if (rc == CT_OK) rc = config_apply_override(cfg, set, &err);
+    }
+    int32_t found = 0;
+    for (int32_t i = 0; rc == CT_OK && i < n / 2; i++) {
+        snprintf(key, sizeof key, "key_%d", i);
+        found += config_get(cfg, "big", key) != NULL;
+    }
+    for (int32_t s = 0; rc == CT_OK && s < config_section_count(cfg); s++) {
+        const char *sec = config_section_name(cfg, s);
+        for (int32_t i = 0; i < config_key_count(cfg, sec); i++)
+            found += config_get(cfg, sec, config_key_name(cfg, sec, i)) != NULL;
+    }
+    uint64_t probes = config_lookup_probes(cfg);
+    config_free(cfg);
+    if (rc != CT_OK) {
+        fprintf(stderr, "    load of %d keys failed: %s\n", (int)n, err.message);
+        return UINT64_MAX;
+    }
+    /* every key read: n/2 by name, n + n/4 through the section lists */
+    if (found != n / 2 + n + n / 4) return UINT64_MAX;
+    return probes;
+}
+
+/* Issue 9: 50,000 keys took over 20 s (a linear search per key). Four times the keys must take
+ * about four times the lookups (< 8x; quadratic work is 16x), counted, not timed. */
+CT_TEST(config_lookups_grow_linearly_with_keys) {
+    uint64_t small = probes_for_keys(20000), large = probes_for_keys(80000);
+    CT_CHECK_MSG(small != UINT64_MAX && large != UINT64_MAX, "a load failed (see above)");
+    double ratio = (double)large / (double)small;
+    fprintf(stderr, "    lookup probes: %llu for 20000 keys, %llu for 80000 (ratio %.2f)\n",
+            (unsigned long long)small, (unsigned long long)large, ratio);
+    CT_CHECK_MSG(ratio < 8.0, "probes grew %.2fx for 4x the keys; expected < 8x (linear ~4x)",
+                 ratio);
+    /* and per key it stays a handful: a hash index at most half full */
+    CT_CHECK_MSG((double)large / 80000.0 < 16.0, "%.1f probes per key; expected < 16",
+                 (double)large / 80000.0);
 }

@@ -6,6 +6,7 @@
  */
 #include "ct_test.h"
 #include "config.h"
+#include "data.h"
 #include "registry.h"
 #include "wiring.h"
 
@@ -418,42 +419,51 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
 }
 
 /* session_configure: the file, then --set in order (both spellings), other arguments
- * handed back in order; plugins found on CTRAIN_PLUGIN_PATH. */
+ * handed back in order. It ends with preflight_check (plugins created, data opened), so the
+ * configuration names the in-tree plugins and a shard made here. */
 CT_TEST(session_configure_reads_file_then_overrides_and_returns_other_flags) {
-    const char *dir = fixture_world();
-    if (!dir) return;
-    char ini[600];
-    snprintf(ini, sizeof ini, "%s/s.ini", ct_test_tmpdir());
+    const char *dir = ct_test_tmpdir();
+    char ini[600], shard[600];
+    snprintf(ini, sizeof ini, "%s/s.ini", dir);
+    snprintf(shard, sizeof shard, "%s/a.bin", dir);
+    uint16_t tokens[256];
+    for (int i = 0; i < 256; i++) tokens[i] = (uint16_t)(i % 16);
+    ct_error err = new_err();
+    if (shard_write(shard, tokens, 256, &err) != CT_OK) {
+        ct_test_fail(__FILE__, __LINE__, "cannot write %s: %s", shard, err.message);
+        return;
+    }
     FILE *f = fopen(ini, "w");
     if (!f) {
         ct_test_fail(__FILE__, __LINE__, "cannot write %s", ini);
         return;
     }
-    fputs("[data]\ntrain = a.bin\n[model]\nplugin = m\n[loss]\nplugins = fx\n[strategy]\n"
-          "plugin = s\n[precision]\nplugin = p\n[optim]\nlr = 1\n", f);
+    fprintf(f, "[data]\ntrain = %s\nbatch_size = 2\nseq_len = 8\n[model]\nplugin = gpt\n"
+            "n_layer = 1\nn_head = 2\nd_model = 8\nvocab_size = 16\nseq_len = 8\n[loss]\n"
+            "plugins = ce\n[strategy]\nplugin = ddp\n[precision]\nplugin = fp32\n[comm]\n"
+            "plugin = local\n[optim]\nlr = 1\n", shard);
     fclose(f);
     const char *old = getenv("CTRAIN_PLUGIN_PATH");
     char *saved = old ? strdup(old) : NULL;
-    setenv("CTRAIN_PLUGIN_PATH", dir, 1);
+    setenv("CTRAIN_PLUGIN_PATH", ct_test_plugin_dir(), 1);
     char *argv[] = {"train", "--set", "optim.lr=2", "--resume", ini, "--set=optim.lr=3",
-                    "--set", "model.count=7", "extra", NULL};
+                    "--set", "model.n_layer=2", "extra", NULL};
     int argc = 9;
     char *rest[10];
     int n_rest = -1;
     ct_config *cfg = NULL;
     ct_registry *reg = NULL;
     ct_wiring w;
-    ct_error err = new_err();
     int32_t rc = session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err);
     CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
     if (rc == CT_OK) {
         CT_CHECK(!strcmp(config_get(cfg, "optim", "lr"), "3")); /* the last --set wins */
         CT_CHECK(!strcmp(config_origin(cfg, "optim", "lr"), "--set"));
-        CT_CHECK(!strcmp(config_get(cfg, "model", "count"), "7"));
+        CT_CHECK(!strcmp(config_get(cfg, "model", "n_layer"), "2"));
         CT_CHECK(!strcmp(config_path(cfg), ini));
         CT_CHECK_INT(n_rest, 2);
         CT_CHECK(n_rest == 2 && !strcmp(rest[0], "--resume") && !strcmp(rest[1], "extra"));
-        CT_CHECK(!strcmp(w.model->desc.name, "m"));
+        CT_CHECK(!strcmp(w.model->desc.name, "gpt"));
         config_free(cfg);
         registry_close(reg);
     }
