@@ -11,7 +11,10 @@ set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
 cd "$ROOT"
-ok=tests/bad-input/ok_minimal.ini
+okdata="$CT_TMP/ok.bin"   # validate opens [data] train as train does
+ct_shard "$okdata" 4096 256
+ok="$CT_TMP/ok_minimal.ini"
+sed "s#^train = .*#train = $okdata#" tests/bad-input/ok_minimal.ini > "$ok"
 
 good="$CT_TMP/good" crash="$CT_TMP/crash"
 mkdir -p "$good" "$crash"
@@ -105,14 +108,14 @@ ct_run env CTRAIN_PLUGIN_PATH="$sh" "$CTRAIN" validate "$ok" --set "loss.plugins
 here="$CT_TMP/here"
 mkdir -p "$here"
 ct_fixture "$here/loss_here.so" -DFX_NAME=here || ct_fail build_here "cc failed"
-ct_run bash -c "cd '$here' && '$CTRAIN' validate '$ROOT/$ok' --set loss.plugins=ce,loss_here.so"
+ct_run bash -c "cd '$here' && '$CTRAIN' validate '$ok' --set loss.plugins=ce,loss_here.so"
 if [ "$ct_rc" -ne 0 ] && [ "$ct_rc" -lt 128 ] && grep -qF "plugin file loss_here.so is in none of the" "$CT_TMP/err"; then
     ct_pass bare_so_not_loaded_from_the_current_folder
 else
     ct_fail bare_so_not_loaded_from_the_current_folder "rc $ct_rc; stderr: $ct_err"
 fi
 ct_expect_success dot_slash_so_loaded_from_the_current_folder "./loss_here.so" \
-    bash -c "cd '$here' && '$CTRAIN' validate '$ROOT/$ok' --set loss.plugins=ce,./loss_here.so"
+    bash -c "cd '$here' && '$CTRAIN' validate '$ok' --set loss.plugins=ce,./loss_here.so"
 
 # ---- a relative path in an INI is relative to the INI's folder ---------------------------
 cfg="$CT_TMP/cfgdir"
