@@ -665,12 +665,23 @@ static int in_list(const char *key, const char *const *list) {
     return 0;
 }
 
-/* "1..10", ">= 0", "<= 5" or "" for a spec's range, into buf. */
-static const char *range_text(const ct_param_spec *s, char *buf, size_t cap) {
+const char *config_range_text(const ct_param_spec *s, int digits, char *buf, size_t cap) {
     buf[0] = '\0';
     if (s->min > s->max) return buf;
-    snprintf(buf, cap, "%.17g..%.17g", s->min, s->max);
+    int lo_open = (s->flags & CT_PARAM_MIN_EXCLUSIVE) != 0;
+    int hi_open = (s->flags & CT_PARAM_MAX_EXCLUSIVE) != 0;
+    if (!lo_open && !hi_open) snprintf(buf, cap, "%.*g..%.*g", digits, s->min, digits, s->max);
+    else snprintf(buf, cap, "%c%.*g, %.*g%c", lo_open ? '(' : '[', digits, s->min, digits, s->max,
+                  hi_open ? ')' : ']');
     return buf;
+}
+
+/* num inside the spec's range, each end included unless its flag excludes it. */
+static int in_range(const ct_param_spec *s, double num) {
+    if (s->min > s->max) return 1;
+    int low_ok = (s->flags & CT_PARAM_MIN_EXCLUSIVE) ? num > s->min : num >= s->min;
+    int high_ok = (s->flags & CT_PARAM_MAX_EXCLUSIVE) ? num < s->max : num <= s->max;
+    return low_ok && high_ok;
 }
 
 /* Check one present value against its spec. */
@@ -727,10 +738,10 @@ static int32_t check_value(const ct_config *cfg, const char *section, const ct_e
                             "---> the plugin's schema is broken", e->origin, section, e->key,
                             owner, (int)s->type);
     }
-    if (s->min <= s->max && (num < s->min || num > s->max))
+    if (!in_range(s, num))
         return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = %s is out of range %s ---> "
                             "pick a value in that range", e->origin, section, e->key, v,
-                            range_text(s, range, sizeof range));
+                            config_range_text(s, 17, range, sizeof range));
     (void)cfg;
     return CT_OK;
 }

@@ -90,6 +90,11 @@ int32_t config_edit_distance(const char *a, const char *b);
  * cands are skipped. */
 const char *config_nearest(const char *word, const char *const *cands, int32_t n);
 
+/* A spec's range into buf with `digits` significant digits: "1..10" when both ends are
+ * included, interval notation when one is excluded ("[0, 1)", "(0, 1]", "(0, 1)"), "" when the
+ * spec has no range (min > max). Returns buf. */
+const char *config_range_text(const ct_param_spec *s, int digits, char *buf, size_t cap);
+
 /* "FILE:LINE" of a section's first header (or of its first value, e.g. "--set"); the file
  * name when the section is absent. */
 const char *config_section_origin(const ct_config *cfg, const char *section);

@@ -126,7 +126,7 @@ static void schema_table(const ct_param_spec *specs, FILE *out) {
             }
         } else if ((s->type == CT_PARAM_TYPE_INT || s->type == CT_PARAM_TYPE_FLOAT) &&
                    s->min <= s->max) {
-            snprintf(range, sizeof range, "%.10g..%.10g", s->min, s->max);
+            config_range_text(s, 10, range, sizeof range);
         }
         const char *def = s->default_value ? s->default_value : "(required)";
         if (s->default_value && !*s->default_value) def = "\"\"";

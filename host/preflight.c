@@ -5,6 +5,8 @@
  */
 #include "preflight.h"
 
+#include "contract.h"
+#include "hostapi.h"
 #include "optim.h"
 #include "rank.h"
 
@@ -101,6 +103,41 @@ static const char *plugin_error_origin(const ct_config *cfg, const char *msg) {
     return NULL;
 }
 
+/* Each plugin's own validate hook (ct_plugin_desc.validate, since ABI 1.2), before anything is
+ * created: rank 0 of a world of `world`, the section's resolved values through the host API. An
+ * error gets the FILE:LINE of the first "[section] key" it names (else of the section) in front,
+ * as create() errors do. */
+static int32_t plugin_hooks(const ct_config *cfg, const ct_wiring *w, int32_t world,
+                            ct_error *err) {
+    const ct_plugin *p[5 + CT_WIRING_MAX_LOSS] = {w->device, w->comm, w->precision, w->strategy,
+                                                  w->model};
+    const char *section[5 + CT_WIRING_MAX_LOSS] = {"device", "comm", "precision", "strategy",
+                                                   "model"};
+    int32_t n = 5;
+    for (int32_t i = 0; i < w->n_loss; i++, n++) {
+        p[n] = w->loss[i];
+        section[n] = w->loss_section[i];
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (!p[i]->desc.validate) continue;
+        ct_host host;
+        hostapi_init(&host, cfg, 0, p[i]->desc.name, NULL);
+        ct_create_args a = {.struct_size = sizeof a, .api = hostapi_table(), .host = &host,
+                            .section = section[i], .rank = 0, .world_size = world};
+        err->code = CT_OK;
+        err->message[0] = '\0';
+        int32_t rc = p[i]->desc.validate(&a, err);
+        if (rc == CT_OK) continue;
+        contract_name_silent_error(rc, err, p[i], "validate");
+        const char *origin = plugin_error_origin(cfg, err->message);
+        if (!origin) origin = config_section_origin(cfg, section[i]);
+        if (!origin) origin = config_path(cfg);
+        if (strncmp(err->message, origin, strlen(origin))) prefix_message(err, origin);
+        return rc;
+    }
+    return CT_OK;
+}
+
 int32_t preflight_check(const ct_config *cfg, const ct_wiring *w, ct_error *err) {
     ct_optim_config oc;
     int32_t rc = optim_config(cfg, &oc, err);
@@ -117,6 +154,8 @@ int32_t preflight_check(const ct_config *cfg, const ct_wiring *w, ct_error *err)
                             config_origin(cfg, "comm", "world_size"), (long long)world,
                             w->comm->desc.name);
     if (!cv->world_create) world = 1;
+
+    if ((rc = plugin_hooks(cfg, w, (int32_t)world, err)) != CT_OK) return rc;
 
     ct_comm_ref comm = {.vt = &no_comm_vtable, .rank = 0, .world_size = (int32_t)world};
     const char *failed = NULL;

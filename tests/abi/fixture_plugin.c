@@ -10,7 +10,7 @@
  * (tests/cli/test_broken_plugins.sh): FX_SILENT_ERROR (forward_backward fails without a
  * message), FX_SCHEMA=FX_BAD_DEFAULT|FX_ENUM_DEFAULT|FX_NO_CHOICES|FX_TWICE|FX_BAD_KEY (a schema that
  * contradicts itself), FX_NULL_SLOT=k (vtable slot k, 0 = the member after struct_size, left
- * NULL).
+ * NULL), FX_VALIDATE (an ABI 1.2 validate hook: mode = slow allows count <= 5 only).
  * Not for: real training (its forward_backward adds a constant 1 to the loss).
  */
 #include <ctrain/ctrain.h>
@@ -154,6 +154,21 @@ static const void *fx_vtable_with_hole(const void *vt) {
 }
 #endif
 
+#ifdef FX_VALIDATE
+static int32_t fx_validate(const ct_create_args *a, ct_error *err) {
+    const char *mode;
+    int64_t count;
+    if (a->api->get_string(a->host, a->section, "mode", &mode, err) != CT_OK ||
+        a->api->get_int(a->host, a->section, "count", &count, err) != CT_OK)
+        return err->code;
+    if (!strcmp(mode, "slow") && count > 5)
+        return ct_error_set(err, CT_ERR_INVALID, "loss fx: [%s] count = %lld is too many with "
+                            "mode = slow ---> set count <= 5 or mode = fast", a->section,
+                            (long long)count);
+    return CT_OK;
+}
+#endif
+
 static const ct_plugin_desc fx_desc = {
     .struct_size = sizeof(ct_plugin_desc),
     .abi_major = FX_MAJOR,
@@ -167,6 +182,9 @@ static const ct_plugin_desc fx_desc = {
     .devices = CT_DEVICE_CPU,
     .vtable = (FX_KIND) == CT_KIND_LOSS ? (const void *)&fx_loss_vtable
                                         : (const void *)&fx_stub_vtable,
+#ifdef FX_VALIDATE
+    .validate = fx_validate,
+#endif
 };
 
 #ifndef FX_NO_ENTRY

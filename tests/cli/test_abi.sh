@@ -81,6 +81,35 @@ ct_fixture "$old/loss_fx_wide.so" -DFX_NAME=fx_wide -DFX_WIDE_PARAMS \
 ct_expect_success wide_params "mode                 enum    fast       fast|slow" \
     env CTRAIN_PLUGIN_PATH="$old" "$CTRAIN" inspect loss/fx_wide
 
+# ABI 1.1 (the frozen header, before the validate hook and schema flags) keeps loading
+v11="$CT_TMP/v11"; mkdir -p "$v11"
+FX_INCLUDE=tests/abi/v1.1 ct_fixture "$v11/loss_fx_v11.so" -DFX_NAME=fx_v11 \
+    || ct_fail build_v11 "cc failed"
+grep -q '^#define CT_ABI_MINOR 1$' tests/abi/v1.1/ctrain/ctrain.h && ct_pass frozen_header_is_1_1 \
+    || ct_fail frozen_header_is_1_1 "tests/abi/v1.1/ctrain/ctrain.h is not ABI 1.1"
+ct_expect_success v11_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$v11" \
+    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
+    --set loss.plugins=ce,fx_v11 --set loss.fx_v11.coef=0.25
+
+# a 1.2 plugin's validate hook runs in validate and train, before anything is created; its error
+# gets the FILE:LINE of the key it names
+hook="$CT_TMP/hook"; mkdir -p "$hook"
+ct_fixture "$hook/loss_fxv.so" -DFX_NAME=fxv -DFX_VALIDATE || ct_fail build_hook "cc failed"
+printf '[loss.fxv]\nmode = slow\ncount = 7\n' > "$hook/fxv.ini"
+sed "s#^train = .*#train = $okdata#; s#^plugins = ce#plugins = ce, fxv#" \
+    tests/bad-input/ok_minimal.ini > "$hook/run.ini"
+cat "$hook/fxv.ini" >> "$hook/run.ini"
+line=$(grep -n '^count = 7' "$hook/run.ini" | cut -d: -f1)
+want="$hook/run.ini:$line: loss fx: [loss.fxv] count = 7 is too many with mode = slow ---> set count <= 5"
+ct_expect_failure validate_hook_in_validate "$want" env CTRAIN_PLUGIN_PATH="$hook" \
+    "$CTRAIN" validate "$hook/run.ini"
+ct_expect_failure validate_hook_in_train "$want" env CTRAIN_PLUGIN_PATH="$hook" \
+    "$CTRAIN" train "$hook/run.ini" --set "run.out_dir=$hook/out"
+[ ! -e "$hook/out/config.ini" ] && ct_pass validate_hook_train_wrote_nothing \
+    || ct_fail validate_hook_train_wrote_nothing "$hook/out/config.ini exists"
+ct_expect_success validate_hook_accepts "[loss.fxv]" env CTRAIN_PLUGIN_PATH="$hook" \
+    "$CTRAIN" validate "$hook/run.ini" --set loss.fxv.count=5
+
 # a vtable one member short of a REQUIRED one is refused naming the file and the member, in
 # every command, never with a signal
 short="$CT_TMP/short"; mkdir -p "$short"

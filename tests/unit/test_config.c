@@ -375,3 +375,36 @@ CT_TEST(config_lookups_grow_linearly_with_keys) {
     CT_CHECK_MSG((double)large / 80000.0 < 16.0, "%.1f probes per key; expected < 16",
                  (double)large / 80000.0);
 }
+
+CT_TEST(exclusive_range_ends_refuse_the_end_itself_and_say_so) {
+    static const ct_param_spec specs[] = {
+        CT_PARAM_FLOAT_X("beta", "0.5", 0, 1, CT_PARAM_MAX_EXCLUSIVE, "[0, 1)"),
+        CT_PARAM_FLOAT_X("eps", "1e-8", 0, 1, CT_PARAM_MIN_EXCLUSIVE, "(0, 1]"),
+        CT_PARAM_FLOAT("plain", "1", 0, 1, "[0, 1]"),
+        CT_PARAM_END,
+    };
+    static const struct {
+        const char *text, *want; /* want NULL: accepted */
+    } cases[] = {
+        {"beta = 0\n", NULL},
+        {"beta = 0.999999\n", NULL},
+        {"beta = 1\n", "x.ini:2: [s] beta = 1 is out of range [0, 1)"},
+        {"eps = 1\n", NULL},
+        {"eps = 0\n", "x.ini:2: [s] eps = 0 is out of range (0, 1]"},
+        {"plain = 1\n", NULL},
+        {"plain = 0\n", NULL},
+        {"plain = 1.5\n", "x.ini:2: [s] plain = 1.5 is out of range 0..1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "[s]\n%s", cases[i].text);
+        ct_config *cfg = config_new();
+        ct_error err = {.struct_size = sizeof err};
+        CT_CHECK(config_load_string(cfg, "x.ini", text, &err) == CT_OK);
+        int32_t rc = config_validate_section(cfg, "s", specs, sizeof(ct_param_spec), "test",
+                                             NULL, &err);
+        if (!cases[i].want) CT_CHECK_MSG(rc == CT_OK, "%s: %s", cases[i].text, err.message);
+        else CT_CHECK_STR_CONTAINS(err.message, cases[i].want);
+        config_free(cfg);
+    }
+}
