@@ -80,18 +80,18 @@ bound() { # NAME KEY VALUE TEXT: the key set in the INI file (line known) is ref
     local line; line=$(wc -l < "$work/b_$1.ini")
     "$CTRAIN" train "$work/b_$1.ini" --set run.out_dir="$work/b_$1" > "$work/b_$1.log" 2>&1
     local rc=$?
-    if [ $rc != 0 ] && [ $rc -lt 128 ] && says "$work/b_$1.log" "b_$1.ini:$line: [optim] $2 = $3: $4" \
+    if [ $rc != 0 ] && [ $rc -lt 128 ] && says "$work/b_$1.log" "b_$1.ini:$line: [optim] $2 = $3$4" \
         && [ ! -e "$work/b_$1" ]; then
         ok "[optim] $2 = $3 refused at b_$1.ini:$line, nothing written"
     else
         fail "[optim] $2 = $3: rc $rc, out_dir $( [ -e "$work/b_$1" ] && echo made || echo absent): $(cat "$work/b_$1.log")"
     fi
 }
-bound beta1 beta1 1 "must be < 1"
-bound beta2 beta2 1 "must be < 1"
-bound eps0 eps 0 "must be > 0"
-bound epssub eps 1e-40 "must be at least 1.1754944e-38"
-bound minlr min_lr 0.01 "must be <= [optim] lr"
+bound beta1 beta1 1 " is out of range [0, 1)"
+bound beta2 beta2 1 " is out of range [0, 1)"
+bound eps0 eps 0 ": must be > 0"
+bound epssub eps 1e-40 ": must be at least 1.1754944e-38"
+bound minlr min_lr 0.01 ": must be <= [optim] lr"
 
 # --- 2b. non-finite values never reach a checkpoint -------------------------------------------
 # beta2 = 0 and eps = FLT_MIN (both allowed) with a large gradient (zloss coef 1000, no clip):
