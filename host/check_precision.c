@@ -48,7 +48,8 @@ struct prec_world {
     const ct_config           *cfg;
     const ct_plugin           *threads;
     const ct_precision_vtable *pv;
-    int32_t                    n, dtype;
+    int32_t                    n, dtype; /* dtype: the wire (send) dtype, reduce_dtype */
+    int32_t                    result;   /* recv's dtype: the policy's result_dtype (ABI 1.2) */
     void                      *world;
     rank_slot                  slots[MAXN];
 };
@@ -75,14 +76,13 @@ static int32_t to_device(rank_slot *s, void *dst, const double *x, uint64_t n) {
     return rc;
 }
 
-static int32_t from_device(rank_slot *s, double *x, const void *src, uint64_t n) {
-    size_t es = ct_dtype_size(s->w->dtype);
+static int32_t from_device(rank_slot *s, double *x, const void *src, uint64_t n, int32_t dtype) {
+    size_t es = ct_dtype_size(dtype);
     void *h = malloc(n * es);
     if (!h) return ct_error_set(&s->err, CT_ERR_NOMEM, "out of memory");
     int32_t rc = s->devref.vt->copy(s->devref.self, h, src, n * es, CT_COPY_D2H, &s->err);
     for (uint64_t i = 0; rc == CT_OK && i < n; i++)
-        x[i] = s->w->dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)h)[i])
-                                            : ((float *)h)[i];
+        x[i] = dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)h)[i]) : ((float *)h)[i];
     free(h);
     return rc;
 }
@@ -92,15 +92,16 @@ static void *rank_main(void *arg) {
     rank_slot *s = arg;
     prec_world *w = s->w;
     const int32_t N = w->n;
-    size_t es = ct_dtype_size(w->dtype);
+    size_t es = ct_dtype_size(w->dtype), res = ct_dtype_size(w->result);
     const ct_device_vtable *d = s->devref.vt;
     double *x = malloc(sizeof(double) * (uint64_t)N * AR_N);
     void *send = d->alloc(s->devref.self, (uint64_t)N * AR_N * es, &s->err);
-    void *recv = send ? d->alloc(s->devref.self, (uint64_t)N * AR_N * es, &s->err) : NULL;
+    void *recv = send ? d->alloc(s->devref.self, (uint64_t)N * AR_N * res, &s->err) : NULL;
     s->rc = x && recv ? CT_OK : CT_ERR_NOMEM;
     for (int call = 0; call < N_CALLS && s->rc == CT_OK; call++) {
         if (call == RS && !w->pv->reduce_scatter) continue;
         if (call != RS && !w->pv->all_reduce) continue;
+        if (call == AR_INPLACE && w->result != w->dtype) continue; /* not allowed then */
         /* reduce_scatter: block b of the send buffer is result element b*n + j's input */
         uint64_t n = call == RS ? RS_N : AR_N, total = call == RS ? (uint64_t)N * RS_N : AR_N;
         for (uint64_t i = 0; i < total; i++) x[i] = contribution(w->dtype, N, s->rank, i, call);
@@ -111,12 +112,13 @@ static void *rank_main(void *arg) {
         else if (rc == CT_OK)
             rc = w->pv->all_reduce(s->prec.self, s->commref, s->devref, send,
                                    call == AR_INPLACE ? send : recv, n, w->dtype, &s->err);
-        if (rc == CT_OK) rc = from_device(s, s->result[call], call == AR_INPLACE ? send : recv, n);
+        if (rc == CT_OK)
+            rc = from_device(s, s->result[call], call == AR_INPLACE ? send : recv, n, w->result);
         /* send is const for the out-of-place calls: read it back */
         if (rc == CT_OK && call != AR_INPLACE) {
             double *back = malloc(sizeof(double) * total);
             if (!back) rc = ct_error_set(&s->err, CT_ERR_NOMEM, "out of memory");
-            else if ((rc = from_device(s, back, send, total)) == CT_OK)
+            else if ((rc = from_device(s, back, send, total, w->dtype)) == CT_OK)
                 for (uint64_t i = 0; i < total; i++)
                     if (back[i] != x[i]) s->send_changed[call] = 1;
             free(back);
@@ -180,7 +182,7 @@ static int32_t world_open(prec_world *w, int32_t N, ct_error *err) {
 static void judge(prec_world *w, int call) {
     ct_check *c = w->c;
     const int32_t N = w->n;
-    const double u = w->dtype == CT_DTYPE_BF16 ? ldexp(1, -8) : ldexp(1, -24);
+    const double u = w->result == CT_DTYPE_BF16 ? ldexp(1, -8) : ldexp(1, -24);
     double worst = 0, w_ref = 0, w_got = 0, w_tol = 0;
     int32_t w_rank = 0, same = 1;
     uint64_t w_i = 0, n = call == RS ? RS_N : AR_N;
@@ -203,7 +205,7 @@ static void judge(prec_world *w, int call) {
     if (worst <= 1) {
         check_verdict(c, 1, "%s at N=%d matches an fp64 sum (max err %.2g of tol; tol 2N x "
                       "2^%d x sum|x|)", call_names[call], (int)N, worst,
-                      w->dtype == CT_DTYPE_BF16 ? -8 : -24);
+                      w->result == CT_DTYPE_BF16 ? -8 : -24);
     } else {
         /* whose contribution would explain it? */
         int32_t missing = -1;
@@ -311,6 +313,11 @@ void check_precision(ct_check *c) {
         check_note(c, "only the %s hook is provided; the other reduction uses the comm's own",
                    pv->all_reduce ? "all_reduce" : "reduce_scatter");
     w.dtype = pol.reduce_dtype;
+    w.result = pol.result_dtype ? pol.result_dtype : pol.reduce_dtype;
+    if (w.result != w.dtype)
+        check_note(c, "the hooks hand back %s sums from a %s wire (result_dtype): checked "
+                   "against %s's rounding; the in-place all_reduce is not allowed then",
+                   ct_dtype_name(w.result), ct_dtype_name(w.dtype), ct_dtype_name(w.result));
     for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++) {
         const int32_t N = worlds[k];
         if ((rc = world_open(&w, N, &err)) != CT_OK) {
@@ -330,7 +337,8 @@ void check_precision(ct_check *c) {
                           ct_dtype_name(w.dtype), (int)bad->rank, bad->err.message);
         else
             for (int call = 0; call < N_CALLS; call++)
-                if ((call == RS && pv->reduce_scatter) || (call != RS && pv->all_reduce))
+                if (((call == RS && pv->reduce_scatter) || (call != RS && pv->all_reduce)) &&
+                    !(call == AR_INPLACE && w.result != w.dtype))
                     judge(&w, call);
         world_close(&w);
     }

@@ -60,6 +60,36 @@ done
     --resume > "$work/reshard.log" 2>&1 || fail "reshard: resume at world 4: $(tail -3 "$work/reshard.log")"
 compare_series "$work/reshard" "$work/full_shard_2" loss 1e-4 "save at world 2, resume at world 4"
 
+# bf16_fp32acc with `result = f32` (the hooks hand back f32 sums, ABI 1.2): full_shard and
+# no_shard train with it and agree with each other (the same f32 sums, post-divided in f32);
+# the default `result = bf16` stays what it was; ddp, which reduces buckets in place, refuses it.
+for st in full_shard no_shard; do
+    "$CTRAIN" train "$work/base.ini" --set data.batch_size=2 --set comm.plugin=threads \
+        --set comm.world_size=4 --set strategy.plugin=$st --set precision.plugin=bf16_fp32acc \
+        --set precision.result=f32 --set run.out_dir="$work/acc32_$st" > "$work/acc32_$st.log" 2>&1 \
+        || fail "bf16_fp32acc result=f32 with $st: $(tail -3 "$work/acc32_$st.log")"
+done
+compare_series "$work/acc32_no_shard" "$work/acc32_full_shard" loss 0 \
+    "bf16_fp32acc result=f32: no_shard and full_shard give the same losses"
+"$CTRAIN" train "$work/base.ini" --set data.batch_size=2 --set comm.plugin=threads \
+    --set comm.world_size=4 --set strategy.plugin=full_shard --set precision.plugin=bf16_fp32acc \
+    --set run.out_dir="$work/acc16" > /dev/null 2>&1 || fail "bf16_fp32acc result=bf16"
+if [ -s "$work/acc16/metrics.jsonl" ] && ! diff -q <(metric_series "$work/acc32_full_shard" loss) \
+        <(metric_series "$work/acc16" loss) > /dev/null; then
+    ok "result=f32 changes the losses (the f32 sums are not rounded to bf16 before the divide)"
+else
+    fail "result=f32 gave the bf16 result's losses bit for bit: the f32 sums were rounded"
+fi
+if "$CTRAIN" train "$work/base.ini" --set comm.plugin=threads --set comm.world_size=2 \
+    --set strategy.plugin=ddp --set precision.plugin=bf16_fp32acc --set precision.result=f32 \
+    --set run.out_dir="$work/acc32_ddp" > "$work/acc32_ddp.log" 2>&1; then
+    fail "ddp accepted a policy that hands back f32 sums"
+elif grep -q "strategy ddp: the precision plugin hands back its sums in f32" "$work/acc32_ddp.log"; then
+    pass; echo "ok ddp refuses a policy that hands back f32 sums, saying why"
+else
+    fail "ddp with result=f32: $(tail -3 "$work/acc32_ddp.log")"
+fi
+
 # A failing rank: rank 1 is given a shard with a token beyond vocab_size; rank 0 must stop with
 # a message naming rank 1, long before the 120 s timeout.
 python3 - "$work/bad.bin" <<'PY'

@@ -517,6 +517,62 @@ CT_TEST(strategy_uses_precision_reduction_hooks_when_given) {
     }
 }
 
+/* Hooks that hand back f32 sums of a bf16 wire (ABI 1.2 result_dtype = f32): the bf16 send is
+ * widened to f32 (exact) and reduced by the comm in f32 into recv, which is f32. */
+static int32_t widen(ct_device_ref device, const void *send, uint64_t n, float **out,
+                     ct_error *err) {
+    *out = device.vt->alloc(device.self, n * sizeof(float), err);
+    if (!*out) return err->code;
+    return device.vt->cast(device.self, *out, CT_DTYPE_F32, send, CT_DTYPE_BF16, n, err);
+}
+static int32_t f32_result_all_reduce(void *self, ct_comm_ref comm, ct_device_ref device,
+                                     const void *send, void *recv, uint64_t count, int32_t dtype,
+                                     ct_error *err) {
+    (void)self;
+    CT_CHECK_INT(dtype, CT_DTYPE_BF16);
+    CT_CHECK(send != recv); /* the contract when result_dtype differs */
+    float *wide = NULL;
+    int32_t rc = widen(device, send, count, &wide, err);
+    if (rc == CT_OK)
+        rc = comm.vt->all_reduce(comm.self, wide, recv, count, CT_DTYPE_F32, CT_REDUCE_SUM, NULL,
+                                 err);
+    device.vt->free_mem(device.self, wide);
+    return rc;
+}
+static int32_t f32_result_reduce_scatter(void *self, ct_comm_ref comm, ct_device_ref device,
+                                         const void *send, void *recv, uint64_t count,
+                                         int32_t dtype, ct_error *err) {
+    (void)self;
+    CT_CHECK_INT(dtype, CT_DTYPE_BF16);
+    float *wide = NULL;
+    int32_t rc = widen(device, send, (uint64_t)comm.world_size * count, &wide, err);
+    if (rc == CT_OK)
+        rc = comm.vt->reduce_scatter(comm.self, wide, recv, count, CT_DTYPE_F32, CT_REDUCE_SUM,
+                                     NULL, err);
+    device.vt->free_mem(device.self, wide);
+    return rc;
+}
+
+/* A pure-bf16 policy whose hooks hand back f32: no_shard and full_shard post-divide the f32
+ * sums, so the gradient is the mean to f32 accuracy (expect_mean's tolerance, ~2^-23); a bf16
+ * result would be off by up to 2^-9 relative. */
+CT_TEST(strategy_post_divides_f32_sums_when_the_precision_hook_hands_back_f32) {
+    static const ct_precision_vtable hooks = {.struct_size = sizeof hooks,
+                                              .reduce_scatter = f32_result_reduce_scatter,
+                                              .all_reduce = f32_result_all_reduce};
+    static const char *const sos[] = {"strategy_no_shard.so", "strategy_full_shard.so"};
+    for (int i = 0; i < 2; i++) {
+        world_case wc = {.so = sos[i], .N = 4, .steps = 1, .micro = 1, .n_units = 2,
+                         .numel = {301, 100}, .grad = grad_random,
+                         .pol = policy(CT_DTYPE_BF16, CT_DTYPE_BF16, CT_DTYPE_BF16),
+                         .precision = &hooks};
+        wc.pol.result_dtype = CT_DTYPE_F32;
+        case_alloc(&wc);
+        if (run_world(&wc) == 0) check_result(&wc, expect_mean, "f32 result");
+        case_free(&wc);
+    }
+}
+
 /* ---- 4. ddp's wire dtype: the gradient's own, or the policy's ---------------------------- */
 
 /* amp-like policy (f32 gradients, bf16 reduce dtype): DDP with reduce_dtype = grad keeps f32

@@ -89,6 +89,12 @@ static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *e
         return err->code;
     const ct_precision_policy *pol = &s->policy;
     s->wire_dtype = s->wire_from_policy ? pol->reduce_dtype : pol->grad_accum_dtype;
+    if (ct_skit_result_dtype(&s->reducer, pol, 1) != pol->reduce_dtype)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, DDP_WHO ": the precision plugin hands "
+                            "back its sums in %s, but ddp all-reduces its buckets in place "
+                            "---> use strategy no_shard or full_shard with this policy, or set "
+                            "the policy's result back to its reduce dtype",
+                            ct_dtype_name(pol->result_dtype));
     s->units = calloc(su.n_units, sizeof *s->units);
     if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, DDP_WHO ": out of memory");
     s->n_units = su.n_units;

@@ -32,7 +32,8 @@ typedef struct fs_unit {
     int32_t     holds;       /* acquire() minus release() calls */
     void       *grad_local;  /* (P) grad_accum_dtype, from first grad_buffer() to the reduce */
     void       *grad_wire;   /* (P) reduce_dtype send buffer; aliases grad_local if same dtype */
-    void       *rs_out;      /* (S) reduce_dtype: this rank's reduce-scatter result */
+    void       *rs_out;      /* (S) result dtype (ct_skit_result_dtype: reduce_dtype unless the
+                                precision hook hands back f32): this rank's reduce-scatter sum */
     float      *grad_out;    /* (S) f32 mean gradient of the shard; aliases rs_out for f32 */
     ct_request *req;         /* the in-flight reduce-scatter of this step */
     int32_t     reduce_started;
@@ -190,11 +191,12 @@ static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
         if (ct_skit_params_alloc(s->dev, &x->params, x->shard_n, pol->param_dtype, FS_WHO, u, 1,
                                 err))
             return err->code;
-        if (!(x->rs_out = ct_skit_alloc_unit(s->dev, x->shard_n, pol->reduce_dtype, FS_WHO, u,
+        const int32_t result_dt = ct_skit_result_dtype(&s->reducer, pol, 0);
+        if (!(x->rs_out = ct_skit_alloc_unit(s->dev, x->shard_n, result_dt, FS_WHO, u,
                                             "gradient shard", err)))
             return err->code;
         x->grad_out = x->rs_out;
-        if (pol->reduce_dtype != CT_DTYPE_F32 &&
+        if (result_dt != CT_DTYPE_F32 &&
             !(x->grad_out = ct_skit_alloc_unit(s->dev, x->shard_n, CT_DTYPE_F32, FS_WHO, u,
                                               "f32 gradient shard", err)))
             return err->code;
@@ -360,10 +362,10 @@ static int32_t fs_begin_step(void *p, ct_error *err) {
     return CT_OK;
 }
 
-/* Complete unit x's reduce-scatter: wait, divide by N/f in reduce_dtype, cast to f32, free the
- * unsharded gradient. */
+/* Complete unit x's reduce-scatter: wait, divide by N/f in the result dtype (reduce_dtype, or
+ * f32 from a precision hook that hands back f32), cast to f32, free the unsharded gradient. */
 static int32_t finish_unit(full_shard *s, fs_unit *x, ct_error *err) {
-    const int32_t rdt = s->policy.reduce_dtype;
+    const int32_t rdt = ct_skit_result_dtype(&s->reducer, &s->policy, 0);
     int32_t rc = ct_skit_wait(s->reducer.comm, &x->req, err);
     if (!rc) rc = ct_skit_divide_to_f32(s->dev, x->grad_out, x->rs_out, rdt, x->shard_n, s->post,
                                        err);
@@ -453,7 +455,7 @@ static int32_t fs_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
                          ct_error *err) {
     full_shard *s = p;
     uint64_t pb = 0, gb = 0;
-    size_t rsz = ct_dtype_size(s->policy.reduce_dtype);
+    size_t rsz = ct_dtype_size(ct_skit_result_dtype(&s->reducer, &s->policy, 0));
     for (uint32_t u = 0; u < s->n_units; u++) {
         fs_unit *x = &s->units[u];
         pb += ct_skit_params_bytes(&x->params, x->shard_n, s->policy.param_dtype);

@@ -156,18 +156,22 @@ static int32_t ns_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     if (x->reduce_started) return ct_skit_error_reduced_twice(NS_WHO, u, err);
     int32_t rc = ct_skit_convert_and_divide(s->dev, x->grad_wire, rdt, x->r.grad_local,
                                            s->policy.grad_accum_dtype, x->r.padded, s->pre, err);
-    if (!rc) rc = ct_skit_all_reduce_sum(&s->reducer, x->grad_wire, x->grad_wire, x->r.padded,
-                                        rdt, &x->req, err);
+    /* in place, unless the precision hook hands back f32 sums: then into grad_out */
+    void *recv = ct_skit_result_dtype(&s->reducer, &s->policy, 1) == rdt ? x->grad_wire
+                                                                         : (void *)x->grad_out;
+    if (!rc) rc = ct_skit_all_reduce_sum(&s->reducer, x->grad_wire, recv, x->r.padded, rdt,
+                                        &x->req, err);
     if (rc) return rc;
     x->reduce_started = 1;
     return CT_OK;
 }
 
-/* Wait for every unit's all-reduce, divide by N/f in reduce_dtype, cast to f32. */
+/* Wait for every unit's all-reduce, divide by N/f in the result dtype (reduce_dtype, or f32
+ * from a precision hook that hands back f32), cast to f32. */
 static int32_t ns_finish_backward(void *p, ct_error *err) {
     no_shard *s = p;
     if (!s->units) return check_unit(s, 0, err);
-    const int32_t rdt = s->policy.reduce_dtype;
+    const int32_t rdt = ct_skit_result_dtype(&s->reducer, &s->policy, 1);
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < s->n_units; u++) {
         ns_unit *x = &s->units[u];
@@ -178,8 +182,8 @@ static int32_t ns_finish_backward(void *p, ct_error *err) {
             rc = ct_skit_error_never_reduced(NS_WHO, u, err);
             continue;
         }
-        rc = ct_skit_divide_to_f32(s->dev, x->grad_out, x->grad_wire, rdt, x->r.padded, s->post,
-                                  err);
+        void *sum = rdt == s->policy.reduce_dtype ? x->grad_wire : (void *)x->grad_out;
+        rc = ct_skit_divide_to_f32(s->dev, x->grad_out, sum, rdt, x->r.padded, s->post, err);
     }
     return rc;
 }

@@ -595,6 +595,11 @@ typedef struct ct_precision_policy {
     int32_t  master_dtype;     /* master weights and AdamW state; f32 in every built-in */
     int32_t  grad_accum_dtype; /* dtype of the local gradient buffer (micro-batch sums) */
     int32_t  buffer_dtype;     /* non-parameter buffers; informational */
+    int32_t  result_dtype;     /* since 1.2: dtype in which this plugin's reduction hooks write
+                                  recv; 0 (older plugins) = reduce_dtype. CT_DTYPE_F32 lets a
+                                  hook that accumulates in f32 hand back its f32 sums, so they
+                                  are not rounded to a bf16 reduce_dtype before the strategy's
+                                  post-divide. Applies only to the hooks the plugin provides. */
 } ct_precision_policy;
 
 typedef struct ct_precision_vtable {
@@ -609,7 +614,9 @@ typedef struct ct_precision_vtable {
     /* Optional custom reductions, for research policies (stochastic rounding, low-precision
      * wire with fp32 accumulation, ...). NULL: the strategy calls the comm's own collective in
      * reduce_dtype. Same contract as ct_comm_vtable's SUM reduce_scatter / all_reduce,
-     * synchronous, buffers in reduce_dtype, device memory. */
+     * synchronous, device memory; send in reduce_dtype (`dtype`), recv in the policy's
+     * result_dtype (reduce_dtype unless the policy says otherwise; then send and recv are never
+     * the same buffer). */
     int32_t (*reduce_scatter)(void *self, ct_comm_ref comm, ct_device_ref device,
                               const void *send, void *recv, uint64_t count, int32_t dtype,
                               ct_error *err); /* OPTIONAL */

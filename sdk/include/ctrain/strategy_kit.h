@@ -157,6 +157,17 @@ static inline int32_t ct_skit_reduce_scatter_sum(const ct_skit_reducer *r, const
                                       err);
 }
 
+/* The dtype a SUM reduction's result comes back in: the policy's result_dtype (ABI 1.2) when
+ * the precision plugin performs that reduction (its all_reduce hook when all_reduce is
+ * non-zero, else its reduce_scatter hook) and sets it, else the wire dtype (reduce_dtype). A
+ * strategy sizes its receive buffer and its post-divide by it. */
+static inline int32_t ct_skit_result_dtype(const ct_skit_reducer *r,
+                                          const ct_precision_policy *pol, int all_reduce) {
+    int hook = all_reduce ? CT_SKIT_HAS(r->precision, ct_precision_vtable, all_reduce)
+                          : CT_SKIT_HAS(r->precision, ct_precision_vtable, reduce_scatter);
+    return hook && pol->result_dtype ? pol->result_dtype : pol->reduce_dtype;
+}
+
 /* Complete *req if there is one, and clear it. */
 static inline int32_t ct_skit_wait(ct_comm_ref comm, ct_request **req, ct_error *err) {
     if (!*req) return CT_OK;
@@ -279,7 +290,9 @@ static inline int32_t ct_skit_setup_begin(const char *who, int already,
                             " weights are supported", who, ct_dtype_name(policy->master_dtype));
     if (ct_skit_check_dtype(who, "param dtype", policy->param_dtype, err) ||
         ct_skit_check_dtype(who, "reduce dtype", policy->reduce_dtype, err) ||
-        ct_skit_check_dtype(who, "grad accumulation dtype", policy->grad_accum_dtype, err))
+        ct_skit_check_dtype(who, "grad accumulation dtype", policy->grad_accum_dtype, err) ||
+        (policy->result_dtype &&
+         ct_skit_check_dtype(who, "reduction result dtype", policy->result_dtype, err)))
         return err->code;
     r->precision = su->precision;
     r->precision_self = su->precision_self;
