@@ -396,6 +396,10 @@ static probe probe_start(const char *path) {
     }
     if (pid == 0) {
         close(fds[0]);
+        /* die by the signal itself, so the parent can name it (a sanitizer's or the parent's
+         * handlers would turn a crash into an exit status) */
+        static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+        for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) signal(fatal[i], SIG_DFL);
         alarm(PROBE_TIMEOUT_S);
         ct_error e = {.struct_size = sizeof e};
         void *h;
