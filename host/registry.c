@@ -8,6 +8,7 @@
 #include "registry.h"
 
 #include "contract.h"
+#include "fatal.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -300,47 +301,19 @@ out_close:
 
 /* ---- loading without dying silently --------------------------------------------------- */
 
-/* "SIGSEGV" for the signals a broken constructor raises; NULL for others. */
-static const char *signal_abbrev(int sig) {
-    switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGILL: return "SIGILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGABRT: return "SIGABRT";
-    case SIGALRM: return "SIGALRM";
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    default: return NULL;
-    }
-}
-
-static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-#define N_CRASH_SIGNALS ((int)(sizeof crash_signals / sizeof *crash_signals))
-
 /* The backstop's one piece of process state: the file being loaded on the loading thread
  * (plugins are loaded before any rank starts, see train.c), written before each dlopen. */
 static char crash_path[PATH_MAX];
 
-static void write_str(const char *s) {
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t w = write(STDERR_FILENO, s, n);
-        if (w <= 0) return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 /* Async-signal-safe: name the file, then die of the same signal (SA_RESETHAND restored the
  * default action, SA_NODEFER lets raise() deliver it at once). */
 static void on_crash_while_loading(int sig) {
-    const char *name = signal_abbrev(sig);
-    write_str("ctrain: ");
-    write_str(crash_path);
-    write_str(": crashed while loading (");
-    write_str(name ? name : "a signal");
-    write_str(" in its constructor or descriptor) ---> remove it from the search path "
+    const char *name = fatal_signal_abbrev(sig);
+    fatal_write("ctrain: ");
+    fatal_write(crash_path);
+    fatal_write(": crashed while loading (");
+    fatal_write(name ? name : "a signal");
+    fatal_write(" in its constructor or descriptor) ---> remove it from the search path "
               "(`ctrain plugins` lists the search path) or rebuild it\n");
     raise(sig);
 }
@@ -349,20 +322,11 @@ static void on_crash_while_loading(int sig) {
  * stderr before the process dies. The previous handlers are restored unless the plugin
  * installed its own. */
 static host_plugin *load_file_guarded(const char *path, void **handle_out, ct_error *err) {
-    struct sigaction ours, old[N_CRASH_SIGNALS];
-    memset(&ours, 0, sizeof ours);
-    ours.sa_handler = on_crash_while_loading;
-    ours.sa_flags = SA_RESETHAND | SA_NODEFER;
-    sigemptyset(&ours.sa_mask);
+    struct sigaction old[FATAL_SIGNAL_COUNT];
     snprintf(crash_path, sizeof crash_path, "%s", path);
-    for (int i = 0; i < N_CRASH_SIGNALS; i++) sigaction(crash_signals[i], &ours, &old[i]);
+    fatal_install(on_crash_while_loading, old, 0);
     host_plugin *p = load_file(path, handle_out, err);
-    for (int i = 0; i < N_CRASH_SIGNALS; i++) {
-        struct sigaction now;
-        if (sigaction(crash_signals[i], NULL, &now) == 0 &&
-            now.sa_handler == on_crash_while_loading)
-            sigaction(crash_signals[i], &old[i], NULL);
-    }
+    fatal_restore(on_crash_while_loading, old);
     return p;
 }
 
@@ -398,8 +362,7 @@ static probe probe_start(const char *path) {
         close(fds[0]);
         /* die by the signal itself, so the parent can name it (a sanitizer's or the parent's
          * handlers would turn a crash into an exit status) */
-        static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-        for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) signal(fatal[i], SIG_DFL);
+        for (int i = 0; i < FATAL_SIGNAL_COUNT; i++) signal(fatal_signals[i], SIG_DFL);
         alarm(PROBE_TIMEOUT_S);
         ct_error e = {.struct_size = sizeof e};
         void *h;
@@ -434,7 +397,7 @@ static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
     while (waitpid(pr.pid, &status, 0) < 0 && errno == EINTR) {}
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
-        const char *name = signal_abbrev(sig);
+        const char *name = fatal_signal_abbrev(sig);
         if (sig == SIGALRM)
             say(why, cap, "%s: did not finish loading within %d s (its constructor hangs?) "
                 "---> remove it from the search path", path, PROBE_TIMEOUT_S);

@@ -4,6 +4,7 @@
 #include "supervise.h"
 
 #include "contract.h"
+#include "fatal.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -185,48 +186,20 @@ int32_t supervise_wait(supervisor *sv, int32_t *still_running) {
  * fatal signals: only async-signal-safe calls below (write, sigaction, raise)
  * ------------------------------------------------------------------------------------- */
 
-static size_t put_str(char *buf, size_t n, size_t cap, const char *s) {
-    while (*s && n < cap) buf[n++] = *s++;
-    return n;
-}
-
-static size_t put_int(char *buf, size_t n, size_t cap, long v) {
-    char digits[24];
-    int k = 0;
-    if (v < 0) {
-        n = put_str(buf, n, cap, "-");
-        v = -v;
-    }
-    do digits[k++] = (char)('0' + v % 10); while ((v /= 10) > 0 && k < 23);
-    while (k > 0 && n < cap) buf[n++] = digits[--k];
-    return n;
-}
-
-static const char *signal_label(int sig) {
-    switch (sig) {
-    case SIGSEGV: return "Segmentation fault";
-    case SIGBUS: return "Bus error";
-    case SIGFPE: return "Floating point exception";
-    case SIGILL: return "Illegal instruction";
-    case SIGABRT: return "Aborted";
-    default: return "fatal signal";
-    }
-}
-
 static void on_fatal_signal(int sig) {
     char buf[400];
     size_t n = 0, cap = sizeof buf - 1;
-    n = put_str(buf, n, cap, "ctrain: ");
+    n = fatal_put_str(buf, n, cap, "ctrain: ");
     if (thread_rank >= 0) {
-        n = put_str(buf, n, cap, "rank ");
-        n = put_int(buf, n, cap, (long)thread_rank);
-        n = put_str(buf, n, cap, " ");
+        n = fatal_put_str(buf, n, cap, "rank ");
+        n = fatal_put_int(buf, n, cap, (long)thread_rank);
+        n = fatal_put_str(buf, n, cap, " ");
     }
-    n = put_str(buf, n, cap, "crashed: signal ");
-    n = put_int(buf, n, cap, sig);
-    n = put_str(buf, n, cap, " (");
-    n = put_str(buf, n, cap, signal_label(sig));
-    n = put_str(buf, n, cap, ") ---> a bug in a plugin or in ctrain; nothing of this step was "
+    n = fatal_put_str(buf, n, cap, "crashed: signal ");
+    n = fatal_put_int(buf, n, cap, sig);
+    n = fatal_put_str(buf, n, cap, " (");
+    n = fatal_put_str(buf, n, cap, fatal_signal_label(sig));
+    n = fatal_put_str(buf, n, cap, ") ---> a bug in a plugin or in ctrain; nothing of this step was "
                              "saved: the newest checkpoint is the last good one\n");
     ssize_t w = write(STDERR_FILENO, buf, n);
     (void)w;
@@ -235,17 +208,5 @@ static void on_fatal_signal(int sig) {
 }
 
 void supervise_report_fatal_signals(void) {
-    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction old;
-        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
-            (old.sa_flags & SA_SIGINFO))
-            continue; /* someone (a sanitizer, a debugger's runtime) handles it already */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_fatal_signal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
-        sigaction(sigs[i], &sa, NULL);
-    }
+    fatal_install(on_fatal_signal, NULL, 1); /* a sanitizer's own handlers stay */
 }
