@@ -248,7 +248,7 @@ CT_TEST(stale_companion_is_refused_naming_both_versions_and_sizes) {
     static const char *const want[] = {"implements interface 2 with a 96-byte",
                                        "implements interface 3 with a 88-byte"};
     for (int i = 0; i < 2; i++) {
-        char tag[16];
+        char tag[32];
         snprintf(tag, sizeof tag, "stale%d", i);
         fx_try_load_fn try_load = build_pair(tag, flags[i]);
         if (!try_load) continue;
