@@ -12,6 +12,8 @@
 
 #include "rank.h"
 
+#include <limits.h>
+
 /* Write OUT/config.ini: the resolved configuration (rank 0 only; call before the ranks start).
  * Through a temporary file that is removed when the write fails. */
 int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_error *err);
@@ -39,5 +41,24 @@ int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int
 /* Path of the newest complete checkpoint folder (a directory named step_ and digits only)
  * under out_dir into buf; CT_ERR_IO if none. Does not read the files (checkpoint_resume does). */
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err);
+
+/* A checkpoint's master weights, every unit reassembled whole (unpadded, f32, host memory)
+ * from the rank files whatever world size and strategy saved them: what export.c writes. */
+typedef struct ckpt_master {
+    char       dir[PATH_MAX]; /* the checkpoint folder read */
+    int64_t    step;
+    int32_t    world;     /* the world size that saved it */
+    uint32_t   n_units;
+    uint64_t  *numel;     /* (n_units) each unit's length as saved */
+    float    **units;     /* (n_units) arrays of numel[u] floats */
+    ct_config *cfg;       /* the folder's config.ini, loaded (not validated) */
+} ckpt_master;
+
+/* Read `path`: a checkpoint folder (it holds rank_00000.bin), or a run folder whose newest
+ * valid checkpoint is taken (invalid ones skipped with a warning on stderr, as --resume does).
+ * Verifies every file as resume does. On failure *out is empty and err says why. Free with
+ * checkpoint_master_free. */
+int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err);
+void checkpoint_master_free(ckpt_master *m);
 
 #endif /* CTRAIN_HOST_CHECKPOINT_H */
