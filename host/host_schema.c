@@ -50,6 +50,8 @@ static const ct_param_spec optim_specs[] = {
 
 static const ct_param_spec model_specs[] = {
     CT_PARAM_STRING("plugin", "gpt", "model plugin (name or path to a .so)"),
+    CT_PARAM_STRING("init_from", "", "start from these weights instead of the random init: a "
+                    "safetensors file of `ctrain export` or an llm.c fp32 model file; empty = none"),
     CT_PARAM_END,
 };
 

@@ -24,4 +24,8 @@ int32_t step_train(ct_rank *r, ct_step_stats *stats, ct_error *err);
 /* Forward only over `batches` micro-batches of the validation data from its start. */
 int32_t step_eval(ct_rank *r, int64_t batches, ct_step_stats *stats, ct_error *err);
 
+/* Forward only on the host tokens (B*T of them): r->logits (N,V) holds the logits after
+ * (`ctrain logits`). */
+int32_t step_logits(ct_rank *r, const int32_t *tokens, ct_error *err);
+
 #endif /* CTRAIN_HOST_STEP_H */
