@@ -75,9 +75,12 @@ const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size
         snprintf(buf, cap, "%s expresses GPT-2 only (norm = layernorm, mlp = gelu, pos = "
                  "learned, bias = true, tie_embeddings = true, qk_norm = false); this model has "
                  "norm = %s, mlp = %s, pos = %s, bias = %s, tie_embeddings = %s, qk_norm = %s "
-                 "---> use --target ctrain%s", layout_target_name(target), s->norm, s->mlp,
+                 "---> %s", layout_target_name(target), s->norm, s->mlp,
                  s->pos, s->bias ? "true" : "false", s->tie ? "true" : "false",
-                 s->qk_norm ? "true" : "false", llama_shaped(s) ? " or hf-llama" : "");
+                 s->qk_norm ? "true" : "false",
+                 target == LAYOUT_LLMC    ? "use --format safetensors"
+                 : llama_shaped(s)        ? "use --target hf-llama or ctrain"
+                                          : "use --target ctrain");
         return buf;
     }
     if (target == LAYOUT_LLMC && fabs(s->eps - 1e-5) > 1e-12) {
