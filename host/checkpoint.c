@@ -707,6 +707,11 @@ int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err
     if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path)) != CT_OK) return rc;
     rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, out->dir, &saved, &world,
                      &saved_cfg, err);
+    if (rc == CT_ERR_IO && !is_ckpt)
+        return ct_error_set(err, rc, "no valid checkpoint in %s: it is neither a checkpoint "
+                            "folder (holding rank_00000.bin) nor a run folder with a valid "
+                            "checkpoints/step_NNNNNNNN (skipped ones are named above) ---> pass "
+                            "a run's out_dir or one of its checkpoint folders", path);
     if (rc != CT_OK) return rc;
     out->n_units = saved[0].n_units;
     out->step = saved[0].step;

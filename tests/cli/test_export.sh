@@ -91,7 +91,7 @@ refused "llmc refuses a Llama-shaped model, saying why" "llmc expresses GPT-2 on
 refused "hf-gpt2 refuses a rope model, saying why" "this model has norm = rmsnorm, mlp = swiglu, pos = rope" \
     "$work/l" --format safetensors --target hf-gpt2 --out "$work/no"
 refused "hf-llama refuses GPT-2" "hf-llama expresses norm = rmsnorm" "$work/w2" --format safetensors --target hf-llama --out "$work/no"
-refused "a folder without checkpoints is refused" "no checkpoint under" "$work/nothing" --format llmc --out "$work/no.bin"
+refused "a folder without checkpoints is refused" "no valid checkpoint in $work/nothing: it is neither a checkpoint folder" "$work/nothing" --format llmc --out "$work/no.bin"
 [ ! -e "$work/no.bin" ] && [ -z "$(ls "$work" | grep '\.tmp\.')" ] && ok "a refused export leaves no file nor temporary" \
     || fail "refused exports left: $(ls "$work")"
 
