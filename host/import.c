@@ -35,10 +35,23 @@ void import_close(ct_import *im) {
     free(im);
 }
 
-/* Append "; text" to a mismatch list held in buf (cap bytes); counts what did not fit. */
-static void note(char *buf, size_t cap, int *n, int *dropped, const char *text) {
+/* Append "; text" to a mismatch list held in buf (cap bytes); counts what did not fit. Every
+ * line also goes to stderr once one has not fitted (the first ones then too), so the whole list
+ * is always shown. */
+static void note(char *buf, size_t cap, int *n, int *dropped, const char *text,
+                 const char *path) {
     size_t at = strlen(buf);
-    if (at + strlen(text) + 3 >= cap) {
+    if (*dropped == 0 && at + strlen(text) + 3 >= cap) { /* the first that does not fit */
+        fprintf(stderr, "ctrain: init_from %s: every mismatch:\n", path);
+        for (const char *p = buf; *p;) {
+            size_t k = strcspn(p, ";");
+            fprintf(stderr, "  %.*s\n", (int)k, p);
+            p += k;
+            while (*p == ';' || *p == ' ') p++;
+        }
+    }
+    if (*dropped || at + strlen(text) + 3 >= cap) {
+        fprintf(stderr, "  %s\n", text);
         (*dropped)++;
     } else {
         snprintf(buf + at, cap - at, "%s%s", *n ? "; " : "", text);
@@ -86,7 +99,7 @@ static int32_t open_safetensors(ct_import *im, const ct_config *cfg, const ct_mo
         free(used);
         return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     }
-    char list[360] = "", line[480], a[64], b[64];
+    char list[200] = "", line[480], a[64], b[64];
     int bad = 0, dropped = 0;
     for (int32_t i = 0; i < im->lay.n; i++) {
         const layout_entry *e = &im->lay.e[i];
@@ -94,7 +107,7 @@ static int32_t open_safetensors(ct_import *im, const ct_config *cfg, const ct_mo
         shape_text(a, sizeof a, e->ndim, e->shape);
         if (!t) {
             snprintf(line, sizeof line, "%s %s missing", e->name, a);
-            note(list, sizeof list, &bad, &dropped, line);
+            note(list, sizeof list, &bad, &dropped, line, im->path);
             continue;
         }
         used[t - im->st.t] = 1;
@@ -103,10 +116,10 @@ static int32_t open_safetensors(ct_import *im, const ct_config *cfg, const ct_mo
         if (!same) {
             shape_text(b, sizeof b, t->ndim, t->shape);
             snprintf(line, sizeof line, "%s expected %s, found %s", e->name, a, b);
-            note(list, sizeof list, &bad, &dropped, line);
+            note(list, sizeof list, &bad, &dropped, line, im->path);
         } else if (strcmp(t->dtype, "F32") != 0) {
             snprintf(line, sizeof line, "%s is %s, expected F32", e->name, t->dtype);
-            note(list, sizeof list, &bad, &dropped, line);
+            note(list, sizeof list, &bad, &dropped, line, im->path);
         }
         im->src[i] = t;
     }
@@ -114,14 +127,14 @@ static int32_t open_safetensors(ct_import *im, const ct_config *cfg, const ct_mo
         if (!used[j] && !(target == LAYOUT_HF_GPT2 && gpt2_ignorable(im->st.t[j].name))) {
             snprintf(line, sizeof line, "%s unexpected (this model has no such tensor)",
                      im->st.t[j].name);
-            note(list, sizeof list, &bad, &dropped, line);
+            note(list, sizeof list, &bad, &dropped, line, im->path);
         }
     free(used);
     if (bad)
         return ct_error_set(err, CT_ERR_INVALID, "%s (%s layout): %d tensor%s do not match this "
                             "model: %s%s ---> set [model] to the shape the file was exported "
                             "from", im->path, layout_target_name(target), bad, bad > 1 ? "s" : "",
-                            list, dropped ? " (and more)" : "");
+                            list, dropped ? " (and more: the whole list is above)" : "");
     return CT_OK;
 }
 
