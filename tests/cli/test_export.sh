@@ -70,6 +70,16 @@ claim "GPT-2 export: numpy forward (HF GPT-2 architecture) reproduces ctrain's l
     check forward "$work/g" "$work/tok" "$work/g.logits" 16
 claim "llm.c file: header and every tensor equal the safetensors export" check llmc "$work/g.bin" "$work/g"
 
+grep -q '"ctrain_tokenizer": "bytes"' "$work/g/config.json" && [ ! -e "$work/g/tokenizer.model" ] \
+    && ok "a byte-level run says so in config.json and copies no tokenizer.model" || fail "bytes tokenizer: $(ls "$work/g")"
+# a sentencepiece run: its model travels as tokenizer.model
+"$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out "$work/sp" --tokenizer sentencepiece \
+    --vocab-size 400 > "$work/sp.log" 2>&1 || fail "prepare sentencepiece: $(tail -2 "$work/sp.log")"
+train "$work/s" --set data.train="$work/sp" --set model.vocab_size=400 --set run.steps=1
+export_to "$work/s" "$work/sx" --format safetensors
+cmp -s "$work/sp/tokenizer.model" "$work/sx/tokenizer.model" && grep -q '"ctrain_tokenizer": "sentencepiece"' "$work/sx/config.json" \
+    && ok "a sentencepiece run's model is copied as tokenizer.model" || fail "sentencepiece tokenizer: $(ls "$work/sx")"
+
 # --- 3. Llama: rmsnorm, swiglu, rotate-half rope, untied head --------------------------------
 train "$work/l" "${LLAMA[@]}"
 export_to "$work/l" "$work/lx" --format safetensors
