@@ -118,6 +118,16 @@ export_to "$work/il/checkpoints/step_00000001" "$work/il1.bin" --format llmc
 cmp -s "$work/is1.bin" "$work/il1.bin" && compare_series "$work/is" "$work/il" loss 0 "step 1 loss" > /dev/null \
     && ok "one step from the safetensors import = one step from the llm.c import, bit for bit (loss, weights)" \
     || fail "one step after the two imports differs"
+# the original run from its step 0 export: AdamW state and data position are those of step 0, so
+# the imported run must retrace the original one bit for bit (its own random init differs:
+# init = open_lm, so an ignored init_from shows)
+train "$work/i0" --set model.init_from="$work/e0w1.bin" --set model.init=open_lm --set run.keep_checkpoints=5
+export_to "$work/i0" "$work/i0.bin" --format llmc
+export_to "$work/w1" "$work/w1.bin" --format llmc
+cmp -s "$work/i0.bin" "$work/w1.bin" && compare_series "$work/i0" "$work/w1" loss 0 "loss" > /dev/null \
+    && compare_series "$work/i0" "$work/w1" grad_norm 0 "grad_norm" > /dev/null \
+    && ok "a run imported from the original's step-0 export retraces its 3 steps bit for bit (loss, grad norm, weights)" \
+    || fail "the imported run departs from the original: $(compare_series "$work/i0" "$work/w1" loss 0 loss)"
 train "$work/ilx" "${LLAMA[@]}" --set model.init_from="$work/lx/model.safetensors" --set run.checkpoint_at_start=true --set run.steps=1
 export_to "$work/ilx/checkpoints/step_00000000" "$work/ilx0" --format safetensors
 claim "Llama: export -> import -> export is bit-identical" check same "$work/lx/model.safetensors" "$work/ilx0/model.safetensors"
@@ -147,6 +157,26 @@ printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2}     ' > "$work/bad.safetens
 "$CTRAIN" validate "$work/t.ini" --set model.init_from="$work/bad.safetensors" > /dev/null 2> "$work/m.err"; rc=$?
 [ $rc != 0 ] && [ $rc -lt 128 ] && grep -qF "safetensors header, byte" "$work/m.err" \
     && ok "validate: a damaged header is refused with its byte" || fail "bad header: rc $rc $(cat "$work/m.err")"
+# damaged files: the header's length, offsets outside the file, a repeated name, a dtype
+python3 - "$work" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+def st(name, header, data=b"", hlen=None):
+    h = json.dumps(header).encode()
+    open(f"{d}/{name}", "wb").write(struct.pack("<Q", len(h) if hlen is None else hlen) + h + data)
+t = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+st("long.safetensors", {"a": t}, b"\0" * 8, hlen=1 << 20)
+st("outside.safetensors", {"a": dict(t, data_offsets=[0, 64])}, b"\0" * 8)
+open(f"{d}/dup.safetensors", "wb").write(struct.pack("<Q", 2 * 71 + 3) + b'{"a":' + json.dumps(t).encode().ljust(66) + b',"a":' + json.dumps(t).encode().ljust(66) + b'}' + b"\0" * 8)
+st("f16.safetensors", {"transformer.wte.weight": {"dtype": "F16", "shape": [256, 16], "data_offsets": [0, 8192]}}, b"\0" * 8192)
+PY
+for c in "long|header length 1048576 does not fit the file" "outside|do not hold its shape in F32 or lie outside the file" \
+         "dup|a tensor name appears twice" "f16|transformer.wte.weight is F16, expected F32"; do
+    f=${c%%|*}; needle=${c#*|}
+    "$CTRAIN" validate "$work/t.ini" --set model.init_from="$work/$f.safetensors" > /dev/null 2> "$work/m.err"; rc=$?
+    [ $rc = 1 ] && grep -qF -- "$needle" "$work/m.err" && ok "validate: init_from $f.safetensors refused: $needle" \
+        || fail "init_from $f: rc $rc $(cat "$work/m.err")"
+done
 "$CTRAIN" validate "$work/t.ini" "${LLAMA[@]}" --set model.init_from="$work/g.bin" > /dev/null 2> "$work/m.err"; rc=$?
 [ $rc != 0 ] && grep -qF "llm.c GPT-2 model file, which cannot be loaded" "$work/m.err" \
     && ok "validate: an llm.c file into a Llama-shaped model is refused with the reason" \
