@@ -4,7 +4,8 @@
  * exists is complete; a save that fails removes its temporary folder, and a save never writes a
  * non-finite parameter or moment. Resume reads every rank's file, so a run saved at world size
  * N resumes at world size M (each rank takes its new shard of the reassembled units).
- * Not for: exporting a consolidated model to other formats (export.c). Paths are opaque bytes:
+ * checkpoint_read_master gives a checkpoint's weights reassembled whole, for export.c.
+ * Not for: writing other formats (export.c, safetensors.c, llmc.c). Paths are opaque bytes:
  * folders are made and removed in-process, never through a shell.
  */
 #ifndef CTRAIN_HOST_CHECKPOINT_H

@@ -11,6 +11,7 @@
 #include "contract.h"
 #include "export_layout.h"
 #include "files.h"
+#include "host_schema.h"
 #include "hostapi.h"
 #include "init.h"
 #include "llmc.h"
@@ -132,6 +133,28 @@ static int32_t write_config_json(const char *path, const layout *l, const char *
     return write_text(path, j, err);
 }
 
+/* The model plugin of the checkpoint's configuration, with [model] validated against the host's
+ * keys and the plugin's (defaults filled). Only the model: a checkpoint of a CUDA or MPI run
+ * exports on a machine without those plugins. */
+static const ct_plugin *resolve_model(ct_config *cfg, ct_registry *reg, ct_error *err) {
+    const host_section *hm = host_schema_find("model");
+    const char *name = config_get(cfg, "model", "plugin");
+    if (!name) name = hm->specs[0].default_value; /* "plugin" */
+    const ct_plugin *p = registry_resolve(reg, CT_KIND_MODEL, name, err);
+    if (!p) return NULL;
+    int32_t nh = 0;
+    while (hm->specs[nh].key) nh++;
+    ct_param_spec *all = calloc((size_t)(nh + p->n_params + 1), sizeof *all);
+    if (!all) return ct_error_set(err, CT_ERR_NOMEM, "out of memory"), NULL;
+    memcpy(all, hm->specs, (size_t)nh * sizeof *all);
+    memcpy(all + nh, p->params, (size_t)p->n_params * sizeof *all);
+    char owner[128];
+    snprintf(owner, sizeof owner, "model plugin %s", p->desc.name);
+    int32_t rc = config_validate_section(cfg, "model", all, sizeof(ct_param_spec), owner, NULL, err);
+    free(all);
+    return rc == CT_OK ? p : NULL;
+}
+
 static int usage(const char *why) {
     fprintf(stderr, "ctrain export: %s ---> usage: ctrain export RUN_DIR|CHECKPOINT_DIR --format "
             "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain]\n", why);
@@ -164,7 +187,7 @@ int cmd_export(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
     ckpt_master m;
     ct_registry *reg = NULL;
-    ct_wiring w;
+    const ct_plugin *mp = NULL;
     ct_host host;
     void *model = NULL;
     contract_lifecycle life = {0};
@@ -175,19 +198,19 @@ int cmd_export(int argc, char **argv) {
         return 1;
     }
     /* the checkpoint's own configuration says what the model is */
-    if (!(reg = registry_open(&err)) || wiring_resolve(m.cfg, reg, &w, &err) != CT_OK) {
+    if (!(reg = registry_open(&err)) || !(mp = resolve_model(m.cfg, reg, &err))) {
         fprintf(stderr, "ctrain export: %s/config.ini: %s\n", m.dir, err.message);
         goto out_free;
     }
-    hostapi_init(&host, m.cfg, 0, w.model->desc.name, NULL);
+    hostapi_init(&host, m.cfg, 0, mp->desc.name, NULL);
     ct_create_args a = {.struct_size = sizeof a, .api = hostapi_table(), .host = &host,
                         .section = "model", .rank = 0, .world_size = 1,
                         .device = {.type = CT_DEVICE_CPU}};
-    life = contract_lifecycle_of(CT_KIND_MODEL, w.model->vtable);
+    life = contract_lifecycle_of(CT_KIND_MODEL, mp->vtable);
     ct_model_desc d = {.struct_size = sizeof d};
-    const ct_model_vtable *mv = w.model->vtable;
+    const ct_model_vtable *mv = mp->vtable;
     if (!(model = life.create(&a, &err)) || mv->describe(model, &d, &err) != CT_OK) {
-        fprintf(stderr, "ctrain export: model %s: %s\n", w.model->desc.name, err.message);
+        fprintf(stderr, "ctrain export: model %s: %s\n", mp->desc.name, err.message);
         goto out_free;
     }
     if (d.tensor_struct_size == 0) d.tensor_struct_size = sizeof(ct_tensor_spec);

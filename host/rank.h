@@ -77,8 +77,8 @@ void rank_close(ct_rank *r);
  * terms exactly as rank_open does, for rank comm.rank of `world`, with `comm` as every
  * create()'s comm reference (it must hold rank and world_size: no engine is asked); checks
  * [data] seq_len against the model; opens [data] train and val with the model's vocabulary
- * as the token limit; then destroys everything. On failure *failed names the step: "plugins", "init_from" ([model] init_from checked
- * against the model: import.h),
+ * as the token limit; then destroys everything. On failure *failed names the step: "plugins",
+ * "init_from" ([model] init_from checked against the model: import.h),
  * "shape", "train" or "val" (NULL on success) and err holds rank_open's message. */
 int32_t rank_dry_open(const ct_config *cfg, const ct_wiring *w, int32_t world, ct_comm_ref comm,
                       const char **failed, ct_error *err);

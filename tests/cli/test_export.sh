@@ -56,6 +56,14 @@ cmp -s "$work/e0w2.bin" "$work/e0w1.bin" && cmp -s "$work/e0w2/model.safetensors
     && ok "the initial weights saved at world 2 full_shard and at world 1 export the same bytes (llmc and safetensors)" \
     || fail "exports of step 0 at world 2 and world 1 differ"
 export_to "$work/w2" "$work/w2c" --format safetensors --target ctrain
+# a checkpoint of a GPU run exports here: only the model plugin is needed (no device_cuda.so or
+# comm_nccl.so is built on a CPU machine)
+cp -r "$work/w2/checkpoints/step_00000003" "$work/gpu_ckpt"
+sed -i -e 's/^type = cpu/type = cuda/' -e 's/^plugin = threads/plugin = nccl/' "$work/gpu_ckpt/config.ini"
+export_to "$work/gpu_ckpt" "$work/gpu.bin" --format llmc
+grep -q '^type = cuda' "$work/gpu_ckpt/config.ini" && [ -s "$work/gpu.bin" ] \
+    && ok "a checkpoint whose config names device cuda and comm nccl exports without those plugins" \
+    || fail "export of a GPU run's checkpoint"
 claim "world-2 full_shard step 3 (newest of the run folder), ctrain layout = master weights read from the rank files" \
     check ckpt "$work/w2/checkpoints/step_00000003" "$work/w2c"
 
