@@ -67,6 +67,11 @@ grep -q '^type = cuda' "$work/gpu_ckpt/config.ini" && [ -s "$work/gpu.bin" ] \
 claim "world-2 full_shard step 3 (newest of the run folder), ctrain layout = master weights read from the rank files" \
     check ckpt "$work/w2/checkpoints/step_00000003" "$work/w2c"
 
+odd="$work/o' \$(touch X) d"
+export_to "$work/w2" "$odd" --format safetensors
+[ -s "$odd/model.safetensors" ] && [ ! -e X ] && [ ! -e "$work/X" ] && ok "--out with ' \$( ) and spaces is a plain folder name" \
+    || fail "odd --out: $(ls "$work")"
+
 # --- 2. GPT-2: logits of numpy's GPT-2 forward; llm.c's file ---------------------------------
 export_to "$work/w2" "$work/g" --format safetensors
 export_to "$work/w2" "$work/g.bin" --format llmc
