@@ -43,7 +43,7 @@ static int32_t fill_entry(void *ctx, int32_t i, float *buf, ct_error *err) {
 
 /* The run's tokenizer from the meta.ini `ctrain prepare` wrote beside [data] train: "bytes",
  * "sentencepiece" (its model's path into sp) or "unknown". */
-static const char *tokenizer_of(const ct_config *cfg, char *sp, size_t cap) {
+static const char *tokenizer_of(const host_config *cfg, char *sp, size_t cap) {
     const char *train = config_get(cfg, "data", "train");
     sp[0] = 0;
     if (!train || !*train) return "unknown";
@@ -57,7 +57,7 @@ static const char *tokenizer_of(const ct_config *cfg, char *sp, size_t cap) {
         else snprintf(dir, sizeof dir, ".");
     }
     if ((size_t)snprintf(meta, sizeof meta, "%s/meta.ini", dir) >= sizeof meta) return "unknown";
-    ct_config *m = config_new();
+    host_config *m = config_new();
     ct_error e = {.struct_size = sizeof e};
     const char *kind = "unknown";
     if (m && config_load_file(m, meta, &e) == CT_OK) {
@@ -136,11 +136,11 @@ static int32_t write_config_json(const char *path, const layout *l, const char *
 /* The model plugin of the checkpoint's configuration, with [model] validated against the host's
  * keys and the plugin's (defaults filled). Only the model: a checkpoint of a CUDA or MPI run
  * exports on a machine without those plugins. */
-static const ct_plugin *resolve_model(ct_config *cfg, ct_registry *reg, ct_error *err) {
+static const host_plugin *resolve_model(host_config *cfg, host_registry *reg, ct_error *err) {
     const host_section *hm = host_schema_find("model");
     const char *name = config_get(cfg, "model", "plugin");
     if (!name) name = hm->specs[0].default_value; /* "plugin" */
-    const ct_plugin *p = registry_resolve(reg, CT_KIND_MODEL, name, err);
+    const host_plugin *p = registry_resolve(reg, CT_KIND_MODEL, name, err);
     if (!p) return NULL;
     int32_t nh = 0;
     while (hm->specs[nh].key) nh++;
@@ -186,8 +186,8 @@ int cmd_export(int argc, char **argv) {
 
     ct_error err = {.struct_size = sizeof err};
     ckpt_master m;
-    ct_registry *reg = NULL;
-    const ct_plugin *mp = NULL;
+    host_registry *reg = NULL;
+    const host_plugin *mp = NULL;
     ct_host host;
     void *model = NULL;
     contract_lifecycle life = {0};
@@ -290,9 +290,9 @@ out_free:
 
 int cmd_logits(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
-    ct_config *cfg = NULL;
-    ct_registry *reg = NULL;
-    ct_wiring w;
+    host_config *cfg = NULL;
+    host_registry *reg = NULL;
+    host_wiring w;
     int n_rest = 0, status = 2;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     const char *tokens_path = NULL, *out = NULL;
@@ -363,7 +363,7 @@ int cmd_logits(int argc, char **argv) {
             goto out_session;
         }
     }
-    ct_rank r;
+    host_rank r;
     int32_t rc = rank_open(&r, cfg, &w, 0, 1, world_obj, &err);
     if (rc == CT_OK) {
         rc = step_logits(&r, tokens, &err);

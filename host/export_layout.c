@@ -31,7 +31,7 @@ const char *layout_target_name(int32_t t) {
     return t >= 0 && t < 4 ? target_names[t] : "auto";
 }
 
-void layout_model_shape(const ct_config *cfg, const ct_model_desc *d, model_shape *s) {
+void layout_model_shape(const host_config *cfg, const ct_model_desc *d, model_shape *s) {
     memset(s, 0, sizeof *s);
     const char *plugin = config_get(cfg, "model", "plugin"), *v;
     s->is_gpt = plugin && !strcmp(plugin, "gpt");
@@ -248,7 +248,7 @@ static void build_ctrain(builder *b) {
         }
 }
 
-int32_t layout_build(const ct_config *cfg, const ct_model_desc *d, int32_t target, layout *out,
+int32_t layout_build(const host_config *cfg, const ct_model_desc *d, int32_t target, layout *out,
                      ct_error *err) {
     memset(out, 0, sizeof *out);
     layout_model_shape(cfg, d, &out->s);

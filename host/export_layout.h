@@ -51,14 +51,14 @@ int32_t layout_target_from_name(const char *name);
 const char *layout_target_name(int32_t target);
 
 /* Read [model] of cfg into *s. */
-void layout_model_shape(const ct_config *cfg, const ct_model_desc *d, model_shape *s);
+void layout_model_shape(const host_config *cfg, const ct_model_desc *d, model_shape *s);
 
 /* NULL when `target` can express the model, else why not (a sentence to show the user). */
 const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size_t cap);
 
 /* The table for target (LAYOUT_AUTO resolved) of the model cfg/d describes, into *out.
  * CT_ERR_UNSUPPORTED with layout_refusal's reason when the target cannot express the model. */
-int32_t layout_build(const ct_config *cfg, const ct_model_desc *d, int32_t target, layout *out,
+int32_t layout_build(const host_config *cfg, const ct_model_desc *d, int32_t target, layout *out,
                      ct_error *err);
 void layout_free(layout *l);
 

@@ -74,7 +74,7 @@ static int gpt2_ignorable(const char *name) {
            (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
 }
 
-static int32_t open_safetensors(ct_import *im, const ct_config *cfg, const ct_model_desc *d,
+static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_model_desc *d,
                                 ct_error *err) {
     int32_t rc = st_open(im->path, &im->st, err);
     if (rc != CT_OK) return rc;
@@ -138,7 +138,7 @@ static int32_t open_safetensors(ct_import *im, const ct_config *cfg, const ct_mo
     return CT_OK;
 }
 
-static int32_t open_llmc(ct_import *im, const ct_config *cfg, const ct_model_desc *d,
+static int32_t open_llmc(ct_import *im, const host_config *cfg, const ct_model_desc *d,
                          ct_error *err) {
     int32_t rc = layout_build(cfg, d, LAYOUT_LLMC, &im->lay, err);
     if (rc != CT_OK) {
@@ -161,7 +161,7 @@ static int32_t open_llmc(ct_import *im, const ct_config *cfg, const ct_model_des
     return CT_OK;
 }
 
-int32_t import_open(const char *path, const ct_config *cfg, const ct_model_desc *d,
+int32_t import_open(const char *path, const host_config *cfg, const ct_model_desc *d,
                     ct_import **out, ct_error *err) {
     *out = NULL;
     ct_import *im = calloc(1, sizeof *im);

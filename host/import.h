@@ -16,7 +16,7 @@ typedef struct ct_import ct_import;
  * tensors that do not match (name, this model's shape, the file's shape; missing; unexpected),
  * CT_ERR_UNSUPPORTED when the file's layout cannot express this model, CT_ERR_IO when it
  * cannot be read. */
-int32_t import_open(const char *path, const ct_config *cfg, const ct_model_desc *d,
+int32_t import_open(const char *path, const host_config *cfg, const ct_model_desc *d,
                     ct_import **out, ct_error *err);
 /* Overwrite unit u's tensors in `full` (init_unit_numel floats) with the file's values. */
 int32_t import_unit(ct_import *im, uint32_t u, float *full, ct_error *err);

@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int32_t param_norms_grad(ct_rank *r, ct_metric_table *out, ct_error *err) {
+int32_t param_norms_grad(host_rank *r, host_metric_table *out, ct_error *err) {
     const ct_model_desc *d = &r->mdesc;
     uint32_t n = 0;
     for (uint32_t u = 0; u < d->n_units; u++) n += d->units[u].n_tensors;
-    if (out->n + (int32_t)n > CT_METRICS_MAX - 64) /* room for the log line's other figures */
+    if (out->n + (int32_t)n > HOST_METRICS_MAX - 64) /* room for the log line's other figures */
         return ct_error_set(err, CT_ERR_INVALID, "[run] log_param_norms: %u tensors do not fit "
                             "the %d metrics of a log line (with 64 others) ---> set log_param_norms = false for "
-                            "this model", n, CT_METRICS_MAX);
+                            "this model", n, HOST_METRICS_MAX);
     double *sums = calloc(2 * (size_t)n + 1, sizeof *sums); /* sharded, then replicated */
     if (!sums) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     const ct_strategy_vtable *st = r->strategy.vt;
@@ -42,7 +42,7 @@ int32_t param_norms_grad(ct_rank *r, ct_metric_table *out, ct_error *err) {
     i = 0;
     for (uint32_t u = 0; rc == CT_OK && u < d->n_units; u++)
         for (uint32_t k = 0; k < d->units[u].n_tensors; k++, i++) {
-            char name[CT_METRIC_NAME_MAX];
+            char name[HOST_METRIC_NAME_MAX];
             snprintf(name, sizeof name, "grad_norm/%s", init_tensor(d, u, k)->name);
             metrics_add(out, name, sqrt(sums[i] + sums[n + i]), CT_METRIC_MEAN);
         }

@@ -9,6 +9,6 @@
 
 /* Collective (every rank calls it after step_train). Adds one MEAN entry per tensor to *out
  * (identical on every rank). CT_ERR_INVALID when the table cannot hold them all. */
-int32_t param_norms_grad(ct_rank *r, ct_metric_table *out, ct_error *err);
+int32_t param_norms_grad(host_rank *r, host_metric_table *out, ct_error *err);
 
 #endif /* CTRAIN_HOST_PARAM_NORMS_H */
