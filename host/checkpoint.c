@@ -631,67 +631,135 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
     return rc;
 }
 
+static void close_checkpoint(saved_rank *saved, int32_t world, host_config *saved_cfg) {
+    for (int32_t q = 0; saved && q < world; q++) close_saved(&saved[q]);
+    free(saved);
+    config_free(saved_cfg);
+}
+
+/* The checkpoint to read: the folder `from` when it is not NULL, else the newest valid one
+ * under root (OUT/checkpoints), skipping invalid ones with a warning on stderr when `warn`.
+ * `what` names `from` in messages ("--resume-from"). The chosen folder's path into dir (PATH_MAX
+ * bytes), its verified files and config as open_checkpoint gives them. */
+static int32_t open_chosen(const char *root, const char *from, const char *what, int warn,
+                           char *dir, saved_rank **saved, int32_t *world, host_config **saved_cfg,
+                           ct_error *err) {
+    int32_t rc;
+    if (from) {
+        if ((rc = path_fmt(dir, PATH_MAX, err, "%s", from)) != CT_OK) return rc;
+        rc = open_checkpoint(dir, saved, world, saved_cfg, err);
+        if (rc != CT_OK) {
+            char why[sizeof err->message];
+            snprintf(why, sizeof why, "%s", err->message);
+            return ct_error_set(err, rc, "%s %s: %s ---> pass a complete checkpoint "
+                                "folder (OUT/checkpoints/step_NNNNNNNN)", what, from, why);
+        }
+        return CT_OK;
+    }
+    long long *steps = NULL;
+    int n = 0, skipped = 0;
+    if ((rc = list_steps(root, &steps, &n, err)) != CT_OK) return rc;
+    rc = CT_ERR_IO;
+    for (int i = 0; i < n && rc != CT_OK; i++) {
+        if (path_fmt(dir, PATH_MAX, err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        ct_error why = {.struct_size = sizeof why};
+        rc = open_checkpoint(dir, saved, world, saved_cfg, &why);
+        if (rc == CT_OK && (*saved)[0].step != steps[i]) {
+            rc = ct_error_set(&why, CT_ERR_INVALID, "its files are of step %lld",
+                              (long long)(*saved)[0].step);
+            close_checkpoint(*saved, *world, *saved_cfg);
+            *saved = NULL;
+            *saved_cfg = NULL;
+        }
+        if (rc == CT_OK) break;
+        if (rc == CT_ERR_NOMEM) {
+            *err = why;
+            break;
+        }
+        skipped++;
+        if (warn)
+            fprintf(stderr, "ctrain: warning: skipping checkpoint %s: %s ---> using "
+                    "the next older one\n", dir, why.message);
+    }
+    free(steps);
+    if (rc == CT_ERR_NOMEM) return rc;
+    if (rc != CT_OK) {
+        if (skipped)
+            return ct_error_set(err, CT_ERR_IO, "no valid checkpoint under %s (%d skipped: "
+                                "see the warnings above) ---> train without --resume", root,
+                                skipped);
+        return ct_error_set(err, CT_ERR_IO, "no checkpoint under %s ---> train without "
+                            "--resume first", root);
+    }
+    return CT_OK;
+}
+
+int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err) {
+    memset(out, 0, sizeof *out);
+    char root[PATH_MAX], probe[PATH_MAX];
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0, rc;
+    struct stat st;
+    /* a checkpoint folder holds rank_00000.bin; anything else is a run folder */
+    int is_ckpt = path_fmt(probe, sizeof probe, err, "%s/rank_00000.bin", path) == CT_OK &&
+                  stat(probe, &st) == 0;
+    if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path)) != CT_OK) return rc;
+    rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, out->dir, &saved, &world,
+                     &saved_cfg, err);
+    if (rc == CT_ERR_IO && !is_ckpt)
+        return ct_error_set(err, rc, "no valid checkpoint in %s: it is neither a checkpoint "
+                            "folder (holding rank_00000.bin) nor a run folder with a valid "
+                            "checkpoints/step_NNNNNNNN (skipped ones are named above) ---> pass "
+                            "a run's out_dir or one of its checkpoint folders", path);
+    if (rc != CT_OK) return rc;
+    out->n_units = saved[0].n_units;
+    out->step = saved[0].step;
+    out->world = world;
+    out->cfg = saved_cfg;
+    saved_cfg = NULL;
+    out->numel = calloc(out->n_units ? out->n_units : 1, sizeof *out->numel);
+    out->units = calloc(out->n_units ? out->n_units : 1, sizeof *out->units);
+    if (!out->numel || !out->units) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    for (uint32_t u = 0; rc == CT_OK && u < out->n_units; u++) {
+        uint64_t n = out->numel[u] = saved[0].units[u].unit_numel;
+        if (n > (1ull << 40)) {
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: unit %u claims %llu parameters",
+                              saved[0].path, u, (unsigned long long)n);
+            break;
+        }
+        if (!(out->units[u] = calloc(n ? n : 1, sizeof(float))))
+            rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for unit %u (%llu floats)", u,
+                              (unsigned long long)n);
+        else rc = gather_part(saved, world, u, 0, out->units[u], n, err);
+    }
+    close_checkpoint(saved, world, NULL);
+    if (rc != CT_OK) checkpoint_master_free(out);
+    return rc;
+}
+
+void checkpoint_master_free(ckpt_master *m) {
+    for (uint32_t u = 0; m->units && u < m->n_units; u++) free(m->units[u]);
+    free(m->units);
+    free(m->numel);
+    config_free(m->cfg);
+    memset(m, 0, sizeof *m);
+}
+
 int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err) {
     char dir[PATH_MAX], root[PATH_MAX];
     saved_rank *saved = NULL;
     host_config *saved_cfg = NULL;
     int32_t world = 0, rc;
-    if (from) {
-        if ((rc = path_fmt(dir, sizeof dir, err, "%s", from)) != CT_OK) return rc;
-        rc = open_checkpoint(dir, &saved, &world, &saved_cfg, err);
-        if (rc != CT_OK) {
-            char why[sizeof err->message];
-            snprintf(why, sizeof why, "%s", err->message);
-            return ct_error_set(err, rc, "--resume-from %s: %s ---> pass a complete checkpoint "
-                                "folder (OUT/checkpoints/step_NNNNNNNN)", from, why);
-        }
-    } else {
-        if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir)) != CT_OK) return rc;
-        long long *steps = NULL;
-        int n = 0, skipped = 0;
-        if ((rc = list_steps(root, &steps, &n, err)) != CT_OK) return rc;
-        rc = CT_ERR_IO;
-        for (int i = 0; i < n && rc != CT_OK; i++) {
-            if (path_fmt(dir, sizeof dir, err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
-            ct_error why = {.struct_size = sizeof why};
-            rc = open_checkpoint(dir, &saved, &world, &saved_cfg, &why);
-            if (rc == CT_OK && saved[0].step != steps[i]) {
-                rc = ct_error_set(&why, CT_ERR_INVALID, "its files are of step %lld",
-                                  (long long)saved[0].step);
-                for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
-                free(saved);
-                config_free(saved_cfg);
-                saved = NULL;
-                saved_cfg = NULL;
-            }
-            if (rc == CT_OK) break;
-            if (rc == CT_ERR_NOMEM) {
-                *err = why;
-                break;
-            }
-            skipped++;
-            if (r->rank == 0)
-                fprintf(stderr, "ctrain: warning: skipping checkpoint %s: %s ---> resuming from "
-                        "the next older one\n", dir, why.message);
-        }
-        free(steps);
-        if (rc == CT_ERR_NOMEM) return rc;
-        if (rc != CT_OK) {
-            if (skipped)
-                return ct_error_set(err, CT_ERR_IO, "no valid checkpoint under %s (%d skipped: "
-                                    "see the warnings above) ---> train without --resume", root,
-                                    skipped);
-            return ct_error_set(err, CT_ERR_IO, "no checkpoint under %s ---> train without "
-                                "--resume first", root);
-        }
-    }
+    if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir)) != CT_OK) return rc;
+    rc = open_chosen(root, from, "--resume-from", r->rank == 0, dir, &saved, &world, &saved_cfg,
+                     err);
+    if (rc != CT_OK) return rc;
     rc = check_model(r->cfg, saved_cfg, dir, err);
     if (rc == CT_OK) rc = load(r, dir, saved, world, err);
     if (rc == CT_OK) *step = saved[0].step;
-    for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
-    free(saved);
-    config_free(saved_cfg);
+    close_checkpoint(saved, world, saved_cfg);
     /* every rank has read its files: the history after the resumed step is abandoned (as the
      * rows of metrics.jsonl after it), so a later --resume can never jump back onto it */
     if ((rc = agree(r, rc, "loading the checkpoint", err)) != CT_OK) return rc;

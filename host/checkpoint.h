@@ -4,13 +4,16 @@
  * exists is complete; a save that fails removes its temporary folder, and a save never writes a
  * non-finite parameter or moment. Resume reads every rank's file, so a run saved at world size
  * N resumes at world size M (each rank takes its new shard of the reassembled units).
- * Not for: exporting a consolidated model to other formats (export.c). Paths are opaque bytes:
+ * checkpoint_read_master gives a checkpoint's weights reassembled whole, for export.c.
+ * Not for: writing other formats (export.c, safetensors.c, llmc.c). Paths are opaque bytes:
  * folders are made and removed in-process, never through a shell.
  */
 #ifndef CTRAIN_HOST_CHECKPOINT_H
 #define CTRAIN_HOST_CHECKPOINT_H
 
 #include "rank.h"
+
+#include <limits.h>
 
 /* Write OUT/config.ini: the resolved configuration (rank 0 only; call before the ranks start).
  * Through a temporary file that is removed when the write fails. */
@@ -39,5 +42,24 @@ int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, i
 /* Path of the newest complete checkpoint folder (a directory named step_ and digits only)
  * under out_dir into buf; CT_ERR_IO if none. Does not read the files (checkpoint_resume does). */
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err);
+
+/* A checkpoint's master weights, every unit reassembled whole (unpadded, f32, host memory)
+ * from the rank files whatever world size and strategy saved them: what export.c writes. */
+typedef struct ckpt_master {
+    char       dir[PATH_MAX]; /* the checkpoint folder read */
+    int64_t    step;
+    int32_t    world;     /* the world size that saved it */
+    uint32_t   n_units;
+    uint64_t  *numel;     /* (n_units) each unit's length as saved */
+    float    **units;     /* (n_units) arrays of numel[u] floats */
+    host_config *cfg;       /* the folder's config.ini, loaded (not validated) */
+} ckpt_master;
+
+/* Read `path`: a checkpoint folder (it holds rank_00000.bin), or a run folder whose newest
+ * valid checkpoint is taken (invalid ones skipped with a warning on stderr, as --resume does).
+ * Verifies every file as resume does. On failure *out is empty and err says why. Free with
+ * checkpoint_master_free. */
+int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err);
+void checkpoint_master_free(ckpt_master *m);
 
 #endif /* CTRAIN_HOST_CHECKPOINT_H */

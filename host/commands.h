@@ -17,6 +17,8 @@
     X(plot,     "RUN_DIR... --metric NAME... --out FILE.png [--title T] [--logy]", "draw metrics of runs against step (gnuplot)") \
     X(compare,  "RUN_DIR... [--csv]",       "a table of the runs' logit-norm figures, losses, tokens/s") \
     X(check_plugin, "FILE.so [--set key=value]...", "prove a plugin keeps its kind's contract (finite differences, references)") \
+    X(export,   "RUN_DIR|CHECKPOINT_DIR --format safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain]", "write a checkpoint's weights for other programs (Hugging Face, llm.c)") \
+    X(logits,   "CONFIG.ini [--set s.k=v]... --tokens FILE --out FILE", "debug: the model's logits on int32 tokens, as raw f32 (B,T,V)") \
     X(help,     "[COMMAND]",                "this help")
 
 #define HOST_DECLARE_COMMAND(name, usage, summary) int cmd_##name(int argc, char **argv);

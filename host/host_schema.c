@@ -15,6 +15,11 @@ static const ct_param_spec run_specs[] = {
     CT_PARAM_INT("eval_every", "0", 0, 1e9, "evaluate on [data] val every this many steps; 0 = never"),
     CT_PARAM_INT("eval_batches", "8", 1, 1e9, "micro-batches per evaluation"),
     CT_PARAM_INT("checkpoint_every", "0", 0, 1e9, "checkpoint every this many steps; 0 = only at the end"),
+    CT_PARAM_BOOL("checkpoint_at_start", "false",
+                  "also checkpoint the initial weights (step_00000000) before the first step"),
+    CT_PARAM_BOOL("log_param_norms", "false",
+                  "add every tensor's gradient norm to metrics.jsonl at log steps "
+                  "(grad_norm/<tensor>)"),
     CT_PARAM_INT("keep_checkpoints", "2", 1, 1e9, "checkpoints kept on disk (oldest removed)"),
     CT_PARAM_BOOL("probe", "false",
                   "reduction-error probe at each log step: the policy's reduction of a gradient "
@@ -50,6 +55,8 @@ static const ct_param_spec optim_specs[] = {
 
 static const ct_param_spec model_specs[] = {
     CT_PARAM_STRING("plugin", "gpt", "model plugin (name or path to a .so)"),
+    CT_PARAM_STRING("init_from", "", "start from these weights instead of the random init: a "
+                    "safetensors file of `ctrain export` or an llm.c fp32 model file; empty = none"),
     CT_PARAM_END,
 };
 

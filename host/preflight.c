@@ -167,6 +167,11 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
         snprintf(where, sizeof where, "%s: [data] %s", config_origin(cfg, "data", failed),
                  failed);
         prefix_message(err, where);
+    } else if (!strcmp(failed, "init_from")) {
+        char where[CT_VALUE_MAX];
+        snprintf(where, sizeof where, "%s: [model] init_from",
+                 config_origin(cfg, "model", "init_from"));
+        prefix_message(err, where);
     } else if (!strcmp(failed, "plugins")) {
         const char *origin = plugin_error_origin(cfg, err->message);
         if (origin && strncmp(err->message, origin, strlen(origin)))

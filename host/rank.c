@@ -5,6 +5,7 @@
 #include "rank.h"
 
 #include "contract.h"
+#include "import.h"
 #include "init.h"
 
 #include <stdio.h>
@@ -93,6 +94,10 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     int32_t da = 0;
     if (config_get_bool(r->cfg, "optim", "decay_all", &da, NULL) == CT_OK) decay_all = da;
+    const char *init_from = config_get(r->cfg, "model", "init_from");
+    ct_import *im = NULL; /* [model] init_from: its values replace the random ones */
+    if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, &im, err)) != CT_OK)
+        return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
         float *full = malloc(n * sizeof *full);
@@ -100,11 +105,13 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         if (!full || !mask) {
             free(full);
             free(mask);
+            import_close(im);
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
+        if (im) rc = import_unit(im, u, full, err);
         init_decay_mask(&r->mdesc, u, (int32_t)decay_all, mask);
-        rc = st->load_unit(r->strategy.self, u, full, err);
+        if (rc == CT_OK) rc = st->load_unit(r->strategy.self, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
         if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
         if (rc == CT_OK) {
@@ -129,10 +136,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         free(full);
         free(mask);
         if (rc != CT_OK) {
+            import_close(im);
             if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
             return rc;
         }
     }
+    import_close(im);
     return CT_OK;
 }
 
@@ -279,6 +288,13 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     r->comm_ref = comm;
     *failed = "plugins";
     int32_t rc = open_instances(r, w, NULL, 0, err);
+    const char *init_from = config_get(cfg, "model", "init_from");
+    if (rc == CT_OK && init_from && *init_from) { /* the whole file checked against the model */
+        ct_import *im = NULL;
+        *failed = "init_from";
+        rc = import_open(init_from, cfg, &r->mdesc, &im, err);
+        import_close(im);
+    }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "train", rc = open_data(r, err);
     if (rc != CT_OK && r->train_data) *failed = "val";

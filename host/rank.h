@@ -78,6 +78,7 @@ void rank_close(host_rank *r);
  * create()'s comm reference (it must hold rank and world_size: no engine is asked); checks
  * [data] seq_len against the model; opens [data] train and val with the model's vocabulary
  * as the token limit; then destroys everything. On failure *failed names the step: "plugins",
+ * "init_from" ([model] init_from checked against the model: import.h),
  * "shape", "train" or "val" (NULL on success) and err holds rank_open's message. */
 int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t world, ct_comm_ref comm,
                       const char **failed, ct_error *err);

@@ -164,3 +164,12 @@ int32_t step_eval(host_rank *r, int64_t batches, host_step_stats *stats, ct_erro
     }
     return CT_OK;
 }
+
+int32_t step_logits(host_rank *r, const int32_t *tokens, ct_error *err) {
+    ct_logit_stats ls = {.struct_size = sizeof ls};
+    memcpy(r->h_tokens, tokens, (size_t)r->N * sizeof *tokens);
+    int32_t rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens,
+                                 (uint64_t)r->N * sizeof(int32_t), CT_COPY_H2D, err);
+    if (rc == CT_OK) rc = forward(r, 0, &ls, err);
+    return rc;
+}

@@ -24,4 +24,8 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err);
 /* Forward only over `batches` micro-batches of the validation data from its start. */
 int32_t step_eval(host_rank *r, int64_t batches, host_step_stats *stats, ct_error *err);
 
+/* Forward only on the host tokens (B*T of them): r->logits (N,V) holds the logits after
+ * (`ctrain logits`). */
+int32_t step_logits(host_rank *r, const int32_t *tokens, ct_error *err);
+
 #endif /* CTRAIN_HOST_STEP_H */

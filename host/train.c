@@ -6,6 +6,7 @@
 #include "checkpoint.h"
 #include "commands.h"
 #include "optim.h"
+#include "param_norms.h"
 #include "rank.h"
 #include "runlock.h"
 #include "step.h"
@@ -209,8 +210,17 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     double t_run = now_s();
     int64_t steps_done_here = 0;
     int64_t last = sh->stop_after > 0 && sh->stop_after < oc.steps ? sh->stop_after : oc.steps;
-    int32_t probe = 0;
+    int32_t probe = 0, ckpt_start = 0, param_norms = 0;
     config_get_bool(cfg, "run", "probe", &probe, NULL);
+    config_get_bool(cfg, "run", "checkpoint_at_start", &ckpt_start, NULL);
+    config_get_bool(cfg, "run", "log_param_norms", &param_norms, NULL);
+    host_metric_table norms; /* per-tensor gradient norms of the log step ([run] log_param_norms) */
+    metrics_clear(&norms);
+    if (ckpt_start && !resumed && rc == CT_OK) {
+        rc = checkpoint_save(r, sh->out_dir, 0, (int32_t)keep, err);
+        if (rc == CT_OK && r->rank == 0)
+            printf("checkpoint: %s/checkpoints/step_%08d\n", sh->out_dir, 0);
+    }
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         host_step_stats st;
         r->step = step;
@@ -218,6 +228,8 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
         rc = step_train(r, &st, err);
         double gnorm = 0, lr = optim_lr(&oc, step - 1);
         if (rc == CT_OK) rc = optim_grad_norm(r, &gnorm, err);
+        if (rc == CT_OK && param_norms && (step % log_every == 0 || step == oc.steps))
+            rc = param_norms_grad(r, &norms, err);
         if (rc == CT_OK && !isfinite(gnorm))
             rc = ct_error_set(err, CT_ERR_INVALID,
                               "step %lld: gradient norm is %g ---> lower [optim] lr or use "
@@ -243,6 +255,10 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             metrics_add(&out, "lr", lr, CT_METRIC_MEAN);
             metrics_add(&out, "tokens_per_s", tps, CT_METRIC_MEAN);
             metrics_add(&out, "world_size", r->world, CT_METRIC_MEAN);
+            for (int32_t i = 0; i < norms.n; i++)
+                metrics_add(&out, norms.items[i].name, metrics_value(&norms, norms.items[i].name),
+                            CT_METRIC_MEAN);
+            metrics_clear(&norms);
             metrics_sort(&out);
             if (mf) {
                 if ((rc = metrics_file_write(mf, &out, step, err)) != CT_OK) break;

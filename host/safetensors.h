@@ -1,0 +1,60 @@
+/* safetensors.h — the safetensors format (Hugging Face), read and written by ctrain itself:
+ * uint64 little-endian N, then N bytes of JSON {"NAME": {"dtype": "F32", "shape": [..],
+ * "data_offsets": [BEGIN, END]}, ..., "__metadata__": {"KEY": "VALUE", ...}} (written padded
+ * with spaces to a multiple of 8), then the tensors' raw little-endian bytes, offsets relative
+ * to the end of the header. Only F32 tensors are read or written.
+ * Not for: which tensors a model has or what they are called (export_layout.h). */
+#ifndef CTRAIN_HOST_SAFETENSORS_H
+#define CTRAIN_HOST_SAFETENSORS_H
+
+#include <ctrain/ctrain.h>
+
+#include <limits.h>
+
+#define ST_MAX_DIMS 8
+#define ST_NAME_MAX 256
+#define ST_HEADER_MAX (100u << 20) /* bytes of JSON header accepted (as the reference reader) */
+
+typedef struct st_tensor {
+    char     name[ST_NAME_MAX];
+    char     dtype[16];
+    int32_t  ndim;
+    int64_t  shape[ST_MAX_DIMS];
+    uint64_t begin, end; /* byte offsets after the header */
+} st_tensor;
+
+typedef struct st_file {
+    char       path[PATH_MAX];
+    int        fd;
+    uint64_t   data_start; /* 8 + header length */
+    uint64_t   file_size;
+    st_tensor *t;
+    int32_t    n;
+    char     **meta;       /* key, value, key, value ... (2 * n_meta strings) */
+    int32_t    n_meta;
+} st_file;
+
+/* Open and parse `path`: the header's JSON, every tensor's dtype, shape and offsets (inside
+ * the file, matching the shape's size). CT_ERR_IO when it cannot be read, CT_ERR_INVALID
+ * naming the file and the byte of the header that is wrong. Close with st_close. */
+int32_t st_open(const char *path, st_file *f, ct_error *err);
+void st_close(st_file *f);
+const st_tensor *st_find(const st_file *f, const char *name);
+const char *st_meta(const st_file *f, const char *key); /* NULL when absent */
+/* Read an F32 tensor's elements into out (numel floats). */
+int32_t st_read_f32(const st_file *f, const st_tensor *t, float *out, ct_error *err);
+
+/* One tensor to write: its name, shape, and a function that fills its numel floats. */
+typedef struct st_out {
+    const char *name;
+    int32_t     ndim;
+    int64_t     shape[2];
+} st_out;
+typedef int32_t (*st_fill_fn)(void *ctx, int32_t i, float *buf, ct_error *err);
+
+/* Write `path` atomically (outfile.h): n tensors in order, each filled by fill(ctx, i, buf)
+ * into a buffer of its numel floats, and the metadata pairs meta[2k] = meta[2k+1]. */
+int32_t st_write(const char *path, const st_out *t, int32_t n, const char *const *meta,
+                 int32_t n_meta, st_fill_fn fill, void *ctx, ct_error *err);
+
+#endif /* CTRAIN_HOST_SAFETENSORS_H */
