@@ -36,10 +36,11 @@ elapsed() { echo $(( $(date +%s) - start )); }
 flunk() { say "FAIL $*"; fails=$((fails + 1)); }
 # The environment this script started with: the PyTorch peer runs in it (its own cuBLAS and
 # NCCL), never with the kit's or the toolkit's library paths.
-clean_env=(env)
+clean_unset=() clean_set=()
 for v in LD_LIBRARY_PATH CPATH LIBRARY_PATH PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_LIBDIR PATH; do
-    if [ -n "${!v+x}" ]; then clean_env+=("$v=${!v}"); else clean_env+=(-u "$v"); fi
+    if [ -n "${!v+x}" ]; then clean_set+=("$v=${!v}"); else clean_unset+=(-u "$v"); fi
 done
+clean_env=(env "${clean_unset[@]}" "${clean_set[@]}") # env takes its -u options first
 
 # step NAME WANT RESERVE CMD...: run CMD under `timeout` for at most WANT seconds, leaving
 # RESERVE seconds of the budget to the steps after it; its own log goes to tests.log after it;
@@ -268,15 +269,15 @@ PY
 }
 if [ $DRY -eq 1 ]; then
     say "bench: dry run: skipped"
-elif [ ! -x "$BUILD/ctrain" ]; then
-    flunk "bench ctrain: no $BUILD/ctrain"
 else
-    python3 bench/make_random_shard.py "$WORK/bench.bin" 50257 4000000
     B=64 tps=
     cap=$(gpu_cap 150 "$(gpu_left "$deadline")" 140)
-    if [ "$cap" -eq 0 ]; then
+    if [ ! -x "$BUILD/ctrain" ]; then
+        flunk "bench ctrain: no $BUILD/ctrain (PyTorch still runs, at B=$B)"
+    elif [ "$cap" -eq 0 ]; then
         flunk "bench ctrain: not run: $(gpu_left "$deadline") s left, 140 s kept for PyTorch and the unit tests"
     else
+        python3 bench/make_random_shard.py "$WORK/bench.bin" 50257 4000000
         t0=$(date +%s)
         tps=$(bench_ctrain 64 "$cap")
         # Out of memory at 64 shows within seconds: one retry at 32 in what is left of the cap.
