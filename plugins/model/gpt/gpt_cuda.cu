@@ -12,6 +12,14 @@
  * g = bf16(f32(g) + sum)), as on the CPU. What differs from the CPU is the order of f32 sums
  * (GEMM tiling, tree reductions in norms and softmax) and expf/logf (<= 2 ulp).
  *
+ * The output head under bf16 compute pads the vocabulary to Vp, a multiple of 64 (GPT_VPAD), so
+ * its products have aligned sizes and leading dimensions: the head weight is copied into a
+ * (Vp,C) operand whose V..Vp-1 rows stay zero; forward writes (N,Vp) f32 into scratch and one
+ * kernel keeps the first V columns (rounded) in the host's (N,V) logits; backward copies
+ * dlogits into a (N,Vp) bf16 operand with zero pad columns. The pad columns never reach the
+ * host: no loss, metric or sampler sees them, and they add exact zeros to every sum. Under f32
+ * the head is unpadded (its operands are the activations themselves, no copies to pad).
+ *
  * Attention is the simple version: scores of every (batch, head) pair as one (T,T) f32 matrix
  * (strided-batched GEMMs over a (B*NH,T,T) scratch, causal mask applied in the softmax
  * kernel); backward recomputes the probabilities from the saved row log-sum-exp. The scratch
@@ -45,6 +53,7 @@
 #define EW 256          /* threads per block of element-wise kernels */
 #define EW_MAX 8448     /* element-wise grids stride beyond this many blocks */
 #define NCH 64          /* row chunks of the two-pass column sums (bias and norm gradients) */
+#define GPT_VPAD 64     /* the head's vocabulary is padded to a multiple of this (bf16 compute) */
 
 typedef struct gpt_cuda {
     cudaStream_t   st;
@@ -59,7 +68,11 @@ typedef struct gpt_cuda {
     void          *dO;          /* (BH,T,HD) op: attention output gradient */
     float         *o;           /* (BH,T,HD) f32: O in forward, dQ in backward */
     float         *dk, *dv;     /* (BH,T,HD) f32 */
-    uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits */
+    uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits;
+                                   padded head: 4*N*Vp bytes, (N,Vp) f32 head output in forward,
+                                   (N,Vp) bf16 dlogits in backward */
+    int64_t        Vp;          /* V rounded up to GPT_VPAD under bf16 compute; else V */
+    uint16_t      *wpad;        /* (Vp,C) bf16 head weight, rows V..Vp-1 zero; NULL when Vp == V */
     uint16_t      *xb;          /* bf16 operand copies (N * max(C,F)): x */
     float         *gscr;        /* (unit_numel_max) f32 parameter-gradient scratch */
     float         *part;        /* (NCH, 2*max(FH,3C)) partial column sums */
@@ -172,6 +185,22 @@ __global__ void k_round(float *x, int64_t n) { FOR_EACH(i, n) x[i] = ct_round_bf
 
 __global__ void k_to_bf16(uint16_t *d, const float *s, int64_t n) {
     FOR_EACH(i, n) d[i] = ct_bf16_from_f32(s[i]);
+}
+
+/* Padded head: out (N,V) = the first V columns of z (N,Vp), rounded when r. */
+__global__ void k_unpad(float *out, const float *z, int64_t N, int64_t V, int64_t Vp, int r) {
+    FOR_EACH(i, N * V) {
+        int64_t n = i / V, j = i % V;
+        out[i] = maybe_round(z[n * Vp + j], r);
+    }
+}
+
+/* Padded head: d (N,Vp) bf16 = x (N,V) f32 rounded, pad columns 0. */
+__global__ void k_to_bf16_pad(uint16_t *d, const float *x, int64_t N, int64_t V, int64_t Vp) {
+    FOR_EACH(i, N * Vp) {
+        int64_t n = i / Vp, j = i % Vp;
+        d[i] = j < V ? ct_bf16_from_f32(x[n * V + j]) : (uint16_t)0;
+    }
 }
 
 /* y (N,M) += b (typed params at b_off, or none); rounded when r. */
@@ -854,8 +883,17 @@ static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
     const float *x = m->res + m->L * N * C;
     CHECK(norm_fwd(m, a, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, m->root.lnf_w, m->root.lnf_b,
                    1, err));
-    CHECK(linear_fwd(m, a, a->logits, operand(m, g->xb, m->lnf, N * C), m->root.head, -1, N, C,
-                     V, err));
+    const void *xo = operand(m, g->xb, m->lnf, N * C);
+    if (!m->bf16 || !g->wpad)
+        return linear_fwd(m, a, a->logits, xo, m->root.head, -1, N, C, V, err);
+    /* padded: z (N,Vp) = lnf Wpad^T into xa's bytes, then the first V columns, rounded */
+    const int64_t Vp = g->Vp;
+    float *z = (float *)g->xa;
+    TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
+                        cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
+    CHECK(gemm(m, 0, 1, N, Vp, C, 1.0f, xo, C, 0, g->wpad, C, 0, 0.0f, z, Vp, 0, 1, err));
+    k_unpad<<<ew_blocks(N * V), EW, 0, g->st>>>(a->logits, z, N, V, Vp, 1);
+    LAUNCHED("k_unpad (head logits)");
     return CT_OK;
 }
 
@@ -865,10 +903,35 @@ static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     if (!a->dlogits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
     float *dlnf = m->dnc;
-    /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
-    const void *dyo = operand(m, g->xa, a->dlogits, N * V);
-    CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, N, C, V, err));
-    CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, m->lnf, N * C), N, V, C, err));
+    if (!m->bf16 || !g->wpad) {
+        /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
+        const void *dyo = operand(m, g->xa, a->dlogits, N * V);
+        CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, N, C, V, err));
+        CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, m->lnf, N * C), N, V, C,
+                          err));
+    } else {
+        /* padded: dlogits as a (N,Vp) bf16 operand with zero pad columns; the weight again
+         * (the params may be another gather than forward's); the gradient of the V real rows
+         * only (lda = Vp) */
+        const int64_t Vp = g->Vp;
+        k_to_bf16_pad<<<ew_blocks(N * Vp), EW, 0, g->st>>>(g->xa, a->dlogits, N, V, Vp);
+        LAUNCHED("k_to_bf16_pad (head dlogits)");
+        TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
+                            cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
+        CHECK(gemm(m, 0, 0, N, C, Vp, 1.0f, g->xa, Vp, 0, g->wpad, C, 0, 0.0f, dlnf, C, 0, 1,
+                   err));
+        CHECK(round_if(m, dlnf, N * C, err));
+        const void *xo = operand(m, g->xb, m->lnf, N * C);
+        if (a->grad_dtype == CT_DTYPE_F32) {
+            CHECK(gemm(m, 1, 0, V, C, N, 1.0f, g->xa, Vp, 0, xo, C, 0, 1.0f,
+                       (float *)a->grads + m->root.head, C, 0, 1, err));
+        } else {
+            CHECK(gemm(m, 1, 0, V, C, N, 1.0f, g->xa, Vp, 0, xo, C, 0, 0.0f, g->gscr, C, 0, 1,
+                       err));
+            k_gadd<<<ew_blocks(V * C), EW, 0, g->st>>>(a->grads, 1, m->root.head, g->gscr, V * C);
+            LAUNCHED("grad add (head)");
+        }
+    }
     const float *x = m->res + m->L * N * C;
     CHECK(norm_bwd(m, a, m->dres, C, dlnf, C, x, C, m->lnf_mean, m->lnf_rstd, m->root.lnf_w,
                    m->root.lnf_b, 0, err));
@@ -968,10 +1031,17 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     g->dk = CARVE_F(BH * T * HD);
     g->dv = CARVE_F(BH * T * HD);
     g->xa = g->xb = NULL;
+    g->wpad = NULL;
+    g->Vp = m->dtype == CT_DTYPE_BF16 ? (int64_t)ct_align_up(V, GPT_VPAD) : (int64_t)V;
     if (m->dtype == CT_DTYPE_BF16) {
         uint64_t wa = V > FH ? V : FH, wb = C > F ? C : F;
         if (wa < 3 * C) wa = 3 * C;
-        g->xa = (uint16_t *)carve(base, &c, N * wa * 2);
+        uint64_t xa_bytes = N * wa * 2;
+        if ((uint64_t)g->Vp != V) { /* the padded head's (N,Vp) f32 output lives here too */
+            if (xa_bytes < N * (uint64_t)g->Vp * 4) xa_bytes = N * (uint64_t)g->Vp * 4;
+            g->wpad = (uint16_t *)carve(base, &c, (uint64_t)g->Vp * C * 2); /* zeroed once */
+        }
+        g->xa = (uint16_t *)carve(base, &c, xa_bytes);
         g->xb = (uint16_t *)carve(base, &c, N * wb * 2);
     }
     g->gscr = CARVE_F(m->unit_numel_max);
