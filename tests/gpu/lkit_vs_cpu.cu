@@ -5,8 +5,9 @@
  * to shared memory races with the first call's readers, and some blocks report the second sum
  * as the first. Then ct_lkit_k_sum over N rows against the same host tree.
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed".
- * Usage: lkit_vs_cpu [--cpu]  (--cpu: no GPU; checks the host tree against a plain double sum,
- * a dry run of this program anywhere). Build (run.sh does): nvcc -O2 -arch=sm_90 -Isdk/include
+ * Usage: lkit_vs_cpu [--cpu | --small]  (--cpu: no GPU; checks the host tree against a plain
+ * double sum, a dry run of this program anywhere; --small: 64 blocks, one run, for
+ * compute-sanitizer's racecheck, which flags the race itself and runs far slower). Build (run.sh does): nvcc -O2 -arch=sm_90 -Isdk/include
  * lkit_vs_cpu.cu -o lkit_vs_cpu. Not for: the loss terms (loss_vs_cpu.c).
  */
 #include <ctrain/loss_kit_cuda.cuh>
@@ -65,6 +66,8 @@ static double rows_sum(const double *r, int64_t N) {
 
 int main(int argc, char **argv) {
     int cpu_only = argc > 1 && !strcmp(argv[1], "--cpu");
+    int small = argc > 1 && !strcmp(argv[1], "--small");
+    const int nblocks = small ? 64 : BLOCKS, nruns = small ? 1 : 20;
     const size_t n = (size_t)BLOCKS * CT_LKIT_THREADS;
     double *x = (double *)malloc(n * sizeof(double)), *want = (double *)malloc(2 * BLOCKS * 8);
     double *got = (double *)malloc(2 * BLOCKS * 8);
@@ -108,20 +111,20 @@ int main(int argc, char **argv) {
     {
         int bad_runs = 0;
         size_t bad_blocks = 0;
-        for (int run = 0; run < 20; run++) { /* a race needs chances: 20 x 4096 blocks */
+        for (int run = 0; run < nruns; run++) { /* a race needs chances: 20 x 4096 blocks */
             CK(cudaMemset(dout, 0, 2 * BLOCKS * 8), "cudaMemset");
-            k_two_sums<<<BLOCKS, CT_LKIT_THREADS>>>(dx, dout);
+            k_two_sums<<<nblocks, CT_LKIT_THREADS>>>(dx, dout);
             CK(cudaGetLastError(), "k_two_sums launch");
             CK(cudaMemcpy(got, dout, 2 * BLOCKS * 8, cudaMemcpyDeviceToHost), "read-back");
             size_t bad = 0;
-            for (int i = 0; i < 2 * BLOCKS; i++) bad += memcmp(&got[i], &want[i], 8) != 0;
+            for (int i = 0; i < 2 * nblocks; i++) bad += memcmp(&got[i], &want[i], 8) != 0;
             bad_runs += bad > 0;
             bad_blocks += bad;
         }
         char d[200];
-        snprintf(d, sizeof d, "%zu of %d sums differ from the host tree over 20 runs (%d runs "
-                 "with a difference; expected 0: bit-identical)", bad_blocks, 40 * BLOCKS,
-                 bad_runs);
+        snprintf(d, sizeof d, "%zu of %d sums differ from the host tree over %d runs (%d runs "
+                 "with a difference; expected 0: bit-identical)", bad_blocks,
+                 2 * nblocks * nruns, nruns, bad_runs);
         report(bad_blocks == 0, "block_sum_twice_in_one_kernel_bit_identical", d);
     }
     {

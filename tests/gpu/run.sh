@@ -182,7 +182,7 @@ if command -v "$NVCC" >/dev/null 2>&1 &&
     step lkit_vs_cpu 30 210 "$BUILD/tests/lkit_vs_cpu" "${cpu_flag[@]}"
     if [ $DRY -eq 0 ] && command -v compute-sanitizer >/dev/null 2>&1; then
         step lkit_racecheck 60 210 compute-sanitizer --tool racecheck --error-exitcode 3 \
-            "$BUILD/tests/lkit_vs_cpu"
+            "$BUILD/tests/lkit_vs_cpu" --small
     fi
 else
     flunk "lkit_vs_cpu: does not compile (nvcc $NVCC): $(tail -3 "$WORK/lkit.build" 2>/dev/null | tr '\n' ' ')"
