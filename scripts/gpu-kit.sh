@@ -29,10 +29,12 @@ ln -sf openblas-pthread/libopenblas.so "$lib/libopenblas.so"
 ln -sf openblas-pthread/libopenblas.so.0 "$lib/libopenblas.so.0"
 ln -sf ../openblas-pthread/pkgconfig/openblas.pc "$lib/pkgconfig/openblas.pc"
 # Absolute symlinks inside the kit would point at the GPU machine's own /usr: make them relative.
+# (an `if`, not `[ ] && ln`: under set -e and pipefail the loop's status must not be its last
+# link's test; a dangling absolute link is left as it is)
 find "$kit/root" -type l | while read -r l; do
     t=$(readlink "$l")
     case "$t" in /*)
-        [ -e "$kit/root$t" ] && ln -sfr "$kit/root$t" "$l" ;;
+        if [ -e "$kit/root$t" ]; then ln -sfr "$kit/root$t" "$l"; fi ;;
     esac
 done
 # Drop what the build never reads (static archives, LAPACK, docs, Fortran modules, Java).
@@ -43,7 +45,7 @@ rm -rf "$kit/debs" "$kit/root/usr/share/doc" "$kit/root/usr/share/man" \
 find "$kit/root" \( -name '*.a' -o -name '*.la' \) -delete
 # An environment file that run.sh sources (paths relative to the repository root).
 cat > "$kit/env.sh" <<'ENV'
-# source it: makes the unpacked kit (tests/gpu/run.sh unpacks kit.tar.xz into
+# source it: makes the unpacked kit (tests/gpu/run.sh unpacks kit.tar.gz into
 # $CT_GPU_KIT/root) visible to cc, the linker, pkg-config and ld.so
 K="${CT_GPU_KIT:-$PWD/.deps-gpu}/root"
 L="$K/usr/lib/x86_64-linux-gnu"
@@ -55,7 +57,15 @@ export PKG_CONFIG_LIBDIR="$L/pkgconfig:$L/openblas-pthread/pkgconfig:$K/usr/shar
 command -v pkg-config >/dev/null 2>&1 || export PATH="$K/usr/bin:$PATH"
 ENV
 # One compressed file travels (the working tree that travels is limited to 64 MiB); run.sh
-# unpacks it outside the checkout on the GPU machine.
-tar -C "$kit" -cJf "$kit/kit.tar.xz" root
+# unpacks it outside the checkout on the GPU machine. gzip, not xz: the GPU image may lack xz,
+# and Python's tarfile (run.sh's fallback) always has zlib. Checked here by listing it back.
+tar -C "$kit" -czf "$kit/kit.tar.gz" root
+n_in=$(find "$kit/root" | wc -l)
+n_out=$(python3 -c 'import sys, tarfile; print(len(tarfile.open(sys.argv[1]).getnames()))' \
+        "$kit/kit.tar.gz")
+if [ "$n_in" -ne "$n_out" ]; then
+    echo "gpu-kit: kit.tar.gz lists $n_out entries, the kit has $n_in ---> rerun; check disk space" >&2
+    exit 1
+fi
 rm -rf "$kit/root"
-du -sh "$kit/kit.tar.xz" | awk '{print "gpu-kit: .deps-gpu/kit.tar.xz is " $1 " (carry it with .deps-gpu/env.sh)"}'
+du -sh "$kit/kit.tar.gz" | awk '{print "gpu-kit: .deps-gpu/kit.tar.gz is " $1 " (carry .deps-gpu: it and env.sh)"}'

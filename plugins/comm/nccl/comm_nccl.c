@@ -6,11 +6,25 @@
  * Streams: collectives run on this instance's own stream, ordered after the work already queued
  * on the device's compute stream (an event recorded there, waited on here). A call with req ==
  * NULL returns when the collective is complete; with req it returns at once and wait() polls
- * the request's event. Polling also reads ncclCommGetAsyncError and gives up after
- * [comm] timeout_s, aborting the communicator, so a dead peer is an error, not a hang.
- * Arithmetic: NCCL's (ring or tree, its choice): bf16 sums round each partial sum to bf16.
+ * the request's event. Arithmetic: NCCL's (ring or tree, its choice): bf16 sums round each
+ * partial sum to bf16.
+ *
+ * A dead or failed peer is an error on every rank within [comm] timeout_s, never a hang:
+ * - the communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call waits inside
+ *   NCCL: init, each enqueue (whose lazy connection set-up would block on a dead peer) and
+ *   finalize return ncclInProgress and are watched like a collective;
+ * - every wait looks at the awaited work, ncclCommGetAsyncError (a peer's connection broke),
+ *   the control channel and the clock (the decisions: nccl_watch.h); any verdict but "done"
+ *   aborts the communicator (ncclCommAbort) so this rank's later calls fail at once;
+ * - the control channel (under mpirun): a second MPI communicator with a receive posted at
+ *   create; abort(why) sends "why" to every other rank there, as comm mpi does, so a rank that
+ *   fails outside the collectives stops the others at once with its reason.
+ * After a failure destroy skips ncclCommDestroy, the stream wait and MPI_Finalize (each could
+ * hang on the dead peer); mpirun then ends the job as failed.
  */
 #include <ctrain/ctrain.h>
+
+#include "nccl_watch.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -21,7 +35,9 @@
 #include <string.h>
 #include <time.h>
 
-#define NCCL_MAX_REQ 64 /* asynchronous requests in flight per instance */
+#define NCCL_MAX_REQ 64   /* asynchronous requests in flight per instance */
+#define TAG_ABORT    7302 /* the control channel's only tag */
+#define WHY_MAX      400  /* bytes of an abort message */
 
 typedef struct nccl_req {
     cudaEvent_t done;   /* recorded on the comm stream after the collective */
@@ -40,8 +56,12 @@ typedef struct nccl_comm {
     cudaEvent_t        sync_done;     /* completion of a call made without a request */
     int32_t           *d_flag;      /* one device int for barrier */
     double             timeout_s;
-    char               failed[256]; /* why the communicator is unusable; "" while healthy */
+    char               failed[512]; /* why the communicator is unusable; "" while healthy */
     nccl_req           reqs[NCCL_MAX_REQ];
+    int                have_ctl;    /* 1: the control channel below exists (world > 1) */
+    MPI_Comm           ctl;         /* dup of MPI_COMM_WORLD for abort messages */
+    MPI_Request        ctl_req;     /* the posted receive of the control channel */
+    char               ctl_buf[WHY_MAX];
 } nccl_comm;
 
 /* ---------------------------------------------------------------------------------------
@@ -93,7 +113,7 @@ static int32_t bootstrap(nccl_comm *self, ncclUniqueId *id, ct_error *err) {
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
             return ct_error_set(err, CT_ERR_COMM, "comm nccl: MPI_Init_thread failed under "
                                 "mpirun ---> check the mpirun command line and OpenMPI install");
         self->mpi_inited = 1;
@@ -107,8 +127,127 @@ static int32_t bootstrap(nccl_comm *self, ncclUniqueId *id, ct_error *err) {
     if (MPI_Bcast(id, (int)sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         return ct_error_set(err, CT_ERR_COMM, "comm nccl: MPI_Bcast of the ncclUniqueId "
                             "failed ---> a rank died during start-up; see its log");
+    /* the control channel: a receive that stays posted until a peer's abort message lands */
+    if (n > 1) {
+        if (MPI_Comm_dup(MPI_COMM_WORLD, &self->ctl) != MPI_SUCCESS)
+            return ct_error_set(err, CT_ERR_COMM, "comm nccl: MPI_Comm_dup (control channel) "
+                                "failed ---> check the OpenMPI install");
+        if (MPI_Irecv(self->ctl_buf, WHY_MAX, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT, self->ctl,
+                      &self->ctl_req) != MPI_SUCCESS) {
+            MPI_Comm_free(&self->ctl);
+            return ct_error_set(err, CT_ERR_COMM, "comm nccl: MPI_Irecv (control channel) "
+                                "failed ---> check the OpenMPI install");
+        }
+        self->have_ctl = 1;
+    }
     return CT_OK;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * failure: the control channel, aborting, waiting with a deadline
+ * ------------------------------------------------------------------------------------- */
+
+/* 1 when another rank's abort message has arrived; *from gets its rank. */
+static int peer_failed(nccl_comm *self, int *from) {
+    if (!self->have_ctl) return 0;
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Test(&self->ctl_req, &flag, &st) != MPI_SUCCESS || !flag) return 0;
+    self->ctl_buf[WHY_MAX - 1] = 0;
+    self->have_ctl = 0; /* the receive is consumed: the world is dead from here on */
+    *from = st.MPI_SOURCE;
+    return 1;
+}
+
+/* Make the communicator unusable with the reason every later call reports (the first cause
+ * wins); ncclCommAbort ends this rank's NCCL kernels and its connections to the peers. */
+static void mark_failed(nccl_comm *self, const char *why) {
+    if (!self->failed[0]) snprintf(self->failed, sizeof self->failed, "%s", why);
+    if (self->comm) ncclCommAbort(self->comm);
+    self->comm = NULL;
+}
+
+/* Wait for `ev` (NULL: for the communicator to leave ncclInProgress after a non-blocking NCCL
+ * call) while watching NCCL's error state, the control channel and timeout_s (nw_look). Any
+ * outcome but done aborts the communicator and returns CT_ERR_COMM naming the cause. */
+static int32_t watch(nccl_comm *self, cudaEvent_t ev, const char *what, ct_error *err) {
+    if (!self->comm) return ct_error_set(err, CT_ERR_COMM, "comm nccl: rank %d: the "
+                                         "communicator is unusable (%s) ---> see the first "
+                                         "error in the log", self->rank,
+                                         self->failed[0] ? self->failed : "aborted");
+    const double t0 = now_s();
+    for (uint64_t looks = 0;; looks++) {
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t qr = ncclCommGetAsyncError(self->comm, &async);
+        if (qr != ncclSuccess) async = qr;
+        int done;
+        if (ev) {
+            cudaError_t e = cudaEventQuery(ev);
+            if (e != cudaSuccess && e != cudaErrorNotReady) {
+                char why[256];
+                snprintf(why, sizeof why, "%s: %s", what, cudaGetErrorString(e));
+                mark_failed(self, why);
+                return cuda_fail(err, what, e);
+            }
+            done = e == cudaSuccess;
+        } else {
+            done = async == ncclSuccess;
+        }
+        int from = -1;
+        int peer = !done && peer_failed(self, &from);
+        nw_verdict v = nw_look(done, peer, async != ncclSuccess && async != ncclInProgress, t0,
+                               now_s(), self->timeout_s);
+        char why[512];
+        switch (v) {
+        case NW_WAIT: break;
+        case NW_DONE: return CT_OK;
+        case NW_PEER_FAILED:
+            snprintf(why, sizeof why, "rank %d failed: %s", from, self->ctl_buf);
+            mark_failed(self, why);
+            return ct_error_set(err, CT_ERR_COMM, "comm nccl: rank %d failed: %s ---> the "
+                                "cause is in that rank's log; this rank (%d) stopped in %s "
+                                "because of it", from, self->ctl_buf, self->rank, what);
+        case NW_NCCL_ERROR:
+            snprintf(why, sizeof why, "%s: %s", what, ncclGetErrorString(async));
+            mark_failed(self, why);
+            return ct_error_set(err, CT_ERR_COMM, "comm nccl: rank %d: %s failed: %s ---> a "
+                                "peer rank failed or the network broke; see the other ranks' "
+                                "logs (NCCL_DEBUG=WARN shows NCCL's view)", self->rank, what,
+                                ncclGetErrorString(async));
+        case NW_TIMED_OUT:
+            snprintf(why, sizeof why, "%s timed out after %.0f s", what, self->timeout_s);
+            mark_failed(self, why);
+            return ct_error_set(err, CT_ERR_COMM, "comm nccl: rank %d: %s did not complete in "
+                                "%.0f s ---> a peer rank is stuck or dead; raise [comm] "
+                                "timeout_s only if a step really takes that long",
+                                self->rank, what, self->timeout_s);
+        }
+        long nap = nw_nap_ns(looks);
+        if (nap > 0) {
+            struct timespec ts = {0, nap};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* The result of a non-blocking NCCL call: success; ncclInProgress, then watched until NCCL
+ * is done with it; else an error that aborts the communicator. */
+static int32_t nccl_call(nccl_comm *self, ncclResult_t r, const char *what, ct_error *err) {
+    if (r == ncclSuccess) return CT_OK;
+    if (r == ncclInProgress) return watch(self, NULL, what, err);
+    char why[256];
+    snprintf(why, sizeof why, "%s: %s", what, ncclGetErrorString(r));
+    mark_failed(self, why);
+    return nccl_fail(err, what, r);
+}
+
+/* Return from the calling function unless the non-blocking NCCL call succeeds (nccl_call);
+ * needs `self` and `err` in scope. */
+#define NCCL_CALL(call, what)                                          \
+    do {                                                               \
+        int32_t rc_ = nccl_call(self, (call), (what), err);            \
+        if (rc_ != CT_OK) return rc_;                                  \
+    } while (0)
 
 static void nccl_destroy(void *p);
 
@@ -148,12 +287,19 @@ static void *nccl_create(const ct_create_args *args, ct_error *err) {
             cuda_fail(err, "cudaEventCreate", e);
             goto out_destroy;
         }
-    ncclResult_t r = ncclCommInitRank(&self->comm, self->world, id, self->rank);
-    if (r != ncclSuccess) {
+    /* non-blocking: init returns at once and is watched (a peer that never joins is a
+     * timeout, not a hang) */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&self->comm, self->world, id, self->rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        if (self->comm) ncclCommAbort(self->comm);
         self->comm = NULL;
-        nccl_fail(err, "ncclCommInitRank", r);
+        snprintf(self->failed, sizeof self->failed, "ncclCommInitRankConfig failed");
+        nccl_fail(err, "ncclCommInitRankConfig", r);
         goto out_destroy;
     }
+    if (nccl_call(self, r, "ncclCommInitRank", err) != CT_OK) goto out_destroy;
     if (self->api && self->api->log) {
         int v = 0;
         ncclGetVersion(&v);
@@ -169,6 +315,11 @@ out_destroy:
     nccl_destroy(self);
     return NULL;
 out_free_self:
+    if (self->have_ctl) {
+        MPI_Cancel(&self->ctl_req);
+        MPI_Wait(&self->ctl_req, MPI_STATUS_IGNORE);
+        MPI_Comm_free(&self->ctl);
+    }
     if (self->mpi_inited) MPI_Finalize();
     free(self);
     return NULL;
@@ -177,14 +328,35 @@ out_free_self:
 static void nccl_destroy(void *p) {
     nccl_comm *self = p;
     if (!self) return;
-    if (self->stream) cudaStreamSynchronize(self->stream);
-    if (self->comm) ncclCommDestroy(self->comm);
+    int dead = self->failed[0] != 0;
+    if (!dead && self->comm) { /* flush (watched: a peer may die now too), then free */
+        ct_error e = {.struct_size = sizeof e};
+        /* pending collectives first, watched too (never a bare stream wait on a dead peer) */
+        if (cudaEventRecord(self->sync_done, self->stream) != cudaSuccess ||
+            watch(self, self->sync_done, "destroy (pending collectives)", &e) != CT_OK)
+            mark_failed(self, "destroy: pending collectives did not complete");
+        if (self->comm &&
+            nccl_call(self, ncclCommFinalize(self->comm), "ncclCommFinalize", &e) == CT_OK &&
+            self->comm)
+            ncclCommDestroy(self->comm);
+        dead = self->failed[0] != 0;
+    }
+    self->comm = NULL; /* after a failure it was aborted (mark_failed): nothing to free */
     for (int i = 0; i < NCCL_MAX_REQ; i++)
         if (self->reqs[i].done) cudaEventDestroy(self->reqs[i].done);
     if (self->d_flag) cudaFree(self->d_flag);
     if (self->after_compute) cudaEventDestroy(self->after_compute);
     if (self->sync_done) cudaEventDestroy(self->sync_done);
     if (self->stream) cudaStreamDestroy(self->stream);
+    if (dead) { /* peers may be gone or stuck: MPI_Comm_free / MPI_Finalize could hang */
+        free(self);
+        return;
+    }
+    if (self->have_ctl) {
+        MPI_Cancel(&self->ctl_req);
+        MPI_Wait(&self->ctl_req, MPI_STATUS_IGNORE);
+        MPI_Comm_free(&self->ctl);
+    }
     if (self->mpi_inited) {
         int finalized = 0;
         MPI_Finalized(&finalized);
@@ -216,47 +388,11 @@ static int32_t begin(nccl_comm *self, ct_error *err) {
     return CT_OK;
 }
 
-/* Poll `ev` until it completes, an asynchronous NCCL error shows up or timeout_s passes (then
- * the communicator is aborted so every later call fails at once). */
-static int32_t poll_event(nccl_comm *self, cudaEvent_t ev, const char *what, ct_error *err) {
-    double t0 = now_s();
-    for (unsigned spins = 0;; spins++) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return CT_OK;
-        if (e != cudaErrorNotReady) return cuda_fail(err, what, e);
-        ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(self->comm, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
-            snprintf(self->failed, sizeof self->failed, "%s: %s", what,
-                     ncclGetErrorString(async));
-            ncclCommAbort(self->comm);
-            self->comm = NULL;
-            return ct_error_set(err, CT_ERR_COMM, "comm nccl: rank %d: %s failed: %s ---> a "
-                                "peer rank failed or the network broke; see the other ranks' "
-                                "logs", self->rank, what, ncclGetErrorString(async));
-        }
-        if ((spins & 1023) == 1023 && now_s() - t0 > self->timeout_s) {
-            snprintf(self->failed, sizeof self->failed, "%s timed out after %.0f s", what,
-                     self->timeout_s);
-            ncclCommAbort(self->comm);
-            self->comm = NULL;
-            return ct_error_set(err, CT_ERR_COMM, "comm nccl: rank %d: %s did not complete in "
-                                "%.0f s ---> a peer rank is stuck or dead; raise [comm] "
-                                "timeout_s only if a step really takes that long",
-                                self->rank, what, self->timeout_s);
-        }
-        if (spins > 4096) {
-            struct timespec ts = {0, 20000}; /* 20 us: long collectives don't burn a core */
-            nanosleep(&ts, NULL);
-        }
-    }
-}
-
 /* After the enqueue: with req, hand out a request; without, wait for completion. */
 static int32_t finish(nccl_comm *self, ct_request **req, const char *what, ct_error *err) {
     if (!req) {
         CUDA_TRY(cudaEventRecord(self->sync_done, self->stream), "cudaEventRecord");
-        return poll_event(self, self->sync_done, what, err);
+        return watch(self, self->sync_done, what, err);
     }
     nccl_req *slot = NULL;
     for (int i = 0; i < NCCL_MAX_REQ && !slot; i++)
@@ -282,7 +418,7 @@ static int32_t nccl_wait(void *p, ct_request *req, ct_error *err) {
     slot->in_use = 0; /* released whether or not it failed */
     if (!self->comm)
         return check_healthy(self, err);
-    return poll_event(self, slot->done, "an asynchronous collective", err);
+    return watch(self, slot->done, "an asynchronous collective", err);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -359,7 +495,7 @@ static int32_t reduce(nccl_comm *self, nccl_reduce_fn fn, const char *fn_name, c
     if ((rc = nccl_dtype(dtype, &dt, err)) != CT_OK || (rc = nccl_op(op, &rop, err)) != CT_OK ||
         (rc = begin(self, err)) != CT_OK)
         return rc;
-    NCCL_TRY(fn(send, recv, (size_t)count, dt, rop, self->comm, self->stream), fn_name);
+    NCCL_CALL(fn(send, recv, (size_t)count, dt, rop, self->comm, self->stream), fn_name);
     return finish(self, req, what, err);
 }
 
@@ -381,8 +517,8 @@ static int32_t nccl_all_gather(void *p, const void *send, void *recv, uint64_t c
     size_t bytes = 0;
     int32_t rc = begin_bytes(self, dtype, count, &bytes, err);
     if (rc != CT_OK) return rc;
-    NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, self->comm, self->stream),
-             "ncclAllGather");
+    NCCL_CALL(ncclAllGather(send, recv, bytes, ncclUint8, self->comm, self->stream),
+              "ncclAllGather");
     return finish(self, req, "all_gather", err);
 }
 
@@ -393,7 +529,7 @@ static int32_t nccl_all_to_all(void *p, const void *send, void *recv, uint64_t c
     size_t bytes = 0;
     int32_t rc = begin_bytes(self, dtype, count, &bytes, err);
     if (rc != CT_OK) return rc;
-    NCCL_TRY(ncclGroupStart(), "ncclGroupStart");
+    NCCL_CALL(ncclGroupStart(), "ncclGroupStart");
     for (int32_t j = 0; j < self->world; j++) {
         ncclResult_t r1 = ncclSend((const char *)send + (size_t)j * bytes, bytes, ncclUint8, j,
                                    self->comm, self->stream);
@@ -401,10 +537,11 @@ static int32_t nccl_all_to_all(void *p, const void *send, void *recv, uint64_t c
                                    self->comm, self->stream);
         if (r1 != ncclSuccess || r2 != ncclSuccess) {
             ncclGroupEnd();
-            return nccl_fail(err, "ncclSend/ncclRecv (all_to_all)", r1 != ncclSuccess ? r1 : r2);
+            return nccl_call(self, r1 != ncclSuccess ? r1 : r2, "ncclSend/ncclRecv (all_to_all)",
+                             err);
         }
     }
-    NCCL_TRY(ncclGroupEnd(), "ncclGroupEnd (all_to_all)");
+    NCCL_CALL(ncclGroupEnd(), "ncclGroupEnd (all_to_all)");
     return finish(self, req, "all_to_all", err);
 }
 
@@ -417,8 +554,8 @@ static int32_t nccl_broadcast(void *p, void *buf, uint64_t count, int32_t dtype,
         return ct_error_set(err, CT_ERR_INVALID, "comm nccl: broadcast root %d outside 0..%d",
                             (int)root, (int)self->world - 1);
     if ((rc = begin_bytes(self, dtype, count, &bytes, err)) != CT_OK) return rc;
-    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, self->comm, self->stream),
-             "ncclBroadcast");
+    NCCL_CALL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, self->comm, self->stream),
+              "ncclBroadcast");
     return finish(self, NULL, "broadcast", err);
 }
 
@@ -427,8 +564,8 @@ static int32_t nccl_barrier(void *p, ct_error *err) {
     nccl_comm *self = p;
     int32_t rc = begin(self, err);
     if (rc != CT_OK) return rc;
-    NCCL_TRY(ncclAllReduce(self->d_flag, self->d_flag, 1, ncclInt32, ncclSum, self->comm,
-                           self->stream), "ncclAllReduce (barrier)");
+    NCCL_CALL(ncclAllReduce(self->d_flag, self->d_flag, 1, ncclInt32, ncclSum, self->comm,
+                            self->stream), "ncclAllReduce (barrier)");
     return finish(self, NULL, "barrier", err);
 }
 
@@ -443,7 +580,7 @@ static int32_t nccl_send(void *p, const void *buf, uint64_t count, int32_t dtype
     if ((rc = check_peer(self, peer, "send to", "from", err)) != CT_OK ||
         (rc = begin_bytes(self, dtype, count, &bytes, err)) != CT_OK)
         return rc;
-    NCCL_TRY(ncclSend(buf, bytes, ncclUint8, peer, self->comm, self->stream), "ncclSend");
+    NCCL_CALL(ncclSend(buf, bytes, ncclUint8, peer, self->comm, self->stream), "ncclSend");
     return finish(self, NULL, "send", err);
 }
 
@@ -456,18 +593,37 @@ static int32_t nccl_recv(void *p, void *buf, uint64_t count, int32_t dtype, int3
     if ((rc = check_peer(self, peer, "recv from", "on", err)) != CT_OK ||
         (rc = begin_bytes(self, dtype, count, &bytes, err)) != CT_OK)
         return rc;
-    NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, peer, self->comm, self->stream), "ncclRecv");
+    NCCL_CALL(ncclRecv(buf, bytes, ncclUint8, peer, self->comm, self->stream), "ncclRecv");
     return finish(self, NULL, "recv", err);
 }
 
-/* Abort the communicator: this rank's pending and later calls fail at once; NCCL reports the
- * broken connection to the peers, whose polling then fails (or times out). */
+/* Tell every other rank why this one fails (the control channel, at most about a second),
+ * then abort the communicator: this rank's pending and later calls fail at once, and the peers'
+ * waits end with "rank R failed: why" (or NCCL's broken connection, or their timeout). */
 static void nccl_abort(void *p, const char *why) {
     nccl_comm *self = p;
-    if (!self->failed[0])
-        snprintf(self->failed, sizeof self->failed, "aborted: %s", why ? why : "(no reason)");
-    if (self->comm) ncclCommAbort(self->comm);
-    self->comm = NULL;
+    char msg[WHY_MAX];
+    snprintf(msg, sizeof msg, "%s", why && *why ? why : "(no reason given)");
+    if (self->have_ctl && !self->failed[0]) {
+        int n = 0, done = 0;
+        MPI_Request *reqs = calloc((size_t)self->world, sizeof *reqs);
+        for (int r = 0; reqs && r < self->world; r++)
+            if (r != self->rank && MPI_Isend(msg, (int)strlen(msg) + 1, MPI_CHAR, r, TAG_ABORT,
+                                             self->ctl, &reqs[n]) == MPI_SUCCESS)
+                n++;
+        double deadline = now_s() + 1.0; /* small messages go out eagerly; never wait long */
+        while (n && !done && now_s() < deadline) {
+            MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+            if (!done) {
+                struct timespec ts = {0, 50000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        free(reqs); /* unfinished sends stay pending; the process is about to end */
+    }
+    char full[WHY_MAX + 32];
+    snprintf(full, sizeof full, "aborted: %s", msg);
+    mark_failed(self, full);
 }
 
 /* ---------------------------------------------------------------------------------------

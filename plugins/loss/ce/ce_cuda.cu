@@ -15,9 +15,9 @@
 #define THREADS CT_LKIT_THREADS /* threads per block; a power of two */
 #define TRY(call, what) CT_LKIT_CUDA_TRY("loss ce", call, what)
 
-/* The scratch (ct_lkit_cuda): rows (N) per-row contributions; res (2) [0] the sum, [1] the first
- * bad row's target as double; flag: the first row with target >= V (INT32_MAX: none); pinned
- * (2) res read back. */
+/* The scratch (ct_lkit_cuda): rows (N) per-row contributions; res (3) [0] the sum, [1] the first
+ * bad row's target, [2] that row (-1: none), as doubles; flag: the first row with target >= V
+ * (INT32_MAX: none); pinned (3) res read back. */
 
 /* rows[i] = lse_i - z[i,t_i] for counted rows, 0 otherwise; the first bad row into *bad. */
 __global__ void k_ce_rows(const float *z, const int32_t *t, const float *lse, int64_t N,
@@ -32,7 +32,7 @@ __global__ void k_ce_rows(const float *z, const int32_t *t, const float *lse, in
     }
 }
 
-/* One block: res[0] = sum of rows (fixed order), res[1] = the bad row's target. */
+/* One block: res[0] = sum of rows (fixed order), res[1] = the bad row's target, res[2] = it. */
 __global__ void k_ce_sum(const double *rows, int64_t N, const int32_t *t, const int32_t *bad,
                          double *res) {
     double s = 0.0;
@@ -41,15 +41,17 @@ __global__ void k_ce_sum(const double *rows, int64_t N, const int32_t *t, const 
     if (threadIdx.x == 0) {
         res[0] = s;
         res[1] = *bad < N ? (double)t[*bad] : 0.0;
+        res[2] = *bad < N ? (double)*bad : -1.0;
     }
 }
 
-/* dz[i,j] += g * (softmax_j - [j == t_i]) for counted rows; one block per row. */
+/* dz[i,j] += g * (softmax_j - [j == t_i]) for counted rows; one block per row. Adds nothing
+ * when any target of the batch is outside the vocabulary (*bad < N): the call fails then. */
 __global__ void k_ce_grad(const float *z, const int32_t *t, const float *lse, int64_t V,
-                          float g, float *dz) {
+                          const int32_t *bad, int64_t N, float g, float *dz) {
     int64_t i = blockIdx.x;
     int32_t ti = t[i];
-    if (ti < 0) return;
+    if (ti < 0 || *bad < N) return;
     const float *zr = z + i * V;
     float *dr = dz + i * V;
     float l = lse[i];
@@ -58,12 +60,14 @@ __global__ void k_ce_grad(const float *z, const int32_t *t, const float *lse, in
 
 void ce_cuda_free(ct_lkit_cuda *s) { ct_lkit_cuda_free(s); }
 
+/* Queues rows, sum, read-back and (when dlogits) the gradient, then waits once: the value must
+ * reach the host (ct_loss_result), and the bad-target check rides on the same wait. */
 extern "C" int32_t ce_cuda_forward_backward(ct_lkit_cuda **state, const ct_loss_batch *b,
                                             double *value, ct_error *err) {
     const int64_t N = b->n_rows, V = b->vocab;
     *value = 0.0;
     if (N <= 0) return CT_OK;
-    int32_t rc = ct_lkit_cuda_reserve(state, N, 2, 1, "loss ce", err);
+    int32_t rc = ct_lkit_cuda_reserve(state, N, 3, 1, "loss ce", err);
     if (rc != CT_OK) return rc;
     ct_lkit_cuda *s = *state;
     cudaStream_t st = ct_lkit_cuda_stream(b);
@@ -75,23 +79,22 @@ extern "C" int32_t ce_cuda_forward_backward(ct_lkit_cuda **state, const ct_loss_
     TRY(cudaGetLastError(), "k_ce_rows");
     k_ce_sum<<<1, THREADS, 0, st>>>(s->rows, N, b->targets, s->flag, s->res);
     TRY(cudaGetLastError(), "k_ce_sum");
-    TRY(cudaMemcpyAsync(s->pinned, s->res, 2 * sizeof(double), cudaMemcpyDeviceToHost, st),
+    TRY(cudaMemcpyAsync(s->pinned, s->res, 3 * sizeof(double), cudaMemcpyDeviceToHost, st),
         "read-back");
-    int32_t bad = 0;
-    TRY(cudaMemcpyAsync(&bad, s->flag, sizeof bad, cudaMemcpyDeviceToHost, st), "read-back");
+    const double n = (double)b->n_counted;
+    if (b->dlogits && b->n_counted > 0) {
+        const float g = (float)(b->grad_scale / n);
+        k_ce_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, V, s->flag,
+                                                   N, g, b->dlogits);
+        TRY(cudaGetLastError(), "k_ce_grad");
+    }
     TRY(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-    if (bad < N)
+    if (s->pinned[2] >= 0)
         return ct_error_set(err, CT_ERR_INVALID, "loss ce: target %d at row %lld is outside "
                             "the vocabulary [0, %lld) ---> check that the data's tokenizer "
                             "matches [model] vocab_size",
-                            (int)s->pinned[1], (long long)bad, (long long)V);
-    if (b->n_counted <= 0) return CT_OK;
-    const double n = (double)b->n_counted;
-    *value = s->pinned[0] / n;
-    if (!b->dlogits) return CT_OK;
-    const float g = (float)(b->grad_scale / n);
-    k_ce_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, V, g, b->dlogits);
-    TRY(cudaGetLastError(), "k_ce_grad");
+                            (int)s->pinned[1], (long long)s->pinned[2], (long long)V);
+    if (b->n_counted > 0) *value = s->pinned[0] / n;
     return CT_OK;
 }
 

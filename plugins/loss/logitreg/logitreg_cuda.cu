@@ -55,12 +55,14 @@ extern "C" int32_t logitreg_cuda_run(ct_lkit_cuda **state, const ct_loss_batch *
     k_logitreg_rows<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, V, mask_ignored,
                                                      s->rows);
     TRY(cudaGetLastError(), "k_logitreg_rows");
-    if ((rc = ct_lkit_cuda_sum(s, N, st, "loss logitreg", sum, err)) != CT_OK) return rc;
-    if (!with_grad || !b->dlogits) return CT_OK;
-    k_logitreg_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, V, mask_ignored, g,
-                                                     b->dlogits);
-    TRY(cudaGetLastError(), "k_logitreg_grad");
-    return CT_OK;
+    /* the value's read-back and the gradient queued before the one wait */
+    if ((rc = ct_lkit_cuda_sum_start(s, N, st, "loss logitreg", err)) != CT_OK) return rc;
+    if (with_grad && b->dlogits) {
+        k_logitreg_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, V, mask_ignored,
+                                                         g, b->dlogits);
+        TRY(cudaGetLastError(), "k_logitreg_grad");
+    }
+    return ct_lkit_cuda_sum_finish(s, st, "loss logitreg", sum, err);
 }
 
 /* What this companion implements: the plugin (loss_kit.h) refuses it when this does not match. */

@@ -49,12 +49,14 @@ extern "C" int32_t zloss_cuda_run(ct_lkit_cuda **state, const ct_loss_batch *b,
     k_zloss_rows<<<(unsigned)((N + THREADS - 1) / THREADS), THREADS, 0, st>>>(
         b->targets, b->row_lse, N, mask_ignored, s->rows);
     TRY(cudaGetLastError(), "k_zloss_rows");
-    if ((rc = ct_lkit_cuda_sum(s, N, st, "loss zloss", sum, err)) != CT_OK) return rc;
-    if (!with_grad || !b->dlogits) return CT_OK;
-    k_zloss_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, V,
-                                                  mask_ignored, g, b->dlogits);
-    TRY(cudaGetLastError(), "k_zloss_grad");
-    return CT_OK;
+    /* the value's read-back and the gradient queued before the one wait */
+    if ((rc = ct_lkit_cuda_sum_start(s, N, st, "loss zloss", err)) != CT_OK) return rc;
+    if (with_grad && b->dlogits) {
+        k_zloss_grad<<<(unsigned)N, THREADS, 0, st>>>(b->logits, b->targets, b->row_lse, V,
+                                                      mask_ignored, g, b->dlogits);
+        TRY(cudaGetLastError(), "k_zloss_grad");
+    }
+    return ct_lkit_cuda_sum_finish(s, st, "loss zloss", sum, err);
 }
 
 /* What this companion implements: the plugin (loss_kit.h) refuses it when this does not match. */

@@ -12,13 +12,28 @@
  * g = bf16(f32(g) + sum)), as on the CPU. What differs from the CPU is the order of f32 sums
  * (GEMM tiling, tree reductions in norms and softmax) and expf/logf (<= 2 ulp).
  *
+ * The output head under bf16 compute pads the vocabulary to Vp, a multiple of 64 (GPT_VPAD), so
+ * its products have aligned sizes and leading dimensions: the head weight is copied into a
+ * (Vp,C) operand whose V..Vp-1 rows stay zero; forward writes (N,Vp) f32 into scratch and one
+ * kernel keeps the first V columns (rounded) in the host's (N,V) logits; backward copies
+ * dlogits into a (N,Vp) bf16 operand with zero pad columns. The pad columns never reach the
+ * host: no loss, metric or sampler sees them, and they add exact zeros to every sum. Under f32
+ * the head is unpadded (its operands are the activations themselves, no copies to pad).
+ *
  * Attention is the simple version: scores of every (batch, head) pair as one (T,T) f32 matrix
  * (strided-batched GEMMs over a (B*NH,T,T) scratch, causal mask applied in the softmax
  * kernel); backward recomputes the probabilities from the saved row log-sum-exp. The scratch
  * is 8*B*NH*T^2 bytes (1.6 GB for B=16, NH=12, T=1024). Not flash attention (yet).
- * The embedding gradient groups positions by token on the host (tokens are read back in
- * embed forward to validate them) and sums each group in position order: deterministic and
- * the CPU's order. Shape legend: see gpt.h; BH = B*NH.
+ * The embedding gradient groups positions by token on the host and sums each group in position
+ * order: deterministic and the CPU's order. Embed forward never waits for the GPU: it queues a
+ * copy of the tokens into pinned host memory and records an event; the embed kernel checks each
+ * token against V itself (a bad token's row is NaN, never an out-of-bounds read, and its first
+ * position goes to a device flag copied back with the tokens). The flag is read at the
+ * micro-batch's embed backward, which needs the tokens on the host anyway (it waits on the
+ * event, long complete by then), or, without a backward (evaluation), at the next forward when
+ * the event has completed. The host's loader checks every window against vocab_size before
+ * upload as well (host/data.c), so on the host's own path this check never fires.
+ * Shape legend: see gpt.h; BH = B*NH.
  */
 #include "gpt.h"
 #include "gpt_cuda.h"
@@ -28,6 +43,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +53,7 @@
 #define EW 256          /* threads per block of element-wise kernels */
 #define EW_MAX 8448     /* element-wise grids stride beyond this many blocks */
 #define NCH 64          /* row chunks of the two-pass column sums (bias and norm gradients) */
+#define GPT_VPAD 64     /* the head's vocabulary is padded to a multiple of this (bf16 compute) */
 
 typedef struct gpt_cuda {
     cudaStream_t   st;
@@ -51,7 +68,11 @@ typedef struct gpt_cuda {
     void          *dO;          /* (BH,T,HD) op: attention output gradient */
     float         *o;           /* (BH,T,HD) f32: O in forward, dQ in backward */
     float         *dk, *dv;     /* (BH,T,HD) f32 */
-    uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits */
+    uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits;
+                                   padded head: 4*N*Vp bytes, (N,Vp) f32 head output in forward,
+                                   (N,Vp) bf16 dlogits in backward */
+    int64_t        Vp;          /* V rounded up to GPT_VPAD under bf16 compute; else V */
+    uint16_t      *wpad;        /* (Vp,C) bf16 head weight, rows V..Vp-1 zero; NULL when Vp == V */
     uint16_t      *xb;          /* bf16 operand copies (N * max(C,F)): x */
     float         *gscr;        /* (unit_numel_max) f32 parameter-gradient scratch */
     float         *part;        /* (NCH, 2*max(FH,3C)) partial column sums */
@@ -60,8 +81,13 @@ typedef struct gpt_cuda {
     int32_t       *gstart;      /* (N+1) group g is order[gstart[g] .. gstart[g+1]) */
     int32_t       *gtok;        /* (N) token of group g */
     double        *dmean;       /* (C) mean_hidden */
+    int32_t       *bad_pos;     /* (1) first position with a token outside [0, V); 0x7f7f7f7f: none */
+    cudaEvent_t    tok_ready;   /* recorded after embed forward's token and flag read-back */
+    int            tok_pending; /* 1: that read-back is queued and its flag not yet checked */
+    cudaError_t    op_err;      /* a failed operand-copy launch, reported by the next gemm() */
     /* host */
-    int32_t       *h_tokens;    /* (N) the micro-batch's tokens (read back in embed forward) */
+    int32_t       *h_tokens;    /* (N) pinned: the micro-batch's tokens (read back in embed forward) */
+    int32_t       *h_bad;       /* (1) pinned: bad_pos read back */
     int32_t       *h_order, *h_gstart, *h_gtok; /* (N), (N+1), (N) */
     int32_t       *h_count;     /* (V+1) counting sort */
 } gpt_cuda;
@@ -161,6 +187,22 @@ __global__ void k_to_bf16(uint16_t *d, const float *s, int64_t n) {
     FOR_EACH(i, n) d[i] = ct_bf16_from_f32(s[i]);
 }
 
+/* Padded head: out (N,V) = the first V columns of z (N,Vp), rounded when r. */
+__global__ void k_unpad(float *out, const float *z, int64_t N, int64_t V, int64_t Vp, int r) {
+    FOR_EACH(i, N * V) {
+        int64_t n = i / V, j = i % V;
+        out[i] = maybe_round(z[n * Vp + j], r);
+    }
+}
+
+/* Padded head: d (N,Vp) bf16 = x (N,V) f32 rounded, pad columns 0. */
+__global__ void k_to_bf16_pad(uint16_t *d, const float *x, int64_t N, int64_t V, int64_t Vp) {
+    FOR_EACH(i, N * Vp) {
+        int64_t n = i / Vp, j = i % Vp;
+        d[i] = j < V ? ct_bf16_from_f32(x[n * V + j]) : (uint16_t)0;
+    }
+}
+
 /* y (N,M) += b (typed params at b_off, or none); rounded when r. */
 __global__ void k_bias_round(float *y, int64_t N, int64_t M, const void *P, int pbf16,
                              int64_t b_off, int r) {
@@ -228,11 +270,20 @@ __global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, 
  * Embedding: x[n] = wte[tok[n]] (+ wpe[n % T]); backward by token groups and positions
  * ------------------------------------------------------------------------------------- */
 
+/* A token outside [0, V) makes its row NaN (the loss turns non-finite) and its position the
+ * candidate for *bad (the first such position wins). */
 __global__ void k_embed_fwd(float *x, const int32_t *tok, const void *P, int pbf16, int64_t wte,
-                            int64_t wpe, int64_t N, int64_t T, int64_t C, int r) {
+                            int64_t wpe, int64_t N, int64_t T, int64_t C, int64_t V, int32_t *bad,
+                            int r) {
     FOR_EACH(i, N * C) {
         int64_t n = i / C, c = i % C;
-        float v = ldp(P, wte + (int64_t)tok[n] * C + c, pbf16) +
+        int32_t tk = tok[n];
+        if (tk < 0 || tk >= V) {
+            if (c == 0) atomicMin(bad, (int32_t)n);
+            x[i] = __int_as_float(0x7fc00000); /* NaN */
+            continue;
+        }
+        float v = ldp(P, wte + (int64_t)tk * C + c, pbf16) +
                   (wpe >= 0 ? ldp(P, wpe + (n % T) * C + c, pbf16) : 0.0f);
         x[i] = maybe_round(v, r);
     }
@@ -422,6 +473,19 @@ static int32_t gemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t 
                     int64_t sB, float beta, float *C, int64_t ldc, int64_t sC, int64_t batch,
                     ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!A || !B) /* an operand copy failed to launch (operand()) */
+        return cuda_fail(err, "k_to_bf16 (GEMM operand copy)",
+                         g->op_err != cudaSuccess ? g->op_err : cudaErrorInvalidValue);
+    /* cuBLAS takes int sizes and leading dimensions: refuse what would wrap */
+    const int64_t dims[7] = {M, N, K, lda, ldb, ldc, batch};
+    for (int d = 0; d < 7; d++)
+        if (dims[d] < 0 || dims[d] > INT_MAX)
+            return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: a GEMM of %lld x %lld x "
+                                "%lld (leading dimensions %lld, %lld, %lld; batch %lld) exceeds "
+                                "cuBLAS's int range (2^31-1) ---> lower [data] batch_size or "
+                                "seq_len (rows = batch_size * seq_len), or the model's widths",
+                                (long long)M, (long long)N, (long long)K, (long long)lda,
+                                (long long)ldb, (long long)ldc, (long long)batch);
     cudaDataType_t t = m->bf16 ? CUDA_R_16BF : CUDA_R_32F;
     /* column-major view: C^T (N,M) = op(B)^T op(A)^T */
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -444,11 +508,17 @@ static int32_t gemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t 
 }
 
 /* An f32 activation (n elements) as a GEMM operand: itself in f32, else its bf16 copy in buf
- * (exact: the activation is bf16-valued). */
+ * (exact: the activation is bf16-valued). NULL when the copy's launch failed (the error kept in
+ * g->op_err): every operand goes to gemm(), which reports it with the kernel's name. */
 static const void *operand(const gpt *m, uint16_t *buf, const float *x, int64_t n) {
     if (!m->bf16) return x;
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     k_to_bf16<<<ew_blocks(n), EW, 0, g->st>>>(buf, x, n);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        g->op_err = e;
+        return NULL;
+    }
     return buf;
 }
 
@@ -458,9 +528,12 @@ static const void *pw(const gpt *m, const ct_stage_args *a, int64_t off) {
                    : (const void *)((const float *)a->params + off);
 }
 
-static void round_if(const gpt *m, float *x, int64_t n) {
-    if (!m->bf16) return;
+/* x rounded to bf16 values in place under bf16 compute; a no-op under f32. */
+static int32_t round_if(const gpt *m, float *x, int64_t n, ct_error *err) {
+    if (!m->bf16) return CT_OK;
     k_round<<<ew_blocks(n), EW, 0, ((gpt_cuda *)m->cuda)->st>>>(x, n);
+    LAUNCHED("k_round (bf16 rounding)");
+    return CT_OK;
 }
 
 /* y (N,M) = x W^T + b, rounded under bf16. xo: x as an operand (operand()). */
@@ -481,8 +554,7 @@ static int32_t linear_fwd(const gpt *m, const ct_stage_args *a, float *y, const 
 static int32_t linear_bwd_dx(const gpt *m, const ct_stage_args *a, float *dx, const void *dyo,
                              int64_t w_off, int64_t N, int64_t K, int64_t M, ct_error *err) {
     CHECK(gemm(m, 0, 0, N, K, M, 1.0f, dyo, M, 0, pw(m, a, w_off), K, 0, 0.0f, dx, K, 0, 1, err));
-    round_if(m, dx, N * K);
-    return CT_OK;
+    return round_if(m, dx, N * K, err);
 }
 
 /* grads[off..] (M,K) += dy^T x, dy (N,M), x (N,K) as operands; f32 grads take the GEMM's
@@ -509,6 +581,7 @@ static int32_t bias_grad(const gpt *m, const ct_stage_args *a, int64_t b_off, co
     int64_t N = m->N, nch = n_chunks(N), per = (N + nch - 1) / nch;
     dim3 grid((unsigned)((M + EW - 1) / EW), (unsigned)nch);
     k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, M, NULL, 0, NULL, NULL, N, M, per);
+    LAUNCHED("bias grad (column sums)");
     k_colsum_finish<<<ew_blocks(M), EW, 0, g->st>>>(a->grads, a->grad_dtype == CT_DTYPE_BF16,
                                                     b_off, g->part, nch, M);
     LAUNCHED("bias grad");
@@ -537,9 +610,13 @@ static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t
     int gb = a->grad_dtype == CT_DTYPE_BF16;
     dim3 grid((unsigned)((C + EW - 1) / EW), (unsigned)nch);
     k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, lddy, x, ldx, mean, rstd, N, C, per);
+    LAUNCHED("norm backward (column sums)");
     k_colsum_finish<<<ew_blocks(C), EW, 0, g->st>>>(a->grads, gb, w_off, g->part, nch, C);
-    if (b_off >= 0)
+    LAUNCHED("norm backward (weight gradient)");
+    if (b_off >= 0) {
         k_colsum_finish<<<ew_blocks(C), EW, 0, g->st>>>(a->grads, gb, b_off, g->part + C, nch, C);
+        LAUNCHED("norm backward (bias gradient)");
+    }
     k_norm_bwd<<<(unsigned)N, NT, 0, g->st>>>(dx, lddx, dy, lddy, x, ldx, mean, rstd, a->params,
                                               m->bf16, w_off, C, m->norm == GPT_NORM_RMSNORM,
                                               add);
@@ -614,25 +691,47 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
  * Stages (the CPU's stages.c, step for step)
  * ------------------------------------------------------------------------------------- */
 
+/* The token check of the latest embed forward: wait (embed backward, which needs the tokens on
+ * the host) or only look when its read-back has landed (the next forward). An error names the
+ * first bad position and its token. */
+static int32_t check_tokens(gpt *m, int wait, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!g->tok_pending) return CT_OK;
+    if (wait) {
+        TRY(cudaEventSynchronize(g->tok_ready), "token read-back");
+    } else {
+        cudaError_t e = cudaEventQuery(g->tok_ready);
+        if (e == cudaErrorNotReady) return CT_OK; /* its rows are NaN: the loss says so */
+        if (e != cudaSuccess) return cuda_fail(err, "token read-back", e);
+    }
+    g->tok_pending = 0;
+    int32_t n = *g->h_bad;
+    if (n >= 0 && n < m->N)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "model gpt: token %d at position %lld is outside the vocabulary "
+                            "0..%lld ---> check the data's tokenizer against [model] vocab_size",
+                            (int)g->h_tokens[n], (long long)n, (long long)(m->V - 1));
+    return CT_OK;
+}
+
 static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t N = m->N, T = m->T, C = m->C;
     if (!a->tokens)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage embed got no tokens (NULL)");
+    CHECK(check_tokens(m, 0, err)); /* the previous forward's, when it had no backward */
+    TRY(cudaMemsetAsync(g->bad_pos, 0x7f, sizeof(int32_t), g->st), "cudaMemsetAsync");
+    k_embed_fwd<<<ew_blocks(N * C), EW, 0, g->st>>>(m->res, a->tokens, a->params, m->bf16,
+                                                    m->root.wte, m->root.wpe, N, T, C, m->V,
+                                                    g->bad_pos, m->bf16);
+    LAUNCHED("embed forward");
+    /* pinned destinations: queued, not waited for */
     TRY(cudaMemcpyAsync(g->h_tokens, a->tokens, (size_t)N * sizeof(int32_t),
                         cudaMemcpyDeviceToHost, g->st), "token read-back");
-    TRY(cudaStreamSynchronize(g->st), "token read-back");
-    for (int64_t n = 0; n < N; n++) {
-        int32_t tok = g->h_tokens[n];
-        if (tok < 0 || tok >= m->V)
-            return ct_error_set(err, CT_ERR_INVALID,
-                                "model gpt: token %d at position %lld is outside the vocabulary "
-                                "0..%lld ---> check the data's tokenizer against [model] vocab_size",
-                                (int)tok, (long long)n, (long long)(m->V - 1));
-    }
-    k_embed_fwd<<<ew_blocks(N * C), EW, 0, g->st>>>(m->res, a->tokens, a->params, m->bf16,
-                                                    m->root.wte, m->root.wpe, N, T, C, m->bf16);
-    LAUNCHED("embed forward");
+    TRY(cudaMemcpyAsync(g->h_bad, g->bad_pos, sizeof(int32_t), cudaMemcpyDeviceToHost, g->st),
+        "token check read-back");
+    TRY(cudaEventRecord(g->tok_ready, g->st), "cudaEventRecord");
+    g->tok_pending = 1;
     return CT_OK;
 }
 
@@ -645,7 +744,8 @@ static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
                                                             m->B, T, C);
         LAUNCHED("embed backward (wpe)");
     }
-    /* positions grouped by token (counting sort of the tokens read in forward) */
+    /* positions grouped by token (counting sort of the tokens read back in forward) */
+    CHECK(check_tokens(m, 1, err));
     int32_t *cnt = g->h_count;
     memset(cnt, 0, (size_t)(V + 1) * sizeof *cnt);
     for (int64_t n = 0; n < N; n++) cnt[g->h_tokens[n] + 1]++;
@@ -744,7 +844,7 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->fc_w, N, C, FH, err));
     CHECK(norm_bwd(m, a, dres, C, dnc, C, A->xmid, C, A->ln2_mean, A->ln2_rstd, o->ln2_w,
                    o->ln2_b, 1, err));
-    round_if(m, dres, N * C); /* now d loss / d x_mid */
+    CHECK(round_if(m, dres, N * C, err)); /* now d loss / d x_mid */
 
     /* attention branch */
     dyo = operand(m, g->xa, dres, N * C);
@@ -752,7 +852,7 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     CHECK(bias_grad(m, a, o->proj_b, dres, C, err));
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->proj_w, N, C, C, err));
     CHECK(attention_bwd(m, m->dqkv, dnc, A->qkv_att, A->lse, err));
-    round_if(m, m->dqkv, N * 3 * C);
+    CHECK(round_if(m, m->dqkv, N * 3 * C, err));
     if (m->pos == GPT_POS_ROPE) {
         k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->HD,
                                                    g->rope_cos, g->rope_sin, 1, r);
@@ -763,7 +863,7 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
                        o->qn_w, o->qn_b, 0, err));
         CHECK(norm_bwd(m, a, m->dqkv + C, 3 * C, m->dqkv + C, 3 * C, A->qkv + C, 3 * C,
                        A->k_mean, A->k_rstd, o->kn_w, o->kn_b, 0, err));
-        round_if(m, m->dqkv, N * 3 * C);
+        CHECK(round_if(m, m->dqkv, N * 3 * C, err));
     }
     dyo = operand(m, g->xa, m->dqkv, N * 3 * C);
     CHECK(grad_matmul(m, a, o->qkv_w, dyo, operand(m, g->xb, A->ln1, N * C), N, 3 * C, C, err));
@@ -771,7 +871,7 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->qkv_w, N, C, 3 * C, err));
     CHECK(norm_bwd(m, a, dres, C, dnc, C, x, C, A->ln1_mean, A->ln1_rstd, o->ln1_w, o->ln1_b, 1,
                    err));
-    round_if(m, dres, N * C); /* now d loss / d x */
+    CHECK(round_if(m, dres, N * C, err)); /* now d loss / d x */
     return CT_OK;
 }
 
@@ -783,8 +883,17 @@ static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
     const float *x = m->res + m->L * N * C;
     CHECK(norm_fwd(m, a, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, m->root.lnf_w, m->root.lnf_b,
                    1, err));
-    CHECK(linear_fwd(m, a, a->logits, operand(m, g->xb, m->lnf, N * C), m->root.head, -1, N, C,
-                     V, err));
+    const void *xo = operand(m, g->xb, m->lnf, N * C);
+    if (!m->bf16 || !g->wpad)
+        return linear_fwd(m, a, a->logits, xo, m->root.head, -1, N, C, V, err);
+    /* padded: z (N,Vp) = lnf Wpad^T into xa's bytes, then the first V columns, rounded */
+    const int64_t Vp = g->Vp;
+    float *z = (float *)g->xa;
+    TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
+                        cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
+    CHECK(gemm(m, 0, 1, N, Vp, C, 1.0f, xo, C, 0, g->wpad, C, 0, 0.0f, z, Vp, 0, 1, err));
+    k_unpad<<<ew_blocks(N * V), EW, 0, g->st>>>(a->logits, z, N, V, Vp, 1);
+    LAUNCHED("k_unpad (head logits)");
     return CT_OK;
 }
 
@@ -794,14 +903,39 @@ static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     if (!a->dlogits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
     float *dlnf = m->dnc;
-    /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
-    const void *dyo = operand(m, g->xa, a->dlogits, N * V);
-    CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, N, C, V, err));
-    CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, m->lnf, N * C), N, V, C, err));
+    if (!m->bf16 || !g->wpad) {
+        /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
+        const void *dyo = operand(m, g->xa, a->dlogits, N * V);
+        CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, N, C, V, err));
+        CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, m->lnf, N * C), N, V, C,
+                          err));
+    } else {
+        /* padded: dlogits as a (N,Vp) bf16 operand with zero pad columns; the weight again
+         * (the params may be another gather than forward's); the gradient of the V real rows
+         * only (lda = Vp) */
+        const int64_t Vp = g->Vp;
+        k_to_bf16_pad<<<ew_blocks(N * Vp), EW, 0, g->st>>>(g->xa, a->dlogits, N, V, Vp);
+        LAUNCHED("k_to_bf16_pad (head dlogits)");
+        TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
+                            cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
+        CHECK(gemm(m, 0, 0, N, C, Vp, 1.0f, g->xa, Vp, 0, g->wpad, C, 0, 0.0f, dlnf, C, 0, 1,
+                   err));
+        CHECK(round_if(m, dlnf, N * C, err));
+        const void *xo = operand(m, g->xb, m->lnf, N * C);
+        if (a->grad_dtype == CT_DTYPE_F32) {
+            CHECK(gemm(m, 1, 0, V, C, N, 1.0f, g->xa, Vp, 0, xo, C, 0, 1.0f,
+                       (float *)a->grads + m->root.head, C, 0, 1, err));
+        } else {
+            CHECK(gemm(m, 1, 0, V, C, N, 1.0f, g->xa, Vp, 0, xo, C, 0, 0.0f, g->gscr, C, 0, 1,
+                       err));
+            k_gadd<<<ew_blocks(V * C), EW, 0, g->st>>>(a->grads, 1, m->root.head, g->gscr, V * C);
+            LAUNCHED("grad add (head)");
+        }
+    }
     const float *x = m->res + m->L * N * C;
     CHECK(norm_bwd(m, a, m->dres, C, dlnf, C, x, C, m->lnf_mean, m->lnf_rstd, m->root.lnf_w,
                    m->root.lnf_b, 0, err));
-    round_if(m, m->dres, N * C);
+    CHECK(round_if(m, m->dres, N * C, err));
     return CT_OK;
 }
 
@@ -897,10 +1031,17 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     g->dk = CARVE_F(BH * T * HD);
     g->dv = CARVE_F(BH * T * HD);
     g->xa = g->xb = NULL;
+    g->wpad = NULL;
+    g->Vp = m->dtype == CT_DTYPE_BF16 ? (int64_t)ct_align_up(V, GPT_VPAD) : (int64_t)V;
     if (m->dtype == CT_DTYPE_BF16) {
         uint64_t wa = V > FH ? V : FH, wb = C > F ? C : F;
         if (wa < 3 * C) wa = 3 * C;
-        g->xa = (uint16_t *)carve(base, &c, N * wa * 2);
+        uint64_t xa_bytes = N * wa * 2;
+        if ((uint64_t)g->Vp != V) { /* the padded head's (N,Vp) f32 output lives here too */
+            if (xa_bytes < N * (uint64_t)g->Vp * 4) xa_bytes = N * (uint64_t)g->Vp * 4;
+            g->wpad = (uint16_t *)carve(base, &c, (uint64_t)g->Vp * C * 2); /* zeroed once */
+        }
+        g->xa = (uint16_t *)carve(base, &c, xa_bytes);
         g->xb = (uint16_t *)carve(base, &c, N * wb * 2);
     }
     g->gscr = CARVE_F(m->unit_numel_max);
@@ -915,11 +1056,15 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     g->gstart = (int32_t *)carve(base, &c, (N + 1) * 4);
     g->gtok = (int32_t *)carve(base, &c, N * 4);
     g->dmean = (double *)carve(base, &c, C * 8);
+    g->bad_pos = (int32_t *)carve(base, &c, 4);
     return c;
 }
 
 static void free_host(gpt_cuda *g) {
-    free(g->h_tokens);
+    cudaFreeHost(g->h_tokens);
+    cudaFreeHost(g->h_bad);
+    g->h_bad = NULL;
+    g->tok_pending = 0;
     free(g->h_order);
     free(g->h_gstart);
     free(g->h_gtok);
@@ -934,6 +1079,7 @@ extern "C" void gpt_cuda_free(gpt *m) {
     if (g->arena) cudaFree(g->arena);
     if (g->blas) cublasDestroy(g->blas);
     free_host(g);
+    if (g->tok_ready) cudaEventDestroy(g->tok_ready);
     free(g);
     m->cuda = NULL;
     m->arena = NULL;
@@ -955,8 +1101,12 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
                                 "check nvidia-smi and that libcublas matches the driver",
                                 cublasGetStatusString(s));
         }
-        cublasSetStream(g->blas, g->st);
-        cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH); /* no TF32: f32 stays f32 */
+        if ((s = cublasSetStream(g->blas, g->st)) != CUBLAS_STATUS_SUCCESS ||
+            (s = cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
+            return ct_error_set(err, CT_ERR_DEVICE, "model gpt: cublasSetStream / "
+                                "cublasSetMathMode (no TF32: f32 stays f32) failed: %s ---> check "
+                                "that libcublas matches the driver", cublasGetStatusString(s));
+        TRY(cudaEventCreateWithFlags(&g->tok_ready, cudaEventDisableTiming), "cudaEventCreate");
     }
     if (g->arena) {
         cudaStreamSynchronize(g->st);
@@ -986,7 +1136,8 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
     layout(m, g, g->arena);
     m->arena = g->arena;
     size_t N = (size_t)m->N;
-    g->h_tokens = (int32_t *)malloc(N * 4);
+    TRY(cudaMallocHost((void **)&g->h_tokens, N * 4), "cudaMallocHost (tokens)");
+    TRY(cudaMallocHost((void **)&g->h_bad, 4), "cudaMallocHost (token check)");
     g->h_order = (int32_t *)malloc(N * 4);
     g->h_gstart = (int32_t *)malloc((N + 1) * 4);
     g->h_gtok = (int32_t *)malloc(N * 4);

@@ -88,9 +88,12 @@ static inline int32_t ct_lkit_cuda_reserve(ct_lkit_cuda **state, int64_t N, int3
 /* --- sums ------------------------------------------------------------------------------- */
 
 /* The sum of one double per thread over a block of CT_LKIT_THREADS threads, as a fixed tree
- * (the same bits on every run); every thread gets it. Every thread of the block must call it. */
+ * (the same bits on every run); every thread gets it. Every thread of the block must call it.
+ * May be called several times in one kernel: the leading barrier keeps this call's stores from
+ * overwriting sh[0] while a slower warp still reads the previous call's result. */
 __device__ __forceinline__ double ct_lkit_block_sum(double s) {
     __shared__ double sh[CT_LKIT_THREADS];
+    __syncthreads();
     sh[threadIdx.x] = s;
     __syncthreads();
     for (int w = CT_LKIT_THREADS / 2; w > 0; w >>= 1) {
@@ -108,17 +111,32 @@ static __global__ void ct_lkit_k_sum(const double *rows, int64_t N, double *res)
     if (threadIdx.x == 0) res[0] = s;
 }
 
-/* *sum = the sum of s->rows[0..N) (ct_lkit_k_sum on stream st into s->res[0], read back through
- * s->pinned; synchronises st). *sum is untouched on error. */
-static inline int32_t ct_lkit_cuda_sum(ct_lkit_cuda *s, int64_t N, cudaStream_t st,
-                                       const char *who, double *sum, ct_error *err) {
+/* Queue the sum of s->rows[0..N) on stream st (ct_lkit_k_sum into s->res[0]) and its copy into
+ * s->pinned[0]; does not wait. Queue the term's gradient kernels after it, then
+ * ct_lkit_cuda_sum_finish: the host waits once, with the GPU busy until the value is needed. */
+static inline int32_t ct_lkit_cuda_sum_start(ct_lkit_cuda *s, int64_t N, cudaStream_t st,
+                                             const char *who, ct_error *err) {
     ct_lkit_k_sum<<<1, CT_LKIT_THREADS, 0, st>>>(s->rows, N, s->res);
     CT_LKIT_CUDA_TRY(who, cudaGetLastError(), "k_sum");
     CT_LKIT_CUDA_TRY(who, cudaMemcpyAsync(s->pinned, s->res, sizeof(double),
                                           cudaMemcpyDeviceToHost, st), "read-back");
+    return CT_OK;
+}
+
+/* *sum = the value ct_lkit_cuda_sum_start queued (synchronises st: the value must reach the
+ * host, ct_loss_result is filled on return). *sum is untouched on error. */
+static inline int32_t ct_lkit_cuda_sum_finish(ct_lkit_cuda *s, cudaStream_t st, const char *who,
+                                              double *sum, ct_error *err) {
     CT_LKIT_CUDA_TRY(who, cudaStreamSynchronize(st), "cudaStreamSynchronize");
     *sum = s->pinned[0];
     return CT_OK;
+}
+
+/* Both at once: *sum = the sum of s->rows[0..N) (synchronises st). */
+static inline int32_t ct_lkit_cuda_sum(ct_lkit_cuda *s, int64_t N, cudaStream_t st,
+                                       const char *who, double *sum, ct_error *err) {
+    int32_t rc = ct_lkit_cuda_sum_start(s, N, st, who, err);
+    return rc != CT_OK ? rc : ct_lkit_cuda_sum_finish(s, st, who, sum, err);
 }
 
 #endif /* CTRAIN_LOSS_KIT_CUDA_CUH */
