@@ -528,7 +528,7 @@ int cmd_train(int argc, char **argv) {
                    preempt_signal_name(sh.stop_sig), (long long)sh.stopped_at);
         status = PREEMPT_EXIT_STOPPED;
     }
-    if (status == 0) printf("metrics: %s/metrics.jsonl\n", out_dir);
+    if (status == 0 && first_process) printf("metrics: %s/metrics.jsonl\n", out_dir);
 out_session:
     runlock_release(&lock);
     registry_close(reg);
