@@ -308,6 +308,15 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             t_saved = now_s();
         }
         if (rc == CT_OK && stop) {
+            /* rank 0 says so before any process exits: under mpirun the first process to exit
+             * with status 3 ends the others, so they wait here until rank 0 has printed */
+            if (r->rank == 0) {
+                printf("stopped by %s after checkpointing step %lld ---> continue with "
+                       "--resume\n", preempt_signal_name((int)agreed[0]), (long long)step);
+                fflush(stdout);
+            }
+            double done = 0;
+            rc = optim_allreduce_f64(r, &done, 1, CT_REDUCE_MAX, err);
             /* every rank stores the same values */
             __atomic_store_n(&sh->stop_sig, (int32_t)agreed[0], __ATOMIC_RELAXED);
             __atomic_store_n(&sh->stopped_at, step, __ATOMIC_RELAXED);
@@ -522,12 +531,8 @@ int cmd_train(int argc, char **argv) {
         sh.world = launch->world;
         status = run_ranks(&sh, launch->rank, 1);
     }
-    if (status == 0 && sh.stopped_at > 0) {
-        if (first_process)
-            printf("stopped by %s after checkpointing step %lld ---> continue with --resume\n",
-                   preempt_signal_name(sh.stop_sig), (long long)sh.stopped_at);
-        status = PREEMPT_EXIT_STOPPED;
-    }
+    /* train_rank printed "stopped by SIG after checkpointing step N" */
+    if (status == 0 && sh.stopped_at > 0) status = PREEMPT_EXIT_STOPPED;
     if (status == 0 && first_process) printf("metrics: %s/metrics.jsonl\n", out_dir);
 out_session:
     runlock_release(&lock);
