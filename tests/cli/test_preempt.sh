@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_preempt.sh — stop signals and long runs: SIGTERM / SIGUSR1 / SIGINT at a random (seeded)
-# moment of 20 runs (15 on the threads engine at N = 4, 5 under mpirun -np 2 where the signal
+# step of 20 runs (15 on the threads engine at N = 4, 5 under mpirun -np 2 where the signal
 # reaches one rank only) each exit 3 after checkpointing the step every rank agreed on, and
 # --resume then gives the uninterrupted run's losses bit for bit; a second signal exits at once
 # (128 + the signal) and the newest checkpoint still resumes to the same losses; --resume
@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
 small_run_setup "$work" || { finish; exit 1; }
-sed -i "s/^steps = 20/steps = 160/" "$work/t.ini"
+sed -i "s/^steps = 20/steps = 200/" "$work/t.ini"
 RANDOM=20261201 # the kill moments and the signalled rank are the same on every run of the test
 thr=(--set comm.plugin=threads --set comm.world_size=4)
 mpi=(--set comm.plugin=mpi)
@@ -25,10 +25,14 @@ timeout 60 "$CTRAIN" train "$work/t.ini" "${thr[@]}" --set run.out_dir="$work/re
 mpirun2 "$CTRAIN" train "$work/t.ini" "${mpi[@]}" --set run.out_dir="$work/ref_mpi" \
     > "$work/ref_mpi.log" 2>&1 || fail "reference mpirun -np 2: $(tail -3 "$work/ref_mpi.log")"
 
-# wait_step LOG: until the first "step" line (training has started), at most 30 s.
+# wait_step LOG [K]: until a "step N/..." line with N >= K (default 1) is logged, at most 30 s.
 wait_step() {
-    local i
-    for i in $(seq 600); do grep -q '^step ' "$1" 2>/dev/null && return 0; sleep 0.05; done
+    local i n
+    for i in $(seq 1500); do
+        n=$(tail -n 4 "$1" 2>/dev/null | sed -nE 's|^step ([0-9]+)/.*|\1|p' | tail -1)
+        [ -n "$n" ] && [ "$n" -ge "${2:-1}" ] && return 0
+        sleep 0.02
+    done
     return 1
 }
 
@@ -50,11 +54,13 @@ interrupt() {
     "${launch[@]}" "$CTRAIN" train "$work/t.ini" "${args[@]}" --set run.out_dir="$work/$name" \
         > "$work/$name.log" 2>&1 &
     pid=$!
-    wait_step "$work/$name.log" || { fail "$name: no step within 30 s"; wait $pid; return; }
-    sleep "0.$(printf '%03d' $((RANDOM % 150)))"
+    # the moment: once step K (seeded, 5..104 of 200) is logged, one process, seeded (found
+    # before, so that no process lookup lies between seeing step K and the signal)
+    local k=$((RANDOM % 100 + 5))
+    wait_step "$work/$name.log" 1 || { fail "$name: no step within 30 s"; wait $pid; return; }
     local r=($(ranks_of $pid))
     victim=${r[$((RANDOM % ${#r[@]}))]}
-    kill -s "$sig" "$victim" 2>/dev/null
+    wait_step "$work/$name.log" $k && kill -s "$sig" "$victim"
     wait $pid
     rc=$?
     local line step
@@ -88,8 +94,7 @@ for i in 1 2 3; do
     timeout 60 "$CTRAIN" train "$work/t.ini" "${thr[@]}" --set run.out_dir="$work/$name" \
         --set run.checkpoint_every=1 > "$work/$name.log" 2>&1 &
     pid=$!
-    wait_step "$work/$name.log" || fail "$name: no step within 30 s"
-    sleep 0.$((RANDOM % 200 + 100))
+    wait_step "$work/$name.log" $((RANDOM % 40 + 5)) || fail "$name: no step within 30 s"
     victim=$(ranks_of $pid)
     kill -TERM $victim; sleep 0.00$i; kill -TERM $victim 2>/dev/null
     wait $pid
