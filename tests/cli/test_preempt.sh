@@ -26,14 +26,14 @@ timeout 60 "$CTRAIN" train "$work/t.ini" "${thr[@]}" --set run.out_dir="$work/re
 mpirun2 "$CTRAIN" train "$work/t.ini" "${mpi[@]}" --set run.out_dir="$work/ref_mpi" \
     > "$work/ref_mpi.log" 2>&1 || fail "reference mpirun -np 2: $(tail -3 "$work/ref_mpi.log")"
 
-# wait_step LOG [K]: until a "step N/..." line with N >= K (default 1) is logged, at most 30 s.
+# wait_step LOG PID [K]: until a "step N/..." line with N >= K (default 1) is logged; 1 when
+# PID ends first. Reads the log as it grows (one tail -f, no process per poll), so the signal
+# follows step K closely even on a loaded machine.
 wait_step() {
-    local i n
-    for i in $(seq 1500); do
-        n=$(tail -n 4 "$1" 2>/dev/null | sed -nE 's|^step ([0-9]+)/.*|\1|p' | tail -1)
-        [ -n "$n" ] && [ "$n" -ge "${2:-1}" ] && return 0
-        sleep 0.02
-    done
+    local line
+    while IFS= read -r line; do
+        [[ $line =~ ^step\ ([0-9]+)/ ]] && [ "${BASH_REMATCH[1]}" -ge "${3:-1}" ] && return 0
+    done < <(timeout 60 tail -n +1 -f --pid="$2" "$1" 2>/dev/null)
     return 1
 }
 
@@ -45,7 +45,7 @@ ranks_of() {
     pgrep -P "$m" -x ctrain
 }
 
-stops=() # "engine:signal:step" of every honoured stop
+stops=() # "engine:signal:K:step" of every honoured stop (signalled once step K was logged)
 # interrupt NAME ENGINE SIG: start, signal one process at a random moment after the first step,
 # expect exit 3 and the stop line, resume, expect the reference's losses bit for bit.
 interrupt() {
@@ -58,10 +58,10 @@ interrupt() {
     # the moment: once step K (seeded, 5..104 of 200) is logged, one process, seeded (found
     # before, so that no process lookup lies between seeing step K and the signal)
     local k=$((RANDOM % 100 + 5))
-    wait_step "$work/$name.log" 1 || { fail "$name: no step within 30 s"; wait $pid; return; }
+    wait_step "$work/$name.log" $pid 1 || { fail "$name: no step logged"; wait $pid; return; }
     local r=($(ranks_of $pid))
     victim=${r[$((RANDOM % ${#r[@]}))]}
-    wait_step "$work/$name.log" $k && kill -s "$sig" "$victim"
+    wait_step "$work/$name.log" $pid $k && kill -s "$sig" "$victim"
     wait $pid
     rc=$?
     local line step
@@ -71,18 +71,18 @@ interrupt() {
         fail "$name: SIG$sig to $engine: expected exit 3, the stop line and its checkpoint; got exit $rc: $(tail -4 "$work/$name.log")"
         return
     fi
-    stops+=("$engine:$sig:$step")
+    stops+=("$engine:$sig:$k:$step")
     "${launch[@]}" "$CTRAIN" train "$work/t.ini" "${args[@]}" --set run.out_dir="$work/$name" \
         --resume > "$work/$name.resume.log" 2>&1 \
         || { fail "$name: resume: $(tail -3 "$work/$name.resume.log")"; return; }
-    compare_series "$work/$name" "$work/$ref" loss 0 "$name: SIG$sig at step $step, exit 3, resumed = uninterrupted"
+    compare_series "$work/$name" "$work/$ref" loss 0 "$name: SIG$sig once step $k was logged, stopped after step $step (exit 3), resumed = uninterrupted"
     rm -rf "$work/$name"
 }
 
 sigs=(TERM TERM USR1 TERM INT)
 for i in $(seq 16); do interrupt "thr$i" thr "${sigs[$((i % 5))]}"; done
 for i in $(seq 4); do interrupt "mpi$i" mpi "${sigs[$((i % 5))]}"; done
-echo "stops (engine:signal:step): ${stops[*]}"
+echo "stops (engine:signal:signalled after step:stopped after step): ${stops[*]}"
 [ ${#stops[@]} -eq 20 ] && ok "20 of 20 signalled runs stopped with exit 3" \
     || fail "${#stops[@]} of 20 signalled runs stopped with exit 3"
 
@@ -95,7 +95,7 @@ for i in 1 2 3; do
     timeout 60 "$CTRAIN" train "$work/t.ini" "${thr[@]}" --set run.out_dir="$work/$name" \
         --set run.checkpoint_every=1 > "$work/$name.log" 2>&1 &
     pid=$!
-    wait_step "$work/$name.log" $((RANDOM % 40 + 5)) || fail "$name: no step within 30 s"
+    wait_step "$work/$name.log" $pid $((RANDOM % 40 + 5)) || fail "$name: no step logged"
     victim=$(ranks_of $pid)
     kill -TERM $victim; sleep 0.00$i; kill -TERM $victim 2>/dev/null
     wait $pid
