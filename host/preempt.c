@@ -30,8 +30,6 @@ int preempt_install(void) {
 
 int preempt_requested(void) { return (int)requested; }
 
-void preempt_reset(void) { requested = 0; }
-
 const char *preempt_signal_name(int sig) {
     static char other[32];
     switch (sig) {

@@ -27,7 +27,4 @@ int preempt_requested(void);
 /* "SIGTERM", "SIGINT", "SIGUSR1", or "signal N". */
 const char *preempt_signal_name(int sig);
 
-/* Forget a request (tests; a new run in the same process). */
-void preempt_reset(void);
-
 #endif /* CTRAIN_HOST_PREEMPT_H */
