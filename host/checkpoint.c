@@ -391,6 +391,16 @@ out_remove_tmp:
     return rc;
 }
 
+int32_t checkpoint_count(const char *out_dir, int *n, ct_error *err) {
+    char root[PATH_MAX];
+    long long *steps = NULL;
+    *n = 0;
+    int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
+    if (rc == CT_OK) rc = list_steps(root, &steps, n, err);
+    free(steps);
+    return rc;
+}
+
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err) {
     char root[PATH_MAX];
     int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);

@@ -39,6 +39,10 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
 int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err);
 
+/* How many complete checkpoint folders (step_ and digits, directories) OUT/checkpoints holds
+ * into *n: 0 when there is none or no such folder. CT_ERR_IO when it cannot be listed. Does
+ * not read the files (a folder counted may still fail checkpoint_resume's checks). */
+int32_t checkpoint_count(const char *out_dir, int *n, ct_error *err);
 /* Path of the newest complete checkpoint folder (a directory named step_ and digits only)
  * under out_dir into buf; CT_ERR_IO if none. Does not read the files (checkpoint_resume does). */
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err);

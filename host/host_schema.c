@@ -21,6 +21,9 @@ static const ct_param_spec run_specs[] = {
                   "add every tensor's gradient norm to metrics.jsonl at log steps "
                   "(grad_norm/<tensor>)"),
     CT_PARAM_INT("keep_checkpoints", "2", 1, 1e9, "checkpoints kept on disk (oldest removed)"),
+    CT_PARAM_FLOAT("checkpoint_minutes", "0", 0, 1e6, "also checkpoint when this many minutes "
+                   "have passed since the last save (rank 0's clock; every rank saves at the "
+                   "same step); 0 = off"),
     CT_PARAM_BOOL("probe", "false",
                   "reduction-error probe at each log step: the policy's reduction of a gradient "
                   "sample against an exact f64 one (metrics probe/<unit>/...)"),
@@ -76,8 +79,9 @@ static const ct_param_spec precision_specs[] = {
 };
 
 static const ct_param_spec comm_specs[] = {
-    CT_PARAM_STRING("plugin", "auto", "collective engine; auto = mpi under mpirun, else threads "
-                    "when world_size > 1, else local"),
+    CT_PARAM_STRING("plugin", "auto", "collective engine; auto = nccl when several processes were "
+                    "launched on cuda, mpi under mpirun or a multi-task srun, else threads when "
+                    "world_size > 1, else local"),
     CT_PARAM_INT("world_size", "1", 1, 1024, "ranks of an in-process engine (threads)"),
     CT_PARAM_END,
 };

@@ -2,6 +2,8 @@
  * Every function is safe from the rank thread that owns the instance; none keeps global state. */
 #include "hostapi.h"
 
+#include "launcher.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,12 @@ static int32_t api_get_bool(ct_host *h, const char *s, const char *k, int32_t *o
     return config_get_bool(h->cfg, s, k, o, e);
 }
 static int32_t api_get_int(ct_host *h, const char *s, const char *k, int64_t *o, ct_error *e) {
+    /* [device] local_rank: the launcher's local rank (ctrain.h), not an INI key */
+    if (s && k && !strcmp(s, "device") && !strcmp(k, "local_rank")) {
+        const host_launch *l = launcher_current();
+        *o = l->world > 1 ? l->local_rank : h->rank;
+        return CT_OK;
+    }
     return config_get_int(h->cfg, s, k, o, e);
 }
 static int32_t api_get_float(ct_host *h, const char *s, const char *k, double *o, ct_error *e) {

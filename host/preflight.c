@@ -7,6 +7,7 @@
 
 #include "contract.h"
 #include "hostapi.h"
+#include "launcher.h"
 #include "optim.h"
 #include "rank.h"
 
@@ -154,6 +155,14 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
                             config_origin(cfg, "comm", "world_size"), (long long)world,
                             w->comm->desc.name);
     if (!cv->world_create) world = 1;
+    /* several launched processes need an engine that takes its world from the launcher */
+    if ((rc = launcher_check_comm(launcher_current(), w->comm->desc.name,
+                                  cv->world_create != NULL, err)) != CT_OK) {
+        char where[CT_VALUE_MAX];
+        snprintf(where, sizeof where, "%s: [comm] plugin", config_origin(cfg, "comm", "plugin"));
+        prefix_message(err, where);
+        return rc;
+    }
 
     if ((rc = plugin_hooks(cfg, w, (int32_t)world, err)) != CT_OK) return rc;
 

@@ -1,12 +1,16 @@
 /* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume | --resume-from DIR]
  * [--stop-after N]` (stop after step N as if interrupted, e.g. to test resuming): resolves the
  * configuration exactly as `validate` does, starts the ranks (threads of this process for
- * in-process engines, else one rank per process), runs the steps, logs metrics, evaluates and
- * checkpoints. Not for: the step's arithmetic (step.c, optim.c) or file formats (checkpoint.c). */
+ * in-process engines, else one rank per process, placed by the launcher: launcher.h), runs the
+ * steps, logs metrics, evaluates and checkpoints; a stop signal (preempt.h) ends the run after a
+ * checkpoint at a step every rank agrees on. Not for: the step's arithmetic (step.c, optim.c),
+ * file formats (checkpoint.c) or reading the launcher's variables (launcher.c). */
 #include "checkpoint.h"
 #include "commands.h"
+#include "launcher.h"
 #include "optim.h"
 #include "param_norms.h"
+#include "preempt.h"
 #include "rank.h"
 #include "runlock.h"
 #include "step.h"
@@ -33,6 +37,9 @@ typedef struct run_shared {
     int64_t          stop_after; /* 0: run to [run] steps; else stop (and checkpoint) there */
     const char      *out_dir;
     supervisor      *sv;         /* watches this process's ranks (run_ranks) */
+    const host_launch *launch;   /* the launcher's rank and world (launcher_current) */
+    int64_t          stopped_at; /* a stop signal ended the run after checkpointing this step */
+    int32_t          stop_sig;   /* that signal (the largest number any rank received) */
 } run_shared;
 
 typedef struct rank_job {
@@ -181,12 +188,19 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     int32_t rc = optim_config(cfg, &oc, err);
     if (rc != CT_OK) return rc;
     int64_t log_every = 10, eval_every = 0, eval_batches = 8, ckpt_every = 0, keep = 2;
+    double ckpt_minutes = 0;
     config_get_int(cfg, "run", "log_every", &log_every, NULL);
+    config_get_float(cfg, "run", "checkpoint_minutes", &ckpt_minutes, NULL);
     config_get_int(cfg, "run", "eval_every", &eval_every, NULL);
     config_get_int(cfg, "run", "eval_batches", &eval_batches, NULL);
     config_get_int(cfg, "run", "checkpoint_every", &ckpt_every, NULL);
     config_get_int(cfg, "run", "keep_checkpoints", &keep, NULL);
 
+    /* a one-rank-per-process engine's world must be the one the launcher started */
+    if (!sh->comm_world &&
+        (rc = launcher_check_comm_world(sh->launch, r->comm.plugin->desc.name, r->rank, r->world,
+                                        err)) != CT_OK)
+        return rc;
     int64_t start = 0;
     int32_t resumed = sh->resume || sh->resume_from;
     if (resumed) {
@@ -207,7 +221,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     interval iv;
     memset(&iv, 0, sizeof iv);
     iv.t_start = now_s();
-    double t_run = now_s();
+    double t_run = now_s(), t_saved = t_run;
     int64_t steps_done_here = 0;
     int64_t last = sh->stop_after > 0 && sh->stop_after < oc.steps ? sh->stop_after : oc.steps;
     int32_t probe = 0, ckpt_start = 0, param_norms = 0;
@@ -294,10 +308,35 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
                        metrics_value(&out, "val/loss"));
             }
         }
-        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == last) {
+        /* Every rank ends the step with the same verdict: stop (a signal reached some rank;
+         * the largest signal number wins) and save on time (rank 0's clock), one all-reduce
+         * (MAX) of two numbers, so a signal that reached one process only stops all at the
+         * same step. */
+        double agreed[2] = {(double)preempt_requested(),
+                            r->rank == 0 && ckpt_minutes > 0 &&
+                                    now_s() - t_saved >= 60.0 * ckpt_minutes ? 1.0 : 0.0};
+        if ((rc = optim_allreduce_f64(r, agreed, 2, CT_REDUCE_MAX, err)) != CT_OK) break;
+        int32_t stop = agreed[0] > 0 && step < oc.steps;
+        if ((ckpt_every > 0 && step % ckpt_every == 0) || step == last || stop || agreed[1] > 0) {
             rc = checkpoint_save(r, sh->out_dir, step, (int32_t)keep, err);
             if (rc == CT_OK && r->rank == 0)
                 printf("checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir, (long long)step);
+            t_saved = now_s();
+        }
+        if (rc == CT_OK && stop) {
+            /* rank 0 says so before any process exits: under mpirun the first process to exit
+             * with status 3 ends the others, so they wait here until rank 0 has printed */
+            if (r->rank == 0) {
+                printf("stopped by %s after checkpointing step %lld ---> continue with "
+                       "--resume\n", preempt_signal_name((int)agreed[0]), (long long)step);
+                fflush(stdout);
+            }
+            double done = 0;
+            rc = optim_allreduce_f64(r, &done, 1, CT_REDUCE_MAX, err);
+            /* every rank stores the same values */
+            __atomic_store_n(&sh->stop_sig, (int32_t)agreed[0], __ATOMIC_RELAXED);
+            __atomic_store_n(&sh->stopped_at, step, __ATOMIC_RELAXED);
+            break;
         }
     }
     if (mf) {
@@ -450,9 +489,29 @@ int cmd_train(int argc, char **argv) {
     const ct_comm_vtable *cv = w.comm->vtable;
     status = 1;
     supervise_report_fatal_signals();
-    /* under mpirun every process gets here: the first one of the job writes config.ini */
-    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
-    int first_process = !mpi_rank || strcmp(mpi_rank, "0") == 0;
+    /* SIGTERM / SIGINT / SIGUSR1 from here on: checkpoint at the end of the step, then exit */
+    if (preempt_install() != 0) {
+        fprintf(stderr, "ctrain train: cannot install the stop-signal handlers: %s\n",
+                strerror(errno));
+        goto out_session;
+    }
+    /* under a launcher every process gets here: the first one of the job (rank 0 by the
+     * launcher: mpirun, srun or torchrun-style) writes config.ini */
+    const host_launch *launch = launcher_current();
+    int first_process = launch->rank == 0;
+    /* --resume before the first checkpoint starts fresh, so a requeue script can always pass
+     * it; a folder that holds checkpoints, none of them valid, stays an error (rank_open) */
+    int n_saved = 0;
+    if (resume && checkpoint_count(out_dir, &n_saved, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: --resume: %s\n", err.message);
+        goto out_session;
+    }
+    if (resume && n_saved == 0) {
+        if (first_process)
+            fprintf(stderr, "ctrain train: --resume: no checkpoint under %s/checkpoints yet; "
+                    "starting from step 0\n", out_dir);
+        resume = 0;
+    }
     /* the process that writes the folder's config.ini holds its lock for the whole run (the
      * in-process ranks share it; the other processes of an mpirun job take none) */
     if (mkdir_p(out_dir, &err) != CT_OK ||
@@ -461,8 +520,9 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;
     }
-    run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world,
-                     .resume = resume, .resume_from = resume_from, .stop_after = stop_after, .out_dir = out_dir};
+    run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world, .resume = resume,
+                     .resume_from = resume_from, .stop_after = stop_after, .out_dir = out_dir,
+                     .launch = launch};
     if (cv->world_create) {
         /* the engine reads its own keys ([comm] algo, timeout_s, ...) here, through the host
          * API exactly as at create(); wh lives until world_destroy */
@@ -482,10 +542,14 @@ int cmd_train(int argc, char **argv) {
         status = run_ranks(&sh, 0, (int32_t)world);
         cv->world_destroy(sh.comm_world);
     } else {
-        /* world_size > 1 without an in-process engine was refused by preflight_check */
-        status = run_ranks(&sh, 0, 1);
+        /* world_size > 1 without an in-process engine was refused by preflight_check; the
+         * comm plugin learns its world itself and train_rank checks it against the launcher's */
+        sh.world = launch->world;
+        status = run_ranks(&sh, launch->rank, 1);
     }
-    if (status == 0) printf("metrics: %s/metrics.jsonl\n", out_dir);
+    /* train_rank printed "stopped by SIG after checkpointing step N" */
+    if (status == 0 && sh.stopped_at > 0) status = PREEMPT_EXIT_STOPPED;
+    if (status == 0 && first_process) printf("metrics: %s/metrics.jsonl\n", out_dir);
 out_session:
     runlock_release(&lock);
     registry_close(reg);

@@ -6,6 +6,7 @@
 #include "wiring.h"
 
 #include "host_schema.h"
+#include "launcher.h"
 #include "preflight.h"
 
 #include <stdlib.h>
@@ -61,10 +62,11 @@ static const char *plugin_path(const host_config *cfg, const char *section, cons
     return buf;
 }
 
-const char *wiring_auto_comm(int64_t world_size) {
-    const char *mpi = getenv("OMPI_COMM_WORLD_SIZE");
-    if (mpi && *mpi) return "mpi";
-    return world_size > 1 ? "threads" : "local";
+const char *wiring_auto_comm(const host_config *cfg, int64_t world_size) {
+    const host_section *dev = host_schema_find("device");
+    const char *type = dev ? value_or_default(cfg, dev, "type") : NULL;
+    int32_t cuda = type && strcmp(type, "cuda") == 0;
+    return launcher_auto_comm(launcher_current(), cuda, world_size);
 }
 
 static int32_t device_mask_check(const host_wiring *w, const host_config *cfg, ct_error *err) {
@@ -191,7 +193,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
                 if (config_get(cfg, "comm", "world_size") &&
                     config_get_int(cfg, "comm", "world_size", &ws, NULL) != CT_OK)
                     ws = 1;
-                snprintf(chosen, sizeof chosen, "%s", wiring_auto_comm(ws));
+                snprintf(chosen, sizeof chosen, "%s", wiring_auto_comm(cfg, ws));
             }
             char file[2 * CT_VALUE_MAX];
             p = registry_resolve(reg, h->kind,
@@ -247,6 +249,10 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, host_
     *n_rest = 0;
     const char *path = NULL;
     int32_t rc;
+    /* the launcher's rank and world, before [comm] plugin = auto is resolved */
+    host_launch launch;
+    if ((rc = launcher_read(launcher_getenv, &launch, err)) != CT_OK) return rc;
+    launcher_set(&launch);
     host_config *c = config_new();
     if (!c) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     /* pass 1: find the configuration file and the other arguments */

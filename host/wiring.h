@@ -30,12 +30,13 @@ typedef struct host_wiring {
  * Afterwards every key a plugin reads exists (defaults filled, origin "default").
  * A plugin value with a '/' that is not absolute names a file relative to the folder of the
  * INI file it is written in; the same value given with --set is relative to the current
- * directory. [comm] plugin = auto picks mpi when OMPI_COMM_WORLD_SIZE is set, else threads when
- * world_size > 1, else local. Errors are CT_ERR_INVALID with "FILE:LINE: [section] ...". */
+ * directory. [comm] plugin = auto is launcher_auto_comm's choice (launcher.h) for the process's
+ * launcher and [device] type. Errors are CT_ERR_INVALID with "FILE:LINE: [section] ...". */
 int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err);
 
-/* The comm plugin name [comm] plugin = auto stands for, given world_size. */
-const char *wiring_auto_comm(int64_t world_size);
+/* The comm plugin name [comm] plugin = auto stands for, given [device] type of cfg, world_size
+ * and the launcher read by session_configure (launcher_current). */
+const char *wiring_auto_comm(const host_config *cfg, int64_t world_size);
 
 /* What `ctrain validate` and `ctrain train` share. argc/argv are the subcommand's, as its
  * cmd_<name> received them (argv[0] is the subcommand's name and is skipped):
@@ -43,7 +44,8 @@ const char *wiring_auto_comm(int64_t world_size);
  * The configuration is the first argument that does not start with '-' (and is not the value
  * of --set). Every other argument is copied, in order, into rest (the caller provides room for
  * argc entries) and counted in *n_rest, for the subcommand's own flags.
- * Then preflight_check (preflight.h): what the ranks of `train` would refuse is refused here,
+ * The launcher's variables are read first (launcher_read, then launcher_set): a contradiction
+ * fails here. Then preflight_check (preflight.h): what the ranks of `train` would refuse is refused here,
  * with train's message, so `validate` and `train` agree.
  * On success *cfg and *reg are the caller's (config_free, registry_close) and *w is filled.
  * The registry's warnings (world-writable plugin folders or files, shadowing) are printed to

@@ -208,8 +208,10 @@ run "$r" --set run.steps=8 --set optim.lr=1e-3 --resume
 [ $rc = 0 ] && says "$r.out" "resumed from step 6" && ok "--resume with another [optim] lr is accepted" \
     || fail "--resume with a new lr: rc $rc: $(tail -2 "$r.err")"
 rm -rf "$r/checkpoints"/*
-run "$r" --resume
-[ $rc = 1 ] && says "$r.err" "no checkpoint under $r/checkpoints" && ok "--resume without a checkpoint: clear error" \
+# no checkpoint yet: --resume starts from step 0 and says so (a requeue script always passes it)
+run "$r" --resume --set run.steps=8
+[ $rc = 0 ] && says "$r.err" "no checkpoint under $r/checkpoints yet; starting from step 0" \
+    && ! says "$r.out" "resumed from" && ok "--resume without a checkpoint: starts from step 0, saying so" \
     || fail "--resume with none: rc $rc: $(cat "$r.err")"
 
 # --- 3. metrics.jsonl: checked writes; plot and compare read a torn last line ----------------

@@ -1,6 +1,7 @@
 /* comm_nccl.c — the `nccl` comm plugin: collectives between GPUs with NCCL, one rank per
- * process. Under mpirun (OMPI_COMM_WORLD_SIZE set) the ranks come from MPI, which also carries
- * the ncclUniqueId from rank 0 to the others; started alone it is a world of one, without MPI.
+ * process. Launched as several processes (the host's ct_create_args.world_size > 1: mpirun,
+ * srun --mpi=pmix; or OMPI_COMM_WORLD_SIZE set) the ranks come from MPI, which also carries the
+ * ncclUniqueId from rank 0 to the others; started alone it is a world of one, without MPI.
  * Not for: CPU memory (comm local, threads, mpi) or several ranks in one process.
  *
  * Streams: collectives run on this instance's own stream, ordered after the work already queued
@@ -100,10 +101,13 @@ static double now_s(void) {
  * create / destroy
  * ------------------------------------------------------------------------------------- */
 
-/* Rank, world size and the shared unique id: from MPI under mpirun, else a world of one. */
-static int32_t bootstrap(nccl_comm *self, ncclUniqueId *id, ct_error *err) {
+/* Rank, world size and the shared unique id: from MPI when launched as several processes
+ * (launched_world > 1, the launcher's world the host passes in ct_create_args) or under
+ * mpirun, else a world of one. */
+static int32_t bootstrap(nccl_comm *self, int32_t launched_world, ncclUniqueId *id,
+                         ct_error *err) {
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-    if (!ws || !*ws) {
+    if ((!ws || !*ws) && launched_world <= 1) {
         self->rank = 0;
         self->world = 1;
         NCCL_TRY(ncclGetUniqueId(id), "ncclGetUniqueId");
@@ -272,7 +276,7 @@ static void *nccl_create(const ct_create_args *args, ct_error *err) {
         goto out_free_self;
     self->compute = (cudaStream_t)args->device.vt->native_stream(args->device.self);
     ncclUniqueId id;
-    if (bootstrap(self, &id, err) != CT_OK) goto out_free_self;
+    if (bootstrap(self, args->world_size, &id, err) != CT_OK) goto out_free_self;
     cudaError_t e;
     if ((e = cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&self->after_compute, cudaEventDisableTiming)) != cudaSuccess ||

@@ -73,12 +73,18 @@ static int32_t scratch_reserve(cuda_device *self, uint64_t n, ct_error *err) {
  * create / destroy
  * ------------------------------------------------------------------------------------- */
 
-/* The rank's GPU: [device] ordinal when >= 0, else the local rank under mpirun
- * (OMPI_COMM_WORLD_LOCAL_RANK), else 0. */
-static int choose_ordinal(int64_t ordinal) {
+/* The rank's GPU: [device] ordinal when >= 0, else the local rank the host found from the
+ * launcher (get_int(host, "device", "local_rank"): mpirun, srun or torchrun-style variables,
+ * see ctrain.h), else 0 (a host that does not answer that key). */
+static int choose_ordinal(const ct_create_args *args, int64_t ordinal) {
     if (ordinal >= 0) return (int)ordinal;
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    return lr && *lr ? atoi(lr) : 0;
+    int64_t local = 0;
+    ct_error ignored = {};
+    ignored.struct_size = sizeof ignored;
+    if (!args->api || !args->api->get_int ||
+        args->api->get_int(args->host, "device", "local_rank", &local, &ignored) != CT_OK)
+        local = 0;
+    return (int)local;
 }
 
 static void *cuda_create(const ct_create_args *args, ct_error *err) {
@@ -95,7 +101,7 @@ static void *cuda_create(const ct_create_args *args, ct_error *err) {
         cudaGetLastError(); /* clear the sticky-free error state of the runtime */
         return NULL;
     }
-    int dev = choose_ordinal(ordinal);
+    int dev = choose_ordinal(args, ordinal);
     if (dev < 0 || dev >= count) {
         ct_error_set(err, CT_ERR_DEVICE, "device cuda: GPU %d requested (local rank or [%s] "
                      "ordinal) but %d visible ---> start at most %d rank(s) per node, or check "
@@ -551,7 +557,7 @@ static void *cuda_native_stream(void *p) { return (void *)((cuda_device *)p)->st
 
 static const ct_param_spec cuda_params[] = {
     CT_PARAM_INT("ordinal", "-1", -1, 1023,
-                 "GPU index; -1 = the local rank under mpirun (OMPI_COMM_WORLD_LOCAL_RANK), else 0"),
+                 "GPU index; -1 = the launcher's local rank (mpirun, srun, torchrun-style), else 0"),
     CT_PARAM_END,
 };
 

@@ -328,7 +328,10 @@ typedef struct ct_host_api {
      * ct_create_args.section; a plugin may also read the host's sections: run, data, ...).
      * Return CT_OK and store the value, or fill err and return CT_ERR_INVALID when the key
      * does not exist or has another type. get_string's result is owned by the host and lives
-     * until the run ends. */
+     * until the run ends. One key is the host's, not the INI file's: get_int(host, "device",
+     * "local_rank") is the rank's index on its node as its launcher says (mpirun, srun or
+     * torchrun-style variables; an in-process engine's rank; 0 without a launcher): a device
+     * plugin picks its GPU by it. */
     int32_t (*get_bool)(ct_host *host, const char *section, const char *key, int32_t *out,
                         ct_error *err);
     int32_t (*get_int)(ct_host *host, const char *section, const char *key, int64_t *out,
