@@ -585,9 +585,10 @@ static int32_t gather_part(saved_rank *saved, int32_t world, uint32_t u, int k, 
     return CT_OK;
 }
 
-/* Load the verified checkpoint `saved` (world files of folder dir) into the rank. */
+/* Load the verified checkpoint `saved` (world files of folder dir) into the rank; with
+ * weights_only the master weights only (no AdamW moments, no data position). */
 static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t world,
-                    ct_error *err) {
+                    int weights_only, ct_error *err) {
     const saved_rank *first = &saved[0];
     if (first->n_units != r->mdesc.n_units)
         return ct_error_set(err, CT_ERR_INVALID,
@@ -611,6 +612,10 @@ static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t worl
         if (rc == CT_OK) rc = st->load_unit(r->strategy.self, u, full, err);
         if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
         float *part = NULL;
+        if (weights_only) {
+            free(full);
+            continue;
+        }
         if (rc == CT_OK && !(part = calloc(sh.numel ? sh.numel : 1, sizeof *part)))
             rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         for (int k = 1; k <= 2 && rc == CT_OK; k++) {
@@ -627,7 +632,7 @@ static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t worl
         free(part);
         free(full);
     }
-    if (rc == CT_OK) rc = loader_set_state(r->train_data, first->ls, err);
+    if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
     return rc;
 }
 
@@ -687,7 +692,7 @@ int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int
         }
     }
     rc = check_model(r->cfg, saved_cfg, dir, err);
-    if (rc == CT_OK) rc = load(r, dir, saved, world, err);
+    if (rc == CT_OK) rc = load(r, dir, saved, world, 0, err);
     if (rc == CT_OK) *step = saved[0].step;
     for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
     free(saved);
@@ -699,4 +704,86 @@ int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int
     if (r->rank == 0 && path_fmt(root, sizeof root, &scratch, "%s/checkpoints", out_dir) == CT_OK)
         prune(root, *step, INT32_MAX, 1);
     return CT_OK;
+}
+
+/* ---- inference: the newest valid checkpoint of a run, its master weights ------------------ */
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Open, verify and close the checkpoint folder dir (open_checkpoint). */
+static int32_t verify_folder(const char *dir, int64_t *step, ct_error *err) {
+    saved_rank *saved = NULL;
+    ct_config *saved_cfg = NULL;
+    int32_t world = 0;
+    int32_t rc = open_checkpoint(dir, &saved, &world, &saved_cfg, err);
+    if (rc != CT_OK) return rc;
+    *step = saved[0].step;
+    for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
+    free(saved);
+    config_free(saved_cfg);
+    return CT_OK;
+}
+
+int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct_error *err) {
+    char probe[PATH_MAX], root[PATH_MAX];
+    int32_t rc = path_fmt(probe, sizeof probe, err, "%s/rank_00000.bin", path);
+    if (rc != CT_OK) return rc;
+    if (access(probe, F_OK) == 0) { /* a checkpoint folder */
+        if ((rc = path_fmt(buf, n, err, "%s", path)) != CT_OK) return rc;
+        ct_error why = {.struct_size = sizeof why};
+        if ((rc = verify_folder(buf, step, &why)) != CT_OK)
+            return ct_error_set(err, rc, "%s ---> pass a complete checkpoint folder "
+                                "(OUT/checkpoints/step_NNNNNNNN) or a run folder", why.message);
+        return CT_OK;
+    }
+    if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path)) != CT_OK) return rc;
+    if (!is_dir(root))
+        return ct_error_set(err, CT_ERR_INVALID, "%s is neither a run folder (no checkpoints/ "
+                            "in it) nor a checkpoint folder (no rank_00000.bin in it) ---> pass "
+                            "the [run] out_dir of a run that saved a checkpoint, or one of its "
+                            "OUT/checkpoints/step_NNNNNNNN folders", path);
+    long long *steps = NULL;
+    int count = 0, skipped = 0;
+    if ((rc = list_steps(root, &steps, &count, err)) != CT_OK) return rc;
+    rc = CT_ERR_IO;
+    for (int i = 0; i < count && rc != CT_OK; i++) {
+        if (path_fmt(buf, n, err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        ct_error why = {.struct_size = sizeof why};
+        rc = verify_folder(buf, step, &why);
+        if (rc == CT_OK && *step != steps[i])
+            rc = ct_error_set(&why, CT_ERR_INVALID, "its files are of step %lld",
+                              (long long)*step);
+        if (rc == CT_OK) break;
+        if (rc == CT_ERR_NOMEM) {
+            *err = why;
+            break;
+        }
+        skipped++;
+        fprintf(stderr, "ctrain: warning: skipping checkpoint %s: %s ---> using the next older "
+                "one\n", buf, why.message);
+    }
+    free(steps);
+    if (rc == CT_OK || rc == CT_ERR_NOMEM) return rc;
+    if (skipped)
+        return ct_error_set(err, CT_ERR_IO, "no valid checkpoint under %s (%d skipped: see the "
+                            "warnings above) ---> train the run again", root, skipped);
+    return ct_error_set(err, CT_ERR_IO, "no checkpoint under %s ---> train the run until it "
+                        "saves one ([run] checkpoint_every, or the end of the run)", root);
+}
+
+int32_t checkpoint_load_weights(ct_rank *r, const char *dir, ct_error *err) {
+    saved_rank *saved = NULL;
+    ct_config *saved_cfg = NULL;
+    int32_t world = 0;
+    int32_t rc = open_checkpoint(dir, &saved, &world, &saved_cfg, err);
+    if (rc != CT_OK) return rc;
+    rc = check_model(r->cfg, saved_cfg, dir, err);
+    if (rc == CT_OK) rc = load(r, dir, saved, world, 1, err);
+    for (int32_t q = 0; q < world; q++) close_saved(&saved[q]);
+    free(saved);
+    config_free(saved_cfg);
+    return rc;
 }

@@ -40,4 +40,16 @@ int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int
  * under out_dir into buf; CT_ERR_IO if none. Does not read the files (checkpoint_resume does). */
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err);
 
+/* For inference: `path` is a checkpoint folder (holding rank_00000.bin) or a run folder (holding
+ * checkpoints/). Into buf the checkpoint folder to use: the given one, verified, or the newest
+ * valid one of the run (an invalid one is skipped with a warning on stderr, as resume does);
+ * *step its step. CT_ERR_INVALID naming the path when it is neither; CT_ERR_IO when the run
+ * has no valid checkpoint. Reads, never changes anything. */
+int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct_error *err);
+
+/* Load the master weights of checkpoint folder dir into the rank (any saved world size; the
+ * strategy reshards). Not collective: for a rank of world 1 (rank_open_model). The rank's
+ * [model] must equal the checkpoint's, as for resume. */
+int32_t checkpoint_load_weights(ct_rank *r, const char *dir, ct_error *err);
+
 #endif /* CTRAIN_HOST_CHECKPOINT_H */

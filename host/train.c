@@ -8,6 +8,8 @@
 #include "optim.h"
 #include "rank.h"
 #include "runlock.h"
+#include "runtok.h"
+#include "sample.h"
 #include "step.h"
 #include "supervise.h"
 #include "wiring.h"
@@ -278,6 +280,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
                        metrics_value(&out, "val/loss"));
             }
         }
+        if ((rc = sample_train_hook(r, sh->out_dir, step, err)) != CT_OK) break;
         if ((ckpt_every > 0 && step % ckpt_every == 0) || step == last) {
             rc = checkpoint_save(r, sh->out_dir, step, (int32_t)keep, err);
             if (rc == CT_OK && r->rank == 0)
@@ -383,6 +386,14 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
     return status;
 }
 
+/* OUT/tokenizer.ini (+ .model) from the data's meta.ini; required when [run] sample_every > 0. */
+static int32_t record_tokenizer(const ct_config *cfg, const char *out_dir, ct_error *err) {
+    int64_t every = 0;
+    int found = 0;
+    config_get_int(cfg, "run", "sample_every", &every, NULL);
+    return runtok_record(cfg, out_dir, every > 0, &found, err);
+}
+
 int cmd_train(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
     ct_config *cfg = NULL;
@@ -441,7 +452,8 @@ int cmd_train(int argc, char **argv) {
      * in-process ranks share it; the other processes of an mpirun job take none) */
     if (mkdir_p(out_dir, &err) != CT_OK ||
         (first_process && runlock_take(&lock, out_dir, &err) != CT_OK) ||
-        (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK)) {
+        (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK) ||
+        (first_process && record_tokenizer(cfg, out_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;
     }
