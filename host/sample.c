@@ -159,12 +159,15 @@ static int32_t copies_make(ct_rank *r, int active, param_copy *pc, ct_error *err
  * window: row 0 of the rank's (B,T) token buffer holds the window, the rest zeros (causal
  * attention: later positions never reach earlier rows). */
 static int32_t logits_by_forward(ct_rank *r, const param_copy *pc, const int32_t *window,
-                                 int64_t n, float *logits, ct_error *err) {
-    memset(r->h_tokens, 0, (size_t)(r->B * r->T) * sizeof *r->h_tokens);
-    memcpy(r->h_tokens, window, (size_t)n * sizeof *window);
-    int32_t rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens,
-                                 (uint64_t)(r->B * r->T) * sizeof(int32_t), CT_COPY_H2D, err);
+                                 int64_t n, int fit, float *logits, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
+    int64_t rows = fit ? n : r->B * r->T; /* fit: the model is prepared for (1, n) */
+    int32_t rc = fit ? mv->prepare(r->model.self, 1, n, r->policy.param_dtype, err) : CT_OK;
+    if (rc != CT_OK) return rc;
+    memset(r->h_tokens, 0, (size_t)rows * sizeof *r->h_tokens);
+    memcpy(r->h_tokens, window, (size_t)n * sizeof *window);
+    rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens, (uint64_t)rows * sizeof(int32_t),
+                         CT_COPY_H2D, err);
     for (uint32_t s = 0; s < r->mdesc.n_stages && rc == CT_OK; s++) {
         ct_stage_args a = {
             .struct_size = sizeof a,
@@ -230,7 +233,7 @@ int32_t sample_generate(ct_rank *r, int active, const int32_t *prompt, int64_t n
             rc = mv->decode(r->model.self, &a, err);
             cached = len - start;
         } else {
-            rc = logits_by_forward(r, &pc, seq + start, len - start, logits, err);
+            rc = logits_by_forward(r, &pc, seq + start, len - start, o->fit_window, logits, err);
         }
         int32_t tok = 0;
         if (rc == CT_OK)

@@ -19,6 +19,10 @@ typedef struct sample_opts {
     uint64_t seed;        /* of the counter-based stream: draw i is ct_hash64(seed', i) */
     int32_t  greedy;      /* 1: the most likely token (the lowest id among equals) */
     int32_t  no_cache;    /* 1: recompute with forward() even when the model can decode */
+    int32_t  fit_window;  /* recompute: prepare() the model for (1, window) before each
+                             forward, so it computes the window only, not the rank's (B,T);
+                             for a rank whose activation buffers serve nothing else (`ctrain
+                             sample`); 0 keeps the rank's shape (training) */
 } sample_opts;
 
 /* CT_ERR_INVALID naming the option when temperature <= 0 without greedy, top_p outside (0, 1],

@@ -52,7 +52,8 @@ static int parse_num(const char *flag, const char *v, int integer, double *out) 
 
 static int parse_args(int argc, char **argv, cmd_opts *o) {
     memset(o, 0, sizeof *o);
-    o->so = (sample_opts){.n_tokens = 64, .temperature = 1.0, .top_p = 1.0, .seed = 1337};
+    o->so = (sample_opts){.n_tokens = 64, .temperature = 1.0, .top_p = 1.0, .seed = 1337,
+                          .fit_window = 1};
     o->prompt = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

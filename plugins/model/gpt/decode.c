@@ -11,6 +11,7 @@
  */
 #include "gpt.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -72,6 +73,19 @@ int32_t gpt_prepare_decode(void *self, int64_t max_T, int32_t dtype, ct_error *e
     m->dec_dtype = dtype;
     m->dec_len = 0;
     return CT_OK;
+}
+
+/* y (n,M) = x (n,K) W^T + b. One row (a token at a time) is a matrix-vector product: sgemm
+ * would pack all of W for it, which costs more than the product. */
+static void linear(const gpt *m, float *y, const float *x, const float *w, const float *b,
+                   int64_t n, int64_t K, int64_t M) {
+    if (n > 1) {
+        gpt_linear_forward(m, y, x, w, b, n, K, M);
+        return;
+    }
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)M, (int)K, 1.0f, w, (int)K, x, 1, 0.0f, y, 1);
+    if (b)
+        for (int64_t j = 0; j < M; j++) y[j] += b[j];
 }
 
 /* bf16 storage of an activation buffer (a no-op in f32), as stages.c's store(). */
@@ -158,7 +172,7 @@ static void block(gpt *m, const ct_stage_args *a, int64_t l, int64_t n, int64_t 
     gpt_norm_forward(m, m->dec_ln, C, m->dec_mean, m->dec_rstd, x, C, W(o->ln1_w), W(o->ln1_b),
                      n, C);
     store(m, m->dec_ln, n * C);
-    gpt_linear_forward(m, qkv, m->dec_ln, W(o->qkv_w), W(o->qkv_b), n, C, 3 * C);
+    linear(m, qkv, m->dec_ln, W(o->qkv_w), W(o->qkv_b), n, C, 3 * C);
     store(m, qkv, n * 3 * C);
     memcpy(qa, qkv, (size_t)(n * 3 * C) * sizeof(float));
     if (m->qk_norm) {
@@ -178,18 +192,18 @@ static void block(gpt *m, const ct_stage_args *a, int64_t l, int64_t n, int64_t 
     }
     attend(m, l, n, P);
     store(m, m->dec_att, n * C);
-    gpt_linear_forward(m, m->dec_tmp, m->dec_att, W(o->proj_w), W(o->proj_b), n, C, C);
+    linear(m, m->dec_tmp, m->dec_att, W(o->proj_w), W(o->proj_b), n, C, C);
     store(m, m->dec_tmp, n * C);
     for (int64_t i = 0; i < n * C; i++) m->dec_xmid[i] = x[i] + m->dec_tmp[i];
     store(m, m->dec_xmid, n * C);
     gpt_norm_forward(m, m->dec_ln, C, m->dec_mean, m->dec_rstd, m->dec_xmid, C, W(o->ln2_w),
                      W(o->ln2_b), n, C);
     store(m, m->dec_ln, n * C);
-    gpt_linear_forward(m, m->dec_h, m->dec_ln, W(o->fc_w), W(o->fc_b), n, C, FH);
+    linear(m, m->dec_h, m->dec_ln, W(o->fc_w), W(o->fc_b), n, C, FH);
     store(m, m->dec_h, n * FH);
     gpt_act_forward(m, m->dec_g, m->dec_h, n);
     store(m, m->dec_g, n * F);
-    gpt_linear_forward(m, m->dec_tmp, m->dec_g, W(o->fc2_w), W(o->fc2_b), n, F, C);
+    linear(m, m->dec_tmp, m->dec_g, W(o->fc2_w), W(o->fc2_b), n, F, C);
     store(m, m->dec_tmp, n * C);
     for (int64_t i = 0; i < n * C; i++) x[i] = m->dec_xmid[i] + m->dec_tmp[i];
     store(m, x, n * C);
@@ -205,7 +219,7 @@ static void head(gpt *m, const ct_stage_args *a, int64_t n, float *logits) {
     gpt_norm_forward(m, m->dec_ln, C, m->dec_mean, m->dec_rstd, x, C, w, b, 1, C);
     store(m, m->dec_ln, C);
     const float *wh = gpt_weights(m, a, m->root.head, V * C);
-    gpt_linear_forward(m, logits, m->dec_ln, wh, NULL, 1, C, V);
+    linear(m, logits, m->dec_ln, wh, NULL, 1, C, V);
     store(m, logits, V);
 }
 
