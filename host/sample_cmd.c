@@ -36,17 +36,21 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* A whole-string number, or usage error. */
-static int parse_num(const char *flag, const char *v, int integer, double *out) {
+/* A whole-string number (integer: a signed 64-bit one; seed: unsigned, no sign), or usage
+ * error (2). */
+static int parse_num(const char *flag, const char *v, char kind, double *d, int64_t *i,
+                     uint64_t *u) {
     char *end = NULL;
     errno = 0;
-    double d = integer ? (double)strtoll(v, &end, 10) : strtod(v, &end);
+    if (kind == 'f') *d = strtod(v, &end);
+    else if (kind == 'i') *i = strtoll(v, &end, 10);
+    else if (v[0] != '-' && v[0] != '+') *u = strtoull(v, &end, 10);
     if (!v[0] || !end || *end || errno) {
         fprintf(stderr, "ctrain sample: %s '%s' is not %s ---> see `ctrain sample --help`\n",
-                flag, v, integer ? "an integer" : "a number");
+                flag, v, kind == 'f' ? "a number" : kind == 'i' ? "an integer"
+                                                  : "an integer in [0, 2^64)");
         return 2;
     }
-    *out = d;
     return 0;
 }
 
@@ -77,16 +81,20 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
         if (!known) return usage_error("unknown option '%s'", a);
         if (i + 1 >= argc) return usage_error("%s needs a value", a);
         const char *v = argv[++i];
-        double d = 0;
         if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
         else if (!strcmp(a, "--init")) o->init = v;
-        else if (parse_num(a, v, strcmp(a, "--temperature") && strcmp(a, "--top-p"), &d)) return 2;
-        else if (!strcmp(a, "--tokens")) o->so.n_tokens = (int64_t)d;
-        else if (!strcmp(a, "--temperature")) o->so.temperature = d;
-        else if (!strcmp(a, "--top-k")) o->so.top_k = (int64_t)d;
-        else if (!strcmp(a, "--top-p")) o->so.top_p = d;
-        else if (!strcmp(a, "--seed")) o->so.seed = (uint64_t)d;
+        else if (!strcmp(a, "--tokens")) {
+            if (parse_num(a, v, 'i', NULL, &o->so.n_tokens, NULL)) return 2;
+        } else if (!strcmp(a, "--top-k")) {
+            if (parse_num(a, v, 'i', NULL, &o->so.top_k, NULL)) return 2;
+        } else if (!strcmp(a, "--temperature")) {
+            if (parse_num(a, v, 'f', &o->so.temperature, NULL, NULL)) return 2;
+        } else if (!strcmp(a, "--top-p")) {
+            if (parse_num(a, v, 'f', &o->so.top_p, NULL, NULL)) return 2;
+        } else if (parse_num(a, v, 's', NULL, NULL, &o->so.seed)) {
+            return 2;
+        }
     }
     if (!o->path == !o->init)
         return usage_error("%s", o->init ? "--init and a folder exclude each other"
