@@ -516,8 +516,12 @@ static const ct_model_vtable gpt_vtable = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .mean_hidden = gpt_mean_hidden,
+#ifndef GPT_WITHOUT_DECODE /* -DGPT_WITHOUT_DECODE: a model without incremental decoding, as
+                              an ABI 1.1 plugin is (tests/cli/test_sample.sh: the host's
+                              fallback to forward()) */
     .prepare_decode = gpt_prepare_decode,
     .decode = gpt_decode,
+#endif
 };
 
 #ifdef CT_HAVE_CUDA
