@@ -153,6 +153,13 @@ PY
         || ct_fail "sample_every $1" "$msg $(grep -c sample "$W/on.log") sample lines"
 done
 
+# a checkpoint saved by two ranks (full_shard shards) loads into the one rank of `sample`
+ck="$W/on_full_shard/checkpoints/step_00000012"
+ct_run "$CTRAIN" sample "$W/on_full_shard" --prompt "The" --greedy --tokens 12; a=$ct_out
+[ "$ct_rc" -eq 0 ] && [ -f "$ck/rank_00001.bin" ] && [ ${#a} -ge 12 ] \
+    && ct_pass "a checkpoint saved by 2 full_shard ranks samples: '$a'" \
+    || ct_fail "world-2 checkpoint" "exit $ct_rc, '$a': $ct_err"
+
 # ---- 7. a model without decode (as an ABI 1.1 plugin): the host recomputes with forward() ---
 # the same gpt sources built without the two optional members, in a copy of the install whose
 # plugin folder (the binary's, searched first) holds it instead of the built one
