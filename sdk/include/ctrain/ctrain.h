@@ -750,8 +750,10 @@ typedef struct ct_model_vtable {
      * prepare_decode sizes the cache for one sequence (B = 1) of up to max_T tokens
      * (1 <= max_T <= max_seq_len) computed in compute_dtype. It is independent of prepare():
      * the activation buffers of training are left alone, so a run may sample between steps.
-     * Calling it again re-sizes the cache and empties it. It may return CT_ERR_UNSUPPORTED
-     * (e.g. on a device its decode does not cover); the host then falls back to forward(). */
+     * Calling it again re-sizes the cache and empties it. The cache belongs to the instance:
+     * it lives until the next prepare_decode() or destroy(), and prepare(), forward() and
+     * backward() between decode calls leave it alone. It may return CT_ERR_UNSUPPORTED (e.g.
+     * on a device its decode does not cover); the host then falls back to forward(). */
     /* OPTIONAL: */
     int32_t (*prepare_decode)(void *self, int64_t max_T, int32_t compute_dtype, ct_error *err);
 
@@ -761,7 +763,8 @@ typedef struct ct_model_vtable {
      * position 0 empties the cache (a new sequence); any other position must equal the number
      * of tokens cached so far, and position + n_new must not exceed prepare_decode's max_T
      * (else CT_ERR_INVALID, nothing changed). The logits equal those forward() gives the same
-     * row of the same window up to summation order (~1e-6 relative in f32). Synchronous. */
+     * row of the same window up to summation order (~1e-6 relative in f32). The pointers in
+     * args are valid for the call only (the plugin copies what it keeps). Synchronous. */
     int32_t (*decode)(void *self, const ct_decode_args *args, ct_error *err); /* OPTIONAL */
 } ct_model_vtable;
 
