@@ -21,7 +21,11 @@
     "usage: ctrain sample RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N]\n"               \
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--greedy]\n"            \
     "           [--tokenizer bytes|FILE.model] [--ids] [--no-cache] [--stats]\n"              \
-    "       ctrain sample --init CONFIG.ini [same options]   (a freshly initialised model)\n"
+    "       ctrain sample --init CONFIG.ini [same options]   (a freshly initialised model)\n" \
+    "Prints the text generated after the prompt (an empty prompt is \"\\n\"), token by token.\n" \
+    "Defaults: --tokens 64, --temperature 1, --top-k 0 (all), --top-p 1, --seed 1337; the\n"  \
+    "run's own tokenizer (OUT/tokenizer.ini). --ids: prompt and output are token ids.\n"     \
+    "--no-cache: recompute the window with forward() for every token. --stats: tokens/s.\n"
 
 typedef struct cmd_opts {
     const char *path, *init, *prompt, *tokenizer;
