@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RUNTOK_MAX_MODEL (1u << 30) /* a sentencepiece model larger than this is refused */
@@ -102,8 +103,14 @@ static int32_t join(char *buf, size_t n, const char *a, const char *b, ct_error 
     return CT_OK;
 }
 
-/* The folder part of a path or glob ("." when it has no '/'), into buf. */
+/* The folder of [data] train's shards, into buf: the value itself when it is a folder, else
+ * the folder part of the file or glob ("." when it has no '/'). */
 static void folder_of(const char *path, char *buf, size_t n) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(buf, n, "%s", path);
+        return;
+    }
     const char *slash = strrchr(path, '/');
     if (!slash) snprintf(buf, n, ".");
     else if (slash == path) snprintf(buf, n, "/");
