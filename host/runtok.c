@@ -16,7 +16,7 @@
 
 struct runtok {
     int           bytes; /* 1: byte tokens, V = 256 */
-    ct_tokenizer *sp;
+    host_tokenizer *sp;
 };
 
 static uint64_t fnv1a64(const unsigned char *p, size_t n) {
@@ -117,7 +117,7 @@ static void folder_of(const char *path, char *buf, size_t n) {
     else snprintf(buf, n, "%.*s", (int)(slash - path), path);
 }
 
-int32_t runtok_record(const ct_config *cfg, const char *out_dir, int required, int *found,
+int32_t runtok_record(const host_config *cfg, const char *out_dir, int required, int *found,
                       ct_error *err) {
     *found = 0;
     const char *train = NULL;
@@ -139,7 +139,7 @@ int32_t runtok_record(const ct_config *cfg, const char *out_dir, int required, i
                                 meta_path);
         return CT_OK;
     }
-    ct_config *meta = config_new();
+    host_config *meta = config_new();
     if (!meta) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     rc = config_load_file(meta, meta_path, err);
     const char *kind = rc == CT_OK ? config_get(meta, "data", "tokenizer") : NULL;
@@ -208,7 +208,7 @@ runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err) {
                      "token ids", run_dir, ini);
         goto out_free;
     }
-    ct_config *c = config_new();
+    host_config *c = config_new();
     if (!c) {
         ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         goto out_free;

@@ -24,7 +24,7 @@ int32_t runtok_checksum(const char *path, uint64_t *out, ct_error *err);
  * model's checksum against meta.ini's. Without meta.ini nothing is recorded (a stale
  * OUT/tokenizer.ini is removed) and *found = 0; with `required` (sample_every > 0) that is an
  * error saying what to do. */
-int32_t runtok_record(const ct_config *cfg, const char *out_dir, int required, int *found,
+int32_t runtok_record(const host_config *cfg, const char *out_dir, int required, int *found,
                       ct_error *err);
 
 typedef struct runtok runtok;

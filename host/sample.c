@@ -120,7 +120,7 @@ typedef struct param_copy {
     uint32_t n;
 } param_copy;
 
-static void copies_free(ct_rank *r, param_copy *pc) {
+static void copies_free(host_rank *r, param_copy *pc) {
     for (uint32_t u = 0; pc->unit && u < pc->n; u++) r->dev.vt->free_mem(r->dev.self, pc->unit[u]);
     free(pc->unit);
     pc->unit = NULL;
@@ -128,7 +128,7 @@ static void copies_free(ct_rank *r, param_copy *pc) {
 
 /* Gather every unit once (acquire/release, as the forward pass does: collective for sharded
  * strategies) and, on the active rank, copy it. Every rank runs every acquire and release. */
-static int32_t copies_make(ct_rank *r, int active, param_copy *pc, ct_error *err) {
+static int32_t copies_make(host_rank *r, int active, param_copy *pc, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     size_t es = ct_dtype_size(r->policy.param_dtype);
     pc->n = r->mdesc.n_units;
@@ -158,7 +158,7 @@ static int32_t copies_make(ct_rank *r, int active, param_copy *pc, ct_error *err
 /* Logits (V, host) of the last of the n window tokens, recomputed with forward() over the
  * window: row 0 of the rank's (B,T) token buffer holds the window, the rest zeros (causal
  * attention: later positions never reach earlier rows). */
-static int32_t logits_by_forward(ct_rank *r, const param_copy *pc, const int32_t *window,
+static int32_t logits_by_forward(host_rank *r, const param_copy *pc, const int32_t *window,
                                  int64_t n, int fit, float *logits, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     int64_t rows = fit ? n : r->B * r->T; /* fit: the model is prepared for (1, n) */
@@ -187,7 +187,7 @@ static int32_t logits_by_forward(ct_rank *r, const param_copy *pc, const int32_t
     return rc;
 }
 
-int32_t sample_generate(ct_rank *r, int active, const int32_t *prompt, int64_t n_prompt,
+int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t n_prompt,
                         const sample_opts *o, sample_emit_fn emit, void *ctx, sample_stats *st,
                         ct_error *err) {
     memset(st, 0, sizeof *st);
@@ -355,7 +355,7 @@ static int32_t append_sample(const char *out_dir, int64_t step, const char *prom
     return rc;
 }
 
-int32_t sample_train_hook(ct_rank *r, const char *out_dir, int64_t step, ct_error *err) {
+int32_t sample_train_hook(host_rank *r, const char *out_dir, int64_t step, ct_error *err) {
     int64_t every = 0, n_tokens = 64, seed = 0;
     const char *prompt = "";
     config_get_int(r->cfg, "run", "sample_every", &every, NULL);

@@ -53,7 +53,7 @@ typedef struct sample_stats {
  * its last max(1, T/2) tokens (with or without the cache alike). The draws use the stream
  * o->seed only: nothing of training's state is read or changed except r->tokens and r->logits
  * (rewritten by the next step anyway). */
-int32_t sample_generate(ct_rank *r, int active, const int32_t *prompt, int64_t n_prompt,
+int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t n_prompt,
                         const sample_opts *o, sample_emit_fn emit, void *ctx, sample_stats *st,
                         ct_error *err);
 
@@ -67,6 +67,6 @@ int sample_json_string(FILE *f, const char *s, size_t n);
  * is the text "\n") drawn at temperature 1 from a stream keyed by [run] seed and the step,
  * and appends {"step": S, "prompt": ..., "text": ...} to OUT/samples.jsonl (one write per
  * line, checked). The run's tokenizer is OUT/tokenizer.ini (runtok.h). */
-int32_t sample_train_hook(ct_rank *r, const char *out_dir, int64_t step, ct_error *err);
+int32_t sample_train_hook(host_rank *r, const char *out_dir, int64_t step, ct_error *err);
 
 #endif /* CTRAIN_HOST_SAMPLE_H */

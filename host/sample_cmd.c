@@ -109,9 +109,9 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
 /* cfg = the INI file at path with [comm] replaced by plugin = local, world_size = 1 (sampling
  * runs one rank whatever the run's world was). Keys keep their file's name as origin prefix,
  * so relative plugin paths still resolve against the file's folder. */
-static int32_t load_world1_config(const char *path, ct_config **out, ct_error *err) {
+static int32_t load_world1_config(const char *path, host_config **out, ct_error *err) {
     *out = NULL;
-    ct_config *src = config_new(), *cfg = NULL;
+    host_config *src = config_new(), *cfg = NULL;
     char *text = NULL;
     size_t len = 0;
     if (!src) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
@@ -222,13 +222,13 @@ int cmd_sample(int argc, char **argv) {
     status = 1;
     char dir[PATH_MAX], cfg_path[PATH_MAX + 16], run_dir[PATH_MAX + 16];
     int64_t step = 0;
-    ct_config *cfg = NULL;
-    ct_registry *reg = NULL;
+    host_config *cfg = NULL;
+    host_registry *reg = NULL;
     runtok *tok = NULL;
     int32_t *prompt = NULL;
     int64_t n_prompt = 0;
     printer pr = {.raw_ids = o.ids};
-    ct_rank r;
+    host_rank r;
     int rank_open_ok = 0;
     int32_t rc;
     if (o.path) {
@@ -242,7 +242,7 @@ int cmd_sample(int argc, char **argv) {
         snprintf(cfg_path, sizeof cfg_path, "%s", o.init);
         run_dir[0] = '\0';
     }
-    ct_wiring w;
+    host_wiring w;
     if ((rc = load_world1_config(cfg_path, &cfg, &err)) != CT_OK) goto out_fail;
     if (!(reg = registry_open(&err))) goto out_fail;
     if ((rc = wiring_resolve(cfg, reg, &w, &err)) != CT_OK) goto out_fail;
