@@ -595,9 +595,10 @@ static int32_t gather_part(saved_rank *saved, int32_t world, uint32_t u, int k, 
     return CT_OK;
 }
 
-/* Load the verified checkpoint `saved` (world files of folder dir) into the rank. */
+/* Load the verified checkpoint `saved` (world files of folder dir) into the rank; with
+ * weights_only the master weights only (no AdamW moments, no data position). */
 static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t world,
-                    ct_error *err) {
+                    int weights_only, ct_error *err) {
     const saved_rank *first = &saved[0];
     if (first->n_units != r->mdesc.n_units)
         return ct_error_set(err, CT_ERR_INVALID,
@@ -621,6 +622,10 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
         if (rc == CT_OK) rc = st->load_unit(r->strategy.self, u, full, err);
         if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
         float *part = NULL;
+        if (weights_only) {
+            free(full);
+            continue;
+        }
         if (rc == CT_OK && !(part = calloc(sh.numel ? sh.numel : 1, sizeof *part)))
             rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         for (int k = 1; k <= 2 && rc == CT_OK; k++) {
@@ -637,7 +642,7 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
         free(part);
         free(full);
     }
-    if (rc == CT_OK) rc = loader_set_state(r->train_data, first->ls, err);
+    if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
     return rc;
 }
 
@@ -767,7 +772,7 @@ int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, i
                      err);
     if (rc != CT_OK) return rc;
     rc = check_model(r->cfg, saved_cfg, dir, err);
-    if (rc == CT_OK) rc = load(r, dir, saved, world, err);
+    if (rc == CT_OK) rc = load(r, dir, saved, world, 0, err);
     if (rc == CT_OK) *step = saved[0].step;
     close_checkpoint(saved, world, saved_cfg);
     /* every rank has read its files: the history after the resumed step is abandoned (as the
@@ -777,4 +782,48 @@ int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, i
     if (r->rank == 0 && path_fmt(root, sizeof root, &scratch, "%s/checkpoints", out_dir) == CT_OK)
         prune(root, *step, INT32_MAX, 1);
     return CT_OK;
+}
+
+/* ---- inference: the newest valid checkpoint of a run, its master weights ------------------ */
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct_error *err) {
+    char probe[PATH_MAX], root[PATH_MAX], dir[PATH_MAX];
+    int32_t rc = path_fmt(probe, sizeof probe, err, "%s/rank_00000.bin", path);
+    if (rc == CT_OK) rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path);
+    if (rc != CT_OK) return rc;
+    int is_ckpt = access(probe, F_OK) == 0;
+    if (!is_ckpt && !is_dir(root))
+        return ct_error_set(err, CT_ERR_INVALID, "%s is neither a run folder (no checkpoints/ "
+                            "in it) nor a checkpoint folder (no rank_00000.bin in it) ---> pass "
+                            "the [run] out_dir of a run that saved a checkpoint, or one of its "
+                            "OUT/checkpoints/step_NNNNNNNN folders", path);
+    /* the same search and verification as resume and export */
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0;
+    rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, dir, &saved, &world,
+                     &saved_cfg, err);
+    if (rc == CT_OK) {
+        *step = saved[0].step;
+        rc = path_fmt(buf, n, err, "%s", dir);
+    }
+    close_checkpoint(saved, world, saved_cfg);
+    return rc;
+}
+
+int32_t checkpoint_load_weights(host_rank *r, const char *dir, ct_error *err) {
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0;
+    int32_t rc = open_checkpoint(dir, &saved, &world, &saved_cfg, err);
+    if (rc != CT_OK) return rc;
+    rc = check_model(r->cfg, saved_cfg, dir, err);
+    if (rc == CT_OK) rc = load(r, dir, saved, world, 1, err);
+    close_checkpoint(saved, world, saved_cfg);
+    return rc;
 }

@@ -66,4 +66,16 @@ typedef struct ckpt_master {
 int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err);
 void checkpoint_master_free(ckpt_master *m);
 
+/* For inference: `path` is a checkpoint folder (holding rank_00000.bin) or a run folder (holding
+ * checkpoints/). Into buf the checkpoint folder to use: the given one, verified, or the newest
+ * valid one of the run (an invalid one is skipped with a warning on stderr, as resume does);
+ * *step its step. CT_ERR_INVALID naming the path when it is neither; CT_ERR_IO when the run
+ * has no valid checkpoint. Reads, never changes anything. */
+int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct_error *err);
+
+/* Load the master weights of checkpoint folder dir into the rank (any saved world size; the
+ * strategy reshards). Not collective: for a rank of world 1 (rank_open_model). The rank's
+ * [model] must equal the checkpoint's, as for resume. */
+int32_t checkpoint_load_weights(host_rank *r, const char *dir, ct_error *err);
+
 #endif /* CTRAIN_HOST_CHECKPOINT_H */

@@ -29,6 +29,11 @@ static const ct_param_spec run_specs[] = {
                   "sample against an exact f64 one (metrics probe/<unit>/...)"),
     CT_PARAM_INT("probe_sample", "4096", 1, 1e9,
                  "gradient elements per unit the probe reduces (the head is probed whole)"),
+    CT_PARAM_INT("sample_every", "0", 0, 1e9,
+                 "print a sample on rank 0 and append it to OUT/samples.jsonl every this many "
+                 "steps; 0 = never (needs shards from `ctrain prepare`)"),
+    CT_PARAM_STRING("sample_prompt", "", "text the samples of sample_every continue; empty = a newline"),
+    CT_PARAM_INT("sample_tokens", "64", 1, 1e6, "tokens per sample of sample_every"),
     CT_PARAM_END,
 };
 

@@ -7,6 +7,7 @@
 
 #include "data.h"
 #include "files.h"
+#include "runtok.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -152,10 +153,19 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s, ct
         goto out_unlink;
     }
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
+    uint64_t model_sum = 0; /* the model's content checksum: a run copies and checks it */
+    if (sp) {
+        char model[PATH_MAX];
+        snprintf(model, sizeof model, "%s/tokenizer.model", o->out_dir);
+        if ((rc = runtok_checksum(model, &model_sum, err)) != CT_OK) {
+            fclose(f);
+            goto out_unlink;
+        }
+    }
     fprintf(f, "; written by `ctrain prepare`: what the shards beside this file hold\n[data]\n");
     fprintf(f, "tokenizer = %s\n", o->tokenizer);
-    if (sp) fprintf(f, "tokenizer_model = tokenizer.model\nsentencepiece_type = %s\n",
-                    o->sp_model_type);
+    if (sp) fprintf(f, "tokenizer_model = tokenizer.model\ntokenizer_model_fnv1a64 = %016llx\n"
+                    "sentencepiece_type = %s\n", (unsigned long long)model_sum, o->sp_model_type);
     fprintf(f, "vocab_size = %d\n", s->vocab_size);
     fprintf(f, "train_tokens = %lld\ntrain_shards = %d\n", (long long)s->train_tokens,
             s->train_shards);

@@ -278,6 +278,27 @@ out_close:
     return rc;
 }
 
+int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring *w, ct_error *err) {
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->rank = 0;
+    r->world = 1;
+    int32_t rc = open_instances(r, w, NULL, 1, err);
+    if (rc == CT_OK) {
+        /* one sequence of the model's whole context, one micro-batch */
+        r->B = 1, r->T = r->mdesc.max_seq_len, r->grad_accum = 1;
+        r->V = r->mdesc.vocab_size, r->N = r->T;
+        const ct_model_vtable *mv = r->model.vt;
+        rc = contract_name_silent_error(mv->prepare(r->model.self, r->B, r->T,
+                                                    r->policy.param_dtype, err),
+                                        err, w->model, "prepare");
+    }
+    if (rc == CT_OK) rc = setup_parameters(r, err);
+    if (rc == CT_OK) rc = alloc_buffers(r, err);
+    if (rc != CT_OK) rank_close(r);
+    return rc;
+}
+
 int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t world, ct_comm_ref comm,
                       const char **failed, ct_error *err) {
     host_rank *r = calloc(1, sizeof *r);

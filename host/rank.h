@@ -72,6 +72,12 @@ int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, in
 /* Destroy everything; r->rank and r->world stay readable (for error reports). */
 void rank_close(host_rank *r);
 
+/* A rank for inference (`ctrain sample`): rank 0 of world 1 with the wiring's engines (the
+ * caller wires a world-1 comm), parameters freshly initialised as rank_open does, the model
+ * prepared for B = 1 sequence of its whole context (r->T = max_seq_len) and step buffers of
+ * that shape; no data is opened ([data] need not exist). On failure everything is destroyed. */
+int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring *w, ct_error *err);
+
 /* What rank_open checks, without a comm instance, parameters or step buffers (preflight.h):
  * creates device, precision (and its policy), strategy, model (and describe()s it) and loss
  * terms exactly as rank_open does, for rank comm.rank of `world`, with `comm` as every

@@ -13,6 +13,8 @@
 #include "preempt.h"
 #include "rank.h"
 #include "runlock.h"
+#include "runtok.h"
+#include "sample.h"
 #include "step.h"
 #include "supervise.h"
 #include "wiring.h"
@@ -312,6 +314,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
          * the largest signal number wins) and save on time (rank 0's clock), one all-reduce
          * (MAX) of two numbers, so a signal that reached one process only stops all at the
          * same step. */
+        if ((rc = sample_train_hook(r, sh->out_dir, step, err)) != CT_OK) break;
         double agreed[2] = {(double)preempt_requested(),
                             r->rank == 0 && ckpt_minutes > 0 &&
                                     now_s() - t_saved >= 60.0 * ckpt_minutes ? 1.0 : 0.0};
@@ -438,6 +441,14 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
     return status;
 }
 
+/* OUT/tokenizer.ini (+ .model) from the data's meta.ini; required when [run] sample_every > 0. */
+static int32_t record_tokenizer(const host_config *cfg, const char *out_dir, ct_error *err) {
+    int64_t every = 0;
+    int found = 0;
+    config_get_int(cfg, "run", "sample_every", &every, NULL);
+    return runtok_record(cfg, out_dir, every > 0, &found, err);
+}
+
 int cmd_train(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
     host_config *cfg = NULL;
@@ -516,7 +527,8 @@ int cmd_train(int argc, char **argv) {
      * in-process ranks share it; the other processes of an mpirun job take none) */
     if (mkdir_p(out_dir, &err) != CT_OK ||
         (first_process && runlock_take(&lock, out_dir, &err) != CT_OK) ||
-        (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK)) {
+        (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK) ||
+        (first_process && record_tokenizer(cfg, out_dir, &err) != CT_OK)) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;
     }

@@ -211,6 +211,7 @@ static void gpt_destroy(void *self) {
     if (!m) return;
     if (m->on_cuda) m->cu.free(m); /* the device arena; m->arena becomes NULL */
     if (m->arena) m->api->free_mem(m->host, m->arena);
+    gpt_decode_free(m);
     free(m->units);
     free(m->stages);
     free(m->tensors);
@@ -515,6 +516,12 @@ static const ct_model_vtable gpt_vtable = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .mean_hidden = gpt_mean_hidden,
+#ifndef GPT_WITHOUT_DECODE /* -DGPT_WITHOUT_DECODE: a model without incremental decoding, as
+                              an ABI 1.1 plugin is (tests/cli/test_sample.sh: the host's
+                              fallback to forward()) */
+    .prepare_decode = gpt_prepare_decode,
+    .decode = gpt_decode,
+#endif
 };
 
 #ifdef CT_HAVE_CUDA

@@ -102,6 +102,20 @@ typedef struct gpt {
     int32_t        *tok_order;    /* (N) positions sorted by token, for the embedding grad */
     int32_t        *tok_start;    /* (V+1) counting-sort buckets */
 
+    /* incremental decoding (decode.c): one sequence's key/value cache and the scratch of up
+     * to dec_max_T new rows, in one host allocation of its own, sized by prepare_decode() */
+    int64_t         dec_max_T;    /* capacity in tokens; 0 before prepare_decode() */
+    int64_t         dec_len;      /* tokens cached (positions 0..dec_len-1) */
+    int32_t         dec_dtype;    /* compute dtype given to prepare_decode() */
+    void           *dec_arena;
+    float          *dec_k, *dec_v; /* (L,dec_max_T,C) keys (after qk-norm and rope), values */
+    float          *dec_x, *dec_xmid, *dec_ln, *dec_tmp, *dec_att; /* (dec_max_T,C) */
+    float          *dec_qkv, *dec_qkv_att; /* (dec_max_T,3C) */
+    float          *dec_h, *dec_g;  /* (dec_max_T,FH), (dec_max_T,F) */
+    float          *dec_mean, *dec_rstd; /* (dec_max_T) norm statistics (not needed after) */
+    float          *dec_s;        /* (threads,dec_max_T) attention scores of one row */
+    float          *dec_wbuf;     /* (unit_numel_max) f32 copy of bf16 params, else NULL */
+
     /* CUDA path (gpt_cuda.cu in the companion cuda/model_gpt_cuda.so, built with nvcc:
      * CT_HAVE_CUDA). When on_cuda, every stage runs there through cu and the activation buffers
      * above are device memory (arena: the device arena). */
@@ -120,6 +134,11 @@ typedef struct gpt {
 /* ---- stages.c: the stages, forward and backward ------------------------------------ */
 int32_t gpt_forward(void *self, const ct_stage_args *a, ct_error *err);
 int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err);
+
+/* ---- decode.c: incremental decoding with a key/value cache (ct_model_vtable.decode) ---- */
+int32_t gpt_prepare_decode(void *self, int64_t max_T, int32_t dtype, ct_error *err);
+int32_t gpt_decode(void *self, const ct_decode_args *a, ct_error *err);
+void gpt_decode_free(gpt *m);
 
 /* ---- layers.c: kernels (forward and backward side by side) -------------------------- */
 

@@ -83,8 +83,9 @@
  *   - Members: every vtable member is marked REQUIRED or OPTIONAL below. The host refuses at
  *     load a plugin whose vtable lacks a REQUIRED member (NULL, or beyond its struct_size),
  *     naming the member; an OPTIONAL member may be NULL.
- *   - History: 1.1 added ct_model_vtable.mean_hidden; 1.2 added ct_plugin_desc.validate and
- *     ct_param_spec.flags (exclusive bounds). Plugins built for 1.0 and 1.1 keep loading.
+ *   - History: 1.1 added ct_model_vtable.mean_hidden; 1.2 added ct_plugin_desc.validate,
+ *     ct_param_spec.flags (exclusive bounds) and ct_model_vtable.prepare_decode/decode
+ *     (incremental decoding). Plugins built for 1.0 and 1.1 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -709,6 +710,21 @@ typedef struct ct_stage_args {
     int32_t      micro_step;    /* 0-based index of the micro-batch within the step */
 } ct_stage_args;
 
+/* Since ABI 1.2: what decode() receives (incremental decoding, e.g. `ctrain sample`). Owned by
+ * the host for the duration of the call. One sequence (B = 1). */
+typedef struct ct_decode_args {
+    uint32_t           struct_size;
+    const void *const *params;      /* (n_units) every unit's gathered parameters in param_dtype
+                                       (device memory), as the strategy's acquire() gives them */
+    int32_t            param_dtype; /* CT_DTYPE_F32 or CT_DTYPE_BF16 */
+    const int32_t     *tokens;      /* (n_new) ids of the tokens appended, HOST memory */
+    int64_t            n_new;       /* >= 1 */
+    int64_t            position;    /* tokens already in the cache (their positions are
+                                       0..position-1); 0 starts a new sequence */
+    float             *logits;      /* (V) f32 HOST memory: the logits of the last new token,
+                                       as forward's last stage gives that row */
+} ct_decode_args;
+
 typedef struct ct_model_vtable {
     uint32_t struct_size;
 
@@ -737,6 +753,29 @@ typedef struct ct_model_vtable {
      * host memory). Synchronises. Used by the reduction-error probe to turn an error in the
      * head's gradient into the change of the mean logit it causes. */
     int32_t (*mean_hidden)(void *self, float *out, ct_error *err); /* OPTIONAL */
+
+    /* Since ABI 1.2, optional, as a pair: incremental decoding with a key/value cache that the
+     * plugin owns. The host uses them only when both are provided; otherwise (an older plugin)
+     * it recomputes the whole window with forward() for every new token.
+     * prepare_decode sizes the cache for one sequence (B = 1) of up to max_T tokens
+     * (1 <= max_T <= max_seq_len) computed in compute_dtype. It is independent of prepare():
+     * the activation buffers of training are left alone, so a run may sample between steps.
+     * Calling it again re-sizes the cache and empties it. The cache belongs to the instance:
+     * it lives until the next prepare_decode() or destroy(), and prepare(), forward() and
+     * backward() between decode calls leave it alone. It may return CT_ERR_UNSUPPORTED (e.g.
+     * on a device its decode does not cover); the host then falls back to forward(). */
+    /* OPTIONAL: */
+    int32_t (*prepare_decode)(void *self, int64_t max_T, int32_t compute_dtype, ct_error *err);
+
+    /* Run args->n_new tokens at positions position .. position+n_new-1 through the model,
+     * attending to the cached keys and values of positions 0 .. position-1, append their keys
+     * and values to the cache, and write the logits of the last new token into args->logits.
+     * position 0 empties the cache (a new sequence); any other position must equal the number
+     * of tokens cached so far, and position + n_new must not exceed prepare_decode's max_T
+     * (else CT_ERR_INVALID, nothing changed). The logits equal those forward() gives the same
+     * row of the same window up to summation order (~1e-6 relative in f32). The pointers in
+     * args are valid for the call only (the plugin copies what it keeps). Synchronous. */
+    int32_t (*decode)(void *self, const ct_decode_args *args, ct_error *err); /* OPTIONAL */
 } ct_model_vtable;
 
 /* ---------------------------------------------------------------------------------------
