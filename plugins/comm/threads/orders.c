@@ -21,7 +21,9 @@ int order_check(order_config *cfg, int32_t world_size, char *why, size_t why_len
         snprintf(why, why_len, "channels = %d must be >= 1", (int)cfg->channels);
         return -1;
     }
-    if (cfg->gpus_per_node == 0) cfg->gpus_per_node = world_size;
+    /* one rank is every layout (every collective is a copy); tools that open a world of one
+     * to check a config meant for more ranks must not trip on it */
+    if (cfg->gpus_per_node == 0 || world_size == 1) cfg->gpus_per_node = world_size;
     if (cfg->gpus_per_node < 1 || world_size % cfg->gpus_per_node != 0) {
         snprintf(why, why_len, "world_size %d is not a whole number of nodes of gpus_per_node "
                  "= %d ---> set gpus_per_node to a divisor of world_size (0: one node)",

@@ -46,7 +46,8 @@ typedef struct order_step {
 /* Steps a program may need for world_size ranks (the size of the caller's program buffer). */
 static inline int32_t order_max_steps(int32_t world_size) { return 2 * world_size + 4; }
 
-/* Checks cfg against world_size and resolves gpus_per_node = 0 to world_size (one node).
+/* Checks cfg against world_size and resolves gpus_per_node = 0 to world_size (one node); a
+ * world of one rank takes any gpus_per_node (it is set to 1).
  * Returns 0, or -1 with a message in why (what is wrong and what to do). */
 int order_check(order_config *cfg, int32_t world_size, char *why, size_t why_len);
 
