@@ -533,8 +533,12 @@ CT_TEST(threads_bf16_ring_error_against_fp64_grows_with_world_size_and_tree_grow
     const char *ring = "[comm]\nalgo = ring\n", *tree = "[comm]\nalgo = tree\n";
     double e2 = mean_rel_error(2, ring, 1), e4 = mean_rel_error(4, ring, 2);
     double e32 = mean_rel_error(32, ring, 3), t32 = mean_rel_error(32, tree, 3);
+    double d32 = mean_rel_error(32, "[comm]\nalgo = dbtree\ngpus_per_node = 1\n", 3);
+    double h32 = mean_rel_error(32, "[comm]\nalgo = hier\ngpus_per_node = 8\n", 3);
     printf("  bf16 ring mean relative error vs fp64: N=2 %.3g, N=4 %.3g, N=32 %.3g; "
-           "tree N=32 %.3g\n", e2, e4, e32, t32);
+           "tree N=32 %.3g; dbtree (1 rank/node) N=32 %.3g; hier (8 ranks/node) N=32 %.3g\n",
+           e2, e4, e32, t32, d32, h32);
+    CT_CHECK_MSG(d32 < 0.6 * e32, "dbtree error %.3g not below 0.6 x the ring's %.3g", d32, e32);
     /* One rounding of a sum in [1, 2) costs about 2^-10 relative on average. With N=2 only the
      * final result is rounded; the ring rounds N-1 times and the partial sum errors add up. */
     CT_CHECK_MSG(e2 > 0 && e2 < 2e-3, "N=2 error %.3g is not one rounding", e2);
