@@ -1,9 +1,9 @@
 /* test_comm_threads.c — the threads comm engine (plugins/comm/threads) run with real rank
  * threads: bf16/f32 sums in every order (ring, ring with channels over a node layout, NCCL's
  * double binary tree, the hierarchical ring, the heap tree) equal a sequential emulation
- * written here bit for bit,
- * error against an fp64 sum grows with the world size, copies are exact, abort / timeout /
- * mismatched calls end every rank's call with an error naming the failed rank.
+ * written here bit for bit, error against an fp64 sum grows with the world size, copies are
+ * exact, abort / timeout / mismatched calls end every rank's call with an error naming the
+ * failed rank.
  * Not for: the mpi engine (tests/cli/test_mpi.sh).
  */
 #include "ct_test.h"
