@@ -1,7 +1,9 @@
 /* test_comm_threads.c — the threads comm engine (plugins/comm/threads) run with real rank
- * threads: bf16/f32 ring and tree sums equal a sequential emulation written here bit for bit,
- * error against an fp64 sum grows with the world size, copies are exact, abort / timeout /
- * mismatched calls end every rank's call with an error naming the failed rank.
+ * threads: bf16/f32 sums in every order (ring, ring with channels over a node layout, NCCL's
+ * double binary tree, the hierarchical ring, the heap tree) equal a sequential emulation
+ * written here bit for bit, error against an fp64 sum grows with the world size, copies are
+ * exact, abort / timeout / mismatched calls end every rank's call with an error naming the
+ * failed rank.
  * Not for: the mpi engine (tests/cli/test_mpi.sh).
  */
 #include "ct_test.h"
@@ -533,8 +535,12 @@ CT_TEST(threads_bf16_ring_error_against_fp64_grows_with_world_size_and_tree_grow
     const char *ring = "[comm]\nalgo = ring\n", *tree = "[comm]\nalgo = tree\n";
     double e2 = mean_rel_error(2, ring, 1), e4 = mean_rel_error(4, ring, 2);
     double e32 = mean_rel_error(32, ring, 3), t32 = mean_rel_error(32, tree, 3);
+    double d32 = mean_rel_error(32, "[comm]\nalgo = dbtree\ngpus_per_node = 1\n", 3);
+    double h32 = mean_rel_error(32, "[comm]\nalgo = hier\ngpus_per_node = 8\n", 3);
     printf("  bf16 ring mean relative error vs fp64: N=2 %.3g, N=4 %.3g, N=32 %.3g; "
-           "tree N=32 %.3g\n", e2, e4, e32, t32);
+           "tree N=32 %.3g; dbtree (1 rank/node) N=32 %.3g; hier (8 ranks/node) N=32 %.3g\n",
+           e2, e4, e32, t32, d32, h32);
+    CT_CHECK_MSG(d32 < 0.6 * e32, "dbtree error %.3g not below 0.6 x the ring's %.3g", d32, e32);
     /* One rounding of a sum in [1, 2) costs about 2^-10 relative on average. With N=2 only the
      * final result is rounded; the ring rounds N-1 times and the partial sum errors add up. */
     CT_CHECK_MSG(e2 > 0 && e2 < 2e-3, "N=2 error %.3g is not one rounding", e2);
@@ -782,5 +788,322 @@ CT_TEST(threads_schema_rejects_unknown_algo_and_one_rank_needs_no_world) {
     } else {
         ct_test_fail(__FILE__, __LINE__, "create: %s", err.message);
     }
+    harness_free(h);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * NCCL's orders (docs/collectives.md): ring channels over a cluster layout, NCCL's tree (chain
+ * per node + double binary tree across nodes), the hierarchical ring. Each emulation below is
+ * written from the documented rules with plain loops over ranks, independently of orders.c
+ * (the tree is built from NCCL's *parent* rule, orders.c from the children rule).
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct layout {
+    int32_t n, channels, g; /* g: gpus per node (resolved, divides n) */
+} layout;
+
+/* [begin, end) of piece i of n elements cut into p floor-divided pieces. */
+static void ref_piece(uint64_t n, int32_t p, int32_t i, uint64_t *b, uint64_t *e) {
+    *b = n * (uint64_t)i / (uint64_t)p;
+    *e = n * (uint64_t)(i + 1) / (uint64_t)p;
+}
+
+/* Which piece of [0, n) cut into p pieces holds element i; *b is that piece's start. */
+static int32_t ref_piece_of(uint64_t i, uint64_t n, int32_t p, uint64_t *b) {
+    *b = 0;
+    for (int32_t k = 0; k < p; k++) {
+        uint64_t pb, pe;
+        ref_piece(n, p, k, &pb, &pe);
+        if (i >= pb && i < pe) {
+            *b = pb;
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Ring of channel k written out: nodes in order, inside a node local ranks k, k+1, ... mod g;
+ * then rotated so that index 0 is rank 0. */
+static void ref_ring_of_channel(const layout *L, int32_t k, int32_t *ring) {
+    int32_t tmp[MAX_RANKS], p = 0, pos0 = 0;
+    for (int32_t node = 0; node < L->n / L->g; node++)
+        for (int32_t j = 0; j < L->g; j++) tmp[p++] = node * L->g + (k + j) % L->g;
+    for (int32_t q = 0; q < L->n; q++)
+        if (tmp[q] == 0) pos0 = q;
+    for (int32_t q = 0; q < L->n; q++) ring[q] = tmp[(pos0 + q) % L->n];
+}
+
+/* bf16 ring sum along ring[] from index `first` around (N-1 roundings). */
+static double ref_ring_along(const double *vals, const int32_t *ring, int32_t n, int32_t first) {
+    double acc = vals[ring[first % n]];
+    for (int32_t q = 1; q < n; q++) acc = ref_round_bf16(acc + vals[ring[(first + q) % n]]);
+    return acc;
+}
+
+/* all_reduce, algo = ring: element i lies in channel part k, chunk u of that part. */
+static double ref_channels_ring(const layout *L, const double *vals, uint64_t i, uint64_t count) {
+    uint64_t cb, ub;
+    int32_t k = ref_piece_of(i, count, L->channels, &cb), ring[MAX_RANKS];
+    uint64_t ce = count * (uint64_t)(k + 1) / (uint64_t)L->channels;
+    int32_t u = ref_piece_of(i - cb, ce - cb, L->n, &ub);
+    ref_ring_of_channel(L, k, ring);
+    return ref_ring_along(vals, ring, L->n, u + 1);
+}
+
+/* NCCL's binary tree over m nodes, by the parent rule: node x with lowest set bit b has
+ * parent (x ^ b) | (b << 1), or x ^ b when that is out of range; node 0 is the root. Tree 1:
+ * mirror (m even) or shift by one (m odd). parent[root] = -1; first[x] = 1 when x is its
+ * parent's first child (smaller than the parent in the tree's own numbering). */
+static void ref_btree_parents(int32_t m, int32_t t, int32_t *parent, int32_t *first) {
+    for (int32_t x = 0; x < m; x++) {
+        int32_t y = t == 0 ? x : (m % 2 ? (x - 1 + m) % m : m - 1 - x); /* x's btree index */
+        int32_t py = -1;
+        if (y != 0) {
+            int32_t b = y & -y;
+            py = (y ^ b) | (b << 1);
+            if (py >= m) py = y ^ b;
+        }
+        first[x] = py >= 0 && y < py;
+        parent[x] = py < 0 ? -1 : (t == 0 ? py : (m % 2 ? (py + 1) % m : m - 1 - py));
+    }
+}
+
+/* value of rank r in the tree of channel k (layout L): x_r, then + each child in NCCL's down
+ * order: the next rank of the node's chain, then the child node attached as first child (at
+ * the chain's second rank), then the one attached as second child (at the chain's head). */
+static double ref_tree_value(const layout *L, int32_t k, const double *vals, int32_t r) {
+    int32_t m = L->n / L->g, half = (L->channels + 1) / 2, t = k >= half;
+    int32_t rot = (k - (t ? half : 0)) % L->g, parent[MAX_RANKS], first[MAX_RANKS];
+    ref_btree_parents(m, t, parent, first);
+    int32_t node = r / L->g, pos = (r % L->g - rot + L->g) % L->g;
+    int32_t head_local = rot, second_local = (1 % L->g + rot) % L->g;
+    double acc = vals[r];
+    if (pos + 1 < L->g)
+        acc = ref_round_bf16(acc + ref_tree_value(L, k, vals, node * L->g + (pos + 1 + rot) % L->g));
+    for (int pass = 0; pass < 2; pass++) /* first children, then second children */
+        for (int32_t x = 0; x < m; x++) {
+            if (parent[x] != node || first[x] != (pass == 0)) continue;
+            int32_t at_local = pass == 0 ? second_local : head_local;
+            if (r % L->g != at_local) continue;
+            acc = ref_round_bf16(acc + ref_tree_value(L, k, vals, x * L->g + head_local));
+        }
+    return acc;
+}
+
+static double ref_dbtree(const layout *L, const double *vals, uint64_t i, uint64_t count) {
+    uint64_t cb;
+    int32_t k = ref_piece_of(i, count, L->channels, &cb), m = L->n / L->g;
+    int32_t parent[MAX_RANKS], first[MAX_RANKS], half = (L->channels + 1) / 2, t = k >= half;
+    ref_btree_parents(m, t, parent, first);
+    int32_t root = 0;
+    for (int32_t x = 0; x < m; x++)
+        if (parent[x] < 0) root = x;
+    return ref_tree_value(L, k, vals, root * L->g + (k - (t ? half : 0)) % L->g);
+}
+
+/* hier: part j of the channel part (g parts), chunk c of the part (m chunks): inside each node
+ * a ring over local ranks j+1, j+2, ..., j; then the nodes' partials c+1, c+2, ..., c. */
+static double ref_hier(const layout *L, const double *vals, uint64_t i, uint64_t count) {
+    uint64_t cb, pb, ub;
+    int32_t k = ref_piece_of(i, count, L->channels, &cb), m = L->n / L->g;
+    uint64_t ce = count * (uint64_t)(k + 1) / (uint64_t)L->channels;
+    int32_t j = ref_piece_of(i - cb, ce - cb, L->g, &pb);
+    uint64_t pe = (ce - cb) * (uint64_t)(j + 1) / (uint64_t)L->g;
+    int32_t c = ref_piece_of(i - cb - pb, pe - pb, m, &ub);
+    double acc = 0;
+    for (int32_t a = 0; a < m; a++) {
+        int32_t node = (c + 1 + a) % m;
+        double part = vals[node * L->g + (j + 1) % L->g];
+        for (int32_t q = 1; q < L->g; q++)
+            part = ref_round_bf16(part + vals[node * L->g + (j + 1 + q) % L->g]);
+        acc = a ? ref_round_bf16(acc + part) : part;
+    }
+    return acc;
+}
+
+typedef double (*ref_order_fn)(const layout *L, const double *vals, uint64_t i, uint64_t count);
+
+/* All-reduce of bf16 over L->n ranks with [comm] `ini`: every rank's result equals ref bit for
+ * bit. *differs_ring counts elements where ref differs from the single-channel flat ring. */
+static void check_order_all_reduce(const layout *L, const char *ini, ref_order_fn ref,
+                                   uint64_t count, uint64_t seed, int *differs_ring) {
+    world_run w;
+    int32_t n = L->n;
+    reduce_case c = {.count = count, .dtype = CT_DTYPE_BF16};
+    rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+    double *expect = calloc(count + 1, sizeof *expect), vals[MAX_RANKS];
+    if (!jobs || !expect || !make_buffers(&c, n, count, count, seed)) {
+        ct_test_fail(__FILE__, __LINE__, "out of memory");
+        goto out_free;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        for (int32_t r = 0; r < n; r++) vals[r] = ref_bf16_value(c.send[r][i]);
+        expect[i] = ref(L, vals, i, count);
+        if (differs_ring) *differs_ring += expect[i] != ref_ring_bf16(vals, n, ref_chunk_of(i, count, n));
+    }
+    if (!world_open(&w, n, ini)) goto out_close;
+    world_run_all(&w, job_all_reduce, &c, jobs);
+    check_all_ok(jobs, n);
+    int bad = 0;
+    for (int32_t r = 0; r < n && bad < 3; r++)
+        for (uint64_t i = 0; i < count && bad < 3; i++) {
+            if (c.recv[r][i] == ref_bf16_bits(expect[i])) continue;
+            bad++;
+            ct_test_fail(__FILE__, __LINE__, "%s N=%d count=%llu rank %d element %llu: expected "
+                         "%.9g (0x%04x), got %.9g (0x%04x)", ini, (int)n,
+                         (unsigned long long)count, (int)r, (unsigned long long)i, expect[i],
+                         ref_bf16_bits(expect[i]), ref_bf16_value(c.recv[r][i]), c.recv[r][i]);
+        }
+out_close:
+    world_close(&w);
+out_free:
+    free_buffers(&c, n);
+    free(jobs);
+    free(expect);
+}
+
+/* (world size, gpus per node, channels) layouts: non-powers of two, one node, one rank per
+ * node, odd and even node counts (tree 1 shifted or mirrored). */
+static const int32_t layouts[][3] = {
+    {2, 1, 1}, {3, 1, 2}, {4, 2, 2}, {5, 1, 3}, {6, 2, 2}, {6, 3, 4},  {8, 0, 3},
+    {8, 4, 2}, {12, 4, 3}, {12, 1, 2}, {14, 1, 2}, {16, 4, 5}, {24, 8, 4}, {13, 1, 1},
+};
+
+static void ini_for(char *buf, size_t len, const char *algo, const int32_t *lay) {
+    snprintf(buf, len, "[comm]\nalgo = %s\ngpus_per_node = %d\nchannels = %d\ntimeout_s = 20\n",
+             algo, (int)lay[1], (int)lay[0 + 2]);
+}
+
+static void run_layouts(const char *algo, ref_order_fn ref, int *differs_ring) {
+    for (size_t q = 0; q < sizeof layouts / sizeof layouts[0]; q++) {
+        const int32_t *lay = layouts[q];
+        layout L = {lay[0], lay[2], lay[1] ? lay[1] : lay[0]};
+        char ini[160];
+        ini_for(ini, sizeof ini, algo, lay);
+        uint64_t odd = (uint64_t)(lay[0] * lay[2] * 5 + 7); /* uneven chunks in every channel */
+        check_order_all_reduce(&L, ini, ref, odd, 300 + q, differs_ring);
+        check_order_all_reduce(&L, ini, ref, 3, 400 + q, NULL); /* fewer elements than ranks */
+    }
+}
+
+CT_TEST(threads_ring_channels_and_node_layout_equal_the_written_out_rings_bit_for_bit) {
+    int differs = 0;
+    run_layouts("ring", ref_channels_ring, &differs);
+    /* channels and multi-node rings must change which rank starts an element somewhere */
+    CT_CHECK_MSG(differs > 50, "channels/layout change only %d elements vs the flat ring",
+                 differs);
+}
+
+CT_TEST(threads_ring_with_one_channel_equals_the_flat_ring_on_any_node_layout_of_one_rank) {
+    /* channels = 1 is today's ring: gpus_per_node = 1 (every rank a node) and 0 (one node)
+     * give the same ring 0 -> 1 -> ... -> N-1, and so the same bits */
+    static const int32_t sizes[] = {3, 7, 16};
+    for (size_t q = 0; q < 3; q++) {
+        layout L = {sizes[q], 1, sizes[q]};
+        int differs = 0;
+        check_order_all_reduce(&L, "[comm]\nalgo = ring\nchannels = 1\ngpus_per_node = 1\n",
+                               ref_channels_ring, (uint64_t)(9 * sizes[q] + 4), 7 + q, &differs);
+        CT_CHECK_INT(differs, 0);
+    }
+}
+
+CT_TEST(threads_dbtree_equals_nccl_double_binary_tree_emulation_bit_for_bit) {
+    /* the emulation's trees are NCCL's pictures (src/graph/trees.cc): 14 nodes, tree 0 */
+    int32_t parent[MAX_RANKS], first[MAX_RANKS];
+    ref_btree_parents(14, 0, parent, first);
+    static const int32_t p14[14] = {-1, 2, 4, 2, 8, 6, 4, 6, 0, 10, 12, 10, 8, 12};
+    for (int x = 0; x < 14; x++) CT_CHECK_INT(parent[x], p14[x]);
+    ref_btree_parents(12, 1, parent, first); /* 12 nodes, tree 1 = the mirror */
+    static const int32_t p12[12] = {1, 3, 1, 11, 5, 7, 5, 3, 9, 7, 9, -1};
+    for (int x = 0; x < 12; x++) CT_CHECK_INT(parent[x], p12[x]);
+    ref_btree_parents(13, 1, parent, first); /* 13 nodes, tree 1 = shifted by one */
+    static const int32_t p13[13] = {9, -1, 3, 5, 3, 9, 7, 5, 7, 1, 11, 0, 11};
+    for (int x = 0; x < 13; x++) CT_CHECK_INT(parent[x], p13[x]);
+
+    int differs = 0;
+    run_layouts("dbtree", ref_dbtree, &differs);
+    CT_CHECK_MSG(differs > 50, "dbtree equals the ring on all but %d elements", differs);
+}
+
+CT_TEST(threads_hier_equals_node_then_cluster_ring_emulation_and_is_the_flat_ring_at_one_gpu) {
+    int differs = 0;
+    run_layouts("hier", ref_hier, &differs);
+    CT_CHECK_MSG(differs > 50, "hier equals the ring on all but %d elements", differs);
+    static const int32_t sizes[] = {2, 5, 12};
+    for (size_t q = 0; q < 3; q++) { /* gpus_per_node = 1: the flat ring, bit for bit */
+        layout L = {sizes[q], 1, 1};
+        int d = 0;
+        check_order_all_reduce(&L, "[comm]\nalgo = hier\ngpus_per_node = 1\n", ref_hier,
+                               (uint64_t)(11 * sizes[q] + 3), 20 + q, &d);
+        CT_CHECK_INT(d, 0);
+    }
+}
+
+CT_TEST(threads_reduce_scatter_with_channels_uses_each_channels_ring_ending_at_the_owner) {
+    static const int32_t lays[][3] = {{6, 2, 3}, {8, 4, 2}, {5, 1, 2}, {12, 3, 4}};
+    for (size_t q = 0; q < sizeof lays / sizeof lays[0]; q++) {
+        layout L = {lays[q][0], lays[q][2], lays[q][1]};
+        int32_t n = L.n;
+        uint64_t count = (uint64_t)(3 * L.channels + 2); /* uneven channel parts */
+        char ini[160];
+        ini_for(ini, sizeof ini, "dbtree", lays[q]); /* NCCL's reduce-scatter is ring only */
+        world_run w;
+        reduce_case c = {.count = count, .dtype = CT_DTYPE_BF16};
+        rank_job *jobs = calloc((size_t)n, sizeof *jobs);
+        if (!jobs || !make_buffers(&c, n, count * (uint64_t)n, count, 60 + q)) {
+            ct_test_fail(__FILE__, __LINE__, "out of memory");
+            goto out_free;
+        }
+        if (!world_open(&w, n, ini)) goto out_close;
+        world_run_all(&w, job_reduce_scatter, &c, jobs);
+        check_all_ok(jobs, n);
+        int bad = 0;
+        for (int32_t o = 0; o < n && bad < 3; o++)
+            for (uint64_t i = 0; i < count && bad < 3; i++) {
+                double vals[MAX_RANKS];
+                int32_t ring[MAX_RANKS], last = 0;
+                uint64_t cb;
+                for (int32_t r = 0; r < n; r++)
+                    vals[r] = ref_bf16_value(c.send[r][(uint64_t)o * count + i]);
+                ref_ring_of_channel(&L, ref_piece_of(i, count, L.channels, &cb), ring);
+                for (int32_t p = 0; p < n; p++)
+                    if (ring[p] == o) last = p;
+                double e = ref_ring_along(vals, ring, n, last + 1); /* ends at the owner */
+                if (c.recv[o][i] == ref_bf16_bits(e)) continue;
+                bad++;
+                ct_test_fail(__FILE__, __LINE__, "%s owner %d element %llu: expected %.9g, got "
+                             "%.9g", ini, (int)o, (unsigned long long)i, e,
+                             ref_bf16_value(c.recv[o][i]));
+            }
+out_close:
+        world_close(&w);
+out_free:
+        free_buffers(&c, n);
+        free(jobs);
+    }
+}
+
+CT_TEST(threads_gpus_per_node_that_does_not_divide_world_size_is_an_error_naming_the_key) {
+    ct_harness *h = harness_new("[comm]\ngpus_per_node = 4\n");
+    ct_error err = {.struct_size = sizeof err};
+    ct_harness_plugin p;
+    if (harness_create(h, "comm_threads.so", "comm", &p, &err) == CT_OK) {
+        const ct_comm_vtable *vt = p.vt;
+        ct_create_args a = harness_args_rank(h, "comm", 0, 6);
+        void *world = vt->world_create(6, &a, &err);
+        CT_CHECK(world == NULL);
+        CT_CHECK_STR_CONTAINS(err.message, "gpus_per_node = 4");
+        CT_CHECK_STR_CONTAINS(err.message, "world_size 6");
+        if (world) vt->world_destroy(world);
+        world = vt->world_create(8, &a, &err); /* 2 nodes of 4: fine */
+        CT_CHECK_MSG(world != NULL, "world of 8: %s", err.message);
+        if (world) vt->world_destroy(world);
+    } else {
+        ct_test_fail(__FILE__, __LINE__, "create: %s", err.message);
+    }
+    harness_free(h);
+    h = harness_new("[comm]\nchannels = 0\n");
+    CT_CHECK_INT(harness_create(h, "comm_threads.so", "comm", &p, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "channels");
     harness_free(h);
 }

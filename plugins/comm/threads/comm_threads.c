@@ -1,7 +1,9 @@
 /* comm_threads.c — the `threads` comm plugin: N ranks as threads of one process, collectives
  * in shared memory with NCCL's ring arithmetic (a low-precision SUM rounds the partial sum to
  * the wire dtype after every hop, N-1 roundings per element), so one machine reproduces the
- * numerics of N GPUs. Also a binary-tree order for comparison (key algo = tree).
+ * numerics of N GPUs. The orders (orders.c): NCCL's ring split into `channels`, NCCL's tree
+ * (chain per node, double binary tree across nodes of `gpus_per_node` ranks), a hierarchical
+ * ring, and a heap-ordered binary tree for comparison (key algo).
  * Not for: GPU memory (it reads other ranks' buffers with the CPU) or several processes (mpi).
  *
  * How a collective runs: each rank posts its arguments (kind, count, dtype, op, buffers) in
@@ -27,7 +29,8 @@ typedef struct threads_comm {
     int32_t       owns_world; /* 1: a world of one made by create (no world_create) */
     ct_device_ref device;
     uint64_t      n_calls;    /* collectives called so far, to name them in messages */
-    double       *scratch;    /* ((world_size + 1) * REDUCE_BLOCK) for reduce_range */
+    double       *scratch;    /* (REDUCE_SCRATCH) for reduce_run */
+    order_step   *prog;       /* (order_max_steps(world_size)) the program of one unit */
     const void  **srcs;       /* (world_size) pointer scratch */
     void        **dsts;       /* (world_size) pointer scratch */
     int           done;       /* its address is the request every async call returns */
@@ -36,14 +39,22 @@ typedef struct threads_comm {
     ct_host           *host;
 } threads_comm;
 
-static const char *const algo_choices[] = {"ring", "tree", NULL};
+static const char *const algo_choices[] = {"ring", "tree", "dbtree", "hier", NULL};
 
 /* [comm] world_size is a host key (the host runs that many rank threads and passes it to
  * world_create); these are the engine's own keys. */
 static const ct_param_spec threads_params[] = {
     CT_PARAM_ENUM("algo", "ring", algo_choices,
-                  "reduction order: ring (NCCL's ring, N-1 roundings per element) or tree "
-                  "(binary tree rooted at rank 0, for comparison)"),
+                  "reduction order: ring (NCCL's ring, N-1 roundings per element), dbtree "
+                  "(NCCL's tree: a chain in each node, double binary tree across nodes), hier "
+                  "(ring inside each node, then ring across nodes) or tree (binary tree in heap "
+                  "order rooted at rank 0, for comparison); docs/collectives.md"),
+    CT_PARAM_INT("channels", "1", 1, 64,
+                 "NCCL channels: the buffer is cut into this many contiguous parts, each reduced "
+                 "by its own ring (or tree) with its own chunking; 1 = one ring"),
+    CT_PARAM_INT("gpus_per_node", "0", 0, 1024,
+                 "ranks per node of the emulated cluster (ring order, tree and hier layout); "
+                 "0 = all ranks on one node; must divide world_size"),
     CT_PARAM_FLOAT("timeout_s", "300", 0.001, 1e7,
                    "longest wait for a peer rank before the run is declared failed"),
     CT_PARAM_END,
@@ -53,21 +64,39 @@ static const ct_param_spec threads_params[] = {
  * world_create / world_destroy / create / destroy
  * ------------------------------------------------------------------------------------- */
 
-/* Read algo and timeout_s from the instance's section (defaults without a host). */
-static int32_t read_config(const ct_create_args *args, int32_t *algo, double *timeout_s,
-                           ct_error *err) {
-    *algo = REDUCE_RING;
+/* Read algo, channels, gpus_per_node and timeout_s from the instance's section (defaults
+ * without a host) and check the order against world_size. */
+static int32_t read_config(const ct_create_args *args, int32_t world_size, order_config *order,
+                           double *timeout_s, ct_error *err) {
+    *order = (order_config){REDUCE_RING, 1, 0};
     *timeout_s = 300.0;
-    if (!args || !args->api || !args->section) return CT_OK;
-    const char *a = NULL;
-    if (args->api->get_string(args->host, args->section, "algo", &a, err) != CT_OK ||
-        args->api->get_float(args->host, args->section, "timeout_s", timeout_s, err) != CT_OK)
-        return err ? err->code : CT_ERR_INVALID;
-    if (strcmp(a, "tree") == 0) *algo = REDUCE_TREE;
-    else if (strcmp(a, "ring") != 0)
-        return ct_error_set(err, CT_ERR_INVALID,
-                            "comm threads: [%s] algo = %s is not known ---> use ring or tree",
-                            args->section, a);
+    const char *section = args && args->section ? args->section : "comm";
+    if (args && args->api && args->section) {
+        const char *a = NULL;
+        int64_t channels = 1, gpn = 0;
+        if (args->api->get_string(args->host, section, "algo", &a, err) != CT_OK ||
+            args->api->get_int(args->host, section, "channels", &channels, err) != CT_OK ||
+            args->api->get_int(args->host, section, "gpus_per_node", &gpn, err) != CT_OK ||
+            args->api->get_float(args->host, section, "timeout_s", timeout_s, err) != CT_OK)
+            return err ? err->code : CT_ERR_INVALID;
+        static const int32_t algos[] = {REDUCE_RING, REDUCE_TREE, REDUCE_DBTREE, REDUCE_HIER};
+        int found = 0;
+        for (int i = 0; algo_choices[i]; i++)
+            if (strcmp(a, algo_choices[i]) == 0) order->algo = algos[i], found = 1;
+        if (!found)
+            return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] algo = %s is not known "
+                                "---> use ring, tree, dbtree or hier", section, a);
+        if (channels < 1 || channels > 64 || gpn < 0 || gpn > 1024)
+            return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] channels = %lld or "
+                                "gpus_per_node = %lld out of range ---> channels 1..64, "
+                                "gpus_per_node 0..1024", section, (long long)channels,
+                                (long long)gpn);
+        order->channels = (int32_t)channels;
+        order->gpus_per_node = (int32_t)gpn;
+    }
+    char why[200];
+    if (order_check(order, world_size, why, sizeof why) != 0)
+        return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] %s", section, why);
     return CT_OK;
 }
 
@@ -77,10 +106,10 @@ static void *threads_world_create(int32_t world_size, const ct_create_args *args
         return ct_error_set(err, CT_ERR_INVALID, "comm threads: world_size %d must be >= 1",
                             (int)world_size),
                NULL;
-    int32_t algo;
+    order_config order;
     double timeout_s;
-    if (read_config(args, &algo, &timeout_s, err) != CT_OK) return NULL;
-    return world_new(world_size, algo, timeout_s, err);
+    if (read_config(args, world_size, &order, &timeout_s, err) != CT_OK) return NULL;
+    return world_new(world_size, &order, timeout_s, err);
 }
 
 static void threads_world_destroy(void *world) { world_free(world); }
@@ -111,10 +140,10 @@ static void *threads_create(const ct_create_args *args, ct_error *err) {
             goto out_free_self;
         }
     } else if (self->world_size <= 1) { /* no host-made world: a world of one, like local */
-        int32_t algo;
+        order_config order;
         double timeout_s;
-        if (read_config(args, &algo, &timeout_s, err) != CT_OK) goto out_free_self;
-        self->world = world_new(1, algo, timeout_s, err);
+        if (read_config(args, 1, &order, &timeout_s, err) != CT_OK) goto out_free_self;
+        self->world = world_new(1, &order, timeout_s, err);
         if (!self->world) goto out_free_self;
         self->owns_world = 1;
         self->rank = 0;
@@ -127,14 +156,16 @@ static void *threads_create(const ct_create_args *args, ct_error *err) {
         goto out_free_self;
     }
     size_t n = (size_t)self->world_size;
-    self->scratch = malloc((n + 1) * REDUCE_BLOCK * sizeof *self->scratch);
+    self->scratch = malloc(REDUCE_SCRATCH * sizeof *self->scratch);
+    self->prog = malloc((size_t)order_max_steps(self->world_size) * sizeof *self->prog);
     self->srcs = malloc(n * sizeof *self->srcs);
     self->dsts = malloc(n * sizeof *self->dsts);
-    if (!self->scratch || !self->srcs || !self->dsts) goto out_free_scratch;
+    if (!self->scratch || !self->prog || !self->srcs || !self->dsts) goto out_free_scratch;
     return self;
 
 out_free_scratch:
     free(self->scratch);
+    free(self->prog);
     free(self->srcs);
     free(self->dsts);
     if (self->owns_world) world_free(self->world);
@@ -153,6 +184,7 @@ static void threads_destroy(void *p) {
     if (!self) return;
     if (self->owns_world) world_free(self->world);
     free(self->scratch);
+    free(self->prog);
     free(self->srcs);
     free(self->dsts);
     free(self);
@@ -261,33 +293,46 @@ static const void *at_c(const void *p, uint64_t elems, size_t es) {
 }
 static void *at(void *p, uint64_t elems, size_t es) { return (char *)p + elems * es; }
 
-/* All-reduce: rank c reduces ring chunk c of every rank's send and writes it into every
- * rank's recv — the reduce-scatter and the all-gather of NCCL's ring in one pass, so every
- * rank gets identical bits. */
+/* All-reduce: in every channel, rank u reduces unit u (orders.h) of every rank's send and
+ * writes it into every rank's recv: the reduce and the broadcast (or all-gather) phases of
+ * NCCL's algorithm in one pass, so every rank gets identical bits. */
 static void do_all_reduce(threads_comm *self) {
     const coll_post *posts = self->world->posts;
-    int32_t n = self->world_size, c = self->rank;
+    const order_config *order = &self->world->order;
+    int32_t n = self->world_size;
     size_t es = ct_dtype_size(posts[0].dtype);
-    uint64_t b, e;
-    ring_chunk_range(posts[0].count, c, n, &b, &e);
-    for (int32_t r = 0; r < n; r++) {
-        self->srcs[r] = at_c(posts[r].send, b, es);
-        self->dsts[r] = at(posts[r].recv, b, es);
+    for (int32_t k = 0; k < order->channels; k++) {
+        uint64_t b, e;
+        int32_t steps = order_all_reduce_unit(order, n, posts[0].count, k, self->rank, &b, &e,
+                                              self->prog);
+        if (!steps) continue;
+        for (int32_t r = 0; r < n; r++) {
+            self->srcs[r] = at_c(posts[r].send, b, es);
+            self->dsts[r] = at(posts[r].recv, b, es);
+        }
+        reduce_run(self->srcs, self->prog, steps, self->dsts, n, e - b, posts[0].dtype,
+                   posts[0].op, self->scratch);
     }
-    reduce_range(self->srcs, n, c, self->world->algo, self->dsts, n, e - b, posts[0].dtype,
-                 posts[0].op, self->scratch);
 }
 
-/* Reduce-scatter: rank c reduces block c of every rank's send (ring chunk c) into its recv. */
+/* Reduce-scatter: rank c reduces block c of every rank's send into its recv, channel part by
+ * channel part, each by the ring of its channel that ends at rank c. */
 static void do_reduce_scatter(threads_comm *self) {
     const coll_post *posts = self->world->posts;
+    const order_config *order = &self->world->order;
     int32_t n = self->world_size, c = self->rank;
     uint64_t count = posts[0].count;
     size_t es = ct_dtype_size(posts[0].dtype);
-    for (int32_t r = 0; r < n; r++) self->srcs[r] = at_c(posts[r].send, (uint64_t)c * count, es);
-    void *dst = posts[c].recv;
-    reduce_range(self->srcs, n, c, self->world->algo, &dst, 1, count, posts[0].dtype,
-                 posts[0].op, self->scratch);
+    for (int32_t k = 0; k < order->channels; k++) {
+        uint64_t b, e;
+        int32_t steps = order_reduce_scatter_part(order, n, count, k, c, &b, &e, self->prog);
+        if (!steps) continue;
+        for (int32_t r = 0; r < n; r++)
+            self->srcs[r] = at_c(posts[r].send, (uint64_t)c * count + b, es);
+        void *dst = at(posts[c].recv, b, es);
+        reduce_run(self->srcs, self->prog, steps, &dst, 1, e - b, posts[0].dtype, posts[0].op,
+                   self->scratch);
+    }
 }
 
 static void copy_block(void *dst, const void *src, uint64_t bytes) {

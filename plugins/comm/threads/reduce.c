@@ -1,7 +1,8 @@
 /* reduce.c — block loops of the threads engine's reductions (see reduce.h for the orders and
- * the rounding). Loads a block of each rank's contribution into double, combines them in ring
- * or tree order with the per-element functions of reduce.h, stores the result in the dtype.
- * Not for: deciding who reduces which chunk (comm_threads.c).
+ * the rounding). Runs an order's program (orders.h) over blocks: loads each rank's
+ * contribution into double, combines with the per-element functions of reduce.h, stores the
+ * result in the dtype. Not for: the orders (orders.c) or who reduces which unit
+ * (comm_threads.c).
  */
 #include "reduce.h"
 
@@ -86,35 +87,27 @@ static const void *offset_c(const void *p, uint64_t elems, size_t esize) {
 
 static void *offset(void *p, uint64_t elems, size_t esize) { return (char *)p + elems * esize; }
 
-void reduce_range(const void *const *srcs, int32_t world_size, int32_t chunk, int32_t algo,
-                  void *const *dsts, int32_t n_dsts, uint64_t n, int32_t dtype, int32_t op,
-                  double *scratch) {
-    assert(reduce_supported(dtype, op) && world_size >= 1);
+void reduce_run(const void *const *srcs, const order_step *prog, int32_t n_steps,
+                void *const *dsts, int32_t n_dsts, uint64_t n, int32_t dtype, int32_t op,
+                double *scratch) {
+    assert(reduce_supported(dtype, op) && n_steps >= 1);
     size_t es = ct_dtype_size(dtype);
-    double *acc = scratch;            /* (BLOCK) the running result */
-    double *node = scratch + REDUCE_BLOCK; /* (N, BLOCK) tree: per-node partial results */
+    double *x = scratch + (size_t)ORDER_MAX_SLOTS * REDUCE_BLOCK; /* (BLOCK) a rank's input */
     for (uint64_t base = 0; base < n; base += REDUCE_BLOCK) {
         uint64_t m = n - base < REDUCE_BLOCK ? n - base : REDUCE_BLOCK;
-        if (algo == REDUCE_TREE) {
-            /* Bottom-up over the heap: node r = x_r, then + subtree(2r+1), then + subtree(2r+2),
-             * each combine rounded. Children have larger indices, so a reverse sweep sees them
-             * finished. */
-            for (int32_t r = world_size - 1; r >= 0; r--) {
-                double *nr = node + (size_t)r * REDUCE_BLOCK;
-                load_block(offset_c(srcs[r], base, es), dtype, m, nr);
-                for (int32_t ch = 2 * r + 1; ch <= 2 * r + 2 && ch < world_size; ch++)
-                    combine_block(nr, node + (size_t)ch * REDUCE_BLOCK, m, dtype, op);
-            }
-            memcpy(acc, node, m * sizeof *acc);
-        } else {
-            double *x = node; /* (BLOCK) the next rank's contribution */
-            load_block(offset_c(srcs[ring_rank(chunk, 0, world_size)], base, es), dtype, m, acc);
-            for (int32_t k = 1; k < world_size; k++) {
-                load_block(offset_c(srcs[ring_rank(chunk, k, world_size)], base, es), dtype, m,
-                           x);
-                combine_block(acc, x, m, dtype, op);
+        for (int32_t s = 0; s < n_steps; s++) {
+            const order_step *st = &prog[s];
+            double *slot = scratch + (size_t)st->slot * REDUCE_BLOCK;
+            if (st->op == STEP_LOAD) {
+                load_block(offset_c(srcs[st->arg], base, es), dtype, m, slot);
+            } else if (st->op == STEP_ADD_RANK) {
+                load_block(offset_c(srcs[st->arg], base, es), dtype, m, x);
+                combine_block(slot, x, m, dtype, op);
+            } else {
+                combine_block(slot, scratch + (size_t)st->arg * REDUCE_BLOCK, m, dtype, op);
             }
         }
-        for (int32_t j = 0; j < n_dsts; j++) store_block(acc, dtype, m, offset(dsts[j], base, es));
+        for (int32_t j = 0; j < n_dsts; j++)
+            store_block(scratch, dtype, m, offset(dsts[j], base, es));
     }
 }

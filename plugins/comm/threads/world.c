@@ -17,11 +17,12 @@ struct mail {
     unsigned char data[]; /* (bytes) */
 };
 
-comm_world *world_new(int32_t world_size, int32_t algo, double timeout_s, ct_error *err) {
+comm_world *world_new(int32_t world_size, const order_config *order, double timeout_s,
+                      ct_error *err) {
     comm_world *w = calloc(1, sizeof *w);
     if (!w) goto out_nomem;
     w->world_size = world_size;
-    w->algo = algo;
+    w->order = *order;
     w->timeout_s = timeout_s;
     w->failed_rank = -1;
     w->entered = calloc((size_t)world_size, sizeof *w->entered);

@@ -9,6 +9,8 @@
 
 #include <ctrain/ctrain.h>
 
+#include "orders.h"
+
 #include <pthread.h>
 
 /* Kinds of collective, for matching the calls of all ranks. */
@@ -37,7 +39,7 @@ typedef struct mail mail; /* one buffered message (world.c) */
 
 typedef struct comm_world {
     int32_t         world_size;
-    int32_t         algo;      /* a reduce_algo */
+    order_config    order;     /* the reduction order ([comm] algo, channels, gpus_per_node) */
     double          timeout_s; /* longest wait for a peer before the world is declared failed */
 
     pthread_mutex_t mu;        /* guards everything below */
@@ -52,7 +54,8 @@ typedef struct comm_world {
 } comm_world;
 
 /* A world of world_size ranks; NULL + err when out of memory. */
-comm_world *world_new(int32_t world_size, int32_t algo, double timeout_s, ct_error *err);
+comm_world *world_new(int32_t world_size, const order_config *order, double timeout_s,
+                      ct_error *err);
 void world_free(comm_world *w);
 
 /* Wait until every rank has entered this rendezvous (`what` names it in messages, e.g.
