@@ -548,7 +548,11 @@ int cmd_train(int argc, char **argv) {
                             .world_size = (int32_t)world};
         sh.comm_world = cv->world_create((int32_t)world, &a, &err);
         if (!sh.comm_world) {
-            fprintf(stderr, "ctrain train: comm %s: %s\n", w.comm->desc.name, err.message);
+            char who[96]; /* the engine's message may already start with "comm NAME" */
+            snprintf(who, sizeof who, "comm %s", w.comm->desc.name);
+            int named = strncmp(err.message, who, strlen(who)) == 0;
+            fprintf(stderr, "ctrain train: %s%s%s\n", named ? "" : who, named ? "" : ": ",
+                    err.message);
             goto out_session;
         }
         status = run_ranks(&sh, 0, (int32_t)world);

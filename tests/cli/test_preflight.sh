@@ -95,4 +95,10 @@ else
     ct_fail world_size_0.2e1_trains_two_ranks "exit $ct_rc: $ct_err; metrics: $(cat "$CT_TMP/run/metrics.jsonl" 2>/dev/null)"
 fi
 
+# a plugin's own validate hook (comm threads): gpus_per_node must divide world_size; both
+# commands refuse it with the same message, before any rank starts
+agree gpus_per_node_must_divide_world_size \
+    "--set: comm threads: [comm] world_size 4 is not a whole number of nodes of gpus_per_node = 3" \
+    good.ini --set comm.plugin=threads --set comm.world_size=4 --set comm.gpus_per_node=3
+
 ct_summary

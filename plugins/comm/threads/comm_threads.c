@@ -100,6 +100,17 @@ static int32_t read_config(const ct_create_args *args, int32_t world_size, order
     return CT_OK;
 }
 
+/* ct_plugin_desc.validate: read_config's checks against [comm] world_size, before any rank
+ * starts, so `ctrain validate` refuses a gpus_per_node that does not divide world_size. */
+static int32_t threads_validate(const ct_create_args *args, ct_error *err) {
+    int64_t world_size = 1;
+    if (args->api->get_int(args->host, args->section, "world_size", &world_size, err) != CT_OK)
+        return err->code;
+    order_config order;
+    double timeout_s;
+    return read_config(args, (int32_t)world_size, &order, &timeout_s, err);
+}
+
 static void *threads_world_create(int32_t world_size, const ct_create_args *args,
                                   ct_error *err) {
     if (world_size < 1)
@@ -556,5 +567,6 @@ CT_DEFINE_PLUGIN(
     .summary = "N ranks as threads of one process; NCCL ring (or tree) arithmetic",
     .params  = threads_params,
     .devices = CT_DEVICE_CPU,
-    .vtable  = &threads_vtable)
+    .vtable  = &threads_vtable,
+    .validate = threads_validate)
 
