@@ -37,7 +37,7 @@ static void print_header(const ct_rank *r, const mfu_state *m, int32_t from_mode
     const char *device = r->device.plugin ? r->device.plugin->desc.name : "?";
     char count[200], peak[800], rate[32], dev_rate[32];
     if (from_model)
-        snprintf(count, sizeof count, "model %s's count %.6g + %.6g x T at T = %lld", model,
+        snprintf(count, sizeof count, "model %s's count %.0f + %.0f x T at T = %lld", model,
                  r->mdesc.flops_per_token_fixed, r->mdesc.flops_per_token_per_t,
                  (long long)r->T);
     else
@@ -58,7 +58,7 @@ static void print_header(const ct_rank *r, const mfu_state *m, int32_t from_mode
                  dev_rc == CT_ERR_UNSUPPORTED || !dev_err->message[0]
                      ? "no figure for this device or dtype on some rank"
                      : dev_err->message);
-    fprintf(out, "mfu: %.6g FLOPs per token (%s) | peak %s | BLAS: %s\n", m->flops_per_token,
+    fprintf(out, "mfu: %.0f FLOPs per token (%s) | peak %s | BLAS: %s\n", m->flops_per_token,
             count, peak, dev->library[0] ? dev->library : "not named by the device");
     if (dev->warning[0]) fprintf(out, "mfu: warning: %s\n", dev->warning);
     fflush(out);

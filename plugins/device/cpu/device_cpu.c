@@ -2,7 +2,8 @@
  * synchronous, element-wise loops run on OpenMP threads ([device] threads; 0 = the machine's
  * cores divided among the world's ranks, right for the threads engine and one-node mpi).
  * Per-element math (bf16 rounding, the AdamW update) comes from ctrain/numerics.h so the CUDA
- * device computes the same bits. Not for: collectives (comm plugins) or model math (models).
+ * device computes the same bits. Not for: collectives (comm plugins), model math (models) or
+ * measuring the BLAS peak (peak_cpu.c, behind peak_flops).
  *
  * Determinism: reductions (sumsq, row_stats' totals) split the data into CT_CPU_BLOCKS fixed
  * blocks, sum each block in order and add the block sums in order, so the result depends on
