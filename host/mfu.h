@@ -28,7 +28,7 @@ double mfu_flops_per_token(const ct_model_desc *d, int64_t T, int32_t *from_mode
 
 /* Collective (every rank calls it once, before step 1): computes the FLOPs per token for
  * [data] seq_len, asks the rank's device for its peak (peak_flops; the cpu device measures
- * for about 0.2 s) and combines the ranks' peaks; [device] peak_tflops > 0 replaces the
+ * for about 0.05 s) and combines the ranks' peaks; [device] peak_tflops > 0 replaces the
  * device's figure (TFLOP/s per rank). When `out` is non-NULL (rank 0) prints one line naming
  * the FLOP count, the peak and where it comes from, and the BLAS, then any warning of the
  * device (both to `out`). A device that cannot give a figure leaves MFU unknown (null in

@@ -204,7 +204,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
         mf = &mfile;
     }
 
-    /* FLOPs per token and the peak (the cpu device measures ~0.2 s): before the clock starts */
+    /* FLOPs per token and the peak (the cpu device measures ~0.05 s): before the clock starts */
     mfu_state mfu;
     if ((rc = mfu_open(r, &mfu, mf ? stdout : NULL, err)) != CT_OK) goto out_close_metrics;
 

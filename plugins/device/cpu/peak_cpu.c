@@ -19,12 +19,11 @@
 #include <strings.h>
 #include <time.h>
 
-#define PEAK_N_MIN     256   /* the product sizes: n x n times n x n per thread; smaller ones */
-#define PEAK_N_MAX     512   /* time the scheduler of a busy machine more than the BLAS */
-#define PEAK_REP_S     0.05  /* take PEAK_N_MIN when PEAK_N_MAX would take longer than this */
-#define PEAK_BUDGET_S  0.12  /* stop timing after this much, once PEAK_REPS_MIN are done */
+#define PEAK_N         256   /* each thread's product: n x n times n x n (33.6 MFLOP); larger
+                                ones measured no faster here, and keep start-up short */
+#define PEAK_BUDGET_S  0.04  /* stop timing after this much, once PEAK_REPS_MIN are done */
 #define PEAK_REPS_MIN  3
-#define PEAK_REPS_MAX  8
+#define PEAK_REPS_MAX  12
 
 static double now_s(void) {
     struct timespec ts;
@@ -107,7 +106,7 @@ static void identify_blas(ct_peak *p) {
 
 int32_t cpu_peak_measure(int threads, ct_peak *p, ct_error *err) {
     identify_blas(p);
-    size_t floats = (size_t)threads * 3 * PEAK_N_MAX * PEAK_N_MAX;
+    size_t floats = (size_t)threads * 3 * PEAK_N * PEAK_N;
     float *buf = malloc(floats * sizeof *buf);
     double *secs = calloc((size_t)threads * 2, sizeof *secs), *best = secs + threads;
     if (!buf || !secs) {
@@ -118,21 +117,13 @@ int32_t cpu_peak_measure(int threads, ct_peak *p, ct_error *err) {
     }
     for (size_t i = 0; i < floats; i++) buf[i] = (float)(i % 7) * 0.125f - 0.375f;
 
-    /* a slow (reference) BLAS gets the small product, so the measurement stays near 0.2 s */
-    double t = timed_products(buf, threads, PEAK_N_MIN, secs); /* first touch of the buffers */
-    for (int i = 0; i < 2; i++) {
-        double ti = timed_products(buf, threads, PEAK_N_MIN, secs);
-        if (ti < t) t = ti;
-    }
-    double rate1 = 2.0 * PEAK_N_MIN * PEAK_N_MIN * (double)PEAK_N_MIN / (t > 0 ? t : 1e-9);
-    int n = 2.0 * PEAK_N_MAX * PEAK_N_MAX * (double)PEAK_N_MAX / rate1 < PEAK_REP_S ? PEAK_N_MAX
-                                                                                    : PEAK_N_MIN;
-
     /* each thread's best time, summed as rates: on a shared machine the threads are seldom
-     * all undisturbed in the same product, each is in one of them */
+     * all undisturbed in the same product, each is in one of them. About 0.05 s with
+     * OpenBLAS, about 0.15 s with a reference BLAS (~1 GFLOP/s per thread). */
+    const int n = PEAK_N;
+    timed_products(buf, threads, n, secs); /* warm-up: first touch, packing buffers */
     double start = now_s();
     int reps = 0;
-    timed_products(buf, threads, n, secs); /* warm-up: packing buffers, page faults */
     while (reps < PEAK_REPS_MAX && (reps < PEAK_REPS_MIN || now_s() - start < PEAK_BUDGET_S)) {
         timed_products(buf, threads, n, secs);
         for (int i = 0; i < threads; i++)

@@ -433,8 +433,8 @@ typedef struct ct_adamw_args {
 typedef struct ct_peak {
     uint32_t struct_size;
     double   flops;        /* FLOP/s of this instance (on a cpu, of the threads it was given) */
-    char     source[160];  /* how it was found: "measured: 2 threads x cblas_sgemm 512^3, best
-                              of 5" or "datasheet: NVIDIA H100 80GB HBM3, bf16 dense" */
+    char     source[160];  /* how it was found: "measured: 2 threads x cblas_sgemm 256^3, ..."
+                              or "datasheet: NVIDIA H100 80GB HBM3, bf16 tensor core dense" */
     char     library[256]; /* the math library behind it ("OpenBLAS 0.3.21 ... kernel
                               Prescott (path)"), or "" */
     char     warning[320]; /* "" or why the figure is below what the hardware can do, with a
@@ -518,7 +518,7 @@ struct ct_device_vtable {
      * rate of matrix products in `dtype` (the compute dtype, CT_DTYPE_F32 or CT_DTYPE_BF16)
      * this instance can reach, into *out (host memory; the caller sets out->struct_size, the
      * plugin fills min(that, its own size) bytes). The cpu device measures (sgemm on its
-     * threads, about 0.2 s at most), so the host calls it once per rank before step 1; a GPU
+     * threads, 0.2 s at most), so the host calls it once per rank before step 1; a GPU
      * device looks its name up in a datasheet table. CT_ERR_UNSUPPORTED when the figure is
      * unknown (a GPU not in the table). Synchronises. */
     int32_t (*peak_flops)(void *self, int32_t dtype, ct_peak *out,
@@ -702,10 +702,11 @@ typedef struct ct_model_desc {
      * tokens, as fixed + per_t * T. The host's MFU uses T = [data] seq_len. Only the model
      * knows which parameters multiply activations and what its attention costs, so it gives
      * the count; describe() runs before prepare(), so T stays a coefficient. Dense transformer
-     * convention (PaLM appendix B, nanoGPT): fixed = 6 * N with N the parameters that take
-     * part in matrix products (the position table does not; a tied head counts once),
-     * per_t = 12 * L * C (QK^T and AV: 2 * 2 * C per layer per attended position forward,
-     * backward twice that; causal masking not discounted). */
+     * convention (PaLM appendix B, nanoGPT's estimate_mfu): fixed = 6 * N (2 forward, 4
+     * backward per parameter per token) with N the parameters less the position table (a
+     * tied head once; gpt keeps norms and biases in, as nanoGPT), per_t = 12 * L * C (QK^T
+     * and AV: 2 * 2 * C per layer per attended position forward, backward twice that; causal
+     * masking not discounted). */
     double               flops_per_token_fixed; /* FLOPs per token that do not depend on T */
     double               flops_per_token_per_t; /* FLOPs per token per position of T */
 } ct_model_desc;
