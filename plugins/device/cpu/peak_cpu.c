@@ -36,6 +36,7 @@ static double now_s(void) {
  * slowest one's returned. */
 static double timed_products(float *buf, int threads, int n, double *secs) {
     size_t nn = (size_t)n * (size_t)n;
+    for (int i = 0; i < threads; i++) secs[i] = -1; /* stays -1 if OpenMP gives fewer threads */
 #pragma omp parallel num_threads(threads)
     {
         int i = omp_get_thread_num();
@@ -127,12 +128,12 @@ int32_t cpu_peak_measure(int threads, ct_peak *p, ct_error *err) {
     while (reps < PEAK_REPS_MAX && (reps < PEAK_REPS_MIN || now_s() - start < PEAK_BUDGET_S)) {
         timed_products(buf, threads, n, secs);
         for (int i = 0; i < threads; i++)
-            if (reps == 0 || secs[i] < best[i]) best[i] = secs[i];
+            if (secs[i] > 0 && (best[i] <= 0 || secs[i] < best[i])) best[i] = secs[i];
         reps++;
     }
-    double rate = 0;
+    double rate = 0; /* threads that never ran (best 0) add nothing */
     for (int i = 0; i < threads; i++)
-        rate += 2.0 * n * (double)n * n / (best[i] > 0 ? best[i] : 1e-9);
+        if (best[i] > 0) rate += 2.0 * n * (double)n * n / best[i];
     free(secs);
     free(buf);
     p->flops = rate;
