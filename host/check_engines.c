@@ -17,7 +17,7 @@ enum { DN = 1000, RS_ROWS = 8, RS_V = 13, CYCLES = 20 };
 
 /* ---- device ------------------------------------------------------------------------------ */
 
-static void device_checks(ct_check *c, ct_device_ref dev) {
+static void device_checks(host_check *c, ct_device_ref dev) {
     const ct_device_vtable *d = dev.vt;
     ct_error err = {.struct_size = sizeof err};
     static float src[DN], back[DN];
@@ -104,9 +104,9 @@ out_free:
                "asynchrony and synchronize");
 }
 
-void check_device(ct_check *c) {
+void check_device(host_check *c) {
     static const char *const skip[] = {"type", NULL};
-    ct_config *cfg = NULL;
+    host_config *cfg = NULL;
     ct_error err = {.struct_size = sizeof err};
     if (check_config(c, NULL, "device", skip, &cfg, &err) != CT_OK) {
         check_verdict(c, 0, "[device] from --set and defaults: %s", err.message);
@@ -137,7 +137,7 @@ void check_device(ct_check *c) {
 /* ---- comm -------------------------------------------------------------------------------- */
 
 /* One collective at world 1 must hand back what it was given. */
-static void round_trip(ct_check *c, const char *what, int32_t rc, const ct_error *err,
+static void round_trip(host_check *c, const char *what, int32_t rc, const ct_error *err,
                        const void *want, const void *got, size_t bytes) {
     if (rc != CT_OK) check_verdict(c, 0, "%s at world 1: %s", what, err->message);
     else
@@ -145,7 +145,7 @@ static void round_trip(ct_check *c, const char *what, int32_t rc, const ct_error
                       what, bytes, memcmp(want, got, bytes) ? ": it differs" : "");
 }
 
-static void comm_checks(ct_check *c, const ct_comm_vtable *cv, void *self, ct_device_ref dev) {
+static void comm_checks(host_check *c, const ct_comm_vtable *cv, void *self, ct_device_ref dev) {
     const ct_device_vtable *d = dev.vt;
     ct_error err = {.struct_size = sizeof err};
     int32_t rk = cv->rank ? cv->rank(self) : 0, ws = cv->world_size ? cv->world_size(self) : 1;
@@ -209,8 +209,8 @@ out:
                "within a bounded time), all_to_all, send/recv, abort");
 }
 
-void check_comm(ct_check *c) {
-    ct_config *cfg = NULL;
+void check_comm(host_check *c) {
+    host_config *cfg = NULL;
     ct_error err = {.struct_size = sizeof err};
     static const char *const skip[] = {"plugin", "world_size", NULL};
     check_instance dev_inst = {0}, inst = {0};

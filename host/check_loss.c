@@ -24,8 +24,8 @@ enum { LB = 2, LT = 4, LN = LB * LT, LV = 13, NV = LN * LV, CYCLES = 50 };
 #define HEAP_SLACK 1024 /* bytes the heap may grow over CYCLES create/destroy cycles */
 
 typedef struct loss_rig {
-    ct_check              *c;
-    ct_config             *cfg;
+    host_check              *c;
+    host_config             *cfg;
     char                   section[80]; /* "loss.<name>" */
     check_instance         dev_inst, loss;
     ct_device_ref          dev;
@@ -80,7 +80,7 @@ static int32_t run_term(loss_rig *r, const float *logits, const float *prefill, 
     return rc;
 }
 
-static int32_t rig_open(loss_rig *r, ct_check *c, ct_error *err) {
+static int32_t rig_open(loss_rig *r, host_check *c, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->c = c;
     snprintf(r->section, sizeof r->section, "loss.%s", c->plugin->desc.name);
@@ -160,7 +160,7 @@ static size_t heap_in_use(void) {
 
 /* CYCLES times: create, one forward_backward, destroy; the heap must come back. */
 static void check_cycles(loss_rig *r) {
-    ct_check *c = r->c;
+    host_check *c = r->c;
     ct_comm_ref no_comm = {0};
     float pre[NV], out[NV];
     memset(pre, 0, sizeof pre);
@@ -190,7 +190,7 @@ static void check_cycles(loss_rig *r) {
                   "heap grew by %lld bytes (tol %d)", CYCLES, grown, HEAP_SLACK);
 }
 
-void check_loss(ct_check *c) {
+void check_loss(host_check *c) {
     loss_rig r;
     ct_error err = {.struct_size = sizeof err};
     if (rig_open(&r, c, &err) != CT_OK) {

@@ -34,8 +34,8 @@ static const char *const tiny_keys[][2] = {
 };
 
 typedef struct model_rig {
-    ct_check              *c;
-    ct_config             *cfg;
+    host_check              *c;
+    host_config             *cfg;
     check_instance         dev_inst, model;
     ct_device_ref          dev;
     const ct_model_vtable *vt;
@@ -50,13 +50,13 @@ typedef struct model_rig {
     double                *R;                                /* host (N,V) */
 } model_rig;
 
-static int has_key(const ct_plugin *p, const char *key) {
+static int has_key(const host_plugin *p, const char *key) {
     for (int32_t i = 0; i < p->n_params; i++)
         if (!strcmp(p->params[i].key, key)) return 1;
     return 0;
 }
 
-static int set_names(const ct_check *c, const char *key) {
+static int set_names(const host_check *c, const char *key) {
     size_t n = strlen(key);
     for (int32_t i = 0; i < c->n_sets; i++)
         if (!strncmp(c->sets[i], key, n) && c->sets[i][n] == '=') return 1;
@@ -158,7 +158,7 @@ static int describe_ok(const ct_model_desc *d, char *why, size_t cap) {
     return 1;
 }
 
-static int32_t rig_open(model_rig *r, ct_check *c, ct_error *err, char *why, size_t cap) {
+static int32_t rig_open(model_rig *r, host_check *c, ct_error *err, char *why, size_t cap) {
     memset(r, 0, sizeof *r);
     r->c = c;
     char ini[512] = "[device]\nthreads = 1\n[model]\n", tiny[160] = "";
@@ -257,7 +257,7 @@ static void rig_close(model_rig *r) {
 
 /* Every tensor's sampled elements against central differences of J. */
 static void check_gradients(model_rig *r, float *const *g) {
-    ct_check *c = r->c;
+    host_check *c = r->c;
     ct_error err = {.struct_size = sizeof err};
     int checked = 0, tensors = 0;
     double worst = 0, w_g = 0, w_fd = 0, w_tol = 0;
@@ -301,7 +301,7 @@ static void check_gradients(model_rig *r, float *const *g) {
                   w_name, (unsigned long long)w_i, w_fd, w_g, w_tol);
 }
 
-void check_model(ct_check *c) {
+void check_model(host_check *c) {
     model_rig r;
     ct_error err = {.struct_size = sizeof err};
     char why[128] = "";

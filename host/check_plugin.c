@@ -15,7 +15,7 @@
 
 /* ---- verdicts ------------------------------------------------------------------------- */
 
-int check_verdict(ct_check *c, int ok, const char *fmt, ...) {
+int check_verdict(host_check *c, int ok, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     printf("%s %s: ", ok ? "ok  " : "FAIL", c->label);
@@ -28,7 +28,7 @@ int check_verdict(ct_check *c, int ok, const char *fmt, ...) {
     return ok;
 }
 
-void check_note(ct_check *c, const char *fmt, ...) {
+void check_note(host_check *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     printf("note %s: ", c->label);
@@ -42,10 +42,10 @@ double check_urand(uint64_t seed, uint64_t i) { return 2.0 * ct_uniform01(seed, 
 
 /* ---- configuration, instances, the CPU device ------------------------------------------- */
 
-int32_t check_config(ct_check *c, const char *ini, const char *section, const char *const *skip,
-                     ct_config **out, ct_error *err) {
+int32_t check_config(host_check *c, const char *ini, const char *section, const char *const *skip,
+                     host_config **out, ct_error *err) {
     *out = NULL;
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     if (!cfg) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     int32_t rc = config_load_string(cfg, "check-plugin", ini ? ini : "", err);
     for (int32_t i = 0; rc == CT_OK && i < c->n_sets; i++) {
@@ -76,7 +76,7 @@ typedef struct {
     void (*destroy)(void *);
 } lifecycle_vtable;
 
-int32_t check_create(check_instance *inst, const ct_plugin *p, const ct_config *cfg,
+int32_t check_create(check_instance *inst, const host_plugin *p, const host_config *cfg,
                      const char *section, int32_t rank, int32_t world, ct_device_ref dev,
                      ct_comm_ref comm, void *comm_world, ct_error *err) {
     memset(inst, 0, sizeof *inst);
@@ -112,7 +112,7 @@ int32_t check_create(check_instance *inst, const ct_plugin *p, const ct_config *
 
 void check_destroy(check_instance *inst) {
     if (!inst->self) return;
-    const ct_plugin *p = inst->plugin;
+    const host_plugin *p = inst->plugin;
     void (*destroy)(void *) = p->desc.kind == CT_KIND_COMM
                                   ? ((const ct_comm_vtable *)p->vtable)->destroy
                                   : ((const lifecycle_vtable *)p->vtable)->destroy;
@@ -120,17 +120,17 @@ void check_destroy(check_instance *inst) {
     inst->self = NULL;
 }
 
-int32_t check_device_section(ct_check *c, ct_config *cfg, ct_error *err) {
-    const ct_plugin *p = registry_resolve(c->reg, CT_KIND_DEVICE, "cpu", err);
+int32_t check_device_section(host_check *c, host_config *cfg, ct_error *err) {
+    const host_plugin *p = registry_resolve(c->reg, CT_KIND_DEVICE, "cpu", err);
     if (!p) return err->code;
     static const char *const skip[] = {"type", NULL};
     return config_validate_section(cfg, "device", p->params, sizeof(ct_param_spec), p->desc.name,
                                    skip, err);
 }
 
-int32_t check_device_open(ct_check *c, const ct_config *cfg, int32_t rank, check_instance *inst,
+int32_t check_device_open(host_check *c, const host_config *cfg, int32_t rank, check_instance *inst,
                           ct_device_ref *ref, ct_error *err) {
-    const ct_plugin *p = registry_resolve(c->reg, CT_KIND_DEVICE, "cpu", err);
+    const host_plugin *p = registry_resolve(c->reg, CT_KIND_DEVICE, "cpu", err);
     if (!p) return err->code;
     ct_device_ref none = {0};
     ct_comm_ref no_comm = {0};
@@ -152,10 +152,10 @@ static int usage(const char *why) {
 }
 
 /* The plugin file as whatever kind it declares (registry_resolve wants a kind). */
-static const ct_plugin *resolve_any(ct_registry *reg, const char *path, ct_error *err) {
+static const host_plugin *resolve_any(host_registry *reg, const char *path, ct_error *err) {
     for (int32_t k = 1; k <= 6; k++) {
         ct_error e = {.struct_size = sizeof e};
-        const ct_plugin *p = registry_resolve(reg, k, path, &e);
+        const host_plugin *p = registry_resolve(reg, k, path, &e);
         if (p) return p;
         if (!strstr(e.message, " plugin; [")) { /* not "is a loss plugin; [model] needs ..." */
             *err = e;
@@ -167,7 +167,7 @@ static const ct_plugin *resolve_any(ct_registry *reg, const char *path, ct_error
 }
 
 int cmd_check_plugin(int argc, char **argv) {
-    ct_check c;
+    host_check c;
     memset(&c, 0, sizeof c);
     const char *file = NULL;
     for (int i = 1; i < argc; i++) {

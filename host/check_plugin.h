@@ -20,65 +20,65 @@
 #define CHECK_MAX_SETS 64
 #define CHECK_SEED     20240520u /* the fixed seed of every check */
 
-typedef struct ct_check {
-    ct_registry     *reg;
-    const ct_plugin *plugin;              /* the plugin under test */
+typedef struct host_check {
+    host_registry     *reg;
+    const host_plugin *plugin;              /* the plugin under test */
     const char      *sets[CHECK_MAX_SETS]; /* "key=value" for the plugin's own section */
     int32_t          n_sets;
     int32_t          passed, failed;
     char             label[96];           /* "loss ce": starts every line */
-} ct_check;
+} host_check;
 
 /* Print "ok   <label>: <claim>" and count a pass when ok, else "FAIL <label>: <claim>" and
  * count a failure. Returns ok. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-int check_verdict(ct_check *c, int ok, const char *fmt, ...);
+int check_verdict(host_check *c, int ok, const char *fmt, ...);
 
 /* "note <label>: ..." — information, not counted (e.g. checks a kind does not have yet). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-void check_note(ct_check *c, const char *fmt, ...);
+void check_note(host_check *c, const char *fmt, ...);
 
 /* A new configuration from `ini` (INI text the check writes, may be NULL), then the --set
  * keys put into [section] with origin "--set", then [section] validated against the plugin's
  * schema (host keys in `skip` exempt, NULL-terminated, may be NULL), defaults filled.
  * *out is the caller's (config_free). */
-int32_t check_config(ct_check *c, const char *ini, const char *section, const char *const *skip,
-                     ct_config **out, ct_error *err);
+int32_t check_config(host_check *c, const char *ini, const char *section, const char *const *skip,
+                     host_config **out, ct_error *err);
 
 /* An open plugin instance with its ct_host (the host-side context its api calls receive). */
 typedef struct check_instance {
-    const ct_plugin *plugin;
+    const host_plugin *plugin;
     void            *self;
     ct_host          host;
 } check_instance;
 
 /* Create an instance of `p` for [section] of cfg: args filled as rank.c fills them (api,
  * host, section, rank, world, seed CHECK_SEED) plus the given device / comm / comm_world. */
-int32_t check_create(check_instance *inst, const ct_plugin *p, const ct_config *cfg,
+int32_t check_create(check_instance *inst, const host_plugin *p, const host_config *cfg,
                      const char *section, int32_t rank, int32_t world, ct_device_ref dev,
                      ct_comm_ref comm, void *comm_world, ct_error *err);
 void check_destroy(check_instance *inst);
 
 /* The device plugin `cpu` from the search path, created from [device] of cfg (which must have
  * been validated against its schema: check_device_section). */
-int32_t check_device_open(ct_check *c, const ct_config *cfg, int32_t rank, check_instance *inst,
+int32_t check_device_open(host_check *c, const host_config *cfg, int32_t rank, check_instance *inst,
                           ct_device_ref *ref, ct_error *err);
 /* Validate [device] of cfg against device cpu's schema (fills its defaults). */
-int32_t check_device_section(ct_check *c, ct_config *cfg, ct_error *err);
+int32_t check_device_section(host_check *c, host_config *cfg, ct_error *err);
 
 /* Deterministic uniform in [-1, 1) from (seed, i). */
 double check_urand(uint64_t seed, uint64_t i);
 
 /* The per-kind checks: they print and count through c; a set-up failure is a FAIL line. */
-void check_loss(ct_check *c);
-void check_precision(ct_check *c);
-void check_strategy(ct_check *c);
-void check_model(ct_check *c);
-void check_device(ct_check *c);
-void check_comm(ct_check *c);
+void check_loss(host_check *c);
+void check_precision(host_check *c);
+void check_strategy(host_check *c);
+void check_model(host_check *c);
+void check_device(host_check *c);
+void check_comm(host_check *c);
 
 #endif /* CTRAIN_HOST_CHECK_PLUGIN_H */

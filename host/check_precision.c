@@ -44,9 +44,9 @@ typedef struct rank_slot {
 } rank_slot;
 
 struct prec_world {
-    ct_check                  *c;
-    const ct_config           *cfg;
-    const ct_plugin           *threads;
+    host_check                  *c;
+    const host_config           *cfg;
+    const host_plugin           *threads;
     const ct_precision_vtable *pv;
     int32_t                    n, dtype;
     void                      *world;
@@ -178,7 +178,7 @@ static int32_t world_open(prec_world *w, int32_t N, ct_error *err) {
 
 /* Compare call `call`'s results of every rank with the fp64 sums. */
 static void judge(prec_world *w, int call) {
-    ct_check *c = w->c;
+    host_check *c = w->c;
     const int32_t N = w->n;
     const double u = w->dtype == CT_DTYPE_BF16 ? ldexp(1, -8) : ldexp(1, -24);
     double worst = 0, w_ref = 0, w_got = 0, w_tol = 0;
@@ -237,8 +237,8 @@ static void judge(prec_world *w, int call) {
 
 static int policy_dtype_ok(int32_t d) { return d == CT_DTYPE_F32 || d == CT_DTYPE_BF16; }
 
-void check_precision(ct_check *c) {
-    ct_config *cfg = NULL;
+void check_precision(host_check *c) {
+    host_config *cfg = NULL;
     ct_error err = {.struct_size = sizeof err};
     static const char *const skip[] = {"plugin", NULL};
     const ct_precision_vtable *pv = c->plugin->vtable;
@@ -247,7 +247,7 @@ void check_precision(ct_check *c) {
     int32_t rc = check_config(c, "[device]\nthreads = 1\n[comm]\ntimeout_s = 20\n", "precision",
                               skip, &cfg, &err);
     if (rc == CT_OK) rc = check_device_section(c, cfg, &err);
-    const ct_plugin *threads = rc == CT_OK ? registry_resolve(c->reg, CT_KIND_COMM, "threads", &err)
+    const host_plugin *threads = rc == CT_OK ? registry_resolve(c->reg, CT_KIND_COMM, "threads", &err)
                                            : NULL;
     static const char *const comm_skip[] = {"plugin", "world_size", NULL};
     if (threads)

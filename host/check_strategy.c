@@ -53,8 +53,8 @@ typedef struct run_result {
 } run_result;
 
 typedef struct run_shared {
-    const ct_config *cfg;
-    const ct_wiring *wiring;
+    const host_config *cfg;
+    const host_wiring *wiring;
     void            *comm_world;
     int32_t          world;
     float          **ref;       /* (MAXU) reference step-1 gradients (unit numel); filled by
@@ -79,7 +79,7 @@ typedef struct rank_job {
 
 /* After step 1: this rank's shard of every unit's reduced gradient, stored as the reference
  * (reference run) or compared with the reference's same elements. */
-static int32_t gradients(ct_rank *r, rank_job *job, ct_error *err) {
+static int32_t gradients(host_rank *r, rank_job *job, ct_error *err) {
     run_shared *sh = job->sh;
     const ct_strategy_vtable *st = r->strategy.vt;
     if (r->mdesc.n_units > MAXU)
@@ -127,12 +127,12 @@ static int32_t gradients(ct_rank *r, rank_job *job, ct_error *err) {
 }
 
 /* One rank's training steps, as train.c's train_rank makes them (without files). */
-static int32_t rank_steps(ct_rank *r, rank_job *job, ct_error *err) {
+static int32_t rank_steps(host_rank *r, rank_job *job, ct_error *err) {
     run_shared *sh = job->sh;
-    ct_optim_config oc;
+    host_optim_config oc;
     int32_t rc = optim_config(sh->cfg, &oc, err);
     for (int64_t step = 1; rc == CT_OK && step <= STEPS; step++) {
-        ct_step_stats st;
+        host_step_stats st;
         double gnorm = 0, lr = optim_lr(&oc, step - 1);
         rc = step_train(r, &st, err);
         if (rc == CT_OK) rc = optim_grad_norm(r, &gnorm, err);
@@ -151,7 +151,7 @@ static int32_t rank_steps(ct_rank *r, rank_job *job, ct_error *err) {
 static void *rank_thread(void *arg) {
     rank_job *job = arg;
     run_shared *sh = job->sh;
-    ct_rank r;
+    host_rank r;
     job->err.struct_size = sizeof job->err;
     job->rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &job->err);
     if (job->rc == CT_OK) {
@@ -213,14 +213,14 @@ static void coverage(const rank_job *jobs, int32_t world, run_result *out) {
 }
 
 /* Configure, wire and run `world` rank threads; the outcome in *out. */
-static void run(ct_check *c, const char *data, const char *strategy, int with_sets,
+static void run(host_check *c, const char *data, const char *strategy, int with_sets,
                 int32_t world, run_shared *sh, run_result *out) {
     memset(out, 0, sizeof *out);
     ct_error err = {.struct_size = sizeof err};
     char ini[2048];
     run_ini(ini, sizeof ini, data, strategy, world);
-    ct_config *cfg = config_new();
-    ct_wiring w;
+    host_config *cfg = config_new();
+    host_wiring w;
     rank_job jobs[MAXW];
     pthread_t tid[MAXW];
     int32_t rc = cfg ? config_load_string(cfg, "check-plugin", ini, &err) : CT_ERR_NOMEM;
@@ -289,7 +289,7 @@ static double max_rel(const double *a, const double *b, int *at) {
     return worst;
 }
 
-static void judge(ct_check *c, int32_t world, const run_result *got, const run_result *ref) {
+static void judge(host_check *c, int32_t world, const run_result *got, const run_result *ref) {
     if (got->rc != CT_OK) {
         if (got->failed_rank >= 0)
             check_verdict(c, 0, "world %d: %d training steps: rank %d: %s", (int)world, STEPS,
@@ -320,10 +320,10 @@ static void judge(ct_check *c, int32_t world, const run_result *got, const run_r
                   (unsigned long long)got->grad_index, got->grad_want, got->grad_got);
 }
 
-void check_strategy(ct_check *c) {
+void check_strategy(host_check *c) {
     ct_error err = {.struct_size = sizeof err};
     static const char *const skip[] = {"plugin", NULL};
-    ct_config *keys = NULL; /* the --set keys, validated once before any run */
+    host_config *keys = NULL; /* the --set keys, validated once before any run */
     if (check_config(c, NULL, "strategy", skip, &keys, &err) != CT_OK) {
         check_verdict(c, 0, "[strategy] from --set and defaults: %s", err.message);
         return;

@@ -185,7 +185,7 @@ static int hread(hfile *hf, void *p, size_t n) {
     return 0;
 }
 
-int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_error *err) {
+int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_error *err) {
     char path[PATH_MAX], tmp[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/config.ini", out_dir);
     if (rc == CT_OK) rc = path_fmt(tmp, sizeof tmp, err, "%s.%d.tmp", path, (int)getpid());
@@ -205,7 +205,7 @@ int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_er
 
 /* Agree over ranks on a collective phase: CT_OK only when every rank's rc is CT_OK. A rank
  * that failed returns its own error; the others CT_ERR_COMM saying another rank failed. */
-static int32_t agree(ct_rank *r, int32_t rc, const char *phase, ct_error *err) {
+static int32_t agree(host_rank *r, int32_t rc, const char *phase, ct_error *err) {
     double bad = rc != CT_OK;
     ct_error scratch = {.struct_size = sizeof scratch};
     int32_t rc2 = optim_allreduce_f64(r, &bad, 1, CT_REDUCE_MAX, rc != CT_OK ? &scratch : err);
@@ -216,11 +216,11 @@ static int32_t agree(ct_rank *r, int32_t rc, const char *phase, ct_error *err) {
     return CT_OK;
 }
 
-static int32_t copy_d2h(ct_rank *r, void *dst, const void *src, uint64_t bytes, ct_error *err) {
+static int32_t copy_d2h(host_rank *r, void *dst, const void *src, uint64_t bytes, ct_error *err) {
     return r->dev.vt->copy(r->dev.self, dst, src, bytes, CT_COPY_D2H, err);
 }
 
-static int32_t write_rank_file(ct_rank *r, const char *dir, int64_t step, ct_error *err) {
+static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_error *err) {
     char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/rank_%05d.bin", dir, r->rank);
     if (rc != CT_OK) return rc;
@@ -230,7 +230,7 @@ static int32_t write_rank_file(ct_rank *r, const char *dir, int64_t step, ct_err
     const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t version = CKPT_VERSION, nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
-    ct_loader_state ls = loader_get_state(r->train_data);
+    host_loader_state ls = loader_get_state(r->train_data);
     hwrite(&hf, CKPT_MAGIC, 8);
     hwrite(&hf, &version, 4);
     hwrite(&hf, &rank, 4);
@@ -339,7 +339,7 @@ static int32_t make_tmp(const char *root, const char *tmp, ct_error *err) {
 
 /* Rank 0: config.ini into tmp, then tmp becomes dir. An older folder of the same step (a save
  * before a resume from an older checkpoint) is set aside as dir.old and removed after. */
-static int32_t finish_save(const ct_rank *r, const char *root, const char *tmp, const char *dir,
+static int32_t finish_save(const host_rank *r, const char *root, const char *tmp, const char *dir,
                            ct_error *err) {
     char old[PATH_MAX];
     int32_t rc = path_fmt(old, sizeof old, err, "%s.old", dir);
@@ -365,7 +365,7 @@ static int32_t finish_save(const ct_rank *r, const char *root, const char *tmp, 
     return CT_OK;
 }
 
-int32_t checkpoint_save(ct_rank *r, const char *out_dir, int64_t step, int32_t keep,
+int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
                         ct_error *err) {
     char dir[PATH_MAX], tmp[PATH_MAX], root[PATH_MAX];
     int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
@@ -421,7 +421,7 @@ typedef struct saved_rank {
     char            path[PATH_MAX];
     int32_t         world;
     int64_t         step;
-    ct_loader_state ls;
+    host_loader_state ls;
     saved_unit     *units;
     uint32_t        n_units;
 } saved_rank;
@@ -491,7 +491,7 @@ static void close_saved(saved_rank *s) {
  * 0's (world, step, units), plus a readable config.ini, into *out (world entries; close each
  * with close_saved and free the array). The folder's config.ini, loaded, into *saved_cfg. */
 static int32_t open_checkpoint(const char *dir, saved_rank **out, int32_t *world,
-                               ct_config **saved_cfg, ct_error *err) {
+                               host_config **saved_cfg, ct_error *err) {
     *out = NULL;
     *saved_cfg = NULL;
     saved_rank first;
@@ -544,10 +544,10 @@ static int same_value(const char *a, const char *b) {
 
 /* The run's [model] section must be the checkpoint's: any key that differs, or is present on
  * one side only, is an error naming the key, both values and the checkpoint's config.ini. */
-static int32_t check_model(const ct_config *cfg, const ct_config *saved, const char *dir,
+static int32_t check_model(const host_config *cfg, const host_config *saved, const char *dir,
                            ct_error *err) {
     for (int pass = 0; pass < 2; pass++) {
-        const ct_config *a = pass ? cfg : saved, *b = pass ? saved : cfg;
+        const host_config *a = pass ? cfg : saved, *b = pass ? saved : cfg;
         int32_t n = config_key_count(a, "model");
         for (int32_t i = 0; i < n; i++) {
             const char *key = config_key_name(a, "model", i);
@@ -586,7 +586,7 @@ static int32_t gather_part(saved_rank *saved, int32_t world, uint32_t u, int k, 
 }
 
 /* Load the verified checkpoint `saved` (world files of folder dir) into the rank. */
-static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t world,
+static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t world,
                     ct_error *err) {
     const saved_rank *first = &saved[0];
     if (first->n_units != r->mdesc.n_units)
@@ -631,11 +631,11 @@ static int32_t load(ct_rank *r, const char *dir, saved_rank *saved, int32_t worl
     return rc;
 }
 
-int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int64_t *step,
+int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err) {
     char dir[PATH_MAX], root[PATH_MAX];
     saved_rank *saved = NULL;
-    ct_config *saved_cfg = NULL;
+    host_config *saved_cfg = NULL;
     int32_t world = 0, rc;
     if (from) {
         if ((rc = path_fmt(dir, sizeof dir, err, "%s", from)) != CT_OK) return rc;

@@ -14,7 +14,7 @@
 
 /* Write OUT/config.ini: the resolved configuration (rank 0 only; call before the ranks start).
  * Through a temporary file that is removed when the write fails. */
-int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_error *err);
+int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_error *err);
 
 /* Save step `step`. Collective: every rank calls it, and every rank returns an error when any
  * rank failed (the failing rank with its own message, the others with CT_ERR_COMM).
@@ -22,7 +22,7 @@ int32_t checkpoint_write_config(const ct_config *cfg, const char *out_dir, ct_er
  * moment is not finite: nothing is written and the newest checkpoint stays the newest.
  * On success keeps the newest `keep` checkpoints of steps <= `step` and removes those of later
  * steps (a history abandoned by resuming from an older checkpoint) and stale temporaries. */
-int32_t checkpoint_save(ct_rank *r, const char *out_dir, int64_t step, int32_t keep,
+int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
                         ct_error *err);
 
 /* Load a checkpoint into the rank (parameters, AdamW state, data position) and set *step to its
@@ -33,7 +33,7 @@ int32_t checkpoint_save(ct_rank *r, const char *out_dir, int64_t step, int32_t k
  * (else CT_ERR_INVALID naming the key, both values and the checkpoint's config.ini).
  * After a successful load, rank 0 removes OUT/checkpoints/step_N of N > *step (the history the
  * resume abandons, like the rows of metrics.jsonl after it), naming each on stderr. */
-int32_t checkpoint_resume(ct_rank *r, const char *out_dir, const char *from, int64_t *step,
+int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err);
 
 /* Path of the newest complete checkpoint folder (a directory named step_ and digits only)

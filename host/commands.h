@@ -1,4 +1,4 @@
-/* commands.h — the subcommands of `ctrain`. Adding one is one line in CT_COMMANDS below plus
+/* commands.h — the subcommands of `ctrain`. Adding one is one line in HOST_COMMANDS below plus
  * its function `int cmd_<name>(int argc, char **argv)` anywhere in host/ (argv[0] is the
  * subcommand's name; return the process exit status: 0 ok, 1 failure, 2 usage error).
  * Not for: shared set-up (wiring.h: session_configure) or the commands' logic.
@@ -8,7 +8,7 @@
 
 /* X(name, usage, summary), in the order `ctrain help` lists them. An '_' in name is a '-' on
  * the command line (check_plugin is `ctrain check-plugin`). */
-#define CT_COMMANDS(X)                                                                      \
+#define HOST_COMMANDS(X)                                                                      \
     X(plugins,  "",                         "list the plugins found, shadowed ones and problems") \
     X(inspect,  "NAME | KIND/NAME | ctrain", "describe a plugin and its INI keys")            \
     X(validate, "CONFIG.ini [--set s.k=v]...", "check a configuration; print it resolved")   \
@@ -19,9 +19,9 @@
     X(check_plugin, "FILE.so [--set key=value]...", "prove a plugin keeps its kind's contract (finite differences, references)") \
     X(help,     "[COMMAND]",                "this help")
 
-#define CT_DECLARE_COMMAND(name, usage, summary) int cmd_##name(int argc, char **argv);
-CT_COMMANDS(CT_DECLARE_COMMAND)
-#undef CT_DECLARE_COMMAND
+#define HOST_DECLARE_COMMAND(name, usage, summary) int cmd_##name(int argc, char **argv);
+HOST_COMMANDS(HOST_DECLARE_COMMAND)
+#undef HOST_DECLARE_COMMAND
 
 /* ctrain's own version (the plugin ABI version is CT_ABI_MAJOR.CT_ABI_MINOR). */
 #define CTRAIN_VERSION "0.1.0"

@@ -20,39 +20,39 @@
 /* inih silently truncates section and key names longer than this (its MAX_SECTION/MAX_NAME). */
 #define INI_NAME_MAX 49
 
-typedef struct ct_entry {
+typedef struct config_entry {
     char    *section;
     char    *key;
     char    *value;
     char    *origin; /* "FILE:LINE", "--set", "default", ... */
     int32_t  line;   /* line in the loaded file; 0 when not from the file */
     uint64_t hash;   /* of (section, key): see entry_hash */
-} ct_entry;
+} config_entry;
 
-typedef struct ct_section {
+typedef struct config_section {
     char    *name;
     char    *origin; /* "FILE:LINE" of its first header, or where its first key came from */
     uint64_t hash;   /* of name */
     int32_t *keys;   /* indices into entries of this section's keys, in order of appearance */
     int32_t  n_keys, cap_keys;
-} ct_section;
+} config_section;
 
 /* An open-addressing hash index (linear probing) of item indices: slot = index + 1, 0 empty.
  * Kept at most half full, so a lookup probes O(1) slots on average and parsing, overrides,
  * duplicate detection and validation stay linear in the number of keys. */
-typedef struct ct_index {
+typedef struct config_index {
     int32_t *slots;
     uint32_t cap; /* a power of two, or 0 before the first insert */
     int32_t  used;
-} ct_index;
+} config_index;
 
-struct ct_config {
+struct host_config {
     char       *path;     /* the loaded file ("<none>" before a load) */
-    ct_entry   *entries;  /* in order of appearance */
+    config_entry   *entries;  /* in order of appearance */
     int32_t     n_entries, cap_entries;
-    ct_section *sections; /* in order of first appearance */
+    config_section *sections; /* in order of first appearance */
     int32_t     n_sections, cap_sections;
-    ct_index    entry_index, section_index;
+    config_index    entry_index, section_index;
     uint64_t    probes;   /* items compared by lookups so far (config_lookup_probes) */
 };
 
@@ -86,7 +86,7 @@ static uint64_t entry_hash(const char *section, const char *key) {
 }
 
 /* Make room for one more item (rehashing every item's stored hash); 0 when out of memory. */
-static int index_reserve(ct_index *ix, const ct_config *cfg, int is_entries) {
+static int index_reserve(config_index *ix, const host_config *cfg, int is_entries) {
     if (ix->cap && (uint32_t)(ix->used + 1) * 2 <= ix->cap) return 1;
     uint32_t cap = ix->cap ? 2 * ix->cap : 64;
     int32_t *slots = calloc(cap, sizeof *slots);
@@ -104,7 +104,7 @@ static int index_reserve(ct_index *ix, const ct_config *cfg, int is_entries) {
 }
 
 /* Record item `i` (== ix->used, already stored with its hash) in the index. */
-static void index_add(ct_index *ix, uint64_t h, int32_t i) {
+static void index_add(config_index *ix, uint64_t h, int32_t i) {
     assert(i == ix->used && (uint32_t)(ix->used + 1) * 2 <= ix->cap);
     uint32_t at = (uint32_t)h & (ix->cap - 1);
     while (ix->slots[at]) at = (at + 1) & (ix->cap - 1);
@@ -112,26 +112,26 @@ static void index_add(ct_index *ix, uint64_t h, int32_t i) {
     ix->used++;
 }
 
-static ct_entry *find_entry(const ct_config *cfg, const char *section, const char *key) {
-    const ct_index *ix = &cfg->entry_index;
+static config_entry *find_entry(const host_config *cfg, const char *section, const char *key) {
+    const config_index *ix = &cfg->entry_index;
     if (!ix->cap) return NULL;
     uint64_t h = entry_hash(section, key);
     uint64_t *probes = (uint64_t *)&cfg->probes; /* a statistic, not the configuration */
     for (uint32_t at = (uint32_t)h & (ix->cap - 1); ix->slots[at]; at = (at + 1) & (ix->cap - 1)) {
-        ct_entry *e = &cfg->entries[ix->slots[at] - 1];
+        config_entry *e = &cfg->entries[ix->slots[at] - 1];
         (*probes)++;
         if (e->hash == h && !strcmp(e->section, section) && !strcmp(e->key, key)) return e;
     }
     return NULL;
 }
 
-static ct_section *find_section(const ct_config *cfg, const char *name) {
-    const ct_index *ix = &cfg->section_index;
+static config_section *find_section(const host_config *cfg, const char *name) {
+    const config_index *ix = &cfg->section_index;
     if (!ix->cap) return NULL;
     uint64_t h = name_hash(name);
     uint64_t *probes = (uint64_t *)&cfg->probes;
     for (uint32_t at = (uint32_t)h & (ix->cap - 1); ix->slots[at]; at = (at + 1) & (ix->cap - 1)) {
-        ct_section *s = &cfg->sections[ix->slots[at] - 1];
+        config_section *s = &cfg->sections[ix->slots[at] - 1];
         (*probes)++;
         if (s->hash == h && !strcmp(s->name, name)) return s;
     }
@@ -139,9 +139,9 @@ static ct_section *find_section(const ct_config *cfg, const char *name) {
 }
 
 /* The section named `name`, added (with `origin`) when new; NULL when out of memory. */
-static ct_section *add_section(ct_config *cfg, const char *name, const char *origin,
+static config_section *add_section(host_config *cfg, const char *name, const char *origin,
                                ct_error *err) {
-    ct_section *s = find_section(cfg, name);
+    config_section *s = find_section(cfg, name);
     if (s) return s;
     if (cfg->n_sections == cfg->cap_sections) {
         int32_t cap = cfg->cap_sections ? 2 * cfg->cap_sections : 16;
@@ -168,15 +168,15 @@ static ct_section *add_section(ct_config *cfg, const char *name, const char *ori
 }
 
 /* Insert or replace section.key. */
-static int32_t put(ct_config *cfg, const char *section, const char *key, const char *value,
+static int32_t put(host_config *cfg, const char *section, const char *key, const char *value,
                    const char *origin, int32_t line, ct_error *err) {
     if (strlen(value) >= CT_VALUE_MAX)
         return ct_error_set(err, CT_ERR_INVALID,
                             "%s: [%s] value of '%s' is %zu bytes; the most is %d ---> shorten it",
                             origin, section, key, strlen(value), CT_VALUE_MAX - 1);
-    ct_section *sec = add_section(cfg, section, origin, err);
+    config_section *sec = add_section(cfg, section, origin, err);
     if (!sec) return err ? err->code : CT_ERR_NOMEM;
-    ct_entry *e = find_entry(cfg, section, key);
+    config_entry *e = find_entry(cfg, section, key);
     if (e) {
         char *v = dup_s(value), *o = dup_s(origin);
         if (!v || !o) {
@@ -193,7 +193,7 @@ static int32_t put(ct_config *cfg, const char *section, const char *key, const c
     }
     if (cfg->n_entries == cfg->cap_entries) {
         int32_t cap = cfg->cap_entries ? 2 * cfg->cap_entries : 64;
-        ct_entry *n = cap > 0 ? realloc(cfg->entries, (size_t)cap * sizeof *n) : NULL;
+        config_entry *n = cap > 0 ? realloc(cfg->entries, (size_t)cap * sizeof *n) : NULL;
         if (!n) return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
         cfg->entries = n;
         cfg->cap_entries = cap;
@@ -229,8 +229,8 @@ static int32_t put(ct_config *cfg, const char *section, const char *key, const c
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-ct_config *config_new(void) {
-    ct_config *cfg = calloc(1, sizeof *cfg);
+host_config *config_new(void) {
+    host_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg) return NULL;
     cfg->path = dup_s("<none>");
     if (!cfg->path) {
@@ -240,7 +240,7 @@ ct_config *config_new(void) {
     return cfg;
 }
 
-void config_free(ct_config *cfg) {
+void config_free(host_config *cfg) {
     if (!cfg) return;
     for (int32_t i = 0; i < cfg->n_entries; i++) {
         free(cfg->entries[i].section);
@@ -266,7 +266,7 @@ void config_free(ct_config *cfg) {
 /* State shared by the line reader and the key handler of one parse. inih's handler gets no
  * line number, so the reader counts lines and the handler reads `line`. */
 typedef struct parse_state {
-    ct_config  *cfg;
+    host_config  *cfg;
     const char *name; /* file name for messages */
     const char *text; /* whole INI text, NUL-terminated */
     size_t      pos;  /* next unread byte of text */
@@ -372,7 +372,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
     if (!name[0])
         return fail_at(st, CT_ERR_INVALID, "[%s] a value without a key ---> write 'key = value'",
                        sec);
-    const ct_entry *prev = find_entry(st->cfg, sec, name);
+    const config_entry *prev = find_entry(st->cfg, sec, name);
     if (prev && prev->line > 0)
         return fail_at(st, CT_ERR_INVALID,
                        "[%s] duplicate key '%s' (also set on line %d) ---> keep one of them",
@@ -401,7 +401,7 @@ static void line_text(const char *text, int32_t line, char *out, size_t cap) {
     out[n] = '\0';
 }
 
-int32_t config_load_string(ct_config *cfg, const char *name, const char *text, ct_error *err) {
+int32_t config_load_string(host_config *cfg, const char *name, const char *text, ct_error *err) {
     char *path = dup_s(name);
     if (!path) return ct_error_set(err, CT_ERR_NOMEM, "config: out of memory");
     free(cfg->path);
@@ -428,7 +428,7 @@ int32_t config_load_string(ct_config *cfg, const char *name, const char *text, c
     return CT_OK;
 }
 
-int32_t config_load_file(ct_config *cfg, const char *path, ct_error *err) {
+int32_t config_load_file(host_config *cfg, const char *path, ct_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return ct_error_set(err, CT_ERR_IO, "%s: cannot open the configuration: %s ---> check "
@@ -471,7 +471,7 @@ out_free_text:
 
 /* ---- overrides and direct sets --------------------------------------------------------- */
 
-int32_t config_apply_override(ct_config *cfg, const char *assignment, ct_error *err) {
+int32_t config_apply_override(host_config *cfg, const char *assignment, ct_error *err) {
     const char *eq = strchr(assignment, '=');
     const char *hint = "expected the form --set section.key=value (e.g. --set optim.lr=1e-3)";
     if (!eq)
@@ -508,7 +508,7 @@ out_free:
     return rc;
 }
 
-int32_t config_set(ct_config *cfg, const char *section, const char *key, const char *value,
+int32_t config_set(host_config *cfg, const char *section, const char *key, const char *value,
                    const char *origin, ct_error *err) {
     if (!section || !*section || !key || !*key || !value)
         return ct_error_set(err, CT_ERR_INVALID, "config_set: empty section or key");
@@ -517,45 +517,45 @@ int32_t config_set(ct_config *cfg, const char *section, const char *key, const c
 
 /* ---- queries ------------------------------------------------------------------------- */
 
-const char *config_get(const ct_config *cfg, const char *section, const char *key) {
-    const ct_entry *e = find_entry(cfg, section, key);
+const char *config_get(const host_config *cfg, const char *section, const char *key) {
+    const config_entry *e = find_entry(cfg, section, key);
     return e ? e->value : NULL;
 }
 
-const char *config_origin(const ct_config *cfg, const char *section, const char *key) {
-    const ct_entry *e = find_entry(cfg, section, key);
+const char *config_origin(const host_config *cfg, const char *section, const char *key) {
+    const config_entry *e = find_entry(cfg, section, key);
     return e ? e->origin : cfg->path;
 }
 
-const char *config_path(const ct_config *cfg) { return cfg->path; }
+const char *config_path(const host_config *cfg) { return cfg->path; }
 
-int32_t config_section_count(const ct_config *cfg) { return cfg->n_sections; }
+int32_t config_section_count(const host_config *cfg) { return cfg->n_sections; }
 
-const char *config_section_name(const ct_config *cfg, int32_t i) {
+const char *config_section_name(const host_config *cfg, int32_t i) {
     return i >= 0 && i < cfg->n_sections ? cfg->sections[i].name : NULL;
 }
 
-int32_t config_has_section(const ct_config *cfg, const char *section) {
+int32_t config_has_section(const host_config *cfg, const char *section) {
     return find_section(cfg, section) != NULL;
 }
 
 /* "FILE:LINE" of a section's header (or of its first value); the file name when absent. */
-const char *config_section_origin(const ct_config *cfg, const char *section) {
-    const ct_section *s = find_section(cfg, section);
+const char *config_section_origin(const host_config *cfg, const char *section) {
+    const config_section *s = find_section(cfg, section);
     return s ? s->origin : cfg->path;
 }
 
-int32_t config_key_count(const ct_config *cfg, const char *section) {
-    const ct_section *s = find_section(cfg, section);
+int32_t config_key_count(const host_config *cfg, const char *section) {
+    const config_section *s = find_section(cfg, section);
     return s ? s->n_keys : 0;
 }
 
-const char *config_key_name(const ct_config *cfg, const char *section, int32_t i) {
-    const ct_section *s = find_section(cfg, section);
+const char *config_key_name(const host_config *cfg, const char *section, int32_t i) {
+    const config_section *s = find_section(cfg, section);
     return s && i >= 0 && i < s->n_keys ? cfg->entries[s->keys[i]].key : NULL;
 }
 
-uint64_t config_lookup_probes(const ct_config *cfg) { return cfg->probes; }
+uint64_t config_lookup_probes(const host_config *cfg) { return cfg->probes; }
 
 /* ---- value parsing (shared by validation and the getters) ---------------------------- */
 
@@ -685,7 +685,7 @@ static int in_range(const ct_param_spec *s, double num) {
 }
 
 /* Check one present value against its spec. */
-static int32_t check_value(const ct_config *cfg, const char *section, const ct_entry *e,
+static int32_t check_value(const host_config *cfg, const char *section, const config_entry *e,
                            const ct_param_spec *s, const char *owner, ct_error *err) {
     const char *v = e->value;
     char range[96];
@@ -746,7 +746,7 @@ static int32_t check_value(const ct_config *cfg, const char *section, const ct_e
     return CT_OK;
 }
 
-int32_t config_validate_section(ct_config *cfg, const char *section, const ct_param_spec *specs,
+int32_t config_validate_section(host_config *cfg, const char *section, const ct_param_spec *specs,
                                 uint32_t stride, const char *owner, const char *const *skip,
                                 ct_error *err) {
     if (stride == 0) stride = sizeof(ct_param_spec);
@@ -755,9 +755,9 @@ int32_t config_validate_section(ct_config *cfg, const char *section, const ct_pa
 
     /* unknown keys, then each present value (filling defaults below may move entries and the
      * section's key list: nothing of them is held across that) */
-    const ct_section *sec = find_section(cfg, section);
+    const config_section *sec = find_section(cfg, section);
     for (int32_t i = 0; sec && i < sec->n_keys; i++) {
-        const ct_entry *e = &cfg->entries[sec->keys[i]];
+        const config_entry *e = &cfg->entries[sec->keys[i]];
         if (in_list(e->key, skip)) continue;
         const ct_param_spec *s = NULL;
         for (size_t j = 0; j < n_specs && !s; j++)
@@ -812,18 +812,18 @@ int32_t config_validate_section(ct_config *cfg, const char *section, const ct_pa
 
 /* ---- typed getters ------------------------------------------------------------------- */
 
-static const ct_entry *need(const ct_config *cfg, const char *section, const char *key,
+static const config_entry *need(const host_config *cfg, const char *section, const char *key,
                             ct_error *err) {
-    const ct_entry *e = find_entry(cfg, section, key);
+    const config_entry *e = find_entry(cfg, section, key);
     if (!e)
         ct_error_set(err, CT_ERR_INVALID, "[%s] key '%s' is not set ---> the section's schema "
                      "should declare it (with a default)", section, key);
     return e;
 }
 
-int32_t config_get_bool(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_bool(const host_config *cfg, const char *section, const char *key,
                         int32_t *out, ct_error *err) {
-    const ct_entry *e = need(cfg, section, key, err);
+    const config_entry *e = need(cfg, section, key, err);
     if (!e) return CT_ERR_INVALID;
     if (!parse_bool(e->value, out))
         return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = '%s' is not a bool", e->origin,
@@ -831,9 +831,9 @@ int32_t config_get_bool(const ct_config *cfg, const char *section, const char *k
     return CT_OK;
 }
 
-int32_t config_get_int(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_int(const host_config *cfg, const char *section, const char *key,
                        int64_t *out, ct_error *err) {
-    const ct_entry *e = need(cfg, section, key, err);
+    const config_entry *e = need(cfg, section, key, err);
     if (!e) return CT_ERR_INVALID;
     if (!parse_int(e->value, out))
         return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = '%s' is not an integer",
@@ -841,9 +841,9 @@ int32_t config_get_int(const ct_config *cfg, const char *section, const char *ke
     return CT_OK;
 }
 
-int32_t config_get_float(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_float(const host_config *cfg, const char *section, const char *key,
                          double *out, ct_error *err) {
-    const ct_entry *e = need(cfg, section, key, err);
+    const config_entry *e = need(cfg, section, key, err);
     if (!e) return CT_ERR_INVALID;
     if (!parse_float(e->value, out))
         return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = '%s' is not a number",
@@ -851,9 +851,9 @@ int32_t config_get_float(const ct_config *cfg, const char *section, const char *
     return CT_OK;
 }
 
-int32_t config_get_string(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_string(const host_config *cfg, const char *section, const char *key,
                           const char **out, ct_error *err) {
-    const ct_entry *e = need(cfg, section, key, err);
+    const config_entry *e = need(cfg, section, key, err);
     if (!e) return CT_ERR_INVALID;
     *out = e->value;
     return CT_OK;
@@ -861,18 +861,18 @@ int32_t config_get_string(const ct_config *cfg, const char *section, const char 
 
 /* ---- printing ------------------------------------------------------------------------ */
 
-void config_print(const ct_config *cfg, FILE *out) {
+void config_print(const host_config *cfg, FILE *out) {
     for (int32_t s = 0; s < cfg->n_sections; s++) {
-        const ct_section *sec = &cfg->sections[s];
+        const config_section *sec = &cfg->sections[s];
         fprintf(out, "%s[%s]\n", s ? "\n" : "", sec->name);
         int width = 0;
         for (int32_t i = 0; i < sec->n_keys; i++) {
-            const ct_entry *e = &cfg->entries[sec->keys[i]];
+            const config_entry *e = &cfg->entries[sec->keys[i]];
             int w = (int)(strlen(e->key) + 3 + strlen(e->value));
             if (w > width) width = w;
         }
         for (int32_t i = 0; i < sec->n_keys; i++) {
-            const ct_entry *e = &cfg->entries[sec->keys[i]];
+            const config_entry *e = &cfg->entries[sec->keys[i]];
             int w = fprintf(out, "%s = %s", e->key, e->value);
             fprintf(out, "%*s ; %s\n", width - w, "", e->origin);
         }

@@ -9,52 +9,52 @@
 #include <ctrain/ctrain.h>
 #include <stdio.h>
 
-typedef struct ct_config ct_config;
+typedef struct host_config host_config;
 
 /* An empty configuration; NULL when out of memory. */
-ct_config *config_new(void);
-void config_free(ct_config *cfg);
+host_config *config_new(void);
+void config_free(host_config *cfg);
 
 /* Parse an INI file into cfg. Errors (missing or unreadable file, syntax error, a line longer
  * than the parser keeps, a duplicate key) return CT_ERR_INVALID or CT_ERR_IO with a one-line
  * message "FILE:LINE: ... ---> what to do". */
-int32_t config_load_file(ct_config *cfg, const char *path, ct_error *err);
+int32_t config_load_file(host_config *cfg, const char *path, ct_error *err);
 
 /* The same for INI text held in memory; `name` stands for the file name in messages. */
-int32_t config_load_string(ct_config *cfg, const char *name, const char *text, ct_error *err);
+int32_t config_load_string(host_config *cfg, const char *name, const char *text, ct_error *err);
 
 /* Apply "section.key=value" (section may contain dots: "loss.zloss.coef=1e-3" sets key coef of
  * section loss.zloss: the key is the part after the last dot). Malformed text is an error
  * that shows the expected form. */
-int32_t config_apply_override(ct_config *cfg, const char *assignment, ct_error *err);
+int32_t config_apply_override(host_config *cfg, const char *assignment, ct_error *err);
 
 /* Set a value programmatically (origin is shown in messages, e.g. "default"). */
-int32_t config_set(ct_config *cfg, const char *section, const char *key, const char *value,
+int32_t config_set(host_config *cfg, const char *section, const char *key, const char *value,
                    const char *origin, ct_error *err);
 
 /* Raw text of a value or NULL when absent. Owned by cfg. */
-const char *config_get(const ct_config *cfg, const char *section, const char *key);
+const char *config_get(const host_config *cfg, const char *section, const char *key);
 
 /* "FILE:LINE" or "--set" or "default" for a present key, "FILE" for an absent one. */
-const char *config_origin(const ct_config *cfg, const char *section, const char *key);
+const char *config_origin(const host_config *cfg, const char *section, const char *key);
 
 /* The file the configuration came from ("<none>" before a load). */
-const char *config_path(const ct_config *cfg);
+const char *config_path(const host_config *cfg);
 
 /* Sections in order of first appearance. */
-int32_t config_section_count(const ct_config *cfg);
-const char *config_section_name(const ct_config *cfg, int32_t i);
-int32_t config_has_section(const ct_config *cfg, const char *section);
+int32_t config_section_count(const host_config *cfg);
+const char *config_section_name(const host_config *cfg, int32_t i);
+int32_t config_has_section(const host_config *cfg, const char *section);
 
 /* Keys of a section in order of appearance. */
-int32_t config_key_count(const ct_config *cfg, const char *section);
-const char *config_key_name(const ct_config *cfg, const char *section, int32_t i);
+int32_t config_key_count(const host_config *cfg, const char *section);
+const char *config_key_name(const host_config *cfg, const char *section, int32_t i);
 
 /* Sections and keys are found through hash indexes, so loading, overriding, validating and
  * reading a configuration take time linear in its size. This counts the stored sections and
  * keys compared by lookups since config_new (a deterministic measure for tests: it grows
  * linearly with the number of lookups, not with their product with the number of keys). */
-uint64_t config_lookup_probes(const ct_config *cfg);
+uint64_t config_lookup_probes(const host_config *cfg);
 
 /* Validate section `section` against the schema `specs` (stride = the element size, for
  * plugins built against another minor version; end marked by key == NULL). `owner` names
@@ -63,24 +63,24 @@ uint64_t config_lookup_probes(const ct_config *cfg);
  * Checks: unknown keys (with the nearest valid key suggested), type, range, choices, required
  * keys. Then fills in defaults for absent keys (origin "default"). First error wins:
  * CT_ERR_INVALID with "FILE:LINE: [section] ...". */
-int32_t config_validate_section(ct_config *cfg, const char *section, const ct_param_spec *specs,
+int32_t config_validate_section(host_config *cfg, const char *section, const ct_param_spec *specs,
                                 uint32_t stride, const char *owner, const char *const *skip,
                                 ct_error *err);
 
 /* Typed getters of validated values (as the plugin API's getters). CT_ERR_INVALID with a
  * message when absent or not parseable as that type. */
-int32_t config_get_bool(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_bool(const host_config *cfg, const char *section, const char *key,
                         int32_t *out, ct_error *err);
-int32_t config_get_int(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_int(const host_config *cfg, const char *section, const char *key,
                        int64_t *out, ct_error *err);
-int32_t config_get_float(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_float(const host_config *cfg, const char *section, const char *key,
                          double *out, ct_error *err);
-int32_t config_get_string(const ct_config *cfg, const char *section, const char *key,
+int32_t config_get_string(const host_config *cfg, const char *section, const char *key,
                           const char **out, ct_error *err);
 
 /* Print every section and key as INI text, with defaults, each value followed by a comment
  * naming its origin ("; ini/tiny.ini:7", "; default", "; --set"). */
-void config_print(const ct_config *cfg, FILE *out);
+void config_print(const host_config *cfg, FILE *out);
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 int32_t config_edit_distance(const char *a, const char *b);
@@ -97,6 +97,6 @@ const char *config_range_text(const ct_param_spec *s, int digits, char *buf, siz
 
 /* "FILE:LINE" of a section's first header (or of its first value, e.g. "--set"); the file
  * name when the section is absent. */
-const char *config_section_origin(const ct_config *cfg, const char *section);
+const char *config_section_origin(const host_config *cfg, const char *section);
 
 #endif /* CTRAIN_HOST_CONFIG_H */

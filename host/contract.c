@@ -118,7 +118,7 @@ const char *contract_status_name(int32_t rc) {
                                                                     : "an unknown status";
 }
 
-int32_t contract_name_silent_error(int32_t rc, ct_error *err, const ct_plugin *p,
+int32_t contract_name_silent_error(int32_t rc, ct_error *err, const host_plugin *p,
                                    const char *member) {
     if (rc == CT_OK || !err || err->message[0]) return rc;
     ct_error_set(err, rc, "%s %s (%s): %s failed with %s (%d) but no message ---> the plugin "
@@ -158,7 +158,7 @@ int32_t contract_check_schema(const ct_param_spec *specs, int32_t n, const char 
     }
     /* every default, validated as if it were written in an INI section [default]; keys
      * without a default (required ones) are skipped */
-    ct_config *scratch = config_new();
+    host_config *scratch = config_new();
     const char **required = calloc((size_t)n + 1, sizeof *required);
     int32_t rc = CT_OK, n_required = 0;
     if (!scratch || !required) rc = ct_error_set(err, CT_ERR_NOMEM, "%s: out of memory", who);

@@ -35,8 +35,8 @@ contract_lifecycle contract_lifecycle_of(int32_t kind, const void *vtable);
 /* After a plugin call that returned rc: when rc is not CT_OK and the plugin left err's message
  * empty, fill it naming the plugin (kind, name, file), the member called and the status, so no
  * error reaches the user as an empty line. Returns rc. */
-struct ct_plugin;
-int32_t contract_name_silent_error(int32_t rc, ct_error *err, const struct ct_plugin *p,
+struct host_plugin;
+int32_t contract_name_silent_error(int32_t rc, ct_error *err, const struct host_plugin *p,
                                    const char *member);
 
 /* "CT_ERR_INVALID", ... for a ct_status; "an unknown status" otherwise. */

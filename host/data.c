@@ -56,9 +56,9 @@ int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_erro
     int fd;
     int32_t rc = create_beside(path, &tmp, &fd, err); /* mode 0666 & ~umask, as meta.ini */
     if (rc != CT_OK) return rc;
-    int32_t header[CT_SHARD_HEADER_INTS] = {0};
-    header[0] = CT_SHARD_MAGIC;
-    header[1] = CT_SHARD_VERSION;
+    int32_t header[HOST_SHARD_HEADER_INTS] = {0};
+    header[0] = HOST_SHARD_MAGIC;
+    header[1] = HOST_SHARD_VERSION;
     header[2] = (int32_t)n;
     if (write_all(fd, header, sizeof header) != 0 ||
         write_all(fd, tokens, (size_t)n * sizeof(uint16_t)) != 0 || fsync(fd) != 0) {
@@ -103,20 +103,20 @@ static ssize_t pread_all(int fd, void *buf, size_t bytes, off_t offset) {
     return (ssize_t)got;
 }
 
-int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err) {
+int32_t shard_open(const char *path, host_token_shard *out, ct_error *err) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
     int fd;
     struct stat st;
     int32_t rc = open_regular(path, "token shard", SHARD_HINT, &fd, &st, err);
     if (rc != CT_OK) return rc;
-    if (st.st_size < CT_SHARD_HEADER_BYTES) {
+    if (st.st_size < HOST_SHARD_HEADER_BYTES) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: %lld bytes, shorter than the %d-byte "
                           "header of a token shard ---> the file is truncated or not a shard",
-                          path, (long long)st.st_size, CT_SHARD_HEADER_BYTES);
+                          path, (long long)st.st_size, HOST_SHARD_HEADER_BYTES);
         goto out_close_file;
     }
-    int32_t h[CT_SHARD_HEADER_INTS];
+    int32_t h[HOST_SHARD_HEADER_INTS];
     ssize_t got = pread_all(fd, h, sizeof h, 0);
     if (got != (ssize_t)sizeof h) {
         rc = ct_error_set(err, CT_ERR_IO, "cannot read the header of %s: %s", path,
@@ -124,21 +124,21 @@ int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err) {
                           "ago ---> the file changed while being opened; re-create it");
         goto out_close_file;
     }
-    if (h[0] != CT_SHARD_MAGIC) {
+    if (h[0] != HOST_SHARD_MAGIC) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: bad magic %d (a token shard starts with "
                           "%d) ---> not an llm.c token shard; make shards with `ctrain "
-                          "prepare`", path, h[0], CT_SHARD_MAGIC);
+                          "prepare`", path, h[0], HOST_SHARD_MAGIC);
         goto out_close_file;
     }
-    if (h[1] != CT_SHARD_VERSION) {
+    if (h[1] != HOST_SHARD_VERSION) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: shard version %d; ctrain reads version %d "
-                          "(uint16 tokens)%s", path, h[1], CT_SHARD_VERSION,
+                          "(uint16 tokens)%s", path, h[1], HOST_SHARD_VERSION,
                           h[1] == 2 ? " ---> version 2 holds uint32 tokens (llm.c's LLaMA-3 "
                                       "shards): re-tokenize with a vocabulary under 65536" : "");
         goto out_close_file;
     }
     int64_t n = h[2];
-    int64_t expect = CT_SHARD_HEADER_BYTES + 2 * n;
+    int64_t expect = HOST_SHARD_HEADER_BYTES + 2 * n;
     if (n < 0 || st.st_size != expect) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: header says %lld tokens (%lld bytes) but "
                           "the file has %lld bytes ---> the file is %s; re-create it",
@@ -162,14 +162,14 @@ out_close_file:
     return rc;
 }
 
-void shard_release(ct_token_shard *s) {
+void shard_release(host_token_shard *s) {
     if (s && s->fd >= 0) {
         close(s->fd);
         s->fd = -1;
     }
 }
 
-void shard_close(ct_token_shard *s) {
+void shard_close(host_token_shard *s) {
     if (!s) return;
     shard_release(s);
     free(s->path);
@@ -181,7 +181,7 @@ void shard_close(ct_token_shard *s) {
                      "while a run reads them (write new ones beside them, e.g. with `ctrain " \
                      "prepare --out` another folder), then resume from the last checkpoint"
 
-int32_t shard_read(ct_token_shard *s, int64_t first, int64_t count, uint16_t *out,
+int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint16_t *out,
                    ct_error *err) {
     assert(first >= 0 && count >= 0 && first + count <= s->n);
     struct stat st;
@@ -204,25 +204,25 @@ int32_t shard_read(ct_token_shard *s, int64_t first, int64_t count, uint16_t *ou
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: cannot stat: %s",
                             s->path, (long long)first, strerror(errno));
     }
-    int64_t expect = CT_SHARD_HEADER_BYTES + 2 * s->n;
+    int64_t expect = HOST_SHARD_HEADER_BYTES + 2 * s->n;
     if (st.st_size != expect)
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file has %lld bytes, "
                             "%lld when it was opened ---> %s", s->path, (long long)first,
                             (long long)st.st_size, (long long)expect, CHANGED_HINT);
     size_t bytes = (size_t)count * sizeof(uint16_t);
-    ssize_t got = pread_all(s->fd, out, bytes, (off_t)(CT_SHARD_HEADER_BYTES + 2 * first));
+    ssize_t got = pread_all(s->fd, out, bytes, (off_t)(HOST_SHARD_HEADER_BYTES + 2 * first));
     if (got < 0)
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: cannot read: %s",
                             s->path, (long long)first, strerror(errno));
     if ((size_t)got < bytes)
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file ended after "
                             "%lld bytes, %lld when it was opened ---> %s", s->path,
-                            (long long)(first + got / 2), (long long)(CT_SHARD_HEADER_BYTES +
+                            (long long)(first + got / 2), (long long)(HOST_SHARD_HEADER_BYTES +
                             2 * first + got), (long long)expect, CHANGED_HINT);
     return CT_OK;
 }
 
-int32_t shard_max_token(ct_token_shard *s, int32_t *max, int64_t *position, ct_error *err) {
+int32_t shard_max_token(host_token_shard *s, int32_t *max, int64_t *position, ct_error *err) {
     enum { CHUNK = 1 << 18 };
     uint16_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", s->path);
@@ -278,8 +278,8 @@ static void shuffle_windows(uint32_t *order, int64_t n, uint64_t seed, uint64_t 
 
 /* ---- the loader -------------------------------------------------------------------------- */
 
-struct ct_loader {
-    ct_token_shard *shards;
+struct host_loader {
+    host_token_shard *shards;
     int32_t   n_shards;
     int64_t  *first_window; /* n_shards+1 prefix sums: shard i holds [first[i], first[i+1]) */
     int64_t   n_windows;
@@ -292,7 +292,7 @@ struct ct_loader {
     int64_t   vocab_limit;  /* tokens must be below it (0: no limit) */
     int32_t   open_shard;   /* the one shard whose descriptor is open, or -1 */
     uint16_t *window;       /* T+1 tokens being dealt */
-    ct_loader_state st;
+    host_loader_state st;
 };
 
 /* A sorted list of shard paths. */
@@ -359,7 +359,7 @@ static int32_t list_shards(const char *path, const char *split, path_list *pl, c
     return CT_OK;
 }
 
-ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
+host_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
                        int64_t T, int32_t rank, int32_t world, uint64_t seed, ct_error *err) {
     if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
         ct_error_set(err, CT_ERR_INVALID, "loader for %s: bad batch %lld x %lld on rank %d of "
@@ -367,7 +367,7 @@ ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_l
                      (long long)T, rank, world);
         return NULL;
     }
-    ct_loader *l = calloc(1, sizeof *l);
+    host_loader *l = calloc(1, sizeof *l);
     if (!l) {
         ct_error_set(err, CT_ERR_NOMEM, "out of memory opening %s", path);
         return NULL;
@@ -385,7 +385,7 @@ ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_l
         goto out_free_list;
     }
     for (size_t i = 0; i < pl.n; i++) {
-        ct_token_shard *s = &l->shards[l->n_shards];
+        host_token_shard *s = &l->shards[l->n_shards];
         if (shard_open(pl.paths[i], s, err) != CT_OK) goto out_free_list;
         l->n_shards++;
         if (vocab_size_limit > 0) {
@@ -438,7 +438,7 @@ out_free_loader:
     return NULL;
 }
 
-void loader_close(ct_loader *l) {
+void loader_close(host_loader *l) {
     if (!l) return;
     for (int32_t i = 0; i < l->n_shards; i++) shard_close(&l->shards[i]);
     free(l->shards);
@@ -449,7 +449,7 @@ void loader_close(ct_loader *l) {
 }
 
 /* The shard holding window w (binary search over the prefix sums). */
-static int32_t shard_of_window(const ct_loader *l, int64_t w) {
+static int32_t shard_of_window(const host_loader *l, int64_t w) {
     int32_t lo = 0, hi = l->n_shards - 1;
     while (lo < hi) {
         int32_t mid = (lo + hi + 1) / 2;
@@ -460,13 +460,13 @@ static int32_t shard_of_window(const ct_loader *l, int64_t w) {
     return lo;
 }
 
-static void ensure_order(ct_loader *l) {
+static void ensure_order(host_loader *l) {
     if (l->order_epoch == l->st.epoch) return;
     shuffle_windows(l->order, l->n_windows, l->seed, l->st.epoch);
     l->order_epoch = l->st.epoch;
 }
 
-int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *err) {
+int32_t loader_next(host_loader *l, int32_t *inputs, int32_t *targets, ct_error *err) {
     int64_t global = (int64_t)l->world * l->B;
     if ((int64_t)l->st.position + global > l->n_windows) { /* skip the short tail */
         l->st.epoch++;
@@ -481,7 +481,7 @@ int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *e
             if (l->open_shard >= 0) shard_release(&l->shards[l->open_shard]);
             l->open_shard = s;
         }
-        ct_token_shard *sh = &l->shards[s];
+        host_token_shard *sh = &l->shards[s];
         int64_t first = (w - l->first_window[s]) * l->T;
         int32_t rc = shard_read(sh, first, l->T + 1, l->window, err);
         if (rc != CT_OK) return rc;
@@ -503,15 +503,15 @@ int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *e
     return CT_OK;
 }
 
-void loader_reset(ct_loader *l) {
+void loader_reset(host_loader *l) {
     l->st.epoch = 0;
     l->st.position = 0;
     ensure_order(l);
 }
 
-ct_loader_state loader_get_state(const ct_loader *l) { return l->st; }
+host_loader_state loader_get_state(const host_loader *l) { return l->st; }
 
-int32_t loader_set_state(ct_loader *l, ct_loader_state st, ct_error *err) {
+int32_t loader_set_state(host_loader *l, host_loader_state st, ct_error *err) {
     if (st.position > (uint64_t)l->n_windows)
         return ct_error_set(err, CT_ERR_INVALID, "data position %llu is beyond the %lld "
                             "sequences of this data ---> the checkpoint was made with other "
@@ -522,12 +522,12 @@ int32_t loader_set_state(ct_loader *l, ct_loader_state st, ct_error *err) {
     return CT_OK;
 }
 
-int64_t loader_batches_per_epoch(const ct_loader *l) {
+int64_t loader_batches_per_epoch(const host_loader *l) {
     return l->n_windows / ((int64_t)l->world * l->B);
 }
-int64_t loader_windows(const ct_loader *l) { return l->n_windows; }
-int64_t loader_tokens(const ct_loader *l) { return l->n_tokens; }
-int32_t loader_shard_count(const ct_loader *l) { return l->n_shards; }
+int64_t loader_windows(const host_loader *l) { return l->n_windows; }
+int64_t loader_tokens(const host_loader *l) { return l->n_tokens; }
+int32_t loader_shard_count(const host_loader *l) { return l->n_shards; }
 
 /* ---- statistics -------------------------------------------------------------------------- */
 

@@ -25,10 +25,10 @@
 
 #include <ctrain/ctrain.h>
 
-#define CT_SHARD_MAGIC        20240520
-#define CT_SHARD_VERSION      1
-#define CT_SHARD_HEADER_INTS  256
-#define CT_SHARD_HEADER_BYTES (CT_SHARD_HEADER_INTS * 4)
+#define HOST_SHARD_MAGIC        20240520
+#define HOST_SHARD_VERSION      1
+#define HOST_SHARD_HEADER_INTS  256
+#define HOST_SHARD_HEADER_BYTES (HOST_SHARD_HEADER_INTS * 4)
 
 /* ---- shards ------------------------------------------------------------------------------ */
 
@@ -40,42 +40,42 @@ int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_erro
  * file truncated or rewritten under a run is an error naming the file and the token position,
  * never a SIGBUS. At most one descriptor is open per shard, and only between shard_read and
  * shard_release (a run over thousands of shards on many ranks stays under the fd limit). */
-typedef struct ct_token_shard {
+typedef struct host_token_shard {
     char    *path;      /* owned copy */
     int64_t  n;         /* tokens, from the header (the file is 1024 + 2n bytes) */
     uint64_t dev, ino;  /* the file's identity when opened: a replaced file is noticed */
     int      fd;        /* -1 when released */
-} ct_token_shard;
+} host_token_shard;
 
 /* Open and check a shard: a regular file (a FIFO, folder or device is refused without
  * blocking), magic, version, and that the file length is exactly 1024 + 2n.
  * Errors (CT_ERR_IO unreadable, CT_ERR_INVALID malformed or not a regular file) name the file
  * and what is wrong. On success fill *out (release with shard_close). */
-int32_t shard_open(const char *path, ct_token_shard *out, ct_error *err);
-void shard_close(ct_token_shard *s);
+int32_t shard_open(const char *path, host_token_shard *out, ct_error *err);
+void shard_close(host_token_shard *s);
 
 /* Read tokens [first, first + count) into out. Checks, as read, that the file is still the
  * one opened (same inode, same size); if not, or if the read comes up short, CT_ERR_IO
  * "PATH: token position P: the file changed during the run (...) ---> ...". The descriptor is
  * (re)opened as needed and stays open until shard_release. 0 <= first, first + count <= n. */
-int32_t shard_read(ct_token_shard *s, int64_t first, int64_t count, uint16_t *out,
+int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint16_t *out,
                    ct_error *err);
 /* Close the shard's descriptor (a later shard_read reopens it and checks its identity). */
-void shard_release(ct_token_shard *s);
+void shard_release(host_token_shard *s);
 
 /* The largest token of the shard into *max and its first position into *position (-1 / -1
  * for an empty shard), read in chunks with shard_read (errors as there). */
-int32_t shard_max_token(ct_token_shard *s, int32_t *max, int64_t *position, ct_error *err);
+int32_t shard_max_token(host_token_shard *s, int32_t *max, int64_t *position, ct_error *err);
 
 /* ---- the loader -------------------------------------------------------------------------- */
 
-typedef struct ct_loader ct_loader;
+typedef struct host_loader host_loader;
 
 /* Where the loader stands: a plain struct, saved in checkpoints as it is. */
-typedef struct ct_loader_state {
+typedef struct host_loader_state {
     uint64_t epoch;    /* 0 for the first pass */
     uint64_t position; /* windows of this epoch's order already consumed (by all ranks) */
-} ct_loader_state;
+} host_loader_state;
 
 /* Open the shards named by `path`:
  *   - a shard file ("data/train_000000.bin");
@@ -86,29 +86,29 @@ typedef struct ct_loader_state {
  * vocabulary size. B, T >= 1; 0 <= rank < world. Needs at least world*B windows in all.
  * Returns NULL and fills err on failure. Each window is read with shard_read when it is dealt
  * (see loader_next), so the shards may be far larger than memory. */
-ct_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
+host_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
                        int64_t T, int32_t rank, int32_t world, uint64_t seed, ct_error *err);
-void loader_close(ct_loader *l);
+void loader_close(host_loader *l);
 
 /* This rank's next micro-batch: inputs (B, T) and targets (B, T), caller-owned, as int32.
  * Advances the shared position by world*B windows. Each window is read and checked as it is
  * dealt: a shard that changed since loader_open (truncated, replaced, shorter read) or a token
  * >= vocab_size_limit is CT_ERR_IO / CT_ERR_INVALID naming the file and the token position. */
-int32_t loader_next(ct_loader *l, int32_t *inputs, int32_t *targets, ct_error *err);
+int32_t loader_next(host_loader *l, int32_t *inputs, int32_t *targets, ct_error *err);
 
 /* Back to the start of epoch 0 (for an evaluation pass over the same sequences each time). */
-void loader_reset(ct_loader *l);
+void loader_reset(host_loader *l);
 
-ct_loader_state loader_get_state(const ct_loader *l);
+host_loader_state loader_get_state(const host_loader *l);
 /* CT_ERR_INVALID when position is beyond this data's epoch (a checkpoint of other data). */
-int32_t loader_set_state(ct_loader *l, ct_loader_state st, ct_error *err);
+int32_t loader_set_state(host_loader *l, host_loader_state st, ct_error *err);
 
 /* Global micro-batches in one epoch: floor(windows / (world*B)). */
-int64_t loader_batches_per_epoch(const ct_loader *l);
+int64_t loader_batches_per_epoch(const host_loader *l);
 /* All windows of all shards, and all tokens of all shards. */
-int64_t loader_windows(const ct_loader *l);
-int64_t loader_tokens(const ct_loader *l);
-int32_t loader_shard_count(const ct_loader *l);
+int64_t loader_windows(const host_loader *l);
+int64_t loader_tokens(const host_loader *l);
+int32_t loader_shard_count(const host_loader *l);
 
 /* ---- statistics -------------------------------------------------------------------------- */
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void hostapi_init(ct_host *h, const ct_config *cfg, int32_t rank, const char *name,
-                  ct_metric_table *metrics) {
+void hostapi_init(ct_host *h, const host_config *cfg, int32_t rank, const char *name,
+                  host_metric_table *metrics) {
     memset(h, 0, sizeof *h);
     h->cfg = cfg;
     h->rank = rank;

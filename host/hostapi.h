@@ -11,16 +11,16 @@
 #include <ctrain/ctrain.h>
 
 struct ct_host {
-    const ct_config *cfg;     /* resolved configuration (read-only for plugins) */
+    const host_config *cfg;     /* resolved configuration (read-only for plugins) */
     int32_t          rank;
     char             name[64]; /* plugin name for log lines */
-    ct_metric_table *metrics; /* this rank's table for the current log step; may be NULL */
+    host_metric_table *metrics; /* this rank's table for the current log step; may be NULL */
     int32_t          verbose; /* log CT_LOG_DEBUG lines too */
 };
 
 /* Fill *h. cfg and metrics must outlive every plugin instance that receives h. */
-void hostapi_init(ct_host *h, const ct_config *cfg, int32_t rank, const char *name,
-                  ct_metric_table *metrics);
+void hostapi_init(ct_host *h, const host_config *cfg, int32_t rank, const char *name,
+                  host_metric_table *metrics);
 
 /* The function table (static storage). */
 const ct_host_api *hostapi_table(void);

@@ -247,7 +247,7 @@ static char *config_run_name(const char *dir) {
     snprintf(path, sizeof path, "%s/config.ini", dir);
     struct stat st;
     if (stat(path, &st) != 0) return NULL;
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     if (!cfg) return NULL;
     ct_error err = {.struct_size = sizeof err};
     char *name = NULL;

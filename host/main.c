@@ -18,9 +18,9 @@ typedef struct command {
     int (*fn)(int argc, char **argv);
 } command;
 
-#define CT_COMMAND_ROW(name, usage, summary) {#name, usage, summary, cmd_##name},
-static const command commands[] = {CT_COMMANDS(CT_COMMAND_ROW)};
-#undef CT_COMMAND_ROW
+#define HOST_COMMAND_ROW(name, usage, summary) {#name, usage, summary, cmd_##name},
+static const command commands[] = {HOST_COMMANDS(HOST_COMMAND_ROW)};
+#undef HOST_COMMAND_ROW
 #define N_COMMANDS ((int)(sizeof commands / sizeof *commands))
 
 /* Does the command line's `arg` name table entry `name`? An '_' of the name is written '-'. */
@@ -60,14 +60,14 @@ static const char *devices_text(uint32_t mask, char *buf, size_t cap) {
 /* ---- ctrain plugins ------------------------------------------------------------------ */
 
 /* Files that could not be used and the search path's warnings, to stderr. */
-static void print_registry_warnings(const ct_registry *reg) {
+static void print_registry_warnings(const host_registry *reg) {
     for (int32_t i = 0; i < registry_problem_count(reg); i++)
         fprintf(stderr, "warning: %s\n", registry_problem_message(reg, i));
     for (int32_t i = 0; i < registry_warning_count(reg); i++)
         fprintf(stderr, "warning: %s\n", registry_warning_at(reg, i));
 }
 
-static void plugin_row(const ct_plugin *p, FILE *out) {
+static void plugin_row(const host_plugin *p, FILE *out) {
     char dev[16];
     fprintf(out, "%-10s %-14s %-8s %-9s %s\n%-10s %s\n", kind_name(p->desc.kind), p->desc.name,
             p->desc.version, devices_text(p->desc.devices, dev, sizeof dev), p->desc.summary, "",
@@ -81,7 +81,7 @@ int cmd_plugins(int argc, char **argv) {
         return 2;
     }
     ct_error err = new_err();
-    ct_registry *reg = registry_open(&err);
+    host_registry *reg = registry_open(&err);
     if (!reg) return fail(&err);
     if (registry_scan(reg, &err) != CT_OK) {
         registry_close(reg);
@@ -92,7 +92,7 @@ int cmd_plugins(int argc, char **argv) {
     if (registry_shadowed_count(reg)) {
         printf("\nshadowed (an earlier folder has a plugin of the same kind and name):\n");
         for (int32_t i = 0; i < registry_shadowed_count(reg); i++) {
-            const ct_plugin *p = registry_shadowed_at(reg, i);
+            const host_plugin *p = registry_shadowed_at(reg, i);
             printf("  %s %s %s\n", kind_name(p->desc.kind), p->desc.name, p->path);
         }
     }
@@ -136,7 +136,7 @@ static void schema_table(const ct_param_spec *specs, FILE *out) {
     }
 }
 
-static void inspect_plugin(const ct_plugin *p, FILE *out) {
+static void inspect_plugin(const host_plugin *p, FILE *out) {
     char dev[16];
     fprintf(out, "%s (%s plugin)\n", p->desc.name, kind_name(p->desc.kind));
     fprintf(out, "  summary:  %s\n", p->desc.summary);
@@ -178,7 +178,7 @@ int cmd_inspect(int argc, char **argv) {
     const char *what = argv[1];
     if (!strcmp(what, "ctrain") || !strcmp(what, "host")) return inspect_host();
     ct_error err = new_err();
-    ct_registry *reg = registry_open(&err);
+    host_registry *reg = registry_open(&err);
     if (!reg) return fail(&err);
     int rc = 0;
     int found = 0;
@@ -191,7 +191,7 @@ int cmd_inspect(int argc, char **argv) {
         kname[slash - what] = '\0';
         int32_t kind = kind_from_name(kname);
         if (kind) {
-            const ct_plugin *p = registry_resolve(reg, kind, slash + 1, &err);
+            const host_plugin *p = registry_resolve(reg, kind, slash + 1, &err);
             if (!p) rc = fail(&err);
             else inspect_plugin(p, stdout);
             registry_close(reg);
@@ -200,7 +200,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (slash || is_file) {
         /* a file: resolve it as whatever kind it declares */
-        const ct_plugin *p = NULL;
+        const host_plugin *p = NULL;
         for (int32_t k = 1; k <= 6 && !p; k++) {
             ct_error e = new_err();
             p = registry_resolve(reg, k, what, &e);
@@ -222,7 +222,7 @@ int cmd_inspect(int argc, char **argv) {
     fflush(stdout);
     print_registry_warnings(reg);
     for (int32_t i = 0; i < registry_count(reg); i++) {
-        const ct_plugin *p = registry_at(reg, i);
+        const host_plugin *p = registry_at(reg, i);
         if (strcmp(p->desc.name, what)) continue;
         if (found++) printf("\n");
         inspect_plugin(p, stdout);
@@ -246,9 +246,9 @@ int cmd_inspect(int argc, char **argv) {
 
 int cmd_validate(int argc, char **argv) {
     ct_error err = new_err();
-    ct_config *cfg;
-    ct_registry *reg;
-    ct_wiring w;
+    host_config *cfg;
+    host_registry *reg;
+    host_wiring w;
     int n_rest;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return ct_error_set(&err, CT_ERR_NOMEM, "out of memory"), fail(&err);

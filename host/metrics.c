@@ -10,16 +10,16 @@
 #include <string.h>
 #include <unistd.h>
 
-static ct_metric *find(ct_metric_table *t, const char *name) {
+static host_metric *find(host_metric_table *t, const char *name) {
     for (int32_t i = 0; i < t->n; i++)
         if (strcmp(t->items[i].name, name) == 0) return &t->items[i];
     return NULL;
 }
 
-void metrics_add(ct_metric_table *t, const char *name, double value, int32_t reduce) {
-    ct_metric *m = find(t, name);
+void metrics_add(host_metric_table *t, const char *name, double value, int32_t reduce) {
+    host_metric *m = find(t, name);
     if (!m) {
-        if (t->n == CT_METRICS_MAX) {
+        if (t->n == HOST_METRICS_MAX) {
             t->overflowed++;
             return;
         }
@@ -38,27 +38,27 @@ void metrics_add(ct_metric_table *t, const char *name, double value, int32_t red
     m->count++;
 }
 
-double metrics_value(const ct_metric_table *t, const char *name) {
+double metrics_value(const host_metric_table *t, const char *name) {
     for (int32_t i = 0; i < t->n; i++) {
-        const ct_metric *m = &t->items[i];
+        const host_metric *m = &t->items[i];
         if (strcmp(m->name, name) != 0) continue;
         return m->reduce == CT_METRIC_MEAN ? m->value / (double)m->count : m->value;
     }
     return NAN;
 }
 
-void metrics_clear(ct_metric_table *t) {
+void metrics_clear(host_metric_table *t) {
     t->n = 0;
     t->overflowed = 0;
 }
 
 static int by_name(const void *a, const void *b) {
-    return strcmp(((const ct_metric *)a)->name, ((const ct_metric *)b)->name);
+    return strcmp(((const host_metric *)a)->name, ((const host_metric *)b)->name);
 }
 
-void metrics_sort(ct_metric_table *t) { qsort(t->items, (size_t)t->n, sizeof t->items[0], by_name); }
+void metrics_sort(host_metric_table *t) { qsort(t->items, (size_t)t->n, sizeof t->items[0], by_name); }
 
-void metrics_write_json(const ct_metric_table *t, int64_t step, FILE *out) {
+void metrics_write_json(const host_metric_table *t, int64_t step, FILE *out) {
     fprintf(out, "{\"step\": %lld", (long long)step);
     for (int32_t i = 0; i < t->n; i++) {
         double v = metrics_value(t, t->items[i].name);
@@ -158,7 +158,7 @@ int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_throug
     return CT_OK;
 }
 
-int32_t metrics_file_write(metrics_file *mf, const ct_metric_table *t, int64_t step,
+int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t step,
                            ct_error *err) {
     char *buf = NULL;
     size_t n = 0;

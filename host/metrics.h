@@ -11,35 +11,35 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define CT_METRIC_NAME_MAX 80
-#define CT_METRICS_MAX 256
+#define HOST_METRIC_NAME_MAX 80
+#define HOST_METRICS_MAX 256
 
-typedef struct ct_metric {
-    char    name[CT_METRIC_NAME_MAX];
+typedef struct host_metric {
+    char    name[HOST_METRIC_NAME_MAX];
     double  value;  /* running sum (MEAN, SUM) or extreme (MAX, MIN) */
     int64_t count;  /* reports folded in (MEAN divides by it) */
     int32_t reduce; /* a ct_metric_reduce */
-} ct_metric;
+} host_metric;
 
-typedef struct ct_metric_table {
-    ct_metric items[CT_METRICS_MAX];
+typedef struct host_metric_table {
+    host_metric items[HOST_METRICS_MAX];
     int32_t   n;
     int32_t   overflowed; /* reports dropped because the table was full */
-} ct_metric_table;
+} host_metric_table;
 
 /* Fold one report into the table (MEAN: averaged over reports; SUM: summed; MAX/MIN). */
-void metrics_add(ct_metric_table *t, const char *name, double value, int32_t reduce);
+void metrics_add(host_metric_table *t, const char *name, double value, int32_t reduce);
 
 /* The value after folding (MEAN divided by its count); NAN when absent. */
-double metrics_value(const ct_metric_table *t, const char *name);
+double metrics_value(const host_metric_table *t, const char *name);
 
-void metrics_clear(ct_metric_table *t);
+void metrics_clear(host_metric_table *t);
 
 /* Sort by name, so every rank's table lists the same names in the same order. */
-void metrics_sort(ct_metric_table *t);
+void metrics_sort(host_metric_table *t);
 
 /* Append {"step": step, name: value, ...} as one line; NaN/Inf are written as null. */
-void metrics_write_json(const ct_metric_table *t, int64_t step, FILE *out);
+void metrics_write_json(const host_metric_table *t, int64_t step, FILE *out);
 
 /* OUT/metrics.jsonl, open for appending whole lines. */
 typedef struct metrics_file {
@@ -58,7 +58,7 @@ int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_throug
 /* Append the table's JSON line (metrics_write_json's format) with one checked write and no
  * buffering left behind. On failure (a full disk, an I/O error) the partial line is cut off
  * again so the file holds whole lines only, and err names the file and strerror. */
-int32_t metrics_file_write(metrics_file *mf, const ct_metric_table *t, int64_t step,
+int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t step,
                            ct_error *err);
 
 /* fsync and close; CT_ERR_IO when either fails. Safe on a closed file. */

@@ -30,7 +30,7 @@ static void terminate(ct_peak *p) {
     p->warning[sizeof p->warning - 1] = 0;
 }
 
-static void print_header(const ct_rank *r, const mfu_state *m, int32_t from_model, double key,
+static void print_header(const host_rank *r, const mfu_state *m, int32_t from_model, double key,
                          const ct_peak *dev, int32_t dev_rc, const ct_error *dev_err,
                          FILE *out) {
     const char *model = r->model.plugin ? r->model.plugin->desc.name : "?";
@@ -64,7 +64,7 @@ static void print_header(const ct_rank *r, const mfu_state *m, int32_t from_mode
     fflush(out);
 }
 
-int32_t mfu_open(ct_rank *r, mfu_state *m, FILE *out, ct_error *err) {
+int32_t mfu_open(host_rank *r, mfu_state *m, FILE *out, ct_error *err) {
     memset(m, 0, sizeof *m);
     int32_t from_model = 0;
     m->flops_per_token = mfu_flops_per_token(&r->mdesc, r->T, &from_model);
@@ -98,7 +98,7 @@ int32_t mfu_open(ct_rank *r, mfu_state *m, FILE *out, ct_error *err) {
     return CT_OK;
 }
 
-void mfu_add_metrics(mfu_state *m, double tokens_per_s, ct_metric_table *out) {
+void mfu_add_metrics(mfu_state *m, double tokens_per_s, host_metric_table *out) {
     double achieved = tokens_per_s * m->flops_per_token;
     if (m->logged++ == 0) {
         metrics_add(out, "flops_per_token", m->flops_per_token, CT_METRIC_MEAN);

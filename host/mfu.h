@@ -33,12 +33,12 @@ double mfu_flops_per_token(const ct_model_desc *d, int64_t T, int32_t *from_mode
  * the FLOP count, the peak and where it comes from, and the BLAS, then any warning of the
  * device (both to `out`). A device that cannot give a figure leaves MFU unknown (null in
  * metrics.jsonl, "n/a" on the console), never an error; errors are the comm's. */
-int32_t mfu_open(ct_rank *r, mfu_state *m, FILE *out, ct_error *err);
+int32_t mfu_open(host_rank *r, mfu_state *m, FILE *out, ct_error *err);
 
 /* Add this log line's "model_tflops" (tokens_per_s summed over ranks x FLOPs per token,
  * TFLOP/s) and "mfu" (that / the job's peak; NaN when unknown) to `out`; the first call also
  * adds "flops_per_token" and "peak_tflops" (per rank; NaN when unknown). */
-void mfu_add_metrics(mfu_state *m, double tokens_per_s, ct_metric_table *out);
+void mfu_add_metrics(mfu_state *m, double tokens_per_s, host_metric_table *out);
 
 /* The console's "MFU 12.3%" (or "MFU n/a") for tokens_per_s summed over ranks, into buf. */
 void mfu_format(const mfu_state *m, double tokens_per_s, char *buf, size_t cap);

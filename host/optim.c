@@ -11,14 +11,14 @@
 #include <string.h>
 
 /* err = "ORIGIN: [optim] KEY = VALUE: why ---> hint"; returns CT_ERR_INVALID. */
-static int32_t bound_error(const ct_config *cfg, const char *key, const char *why,
+static int32_t bound_error(const host_config *cfg, const char *key, const char *why,
                            const char *hint, ct_error *err) {
     const char *v = config_get(cfg, "optim", key);
     return ct_error_set(err, CT_ERR_INVALID, "%s: [optim] %s = %s: %s ---> %s",
                         config_origin(cfg, "optim", key), key, v ? v : "?", why, hint);
 }
 
-int32_t optim_config(const ct_config *cfg, ct_optim_config *oc, ct_error *err) {
+int32_t optim_config(const host_config *cfg, host_optim_config *oc, ct_error *err) {
     memset(oc, 0, sizeof *oc);
     const char *sched = "cosine";
     int32_t rc = CT_OK;
@@ -66,7 +66,7 @@ int32_t optim_config(const ct_config *cfg, ct_optim_config *oc, ct_error *err) {
     return CT_OK;
 }
 
-double optim_lr(const ct_optim_config *oc, int64_t step) {
+double optim_lr(const host_optim_config *oc, int64_t step) {
     if (oc->schedule == 2) {
         if (step < oc->warmup) return oc->lr * (double)(step + 1) / (double)oc->warmup;
         return oc->lr;
@@ -80,7 +80,7 @@ double optim_lr(const ct_optim_config *oc, int64_t step) {
     return ct_lr_cosine(step, oc->steps, oc->warmup, (float)oc->lr, (float)oc->min_lr);
 }
 
-int32_t optim_allreduce_f64(ct_rank *r, double *x, uint64_t n, int32_t op, ct_error *err) {
+int32_t optim_allreduce_f64(host_rank *r, double *x, uint64_t n, int32_t op, ct_error *err) {
     if (r->world == 1) return CT_OK;
     const ct_comm_vtable *cv = r->comm_ref.vt;
     /* collectives take device memory: stage through a device buffer */
@@ -95,7 +95,7 @@ int32_t optim_allreduce_f64(ct_rank *r, double *x, uint64_t n, int32_t op, ct_er
 
 /* Sum of squares over the shards: [0] of sharded units (to be summed over ranks), [1] of
  * replicated ones (identical on every rank: counted once). */
-int32_t optim_grad_norm(ct_rank *r, double *norm, ct_error *err) {
+int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     double sums[2] = {0, 0};
     for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
@@ -111,7 +111,7 @@ int32_t optim_grad_norm(ct_rank *r, double *norm, ct_error *err) {
     return rc;
 }
 
-int32_t optim_check_finite(ct_rank *r, int64_t step, ct_error *err) {
+int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
     static const char *const part_name[3] = {"master weights", "AdamW first moment m",
                                              "AdamW second moment v"};
     const ct_strategy_vtable *st = r->strategy.vt;
@@ -171,7 +171,7 @@ int32_t optim_check_finite(ct_rank *r, int64_t step, ct_error *err) {
                         part_name[k]);
 }
 
-int32_t optim_head_norm(ct_rank *r, double *norm, ct_error *err) {
+int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t u = (uint32_t)r->mdesc.head_unit;
     ct_shard sh = {.struct_size = sizeof sh};
@@ -193,7 +193,7 @@ int32_t optim_head_norm(ct_rank *r, double *norm, ct_error *err) {
     return rc;
 }
 
-int32_t optim_step(ct_rank *r, const ct_optim_config *oc, int64_t step, double lr,
+int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
                    double grad_norm, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     float clip = 1.0f;

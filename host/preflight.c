@@ -85,7 +85,7 @@ static void prefix_message(ct_error *err, const char *prefix) {
 /* Where a plugin's create() error points: the first "[SECTION] KEY" in its message that names
  * a key of the configuration (its FILE:LINE, or its section's when the key took its default),
  * else NULL. */
-static const char *plugin_error_origin(const ct_config *cfg, const char *msg) {
+static const char *plugin_error_origin(const host_config *cfg, const char *msg) {
     for (const char *p = strchr(msg, '['); p; p = strchr(p + 1, '[')) {
         const char *close = strchr(p, ']');
         if (!close || close[1] != ' ' || close - p - 1 >= CT_VALUE_MAX / 4) continue;
@@ -107,11 +107,11 @@ static const char *plugin_error_origin(const ct_config *cfg, const char *msg) {
  * created: rank 0 of a world of `world`, the section's resolved values through the host API. An
  * error gets the FILE:LINE of the first "[section] key" it names (else of the section) in front,
  * as create() errors do. */
-static int32_t plugin_hooks(const ct_config *cfg, const ct_wiring *w, int32_t world,
+static int32_t plugin_hooks(const host_config *cfg, const host_wiring *w, int32_t world,
                             ct_error *err) {
-    const ct_plugin *p[5 + CT_WIRING_MAX_LOSS] = {w->device, w->comm, w->precision, w->strategy,
+    const host_plugin *p[5 + HOST_WIRING_MAX_LOSS] = {w->device, w->comm, w->precision, w->strategy,
                                                   w->model};
-    const char *section[5 + CT_WIRING_MAX_LOSS] = {"device", "comm", "precision", "strategy",
+    const char *section[5 + HOST_WIRING_MAX_LOSS] = {"device", "comm", "precision", "strategy",
                                                    "model"};
     int32_t n = 5;
     for (int32_t i = 0; i < w->n_loss; i++, n++) {
@@ -138,8 +138,8 @@ static int32_t plugin_hooks(const ct_config *cfg, const ct_wiring *w, int32_t wo
     return CT_OK;
 }
 
-int32_t preflight_check(const ct_config *cfg, const ct_wiring *w, ct_error *err) {
-    ct_optim_config oc;
+int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *err) {
+    host_optim_config oc;
     int32_t rc = optim_config(cfg, &oc, err);
     if (rc != CT_OK) return rc;
 

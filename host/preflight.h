@@ -23,6 +23,6 @@
  * the world is 1 here: checks that need the launcher's world run when the ranks start.
  * On failure CT_ERR_* and err's message is the one train gives, starting with the FILE:LINE
  * of the key (or section) concerned. */
-int32_t preflight_check(const ct_config *cfg, const ct_wiring *w, ct_error *err);
+int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *err);
 
 #endif /* CTRAIN_HOST_PREFLIGHT_H */

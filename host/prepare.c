@@ -228,7 +228,7 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
                             o->n_texts > 1 ? ", ..." : "");
     if ((rc = make_folder(o->out_dir, err)) != CT_OK) return rc;
 
-    ct_tokenizer *tok = NULL;
+    host_tokenizer *tok = NULL;
     token_vec train = {0}, val = {0};
     uint64_t *counts = NULL;
     char *text = NULL;

@@ -21,7 +21,7 @@
 #include <string.h>
 
 /* Host copy, as f32, of n elements of a device buffer of dtype f32 or bf16. */
-static int32_t fetch_f32(ct_rank *r, const void *src, int32_t dtype, uint64_t n, float *out,
+static int32_t fetch_f32(host_rank *r, const void *src, int32_t dtype, uint64_t n, float *out,
                          ct_error *err) {
     if (dtype == CT_DTYPE_F32)
         return r->dev.vt->copy(r->dev.self, out, src, n * sizeof(float), CT_COPY_D2H, err);
@@ -34,7 +34,7 @@ static int32_t fetch_f32(ct_rank *r, const void *src, int32_t dtype, uint64_t n,
 }
 
 /* p (policy) and e (exact) for the n values x of this rank. */
-static int32_t reduce_both(ct_rank *r, const float *x, uint64_t n, double *p, double *e,
+static int32_t reduce_both(host_rank *r, const float *x, uint64_t n, double *p, double *e,
                            ct_error *err) {
     int32_t N = r->world, dt = r->policy.reduce_dtype;
     int32_t f = ct_skit_predivide_factor(N);
@@ -69,13 +69,13 @@ out_free:
     return rc;
 }
 
-static void report(ct_rank *r, const char *unit, const char *what, double v) {
-    char name[CT_METRIC_NAME_MAX];
+static void report(host_rank *r, const char *unit, const char *what, double v) {
+    char name[HOST_METRIC_NAME_MAX];
     snprintf(name, sizeof name, "probe/%s/%s", unit, what);
     metrics_add(&r->metrics, name, v, CT_METRIC_MEAN);
 }
 
-static void report_errors(ct_rank *r, const char *unit, const double *p, const double *e,
+static void report_errors(host_rank *r, const char *unit, const double *p, const double *e,
                           uint64_t n) {
     double d2 = 0, e2 = 0, ds = 0, ea = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -90,7 +90,7 @@ static void report_errors(ct_rank *r, const char *unit, const double *p, const d
 }
 
 /* The head: the whole (V, C) weight gradient, and the logit push through hbar. */
-static int32_t probe_head(ct_rank *r, const float *grad, ct_error *err) {
+static int32_t probe_head(host_rank *r, const float *grad, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     uint32_t u = (uint32_t)r->mdesc.head_unit, k = (uint32_t)r->mdesc.head_tensor;
     const ct_tensor_spec *t = init_tensor(&r->mdesc, u, k);
@@ -122,7 +122,7 @@ static int32_t probe_head(ct_rank *r, const float *grad, ct_error *err) {
     return rc;
 }
 
-int32_t probe_unit(ct_rank *r, uint32_t u, ct_error *err) {
+int32_t probe_unit(host_rank *r, uint32_t u, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     int64_t sample = 4096;
     config_get_int(r->cfg, "run", "probe_sample", &sample, NULL);

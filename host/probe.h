@@ -13,6 +13,6 @@
 /* Probe unit u of rank r (its local gradient is complete for the step). Collective: every rank
  * probes the same units in the same order. Reports metrics probe/<unit>/rel_err,
  * probe/<unit>/bias and, for the head unit, probe/head/rel_err and probe/head/logit_push. */
-int32_t probe_unit(ct_rank *r, uint32_t u, ct_error *err);
+int32_t probe_unit(host_rank *r, uint32_t u, ct_error *err);
 
 #endif /* CTRAIN_HOST_PROBE_H */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t make_instance(ct_rank *r, ct_instance *inst, const ct_plugin *p,
+static int32_t make_instance(host_rank *r, host_instance *inst, const host_plugin *p,
                              const char *section, void *comm_world, ct_error *err) {
     inst->plugin = p;
     inst->vt = p->vtable;
@@ -41,31 +41,31 @@ static int32_t make_instance(ct_rank *r, ct_instance *inst, const ct_plugin *p,
     return CT_OK;
 }
 
-static void drop_instance(ct_instance *inst) {
+static void drop_instance(host_instance *inst) {
     if (inst->self && inst->plugin)
         contract_lifecycle_of(inst->plugin->desc.kind, inst->plugin->vtable).destroy(inst->self);
     inst->self = NULL;
 }
 
-int32_t rank_unit_first_stage(const ct_rank *r, uint32_t u) {
+int32_t rank_unit_first_stage(const host_rank *r, uint32_t u) {
     for (uint32_t s = 0; s < r->mdesc.n_stages; s++)
         if (r->mdesc.stages[s].unit == (int32_t)u) return (int32_t)s;
     return -1;
 }
 
-int32_t rank_unit_last_stage(const ct_rank *r, uint32_t u) {
+int32_t rank_unit_last_stage(const host_rank *r, uint32_t u) {
     for (int32_t s = (int32_t)r->mdesc.n_stages - 1; s >= 0; s--)
         if (r->mdesc.stages[s].unit == (int32_t)u) return s;
     return -1;
 }
 
-static void *dev_alloc(ct_rank *r, uint64_t bytes, ct_error *err) {
+static void *dev_alloc(host_rank *r, uint64_t bytes, ct_error *err) {
     return r->dev.vt->alloc(r->dev.self, bytes, err);
 }
 
 /* Initialise every unit from the seed and hand it to the strategy; allocate AdamW state and
  * decay masks for this rank's shard of each unit. */
-static int32_t setup_parameters(ct_rank *r, ct_error *err) {
+static int32_t setup_parameters(host_rank *r, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t nu = r->mdesc.n_units;
     uint64_t *numel = calloc(nu, sizeof *numel);
@@ -108,7 +108,7 @@ static int32_t setup_parameters(ct_rank *r, ct_error *err) {
         ct_shard sh = {.struct_size = sizeof sh};
         if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
         if (rc == CT_OK) {
-            ct_unit_state *us = &r->units[u];
+            host_unit_state *us = &r->units[u];
             us->m = dev_alloc(r, sh.numel * sizeof(float), err);
             us->v = dev_alloc(r, sh.numel * sizeof(float), err);
             us->decay_mask = dev_alloc(r, sh.numel, err);
@@ -136,7 +136,7 @@ static int32_t setup_parameters(ct_rank *r, ct_error *err) {
     return CT_OK;
 }
 
-static int32_t open_data(ct_rank *r, ct_error *err) {
+static int32_t open_data(host_rank *r, ct_error *err) {
     const char *train = NULL, *val = NULL;
     int64_t seed = 0;
     config_get_string(r->cfg, "data", "train", &train, NULL);
@@ -151,7 +151,7 @@ static int32_t open_data(ct_rank *r, ct_error *err) {
     return CT_OK;
 }
 
-static int32_t alloc_buffers(ct_rank *r, ct_error *err) {
+static int32_t alloc_buffers(host_rank *r, ct_error *err) {
     uint64_t bt = (uint64_t)(r->B * r->T), nv = (uint64_t)r->N * (uint64_t)r->V;
     r->tokens = dev_alloc(r, bt * sizeof(int32_t), err);
     r->targets = dev_alloc(r, bt * sizeof(int32_t), err);
@@ -173,7 +173,7 @@ static int32_t alloc_buffers(ct_rank *r, ct_error *err) {
 /* Device, comm (unless with_comm is 0: r->comm_ref is then the caller's), precision with its
  * policy, strategy, model with its description, loss terms: in this order, into r. On failure
  * what was made stays in r for rank_close. */
-static int32_t open_instances(ct_rank *r, const ct_wiring *w, void *comm_world, int with_comm,
+static int32_t open_instances(host_rank *r, const host_wiring *w, void *comm_world, int with_comm,
                               ct_error *err) {
     int32_t rc;
 #define TRY(expr)                                                                              \
@@ -223,7 +223,7 @@ static int32_t open_instances(ct_rank *r, const ct_wiring *w, void *comm_world, 
 
 /* The step's shape from [data] and the model's description: B, T, grad_accum, V, N; the
  * model must take sequences of [data] seq_len. */
-static int32_t step_shape(ct_rank *r, ct_error *err) {
+static int32_t step_shape(host_rank *r, ct_error *err) {
     config_get_int(r->cfg, "data", "batch_size", &r->B, NULL);
     config_get_int(r->cfg, "data", "seq_len", &r->T, NULL);
     config_get_int(r->cfg, "data", "grad_accum", &r->grad_accum, NULL);
@@ -238,7 +238,7 @@ static int32_t step_shape(ct_rank *r, ct_error *err) {
     return CT_OK;
 }
 
-int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
+int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, int32_t rank,
                   int32_t world, void *comm_world, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
@@ -269,9 +269,9 @@ out_close:
     return rc;
 }
 
-int32_t rank_dry_open(const ct_config *cfg, const ct_wiring *w, int32_t world, ct_comm_ref comm,
+int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t world, ct_comm_ref comm,
                       const char **failed, ct_error *err) {
-    ct_rank *r = calloc(1, sizeof *r);
+    host_rank *r = calloc(1, sizeof *r);
     if (!r) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     r->cfg = cfg;
     r->rank = comm.rank;
@@ -288,7 +288,7 @@ int32_t rank_dry_open(const ct_config *cfg, const ct_wiring *w, int32_t world, c
     return rc;
 }
 
-void rank_close(ct_rank *r) {
+void rank_close(host_rank *r) {
     if (r->train_data) loader_close(r->train_data);
     if (r->val_data) loader_close(r->val_data);
     free(r->h_tokens);

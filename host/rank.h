@@ -1,6 +1,6 @@
 /* rank.h — everything one rank owns during a run: its plugin instances (device, comm,
  * precision, strategy, model, loss terms), the model's description, the step's buffers and the
- * optimizer state. One ct_rank per rank thread (threads engine) or per process (mpi).
+ * optimizer state. One host_rank per rank thread (threads engine) or per process (mpi).
  * Not for: the step's logic (step.c), the optimizer (optim.c) or the run's driver (train.c). */
 #ifndef CTRAIN_HOST_RANK_H
 #define CTRAIN_HOST_RANK_H
@@ -14,37 +14,37 @@
 
 #include <ctrain/ctrain.h>
 
-#define CT_MAX_LOSS 16
+#define HOST_MAX_LOSS 16
 
 /* One plugin instance with its host context. */
-typedef struct ct_instance {
-    const ct_plugin *plugin;
+typedef struct host_instance {
+    const host_plugin *plugin;
     const void      *vt;   /* the kind's vtable, zero-extended host copy */
     void            *self;
     ct_host          host;
-} ct_instance;
+} host_instance;
 
 /* Per-unit optimizer state for this rank's shard (device memory). */
-typedef struct ct_unit_state {
+typedef struct host_unit_state {
     uint64_t numel;       /* the model's unit length (before strategy padding) */
     float   *m, *v;       /* (shard numel) AdamW moments */
     uint8_t *decay_mask;  /* (shard numel) 1 = weight decay applies */
-} ct_unit_state;
+} host_unit_state;
 
-typedef struct ct_rank {
+typedef struct host_rank {
     int32_t          rank, world;
-    const ct_config *cfg;
-    ct_metric_table  metrics;  /* reports of the current log interval */
+    const host_config *cfg;
+    host_metric_table  metrics;  /* reports of the current log interval */
 
-    ct_instance      device, comm, precision, strategy, model;
-    ct_instance      loss[CT_MAX_LOSS];
-    char             loss_name[CT_MAX_LOSS][64];
+    host_instance      device, comm, precision, strategy, model;
+    host_instance      loss[HOST_MAX_LOSS];
+    char             loss_name[HOST_MAX_LOSS][64];
     int32_t          n_loss;
     ct_device_ref    dev;
     ct_comm_ref      comm_ref;
     ct_precision_policy policy;
     ct_model_desc    mdesc;
-    ct_unit_state   *units;    /* (n_units) */
+    host_unit_state   *units;    /* (n_units) */
     const void     **held;     /* (n_units) gathered params of units held by the strategy */
 
     /* step shape */
@@ -57,20 +57,20 @@ typedef struct ct_rank {
     /* host staging */
     int32_t *h_tokens, *h_targets; /* (B,T) */
 
-    ct_loader *train_data, *val_data;
+    host_loader *train_data, *val_data;
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
     int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
     int32_t    is_root_unit_shared; /* informational */
-} ct_rank;
+} host_rank;
 
 /* Create every plugin instance of rank `rank` of `world` from the wiring, set up the strategy
  * with freshly initialised parameters, allocate buffers and open the data. comm_world is the
  * shared world of an in-process engine or NULL. On failure everything made so far is
  * destroyed and err says what failed. */
-int32_t rank_open(ct_rank *r, const ct_config *cfg, const ct_wiring *w, int32_t rank,
+int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, int32_t rank,
                   int32_t world, void *comm_world, ct_error *err);
 /* Destroy everything; r->rank and r->world stay readable (for error reports). */
-void rank_close(ct_rank *r);
+void rank_close(host_rank *r);
 
 /* What rank_open checks, without a comm instance, parameters or step buffers (preflight.h):
  * creates device, precision (and its policy), strategy, model (and describe()s it) and loss
@@ -79,11 +79,11 @@ void rank_close(ct_rank *r);
  * [data] seq_len against the model; opens [data] train and val with the model's vocabulary
  * as the token limit; then destroys everything. On failure *failed names the step: "plugins",
  * "shape", "train" or "val" (NULL on success) and err holds rank_open's message. */
-int32_t rank_dry_open(const ct_config *cfg, const ct_wiring *w, int32_t world, ct_comm_ref comm,
+int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t world, ct_comm_ref comm,
                       const char **failed, ct_error *err);
 
 /* Stage s's unit uses: first/last forward stage index of each unit (host-side bookkeeping). */
-int32_t rank_unit_first_stage(const ct_rank *r, uint32_t u);
-int32_t rank_unit_last_stage(const ct_rank *r, uint32_t u);
+int32_t rank_unit_first_stage(const host_rank *r, uint32_t u);
+int32_t rank_unit_last_stage(const host_rank *r, uint32_t u);
 
 #endif /* CTRAIN_HOST_RANK_H */

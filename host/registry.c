@@ -29,12 +29,12 @@ typedef struct problem {
     char *message;
 } problem;
 
-struct ct_registry {
+struct host_registry {
     char      **dirs;
     int32_t     n_dirs;
-    ct_plugin **plugins;   /* active, first of each kind+name */
+    host_plugin **plugins;   /* active, first of each kind+name */
     int32_t     n_plugins, cap_plugins;
-    ct_plugin **shadowed;
+    host_plugin **shadowed;
     int32_t     n_shadowed, cap_shadowed;
     problem    *problems;
     int32_t     n_problems, cap_problems;
@@ -86,7 +86,7 @@ static int grow(void **arr, int32_t *cap, int32_t n, size_t elem) {
     return 1;
 }
 
-static int add_problem(ct_registry *reg, const char *path, const char *msg) {
+static int add_problem(host_registry *reg, const char *path, const char *msg) {
     if (!grow((void **)&reg->problems, &reg->cap_problems, reg->n_problems, sizeof(problem)))
         return 0;
     problem *p = &reg->problems[reg->n_problems];
@@ -102,9 +102,9 @@ static int add_problem(ct_registry *reg, const char *path, const char *msg) {
 }
 
 /* Add a warning line unless the same line is there already. 0 only when out of memory. */
-static int add_warning(ct_registry *reg, const char *fmt, ...)
+static int add_warning(host_registry *reg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static int add_warning(ct_registry *reg, const char *fmt, ...) {
+static int add_warning(host_registry *reg, const char *fmt, ...) {
     char line[PATH_MAX * 2 + 256];
     va_list ap;
     va_start(ap, fmt);
@@ -121,7 +121,7 @@ static int add_warning(ct_registry *reg, const char *fmt, ...) {
 }
 
 /* Warn when `path` (a plugin folder or file) can be written by any user of the machine. */
-static int warn_if_world_writable(ct_registry *reg, const char *path, int is_folder) {
+static int warn_if_world_writable(host_registry *reg, const char *path, int is_folder) {
     struct stat st;
     if (stat(path, &st) != 0 || !(st.st_mode & S_IWOTH)) return 1;
     return add_warning(reg, "plugin %s %s is world-writable: any user of this machine can put "
@@ -130,7 +130,7 @@ static int warn_if_world_writable(ct_registry *reg, const char *path, int is_fol
                        is_folder ? " or take it off CTRAIN_PLUGIN_PATH" : "");
 }
 
-static void free_plugin(ct_plugin *p) {
+static void free_plugin(host_plugin *p) {
     if (!p) return;
     free((void *)p->path);
     free((void *)p->vtable);
@@ -148,7 +148,7 @@ static int valid_name(const char *s) {
 }
 
 /* Copy the plugin's schema (stride param_struct_size) into our layout. */
-static int32_t convert_params(ct_plugin *p, const char *path, ct_error *err) {
+static int32_t convert_params(host_plugin *p, const char *path, ct_error *err) {
     const ct_plugin_desc *d = &p->desc;
     size_t stride = d->param_struct_size;
     int32_t n = 0;
@@ -184,9 +184,9 @@ static int32_t convert_params(ct_plugin *p, const char *path, ct_error *err) {
     return CT_OK;
 }
 
-/* Load `path`: a new ct_plugin on success (*handle_out set, caller keeps it open), NULL with
+/* Load `path`: a new host_plugin on success (*handle_out set, caller keeps it open), NULL with
  * err filled otherwise (the handle is closed again). */
-static ct_plugin *load_file(const char *path, void **handle_out, ct_error *err) {
+static host_plugin *load_file(const char *path, void **handle_out, ct_error *err) {
     *handle_out = NULL;
     dlerror();
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -196,7 +196,7 @@ static ct_plugin *load_file(const char *path, void **handle_out, ct_error *err) 
                      "needs or rebuild it", path, why ? why : "unknown dlopen error");
         return NULL;
     }
-    ct_plugin *p = NULL;
+    host_plugin *p = NULL;
     ct_plugin_entry_fn entry = (ct_plugin_entry_fn)(uintptr_t)dlsym(h, CT_ENTRY_SYMBOL);
     if (!entry) {
         for (int major = CT_ABI_MAJOR + 1; major <= 9; major++) {
@@ -348,7 +348,7 @@ static void on_crash_while_loading(int sig) {
 /* load_file with the backstop: a crash inside dlopen or the entry function names the file on
  * stderr before the process dies. The previous handlers are restored unless the plugin
  * installed its own. */
-static ct_plugin *load_file_guarded(const char *path, void **handle_out, ct_error *err) {
+static host_plugin *load_file_guarded(const char *path, void **handle_out, ct_error *err) {
     struct sigaction ours, old[N_CRASH_SIGNALS];
     memset(&ours, 0, sizeof ours);
     ours.sa_handler = on_crash_while_loading;
@@ -356,7 +356,7 @@ static ct_plugin *load_file_guarded(const char *path, void **handle_out, ct_erro
     sigemptyset(&ours.sa_mask);
     snprintf(crash_path, sizeof crash_path, "%s", path);
     for (int i = 0; i < N_CRASH_SIGNALS; i++) sigaction(crash_signals[i], &ours, &old[i]);
-    ct_plugin *p = load_file(path, handle_out, err);
+    host_plugin *p = load_file(path, handle_out, err);
     for (int i = 0; i < N_CRASH_SIGNALS; i++) {
         struct sigaction now;
         if (sigaction(crash_signals[i], NULL, &now) == 0 &&
@@ -399,7 +399,7 @@ static probe probe_start(const char *path) {
         alarm(PROBE_TIMEOUT_S);
         ct_error e = {.struct_size = sizeof e};
         void *h;
-        ct_plugin *p = load_file(path, &h, &e);
+        host_plugin *p = load_file(path, &h, &e);
         const char *msg = p ? "OK" : e.message;
         size_t n = strlen(msg); /* < PIPE_BUF: one write, never blocks on a full pipe */
         if (write(fds[1], msg, n) < 0) _exit(1);
@@ -453,19 +453,19 @@ static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
 
 /* ---- the registry -------------------------------------------------------------------- */
 
-static ct_plugin *find_active(const ct_registry *reg, int32_t kind, const char *name) {
+static host_plugin *find_active(const host_registry *reg, int32_t kind, const char *name) {
     for (int32_t i = 0; i < reg->n_plugins; i++)
         if (reg->plugins[i]->desc.kind == kind && !strcmp(reg->plugins[i]->desc.name, name))
             return reg->plugins[i];
     return NULL;
 }
 
-static ct_plugin *find_by_path(const ct_registry *reg, const char *path) {
+static host_plugin *find_by_path(const host_registry *reg, const char *path) {
     char *want = realpath(path, NULL);
     if (!want) return NULL;
-    ct_plugin *found = NULL;
+    host_plugin *found = NULL;
     for (int32_t pass = 0; pass < 2 && !found; pass++) {
-        ct_plugin **list = pass ? reg->shadowed : reg->plugins;
+        host_plugin **list = pass ? reg->shadowed : reg->plugins;
         int32_t n = pass ? reg->n_shadowed : reg->n_plugins;
         for (int32_t i = 0; i < n && !found; i++) {
             char *have = realpath(list[i]->path, NULL);
@@ -478,18 +478,18 @@ static ct_plugin *find_by_path(const ct_registry *reg, const char *path) {
 }
 
 /* Keep handle and plugin: active when its kind+name is new, else shadowed. */
-static int keep(ct_registry *reg, ct_plugin *p, void *h, int shadow_ok) {
+static int keep(host_registry *reg, host_plugin *p, void *h, int shadow_ok) {
     if (!grow((void **)&reg->handles, &reg->cap_handles, reg->n_handles, sizeof(void *)))
         return 0;
     reg->handles[reg->n_handles++] = h;
     if (find_active(reg, p->desc.kind, p->desc.name) && shadow_ok) {
         if (!grow((void **)&reg->shadowed, &reg->cap_shadowed, reg->n_shadowed,
-                  sizeof(ct_plugin *)))
+                  sizeof(host_plugin *)))
             return 0;
         reg->shadowed[reg->n_shadowed++] = p;
         return 1;
     }
-    if (!grow((void **)&reg->plugins, &reg->cap_plugins, reg->n_plugins, sizeof(ct_plugin *)))
+    if (!grow((void **)&reg->plugins, &reg->cap_plugins, reg->n_plugins, sizeof(host_plugin *)))
         return 0;
     reg->plugins[reg->n_plugins++] = p;
     return 1;
@@ -505,7 +505,7 @@ static int so_filter(const struct dirent *e) {
 }
 
 /* Whether path is the file of a recorded problem; its index or -1. */
-static int32_t find_problem(const ct_registry *reg, const char *path) {
+static int32_t find_problem(const host_registry *reg, const char *path) {
     char *want = realpath(path, NULL);
     if (!want) return -1;
     int32_t found = -1;
@@ -520,14 +520,14 @@ static int32_t find_problem(const ct_registry *reg, const char *path) {
 
 /* Load a probed file of a search folder for a listing: only when its probe (or, without one,
  * nothing) said it loads; refusals become problems. CT_OK unless out of memory. */
-static int32_t scan_file(ct_registry *reg, const char *path, probe pr, ct_error *err) {
+static int32_t scan_file(host_registry *reg, const char *path, probe pr, ct_error *err) {
     char why[sizeof err->message];
     if (pr.pid > 0 && !probe_finish(pr, path, why, sizeof why))
         return add_problem(reg, path, why) ? CT_OK
                : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", path);
     ct_error e = {.struct_size = sizeof e};
     void *h;
-    ct_plugin *p = load_file_guarded(path, &h, &e);
+    host_plugin *p = load_file_guarded(path, &h, &e);
     if (!p)
         return add_problem(reg, path, e.message) ? CT_OK
                : ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", path);
@@ -542,7 +542,7 @@ static int32_t scan_file(ct_registry *reg, const char *path, probe pr, ct_error 
 
 /* The .so files of one folder not known yet: all probed at once (up to PROBES_AT_ONCE), then
  * loaded in name order. */
-static int32_t scan_dir(ct_registry *reg, const char *dir, ct_error *err) {
+static int32_t scan_dir(host_registry *reg, const char *dir, ct_error *err) {
     struct dirent **names = NULL;
     int n = scandir(dir, &names, so_filter, by_name);
     if (n < 0) return CT_OK; /* a missing folder is fine */
@@ -580,13 +580,13 @@ static int32_t scan_dir(ct_registry *reg, const char *dir, ct_error *err) {
 }
 
 static int kind_then_name(const void *a, const void *b) {
-    const ct_plugin *x = *(ct_plugin *const *)a, *y = *(ct_plugin *const *)b;
+    const host_plugin *x = *(host_plugin *const *)a, *y = *(host_plugin *const *)b;
     if (x->desc.kind != y->desc.kind) return x->desc.kind - y->desc.kind;
     return strcmp(x->desc.name, y->desc.name);
 }
 
-ct_registry *registry_open_dirs(const char *const *dirs, ct_error *err) {
-    ct_registry *reg = calloc(1, sizeof *reg);
+host_registry *registry_open_dirs(const char *const *dirs, ct_error *err) {
+    host_registry *reg = calloc(1, sizeof *reg);
     if (!reg) return ct_error_set(err, CT_ERR_NOMEM, "out of memory"), NULL;
     int32_t n = 0;
     while (dirs && dirs[n]) n++;
@@ -605,7 +605,7 @@ out_nomem:
     return NULL;
 }
 
-int32_t registry_scan(ct_registry *reg, ct_error *err) {
+int32_t registry_scan(host_registry *reg, ct_error *err) {
     if (reg->scanned) return CT_OK;
     for (int32_t i = 0; i < reg->n_dirs; i++) {
         int32_t rc = scan_dir(reg, reg->dirs[i], err);
@@ -617,7 +617,7 @@ int32_t registry_scan(ct_registry *reg, ct_error *err) {
     return CT_OK;
 }
 
-ct_registry *registry_open(ct_error *err) {
+host_registry *registry_open(ct_error *err) {
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     char *list[64];
@@ -645,12 +645,12 @@ ct_registry *registry_open(ct_error *err) {
             if (*tok) list[n++] = tok;
     }
     list[n] = NULL;
-    ct_registry *reg = registry_open_dirs((const char *const *)list, err);
+    host_registry *reg = registry_open_dirs((const char *const *)list, err);
     free(env);
     return reg;
 }
 
-void registry_close(ct_registry *reg) {
+void registry_close(host_registry *reg) {
     if (!reg) return;
     for (int32_t i = 0; i < reg->n_plugins; i++) free_plugin(reg->plugins[i]);
     for (int32_t i = 0; i < reg->n_shadowed; i++) free_plugin(reg->shadowed[i]);
@@ -695,10 +695,10 @@ static int same_file(const char *a, const char *b) {
 
 /* Load `path` here (guarded) and keep it; a load failure becomes a problem too, so a listing
  * and a later lookup repeat the reason. */
-static ct_plugin *load_and_keep(ct_registry *reg, const char *path, int shadow_ok,
+static host_plugin *load_and_keep(host_registry *reg, const char *path, int shadow_ok,
                                 ct_error *err) {
     void *h;
-    ct_plugin *p = load_file_guarded(path, &h, err);
+    host_plugin *p = load_file_guarded(path, &h, err);
     if (!p) {
         if (find_problem(reg, path) < 0) (void)add_problem(reg, path, err->message);
         return NULL;
@@ -712,7 +712,7 @@ static ct_plugin *load_and_keep(ct_registry *reg, const char *path, int shadow_o
 
 /* Warn when a search folder holds <kind>_<name>.so that is not `used` (the plugin of that kind
  * and name this command uses): one of the two hides the other. */
-static int32_t warn_shadowing(ct_registry *reg, const ct_plugin *used, int by_path,
+static int32_t warn_shadowing(host_registry *reg, const host_plugin *used, int by_path,
                               ct_error *err) {
     const char *kname = kind_name(used->desc.kind);
     for (int32_t i = 0; i < reg->n_dirs; i++) {
@@ -734,7 +734,7 @@ static int32_t warn_shadowing(ct_registry *reg, const ct_plugin *used, int by_pa
 
 /* Load a file named in the configuration (or find it loaded already). A bare "x.so" is looked
  * up in the search folders only; a value with '/' is a path as given. */
-static const ct_plugin *resolve_file(ct_registry *reg, const char *value, ct_error *err) {
+static const host_plugin *resolve_file(host_registry *reg, const char *value, ct_error *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s", value);
     if (!strchr(value, '/')) {
@@ -760,16 +760,16 @@ static const ct_plugin *resolve_file(ct_registry *reg, const char *value, ct_err
     int32_t bad = find_problem(reg, path);
     if (bad >= 0)
         return ct_error_set(err, CT_ERR_INVALID, "%s", reg->problems[bad].message), NULL;
-    const ct_plugin *known = find_by_path(reg, path);
+    const host_plugin *known = find_by_path(reg, path);
     if (known) return known;
     /* A file asked for by path is used even when a plugin of the same name exists. */
-    const ct_plugin *p = load_and_keep(reg, path, 0, err);
+    const host_plugin *p = load_and_keep(reg, path, 0, err);
     if (p && warn_shadowing(reg, p, 1, err) != CT_OK) return NULL;
     return p;
 }
 
 /* The error for a name that no loaded plugin answers to. */
-static const ct_plugin *unknown_name(ct_registry *reg, int32_t kind, const char *name,
+static const host_plugin *unknown_name(host_registry *reg, int32_t kind, const char *name,
                                      ct_error *err) {
     const char *kname = kind_name(kind);
     char avail[300] = "";
@@ -788,10 +788,10 @@ static const ct_plugin *unknown_name(ct_registry *reg, int32_t kind, const char 
 
 /* A plugin by name: loaded already, else its conventional file <kind>_<name>.so in the first
  * search folder that has one, else (only then) every file of the search path. */
-static const ct_plugin *resolve_name(ct_registry *reg, int32_t kind, const char *name,
+static const host_plugin *resolve_name(host_registry *reg, int32_t kind, const char *name,
                                      ct_error *err) {
     const char *kname = kind_name(kind);
-    const ct_plugin *p = find_active(reg, kind, name);
+    const host_plugin *p = find_active(reg, kind, name);
     if (p) return p;
     for (int32_t i = 0; i < reg->n_dirs && !reg->scanned; i++) {
         char cand[PATH_MAX];
@@ -828,13 +828,13 @@ static const ct_plugin *resolve_name(ct_registry *reg, int32_t kind, const char 
     return unknown_name(reg, kind, name, err);
 }
 
-const ct_plugin *registry_resolve(ct_registry *reg, int32_t kind, const char *name_or_path,
+const host_plugin *registry_resolve(host_registry *reg, int32_t kind, const char *name_or_path,
                                   ct_error *err) {
     const char *kname = kind_name(kind);
     if (!name_or_path || !*name_or_path)
         return ct_error_set(err, CT_ERR_INVALID, "no %s plugin named ---> name one", kname),
                NULL;
-    const ct_plugin *p = names_file(name_or_path) ? resolve_file(reg, name_or_path, err)
+    const host_plugin *p = names_file(name_or_path) ? resolve_file(reg, name_or_path, err)
                                                   : resolve_name(reg, kind, name_or_path, err);
     if (!p) return NULL;
     if (p->desc.kind != kind)
@@ -846,26 +846,26 @@ const ct_plugin *registry_resolve(ct_registry *reg, int32_t kind, const char *na
 
 /* ---- listing ------------------------------------------------------------------------- */
 
-int32_t registry_count(const ct_registry *reg) { return reg->n_plugins; }
-const ct_plugin *registry_at(const ct_registry *reg, int32_t i) {
+int32_t registry_count(const host_registry *reg) { return reg->n_plugins; }
+const host_plugin *registry_at(const host_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_plugins ? reg->plugins[i] : NULL;
 }
-int32_t registry_shadowed_count(const ct_registry *reg) { return reg->n_shadowed; }
-const ct_plugin *registry_shadowed_at(const ct_registry *reg, int32_t i) {
+int32_t registry_shadowed_count(const host_registry *reg) { return reg->n_shadowed; }
+const host_plugin *registry_shadowed_at(const host_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_shadowed ? reg->shadowed[i] : NULL;
 }
-int32_t registry_problem_count(const ct_registry *reg) { return reg->n_problems; }
-const char *registry_problem_path(const ct_registry *reg, int32_t i) {
+int32_t registry_problem_count(const host_registry *reg) { return reg->n_problems; }
+const char *registry_problem_path(const host_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_problems ? reg->problems[i].path : NULL;
 }
-const char *registry_problem_message(const ct_registry *reg, int32_t i) {
+const char *registry_problem_message(const host_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_problems ? reg->problems[i].message : NULL;
 }
-int32_t registry_warning_count(const ct_registry *reg) { return reg->n_warnings; }
-const char *registry_warning_at(const ct_registry *reg, int32_t i) {
+int32_t registry_warning_count(const host_registry *reg) { return reg->n_warnings; }
+const char *registry_warning_at(const host_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_warnings ? reg->warnings[i] : NULL;
 }
-int32_t registry_dir_count(const ct_registry *reg) { return reg->n_dirs; }
-const char *registry_dir_at(const ct_registry *reg, int32_t i) {
+int32_t registry_dir_count(const host_registry *reg) { return reg->n_dirs; }
+const char *registry_dir_at(const host_registry *reg, int32_t i) {
     return i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
 }

@@ -10,7 +10,7 @@
 
 /* One loaded plugin. Everything is owned by the registry and lives until registry_close();
  * the .so is never unloaded, not even by registry_close (strings in desc point into it). */
-typedef struct ct_plugin {
+typedef struct host_plugin {
     const char          *path;    /* the .so file, as found ("build/plugins/loss_ce.so") */
     ct_plugin_desc       desc;    /* zero-extended copy of the plugin's descriptor; desc.params
                                      and desc.vtable still point at the plugin's own arrays */
@@ -19,18 +19,18 @@ typedef struct ct_plugin {
     const ct_param_spec *params;  /* converted to our sizeof(ct_param_spec), ended by
                                      CT_PARAM_END; never NULL */
     int32_t              n_params;
-} ct_plugin;
+} host_plugin;
 
-typedef struct ct_registry ct_registry;
+typedef struct host_registry host_registry;
 
 /* The search path, nothing loaded yet: (a) <dir of the ctrain executable>/plugins, (b) <that
  * dir>/../lib/ctrain/plugins, (c) each folder of $CTRAIN_PLUGIN_PATH (colon separated), in that
  * order. A folder of it that any user may write to (S_IWOTH) is recorded as a warning
  * (registry_warning_at). NULL only when out of memory. */
-ct_registry *registry_open(ct_error *err);
+host_registry *registry_open(ct_error *err);
 
 /* The same over an explicit list of folders (NULL-terminated), for tests. */
-ct_registry *registry_open_dirs(const char *const *dirs, ct_error *err);
+host_registry *registry_open_dirs(const char *const *dirs, ct_error *err);
 
 /* Load every .so of the search folders, for listings (`ctrain plugins`, `ctrain inspect NAME`).
  * Each file not loaded yet is first loaded in a forked child (it dlopens the file and reads the
@@ -40,9 +40,9 @@ ct_registry *registry_open_dirs(const char *const *dirs, ct_error *err);
  * constructor or descriptor) ---> remove it from the search path"), never an error. The first
  * file of each kind+name in search order is active, later ones are shadowed. Runs once; CT_OK
  * unless out of memory. Before it, only what registry_resolve loaded is listed. */
-int32_t registry_scan(ct_registry *reg, ct_error *err);
+int32_t registry_scan(host_registry *reg, ct_error *err);
 
-void registry_close(ct_registry *reg);
+void registry_close(host_registry *reg);
 
 /* The plugin of `kind` called `name_or_path`, loaded now when needed (in this process, with a
  * backstop: a crash inside dlopen or the entry function writes "ctrain: FILE: crashed while
@@ -61,32 +61,32 @@ void registry_close(ct_registry *reg);
  * name lists the available plugins of the kind; a plugin of another kind says so ("'ce' is a
  * loss plugin; [model] needs a model plugin"); a file that fails to load or is not a
  * compatible plugin says why ("loss plugin 'fx': cannot load ..."). */
-const ct_plugin *registry_resolve(ct_registry *reg, int32_t kind, const char *name_or_path,
+const host_plugin *registry_resolve(host_registry *reg, int32_t kind, const char *name_or_path,
                                   ct_error *err);
 
 /* Loaded plugins, first of each kind+name only; sorted by kind then name after registry_scan
  * (before it: in the order registry_resolve loaded them). */
-int32_t registry_count(const ct_registry *reg);
-const ct_plugin *registry_at(const ct_registry *reg, int32_t i);
+int32_t registry_count(const host_registry *reg);
+const host_plugin *registry_at(const host_registry *reg, int32_t i);
 
 /* Plugins hidden by an earlier one of the same kind and name. */
-int32_t registry_shadowed_count(const ct_registry *reg);
-const ct_plugin *registry_shadowed_at(const ct_registry *reg, int32_t i);
+int32_t registry_shadowed_count(const host_registry *reg);
+const host_plugin *registry_shadowed_at(const host_registry *reg, int32_t i);
 
 /* Files that could not be used (in a scan, or asked for): path and a one-line reason. */
-int32_t registry_problem_count(const ct_registry *reg);
-const char *registry_problem_path(const ct_registry *reg, int32_t i);
-const char *registry_problem_message(const ct_registry *reg, int32_t i);
+int32_t registry_problem_count(const host_registry *reg);
+const char *registry_problem_path(const host_registry *reg, int32_t i);
+const char *registry_problem_message(const host_registry *reg, int32_t i);
 
 /* Warnings collected so far, one line each without "warning: " (world-writable plugin folders
  * and loaded files, a plugin hiding another of the same kind and name). The commands print
  * them to stderr: `plugins` after its listing, `validate` and `train` after wiring. */
-int32_t registry_warning_count(const ct_registry *reg);
-const char *registry_warning_at(const ct_registry *reg, int32_t i);
+int32_t registry_warning_count(const host_registry *reg);
+const char *registry_warning_at(const host_registry *reg, int32_t i);
 
 /* The folders searched, in order (existing or not). */
-int32_t registry_dir_count(const ct_registry *reg);
-const char *registry_dir_at(const ct_registry *reg, int32_t i);
+int32_t registry_dir_count(const host_registry *reg);
+const char *registry_dir_at(const host_registry *reg, int32_t i);
 
 /* "model", "loss", ... for a ct_kind; "?" for another value. */
 const char *kind_name(int32_t kind);

@@ -34,7 +34,7 @@ static void read_holder(int fd, char *host, size_t host_n, long *pid) {
     }
 }
 
-int32_t runlock_take(ct_runlock *lk, const char *out_dir, ct_error *err) {
+int32_t runlock_take(host_runlock *lk, const char *out_dir, ct_error *err) {
     lk->fd = -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/.lock", out_dir);
@@ -80,7 +80,7 @@ int32_t runlock_take(ct_runlock *lk, const char *out_dir, ct_error *err) {
     return CT_OK;
 }
 
-void runlock_release(ct_runlock *lk) {
+void runlock_release(host_runlock *lk) {
     if (lk->fd < 0) return;
     flock(lk->fd, LOCK_UN);
     close(lk->fd);

@@ -8,17 +8,17 @@
 
 #include <ctrain/ctrain.h>
 
-typedef struct ct_runlock {
+typedef struct host_runlock {
     int fd; /* the open OUT/.lock (close-on-exec); -1 when not held */
-} ct_runlock;
+} host_runlock;
 
 /* Take the lock of out_dir (which must exist) without waiting. CT_OK: held until
  * runlock_release or the end of the process (the kernel drops it even after a kill -9, so a
  * lock file left by a dead run never blocks). CT_ERR_IO: another run holds it (err names the
  * folder and that run's host and pid) or the file cannot be opened. */
-int32_t runlock_take(ct_runlock *lk, const char *out_dir, ct_error *err);
+int32_t runlock_take(host_runlock *lk, const char *out_dir, ct_error *err);
 
 /* Drop the lock (the file stays, with the last holder's name in it). Safe when not held. */
-void runlock_release(ct_runlock *lk);
+void runlock_release(host_runlock *lk);
 
 #endif /* CTRAIN_HOST_RUNLOCK_H */

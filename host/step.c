@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Load the next micro-batch of `data` into the device's token and target buffers. */
-static int32_t load_batch(ct_rank *r, ct_loader *data, ct_error *err) {
+static int32_t load_batch(host_rank *r, host_loader *data, ct_error *err) {
     int32_t rc = loader_next(data, r->h_tokens, r->h_targets, err);
     if (rc != CT_OK) return rc;
     uint64_t bytes = (uint64_t)r->N * sizeof(int32_t);
@@ -18,13 +18,13 @@ static int32_t load_batch(ct_rank *r, ct_loader *data, ct_error *err) {
     return rc;
 }
 
-static int64_t count_targets(const ct_rank *r) {
+static int64_t count_targets(const host_rank *r) {
     int64_t n = 0;
     for (int64_t i = 0; i < r->N; i++) n += r->h_targets[i] >= 0;
     return n;
 }
 
-static ct_stage_args stage_args(ct_rank *r, int32_t s, int32_t micro) {
+static ct_stage_args stage_args(host_rank *r, int32_t s, int32_t micro) {
     ct_stage_args a = {
         .struct_size = sizeof a,
         .stage = s,
@@ -39,7 +39,7 @@ static ct_stage_args stage_args(ct_rank *r, int32_t s, int32_t micro) {
 }
 
 /* Forward through every stage, then row statistics of the logits. */
-static int32_t forward(ct_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *err) {
+static int32_t forward(host_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     const ct_strategy_vtable *st = r->strategy.vt;
     int32_t rc = CT_OK;
@@ -66,8 +66,8 @@ static int32_t forward(ct_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *
 /* Every loss term on the current logits; dlogits NULL evaluates values only. A term whose
  * value is not finite stops the step here, before the backward pass, the optimizer update and
  * any checkpoint (DESIGN §9 Numbers): the error names the term, the step and the micro-batch. */
-static int32_t losses(ct_rank *r, int32_t micro, float *dlogits, double grad_scale,
-                      ct_step_stats *stats, ct_error *err) {
+static int32_t losses(host_rank *r, int32_t micro, float *dlogits, double grad_scale,
+                      host_step_stats *stats, ct_error *err) {
     ct_loss_batch b = {
         .struct_size = sizeof b,
         .logits = r->logits,
@@ -104,7 +104,7 @@ static int32_t losses(ct_rank *r, int32_t micro, float *dlogits, double grad_sca
     return CT_OK;
 }
 
-static int32_t backward(ct_rank *r, int32_t micro, int32_t last, ct_error *err) {
+static int32_t backward(host_rank *r, int32_t micro, int32_t last, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     const ct_strategy_vtable *st = r->strategy.vt;
     for (int32_t s = (int32_t)r->mdesc.n_stages - 1; s >= 0; s--) {
@@ -129,7 +129,7 @@ static int32_t backward(ct_rank *r, int32_t micro, int32_t last, ct_error *err) 
     return CT_OK;
 }
 
-int32_t step_train(ct_rank *r, ct_step_stats *stats, ct_error *err) {
+int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
     memset(stats, 0, sizeof *stats);
     stats->logits.struct_size = sizeof stats->logits;
     const ct_strategy_vtable *st = r->strategy.vt;
@@ -149,7 +149,7 @@ int32_t step_train(ct_rank *r, ct_step_stats *stats, ct_error *err) {
     return rc;
 }
 
-int32_t step_eval(ct_rank *r, int64_t batches, ct_step_stats *stats, ct_error *err) {
+int32_t step_eval(host_rank *r, int64_t batches, host_step_stats *stats, ct_error *err) {
     memset(stats, 0, sizeof *stats);
     stats->logits.struct_size = sizeof stats->logits;
     if (!r->val_data) return CT_OK;

@@ -9,19 +9,19 @@
 #include "rank.h"
 
 /* What a step or an eval pass measured on this rank (sums; the caller reduces over ranks). */
-typedef struct ct_step_stats {
+typedef struct host_step_stats {
     double         loss_sum;                /* sum over micro-batches of the summed terms */
-    double         term_sum[CT_MAX_LOSS];   /* per term */
+    double         term_sum[HOST_MAX_LOSS];   /* per term */
     int64_t        micro_batches;
     int64_t        tokens;                  /* tokens processed on this rank */
     ct_logit_stats logits;                  /* accumulated over micro-batches */
-} ct_step_stats;
+} host_step_stats;
 
 /* Forward and backward over grad_accum micro-batches; on return every shard's gradient is the
  * global mean gradient (strategy finish_backward done). */
-int32_t step_train(ct_rank *r, ct_step_stats *stats, ct_error *err);
+int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err);
 
 /* Forward only over `batches` micro-batches of the validation data from its start. */
-int32_t step_eval(ct_rank *r, int64_t batches, ct_step_stats *stats, ct_error *err);
+int32_t step_eval(host_rank *r, int64_t batches, host_step_stats *stats, ct_error *err);
 
 #endif /* CTRAIN_HOST_STEP_H */

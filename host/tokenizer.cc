@@ -19,7 +19,7 @@ void SetMinLogLevel(int v);
 }
 }  // namespace sentencepiece
 
-struct ct_tokenizer {
+struct host_tokenizer {
     sentencepiece::SentencePieceProcessor sp;
 };
 
@@ -93,9 +93,9 @@ extern "C" int32_t tokenizer_train(const char *const *files, int32_t n_files,
     }
 }
 
-extern "C" ct_tokenizer *tokenizer_load(const char *model_path, ct_error *err) {
+extern "C" host_tokenizer *tokenizer_load(const char *model_path, ct_error *err) {
     try {
-        ct_tokenizer *tok = new ct_tokenizer();
+        host_tokenizer *tok = new host_tokenizer();
         auto status = tok->sp.Load(model_path);
         if (!status.ok()) {
             ct_error_set(err, CT_ERR_IO, "cannot load tokenizer model %s: %s", model_path,
@@ -111,13 +111,13 @@ extern "C" ct_tokenizer *tokenizer_load(const char *model_path, ct_error *err) {
     }
 }
 
-extern "C" void tokenizer_free(ct_tokenizer *tok) { delete tok; }
+extern "C" void tokenizer_free(host_tokenizer *tok) { delete tok; }
 
-extern "C" int32_t tokenizer_vocab_size(const ct_tokenizer *tok) {
+extern "C" int32_t tokenizer_vocab_size(const host_tokenizer *tok) {
     return tok->sp.GetPieceSize();
 }
 
-extern "C" int32_t tokenizer_encode(const ct_tokenizer *tok, const char *text, size_t len,
+extern "C" int32_t tokenizer_encode(const host_tokenizer *tok, const char *text, size_t len,
                                     int32_t **ids, int64_t *n, ct_error *err) {
     *ids = nullptr;
     *n = 0;
@@ -148,7 +148,7 @@ extern "C" int32_t tokenizer_encode(const ct_tokenizer *tok, const char *text, s
     }
 }
 
-extern "C" int32_t tokenizer_decode(const ct_tokenizer *tok, const int32_t *ids, int64_t n,
+extern "C" int32_t tokenizer_decode(const host_tokenizer *tok, const int32_t *ids, int64_t n,
                                     char **text, size_t *len, ct_error *err) {
     *text = nullptr;
     *len = 0;

@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-typedef struct ct_tokenizer ct_tokenizer;
+typedef struct host_tokenizer host_tokenizer;
 
 /* Train a sentencepiece model of vocab_size pieces (model_type "bpe" or "unigram") on the lines
  * of the given text files and write it to model_path, which must end in ".model" (a
@@ -27,18 +27,18 @@ int32_t tokenizer_train(const char *const *files, int32_t n_files, const char *m
                         int64_t max_sentences, ct_error *err);
 
 /* Load a model file. NULL and err filled on failure. */
-ct_tokenizer *tokenizer_load(const char *model_path, ct_error *err);
-void tokenizer_free(ct_tokenizer *tok);
+host_tokenizer *tokenizer_load(const char *model_path, ct_error *err);
+void tokenizer_free(host_tokenizer *tok);
 
 /* Number of pieces (the vocabulary size V: ids are 0..V-1). */
-int32_t tokenizer_vocab_size(const ct_tokenizer *tok);
+int32_t tokenizer_vocab_size(const host_tokenizer *tok);
 
 /* Encode len bytes of text. *ids is malloc'ed (the caller frees it), *n its length. */
-int32_t tokenizer_encode(const ct_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+int32_t tokenizer_encode(const host_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                          int64_t *n, ct_error *err);
 
 /* Decode n ids. *text is malloc'ed and NUL-terminated (the caller frees it), *len its length. */
-int32_t tokenizer_decode(const ct_tokenizer *tok, const int32_t *ids, int64_t n, char **text,
+int32_t tokenizer_decode(const host_tokenizer *tok, const int32_t *ids, int64_t n, char **text,
                          size_t *len, ct_error *err);
 
 #ifdef __cplusplus

@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 typedef struct run_shared {
-    const ct_config *cfg;
-    const ct_wiring *wiring;
+    const host_config *cfg;
+    const host_wiring *wiring;
     void            *comm_world; /* in-process engines */
     int32_t          world;
     int32_t          resume;
@@ -70,13 +70,13 @@ enum {
 };
 
 typedef struct interval {
-    double  sums[SUM_TERMS + CT_MAX_LOSS];
+    double  sums[SUM_TERMS + HOST_MAX_LOSS];
     double  max_row_norm, max_abs;
     double  t_start;
     int64_t steps;
 } interval;
 
-static void interval_add(interval *iv, const ct_step_stats *s, int32_t n_loss) {
+static void interval_add(interval *iv, const host_step_stats *s, int32_t n_loss) {
     iv->sums[SUM_LOSS] += s->loss_sum;
     iv->sums[SUM_MICRO] += (double)s->micro_batches;
     iv->sums[SUM_TOKENS] += (double)s->tokens;
@@ -91,14 +91,14 @@ static void interval_add(interval *iv, const ct_step_stats *s, int32_t n_loss) {
 }
 
 /* Reduce the interval and the plugins' reports over ranks into r->metrics' final table `out`. */
-static int32_t reduce_interval(ct_rank *r, interval *iv, const char *prefix, ct_metric_table *out,
+static int32_t reduce_interval(host_rank *r, interval *iv, const char *prefix, host_metric_table *out,
                                ct_error *err) {
     int32_t n = SUM_TERMS + r->n_loss, rc;
     if ((rc = optim_allreduce_f64(r, iv->sums, (uint64_t)n, CT_REDUCE_SUM, err)) != CT_OK) return rc;
     double mx[2] = {iv->max_row_norm, iv->max_abs};
     if ((rc = optim_allreduce_f64(r, mx, 2, CT_REDUCE_MAX, err)) != CT_OK) return rc;
     double micro = iv->sums[SUM_MICRO], rows = iv->sums[SUM_ROWS];
-    char name[CT_METRIC_NAME_MAX];
+    char name[HOST_METRIC_NAME_MAX];
 #define PUT(suffix, value)                                                                     \
     do {                                                                                       \
         snprintf(name, sizeof name, "%s%s", prefix, suffix);                                   \
@@ -106,7 +106,7 @@ static int32_t reduce_interval(ct_rank *r, interval *iv, const char *prefix, ct_
     } while (0)
     PUT("loss", iv->sums[SUM_LOSS] / micro);
     for (int32_t i = 0; i < r->n_loss; i++) {
-        char term[CT_METRIC_NAME_MAX];
+        char term[HOST_METRIC_NAME_MAX];
         snprintf(term, sizeof term, "loss/%s", r->loss_name[i]);
         PUT(term, iv->sums[SUM_TERMS + i] / micro);
     }
@@ -120,12 +120,12 @@ static int32_t reduce_interval(ct_rank *r, interval *iv, const char *prefix, ct_
 }
 
 /* Plugins' own reports (sorted by name on every rank), combined over ranks into out. */
-static int32_t reduce_plugin_metrics(ct_rank *r, ct_metric_table *out, ct_error *err) {
-    ct_metric_table *t = &r->metrics;
+static int32_t reduce_plugin_metrics(host_rank *r, host_metric_table *out, ct_error *err) {
+    host_metric_table *t = &r->metrics;
     metrics_sort(t);
     /* n, not t->n: the comm plugin's traffic report of the reductions below may add a name */
     int32_t n = t->n;
-    double sums[CT_METRICS_MAX], mx[CT_METRICS_MAX], mn[CT_METRICS_MAX];
+    double sums[HOST_METRICS_MAX], mx[HOST_METRICS_MAX], mn[HOST_METRICS_MAX];
     for (int32_t i = 0; i < n; i++) {
         double v = metrics_value(t, t->items[i].name);
         sums[i] = v;
@@ -150,7 +150,7 @@ static int32_t reduce_plugin_metrics(ct_rank *r, ct_metric_table *out, ct_error 
 /* Bytes per rank after the first step, into the first log line (MAX over ranks): the
  * strategy's memory() figures (params, grads, gathered) and AdamW's m and v, 2 * 4 bytes per
  * element of each shard this rank updates. Nothing when the strategy has no memory() hook. */
-static int32_t report_memory(ct_rank *r, ct_error *err) {
+static int32_t report_memory(host_rank *r, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     if (!st->memory) return CT_OK;
     uint64_t params = 0, grads = 0, gathered = 0, optim = 0;
@@ -175,9 +175,9 @@ static void format_eta(double seconds, char *buf, size_t n) {
     else snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
 }
 
-static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
-    const ct_config *cfg = sh->cfg;
-    ct_optim_config oc;
+static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
+    const host_config *cfg = sh->cfg;
+    host_optim_config oc;
     int32_t rc = optim_config(cfg, &oc, err);
     if (rc != CT_OK) return rc;
     int64_t log_every = 10, eval_every = 0, eval_batches = 8, ckpt_every = 0, keep = 2;
@@ -217,7 +217,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
     int32_t probe = 0;
     config_get_bool(cfg, "run", "probe", &probe, NULL);
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
-        ct_step_stats st;
+        host_step_stats st;
         r->step = step;
         r->probe_now = probe && (step % log_every == 0 || step == oc.steps);
         rc = step_train(r, &st, err);
@@ -234,7 +234,7 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
         if (++steps_done_here == 1 && (rc = report_memory(r, err)) != CT_OK) break;
 
         if (step % log_every == 0 || step == oc.steps) {
-            ct_metric_table out;
+            host_metric_table out;
             metrics_clear(&out);
             double hnorm = 0;
             rc = reduce_interval(r, &iv, "", &out, err);
@@ -268,13 +268,13 @@ static int32_t train_rank(ct_rank *r, run_shared *sh, ct_error *err) {
             if ((rc = optim_check_finite(r, step, err)) != CT_OK) break;
         }
         if (eval_every > 0 && (step % eval_every == 0 || step == oc.steps) && r->val_data) {
-            ct_step_stats es;
+            host_step_stats es;
             rc = step_eval(r, eval_batches, &es, err);
             if (rc != CT_OK) break;
             interval ev;
             memset(&ev, 0, sizeof ev);
             interval_add(&ev, &es, r->n_loss);
-            ct_metric_table out;
+            host_metric_table out;
             metrics_clear(&out);
             rc = reduce_interval(r, &ev, "val/", &out, err);
             if (rc != CT_OK) break;
@@ -305,7 +305,7 @@ out_close_metrics:
 static void *rank_thread(void *arg) {
     rank_job *job = arg;
     run_shared *sh = job->shared;
-    ct_rank r;
+    host_rank r;
     ct_error err = {.struct_size = sizeof err};
     supervise_set_rank(sh->sv, job->slot, job->rank);
     int32_t rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &err);
@@ -333,7 +333,7 @@ static void *rank_thread(void *arg) {
  * within that time), at most RANKS_GRACE_MAX_S; RANKS_GRACE_MAX_S for engines without the key. */
 #define RANKS_GRACE_MAX_S 10.0
 
-static double grace_period(const ct_config *cfg) {
+static double grace_period(const host_config *cfg) {
     double t = RANKS_GRACE_MAX_S;
     if (config_get(cfg, "comm", "timeout_s")) config_get_float(cfg, "comm", "timeout_s", &t, NULL);
     return t > 0 && t < RANKS_GRACE_MAX_S ? t : RANKS_GRACE_MAX_S;
@@ -393,12 +393,12 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
 
 int cmd_train(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
-    ct_config *cfg = NULL;
-    ct_registry *reg = NULL;
-    ct_wiring w;
+    host_config *cfg = NULL;
+    host_registry *reg = NULL;
+    host_wiring w;
     int n_rest = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    ct_runlock lock = {.fd = -1};
+    host_runlock lock = {.fd = -1};
     int32_t resume = 0, status = 2;
     int64_t stop_after = 0;
     const char *resume_from = NULL;
@@ -430,7 +430,7 @@ int cmd_train(int argc, char **argv) {
                 "that folder\n");
         goto out_session;
     }
-    ct_optim_config oc; /* the optimiser's bounds, before anything is written */
+    host_optim_config oc; /* the optimiser's bounds, before anything is written */
     if (optim_config(cfg, &oc, &err) != CT_OK) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Host keys followed by the plugin's keys, as one CT_PARAM_END-terminated array (malloc'd). */
-static ct_param_spec *merge_specs(const ct_param_spec *host, const ct_plugin *p) {
+static ct_param_spec *merge_specs(const ct_param_spec *host, const host_plugin *p) {
     int32_t nh = 0;
     while (host && host[nh].key) nh++;
     int32_t np = p ? p->n_params : 0;
@@ -24,7 +24,7 @@ static ct_param_spec *merge_specs(const ct_param_spec *host, const ct_plugin *p)
 }
 
 /* "FILE:LINE: [section] key = value: " prefix + err's message, in place. */
-static int32_t prefix_error(const ct_config *cfg, const char *section, const char *key,
+static int32_t prefix_error(const host_config *cfg, const char *section, const char *key,
                             const char *value, ct_error *err) {
     if (!err) return CT_ERR_INVALID;
     char full[2 * sizeof err->message + 2 * CT_VALUE_MAX];
@@ -38,7 +38,7 @@ static int32_t prefix_error(const ct_config *cfg, const char *section, const cha
 }
 
 /* The value of section.key, or the host default when absent. */
-static const char *value_or_default(const ct_config *cfg, const host_section *hs,
+static const char *value_or_default(const host_config *cfg, const host_section *hs,
                                     const char *key) {
     const char *v = config_get(cfg, hs->name, key);
     if (v) return v;
@@ -50,7 +50,7 @@ static const char *value_or_default(const ct_config *cfg, const host_section *hs
 /* A plugin value naming a file by a relative path ("my/loss_x.so") that comes from the INI file
  * is relative to the INI file's folder; from --set (or a default) it stays relative to the
  * current directory. Returns value, or buf holding the path to use. */
-static const char *plugin_path(const ct_config *cfg, const char *section, const char *key,
+static const char *plugin_path(const host_config *cfg, const char *section, const char *key,
                                const char *value, char *buf, size_t cap) {
     if (!strchr(value, '/') || value[0] == '/') return value;
     const char *ini = config_path(cfg), *origin = config_origin(cfg, section, key);
@@ -67,14 +67,14 @@ const char *wiring_auto_comm(int64_t world_size) {
     return world_size > 1 ? "threads" : "local";
 }
 
-static int32_t device_mask_check(const ct_wiring *w, const ct_config *cfg, ct_error *err) {
+static int32_t device_mask_check(const host_wiring *w, const host_config *cfg, ct_error *err) {
     uint32_t dev = w->device->desc.devices;
     const char *dtype = dev & CT_DEVICE_CUDA ? "cuda" : "cpu";
-    const ct_plugin *all[5 + CT_WIRING_MAX_LOSS] = {w->model, w->strategy, w->precision, w->comm};
+    const host_plugin *all[5 + HOST_WIRING_MAX_LOSS] = {w->model, w->strategy, w->precision, w->comm};
     int32_t n = 4;
     for (int32_t i = 0; i < w->n_loss; i++) all[n++] = w->loss[i];
     for (int32_t i = 0; i < n; i++) {
-        const ct_plugin *p = all[i];
+        const host_plugin *p = all[i];
         if (!p->desc.devices || !dev || (p->desc.devices & dev)) continue;
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [device] type = %s, but %s plugin '%s' "
                             "runs only on %s ---> choose another plugin or device",
@@ -86,7 +86,7 @@ static int32_t device_mask_check(const ct_wiring *w, const ct_config *cfg, ct_er
 }
 
 /* Split [loss] plugins into terms and resolve each. */
-static int32_t resolve_losses(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error *err) {
+static int32_t resolve_losses(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err) {
     const host_section *hs = host_schema_find("loss");
     const char *list = value_or_default(cfg, hs, "plugins");
     char buf[CT_VALUE_MAX];
@@ -97,12 +97,12 @@ static int32_t resolve_losses(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct
         char *end = tok + strlen(tok);
         while (end > tok && (end[-1] == ' ' || end[-1] == '\t')) *--end = '\0';
         if (!*tok) continue;
-        if (w->n_loss == CT_WIRING_MAX_LOSS)
+        if (w->n_loss == HOST_WIRING_MAX_LOSS)
             return ct_error_set(err, CT_ERR_INVALID, "%s: [loss] plugins lists more than %d "
                                 "terms ---> drop some", config_origin(cfg, "loss", "plugins"),
-                                CT_WIRING_MAX_LOSS);
+                                HOST_WIRING_MAX_LOSS);
         char file[2 * CT_VALUE_MAX];
-        const ct_plugin *p = registry_resolve(
+        const host_plugin *p = registry_resolve(
             reg, CT_KIND_LOSS, plugin_path(cfg, "loss", "plugins", tok, file, sizeof file), err);
         if (!p) return prefix_error(cfg, "loss", "plugins", list, err);
         for (int32_t i = 0; i < w->n_loss; i++)
@@ -122,10 +122,10 @@ static int32_t resolve_losses(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct
 }
 
 /* Every section of cfg must be a host section or [loss.TERM] of a listed term. */
-static int32_t check_sections(const ct_config *cfg, const ct_wiring *w, ct_error *err) {
+static int32_t check_sections(const host_config *cfg, const host_wiring *w, ct_error *err) {
     int32_t n_host;
     const host_section *hs = host_schema_sections(&n_host);
-    const char *known[32 + CT_WIRING_MAX_LOSS];
+    const char *known[32 + HOST_WIRING_MAX_LOSS];
     int32_t n = 0;
     for (int32_t i = 0; i < n_host; i++) known[n++] = hs[i].name;
     for (int32_t i = 0; i < w->n_loss; i++) known[n++] = w->loss_section[i];
@@ -151,7 +151,7 @@ static int32_t check_sections(const ct_config *cfg, const ct_wiring *w, ct_error
     return CT_OK;
 }
 
-int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error *err) {
+int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err) {
     memset(w, 0, sizeof *w);
     int32_t rc = resolve_losses(cfg, reg, w, err);
     if (rc != CT_OK) return rc;
@@ -178,7 +178,7 @@ int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error 
             if (rc != CT_OK) return rc;
             continue;
         }
-        const ct_plugin *p = NULL;
+        const host_plugin *p = NULL;
         if (h->kind) {
             const char *name = value_or_default(cfg, h, h->plugin_key);
             char chosen[CT_VALUE_MAX];
@@ -225,8 +225,8 @@ int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error 
     return device_mask_check(w, cfg, err);
 }
 
-void wiring_print(const ct_wiring *w, FILE *out) {
-    const struct { const char *what; const ct_plugin *p; } rows[] = {
+void wiring_print(const host_wiring *w, FILE *out) {
+    const struct { const char *what; const host_plugin *p; } rows[] = {
         {"model", w->model}, {"strategy", w->strategy}, {"precision", w->precision},
         {"comm", w->comm}, {"device", w->device},
     };
@@ -239,14 +239,14 @@ void wiring_print(const ct_wiring *w, FILE *out) {
                 w->loss[i]->desc.version, w->loss[i]->path);
 }
 
-int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_config **cfg,
-                          ct_registry **reg, ct_wiring *w, ct_error *err) {
+int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, host_config **cfg,
+                          host_registry **reg, host_wiring *w, ct_error *err) {
     *cfg = NULL;
     *reg = NULL;
     *n_rest = 0;
     const char *path = NULL;
     int32_t rc;
-    ct_config *c = config_new();
+    host_config *c = config_new();
     if (!c) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     /* pass 1: find the configuration file and the other arguments */
     for (int i = 1; i < argc; i++) {
@@ -281,7 +281,7 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_co
         rc = config_apply_override(c, a, err);
         if (rc != CT_OK) goto out_free_config;
     }
-    ct_registry *r = registry_open(err);
+    host_registry *r = registry_open(err);
     if (!r) {
         rc = err ? err->code : CT_ERR_NOMEM;
         goto out_free_config;

@@ -9,15 +9,15 @@
 #include "config.h"
 #include "registry.h"
 
-#define CT_WIRING_MAX_LOSS 16
+#define HOST_WIRING_MAX_LOSS 16
 
 /* The plugins of a run. Pointers are owned by the registry. */
-typedef struct ct_wiring {
-    const ct_plugin *model, *strategy, *precision, *comm, *device;
+typedef struct host_wiring {
+    const host_plugin *model, *strategy, *precision, *comm, *device;
     int32_t          n_loss;
-    const ct_plugin *loss[CT_WIRING_MAX_LOSS];
-    char             loss_section[CT_WIRING_MAX_LOSS][64]; /* "loss.<plugin name>" */
-} ct_wiring;
+    const host_plugin *loss[HOST_WIRING_MAX_LOSS];
+    char             loss_section[HOST_WIRING_MAX_LOSS][64]; /* "loss.<plugin name>" */
+} host_wiring;
 
 /* Validate every section of cfg and resolve every plugin into *w:
  *   - host sections [run] [data] [optim] against the host schema (out_dir defaults to
@@ -32,7 +32,7 @@ typedef struct ct_wiring {
  * INI file it is written in; the same value given with --set is relative to the current
  * directory. [comm] plugin = auto picks mpi when OMPI_COMM_WORLD_SIZE is set, else threads when
  * world_size > 1, else local. Errors are CT_ERR_INVALID with "FILE:LINE: [section] ...". */
-int32_t wiring_resolve(ct_config *cfg, ct_registry *reg, ct_wiring *w, ct_error *err);
+int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err);
 
 /* The comm plugin name [comm] plugin = auto stands for, given world_size. */
 const char *wiring_auto_comm(int64_t world_size);
@@ -49,10 +49,10 @@ const char *wiring_auto_comm(int64_t world_size);
  * The registry's warnings (world-writable plugin folders or files, shadowing) are printed to
  * stderr as "warning: ..." lines, on success and on failure.
  * On failure both are NULL and err says why (usage errors included). */
-int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, ct_config **cfg,
-                          ct_registry **reg, ct_wiring *w, ct_error *err);
+int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, host_config **cfg,
+                          host_registry **reg, host_wiring *w, ct_error *err);
 
 /* Print the chosen plugins ("model      gpt 1.0.0  build/plugins/model_gpt.so"), one a line. */
-void wiring_print(const ct_wiring *w, FILE *out);
+void wiring_print(const host_wiring *w, FILE *out);
 
 #endif /* CTRAIN_HOST_WIRING_H */

@@ -13,8 +13,8 @@
 #define HARNESS_MAX 64
 
 struct ct_harness {
-    ct_config        *cfg;
-    ct_metric_table   metrics[HARNESS_MAX]; /* one per host: rank threads report at once */
+    host_config        *cfg;
+    host_metric_table   metrics[HARNESS_MAX]; /* one per host: rank threads report at once */
     ct_host           hosts[HARNESS_MAX]; /* one per instance, for log prefixes */
     int32_t           n_hosts;
     ct_harness_plugin made[HARNESS_MAX];
@@ -50,8 +50,8 @@ void harness_free(ct_harness *h) {
 
 /* The registry over the build's plugin folder, opened on first use and kept for the process
  * (plugins are never unloaded), so tests load plugins exactly as the host does. */
-static ct_registry *test_registry(void) {
-    static ct_registry *reg;
+static host_registry *test_registry(void) {
+    static host_registry *reg;
     if (!reg) {
         const char *dirs[] = {ct_test_plugin_dir(), NULL};
         ct_error err = {.struct_size = sizeof err};
@@ -73,9 +73,9 @@ const ct_plugin_desc *harness_load(const char *so_file) {
     }
     snprintf(kind, sizeof kind, "%.*s", (int)(us - so_file), so_file);
     snprintf(name, sizeof name, "%.*s", (int)(len - (size_t)(us - so_file) - 4), us + 1);
-    ct_registry *reg = test_registry();
+    host_registry *reg = test_registry();
     ct_error err = {.struct_size = sizeof err};
-    const ct_plugin *p = reg ? registry_resolve(reg, kind_from_name(kind), name, &err) : NULL;
+    const host_plugin *p = reg ? registry_resolve(reg, kind_from_name(kind), name, &err) : NULL;
     if (!p) {
         ct_test_fail(__FILE__, __LINE__, "cannot load %s: %s", so_file, err.message);
         return NULL;

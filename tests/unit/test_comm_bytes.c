@@ -32,12 +32,12 @@ static const ct_plugin_desc *load_plugin(const char *so_file) {
 /* A world of N ranks, each with its own host context and metric table, as the host gives
  * every rank (the tables are what the test reads back). */
 typedef struct bytes_world {
-    ct_config            *cfg;
+    host_config            *cfg;
     const ct_comm_vtable *vt;
     void                 *world;
     void                 *ranks[MAX_RANKS];
     ct_host               hosts[MAX_RANKS];
-    ct_metric_table      *tables; /* (MAX_RANKS) */
+    host_metric_table      *tables; /* (MAX_RANKS) */
     int32_t               n;
 } bytes_world;
 
@@ -155,7 +155,7 @@ static double ring_total_bytes(int32_t n) {
     return total;
 }
 
-static const ct_metric *table_find(const ct_metric_table *t, const char *name) {
+static const host_metric *table_find(const host_metric_table *t, const char *name) {
     for (int32_t i = 0; i < t->n; i++)
         if (strcmp(t->items[i].name, name) == 0) return &t->items[i];
     return NULL;
@@ -178,7 +178,7 @@ static void run_world(const char *so_file, int32_t n) {
     for (int32_t r = 0; r < n; r++) {
         CT_CHECK_MSG(jobs[r].rc == CT_OK, "%s N=%d rank %d: %s", so_file, (int)n, (int)r,
                      jobs[r].err.message);
-        const ct_metric *m = table_find(&w.tables[r], METRIC);
+        const host_metric *m = table_find(&w.tables[r], METRIC);
         CT_CHECK_MSG(m != NULL, "%s N=%d rank %d reported no %s", so_file, (int)n, (int)r,
                      METRIC);
         if (!m) continue;

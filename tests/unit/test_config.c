@@ -17,7 +17,7 @@ static ct_error new_err(void) {
 }
 
 CT_TEST(config_parses_values_trimmed_with_file_line_origins) {
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     int32_t rc = config_load_string(cfg, "ini/t.ini",
                                     "; comment\n"
@@ -48,7 +48,7 @@ CT_TEST(config_parses_values_trimmed_with_file_line_origins) {
 }
 
 CT_TEST(config_records_empty_sections_and_indented_keys_are_keys) {
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     int32_t rc = config_load_string(cfg, "t.ini", "[empty]\n[a]\nx = 1\n    y = 2\n", &err);
     CT_CHECK_MSG(rc == CT_OK, "load failed: %s", err.message);
@@ -67,7 +67,7 @@ CT_TEST(config_line_limit_is_199_characters) {
     memset(val, 'v', 195);
     val[195] = '\0';
     snprintf(text, sizeof text, "[s]\nk = %s\n", val);
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     CT_CHECK_MSG(config_load_string(cfg, "t.ini", text, &err) == CT_OK, "%s", err.message);
     CT_CHECK_INT(strlen(config_get(cfg, "s", "k")), 195);
@@ -86,7 +86,7 @@ CT_TEST(config_line_limit_is_199_characters) {
 }
 
 CT_TEST(config_duplicate_key_names_both_lines) {
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     int32_t rc = config_load_string(cfg, "d.ini", "[optim]\nlr = 1\nbeta1 = 0.9\n\nlr = 2\n", &err);
     CT_CHECK_INT(rc, CT_ERR_INVALID);
@@ -102,7 +102,7 @@ CT_TEST(config_duplicate_key_names_both_lines) {
 }
 
 CT_TEST(config_syntax_error_names_file_and_line) {
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     int32_t rc = config_load_string(cfg, "s.ini", "[run]\nsteps = 3\nthis line has no equals\n"
                                     "x = 1\n", &err);
@@ -126,7 +126,7 @@ CT_TEST(config_syntax_error_names_file_and_line) {
 }
 
 CT_TEST(config_missing_or_unreadable_file_is_a_clear_error) {
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     CT_CHECK_INT(config_load_file(cfg, "/nonexistent/x.ini", &err), CT_ERR_IO);
     CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/x.ini: cannot open");
@@ -155,7 +155,7 @@ CT_TEST(config_missing_or_unreadable_file_is_a_clear_error) {
 }
 
 CT_TEST(config_override_splits_at_last_dot_and_replaces) {
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     CT_CHECK(config_load_string(cfg, "o.ini", "[optim]\nlr = 1\n", &err) == CT_OK);
     CT_CHECK(config_apply_override(cfg, "optim.lr=3e-4", &err) == CT_OK);
@@ -185,8 +185,8 @@ static const ct_param_spec test_specs[] = {
     CT_PARAM_END,
 };
 
-static int32_t validate_text(const char *text, ct_error *err, ct_config **out) {
-    ct_config *cfg = config_new();
+static int32_t validate_text(const char *text, ct_error *err, host_config **out) {
+    host_config *cfg = config_new();
     *err = new_err();
     int32_t rc = config_load_string(cfg, "ini/run.ini", text, err);
     if (rc == CT_OK) {
@@ -200,7 +200,7 @@ static int32_t validate_text(const char *text, ct_error *err, ct_config **out) {
 }
 
 CT_TEST(config_validate_fills_defaults_and_accepts_good_values) {
-    ct_config *cfg;
+    host_config *cfg;
     ct_error err;
     int32_t rc = validate_text("[strategy]\nplugin = x\ntrain = a.bin\nsteps = 1e6\n"
                                "limit_all_gathers = off\nschedule = linear\nlr = 1e-3\n",
@@ -236,7 +236,7 @@ CT_TEST(config_validate_fills_defaults_and_accepts_good_values) {
     CT_CHECK_STR_CONTAINS(buf, "anything = -5");
     CT_CHECK_STR_CONTAINS(buf, "; default\n");
     /* printed text parses back to the same values */
-    ct_config *again = config_new();
+    host_config *again = config_new();
     CT_CHECK_MSG(config_load_string(again, "p.ini", buf, &err) == CT_OK, "%s", err.message);
     CT_CHECK(!strcmp(config_get(again, "strategy", "lr"), "1e-3"));
     CT_CHECK_INT(config_key_count(again, "strategy"), config_key_count(cfg, "strategy"));
@@ -276,7 +276,7 @@ CT_TEST(config_validate_errors_name_line_key_and_fix) {
     CT_CHECK_INT(validate_text("[strategy]\nsteps = 3\n", &err, NULL), CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(err.message, "ini/run.ini: [strategy] missing required key 'train'");
     /* a --set value is named by its origin */
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     err = new_err();
     CT_CHECK(config_load_string(cfg, "r.ini", "[strategy]\ntrain = a\n", &err) == CT_OK);
     CT_CHECK(config_apply_override(cfg, "strategy.steps=-1", &err) == CT_OK);
@@ -294,7 +294,7 @@ CT_TEST(config_validate_walks_specs_with_a_larger_stride) {
     specs[0].s = (ct_param_spec)CT_PARAM_INT("a", "1", 0, 10, "a");
     specs[1].s = (ct_param_spec)CT_PARAM_FLOAT("b", "2.5", 0, 10, "b");
     specs[2].s = (ct_param_spec)CT_PARAM_END;
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     CT_CHECK(config_load_string(cfg, "w.ini", "[x]\na = 7\n", &err) == CT_OK);
     CT_CHECK_MSG(config_validate_section(cfg, "x", &specs[0].s, sizeof(wide_spec), "plugin w",
@@ -329,7 +329,7 @@ static uint64_t probes_for_keys(int32_t n) {
         if (i % 8 == 0) used += (size_t)snprintf(text + used, cap - used, "[s%d]\n", i / 8);
         used += (size_t)snprintf(text + used, cap - used, "k%d = %d\n", i % 8, i);
     }
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     ct_error err = new_err();
     int32_t rc = config_load_string(cfg, "n.ini", text, &err);
     free(text);
@@ -398,7 +398,7 @@ CT_TEST(exclusive_range_ends_refuse_the_end_itself_and_say_so) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[128];
         snprintf(text, sizeof text, "[s]\n%s", cases[i].text);
-        ct_config *cfg = config_new();
+        host_config *cfg = config_new();
         ct_error err = {.struct_size = sizeof err};
         CT_CHECK(config_load_string(cfg, "x.ini", text, &err) == CT_OK);
         int32_t rc = config_validate_section(cfg, "s", specs, sizeof(ct_param_spec), "test",

@@ -60,7 +60,7 @@ static int32_t *read_split(const char *dir, const char *split, int64_t *n) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, split, i);
         if (access(path, F_OK) != 0) break;
-        ct_token_shard s;
+        host_token_shard s;
         ct_error err = new_err();
         if (shard_open(path, &s, &err) != CT_OK) {
             CT_CHECK_MSG(0, "shard_open: %s", err.message);
@@ -93,7 +93,7 @@ CT_TEST(shard_write_then_open_returns_the_same_tokens_in_llmc_layout) {
     for (int i = 3; i < 256; i++) CT_CHECK_INT(h[i], 0);
     free(raw);
 
-    ct_token_shard s;
+    host_token_shard s;
     ct_error err = new_err();
     CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
     CT_CHECK_INT(s.n, 1001);
@@ -131,7 +131,7 @@ static void expect_refused(const char *dir, const char *name, long offset, const
         fclose(f);
     }
     if (truncate_to >= 0) CT_CHECK(truncate(path, truncate_to) == 0);
-    ct_token_shard s;
+    host_token_shard s;
     ct_error err = new_err();
     int32_t rc = shard_open(path, &s, &err);
     CT_CHECK_MSG(rc == CT_ERR_INVALID, "%s: expected CT_ERR_INVALID, got %d", name, rc);
@@ -156,7 +156,7 @@ CT_TEST(shard_open_refuses_bad_magic_version_and_length_naming_the_file) {
     v = -5;
     expect_refused(dir, "neg.bin", 8, &v, 4, -1, "header says -5 tokens");
 
-    ct_token_shard s;
+    host_token_shard s;
     ct_error err = new_err();
     CT_CHECK_INT(shard_open("/nonexistent/x.bin", &s, &err), CT_ERR_IO);
     CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/x.bin");
@@ -165,10 +165,10 @@ CT_TEST(shard_open_refuses_bad_magic_version_and_length_naming_the_file) {
 /* ---- the loader -------------------------------------------------------------------------- */
 
 /* Token i of the shard is i (mod 65536): a window's first input tells where it starts. */
-static ct_loader *open_loader(const char *path, int64_t B, int64_t T, int32_t rank, int32_t world,
+static host_loader *open_loader(const char *path, int64_t B, int64_t T, int32_t rank, int32_t world,
                               uint64_t seed) {
     ct_error err = new_err();
-    ct_loader *l = loader_open(path, NULL, 65536, B, T, rank, world, seed, &err);
+    host_loader *l = loader_open(path, NULL, 65536, B, T, rank, world, seed, &err);
     CT_CHECK_MSG(l != NULL, "loader_open: %s", err.message);
     return l;
 }
@@ -178,7 +178,7 @@ CT_TEST(loader_windows_are_T_plus_1_tokens_each_seen_once_per_epoch) {
     snprintf(path, sizeof path, "%s/pos.bin", ct_test_tmpdir());
     const int64_t n = 1001, T = 10, B = 4; /* (n-1)/T = 100 windows, 25 batches per epoch */
     write_pattern_shard(path, n, 1, 0, 65536);
-    ct_loader *l = open_loader(path, B, T, 0, 1, 42);
+    host_loader *l = open_loader(path, B, T, 0, 1, 42);
     if (!l) return;
     CT_CHECK_INT(loader_windows(l), 100);
     CT_CHECK_INT(loader_batches_per_epoch(l), 25);
@@ -201,7 +201,7 @@ CT_TEST(loader_windows_are_T_plus_1_tokens_each_seen_once_per_epoch) {
     int once = 0;
     for (int w = 0; w < 100; w++) once += seen[w] == 1;
     CT_CHECK_INT(once, 100);
-    ct_loader_state st = loader_get_state(l);
+    host_loader_state st = loader_get_state(l);
     CT_CHECK_INT(st.epoch, 0);
     CT_CHECK_INT(st.position, 100);
     /* the next batch opens epoch 1 in another order */
@@ -218,8 +218,8 @@ CT_TEST(loader_one_rank_of_batch_BN_equals_N_ranks_of_batch_B_concatenated) {
     const int64_t T = 8, B = 3;
     const int32_t N = 4;
     write_pattern_shard(path, 8 * 62 + 1, 1, 0, 65536); /* 62 windows: 5 global batches of 12 */
-    ct_loader *one = open_loader(path, B * N, T, 0, 1, 7);
-    ct_loader *ranks[4];
+    host_loader *one = open_loader(path, B * N, T, 0, 1, 7);
+    host_loader *ranks[4];
     for (int r = 0; r < N; r++) ranks[r] = open_loader(path, B, T, r, N, 7);
     int32_t in1[96], tg1[96], in[24], tg[24];
     ct_error err = new_err();
@@ -242,7 +242,7 @@ CT_TEST(loader_one_rank_of_batch_BN_equals_N_ranks_of_batch_B_concatenated) {
 
 /* The first inputs of `steps` batches, as a fingerprint of the order. */
 static void order_of(const char *path, uint64_t seed, int steps, int32_t *firsts) {
-    ct_loader *l = open_loader(path, 2, 4, 0, 1, seed);
+    host_loader *l = open_loader(path, 2, 4, 0, 1, seed);
     if (!l) return;
     int32_t in[8], tg[8];
     ct_error err = new_err();
@@ -274,13 +274,13 @@ CT_TEST(loader_state_restored_in_a_new_loader_continues_identically) {
     char path[512];
     snprintf(path, sizeof path, "%s/pos.bin", ct_test_tmpdir());
     write_pattern_shard(path, 5 * 37 + 1, 1, 0, 65536); /* 37 windows, 7 batches of 5 */
-    ct_loader *a = open_loader(path, 5, 5, 0, 1, 99);
+    host_loader *a = open_loader(path, 5, 5, 0, 1, 99);
     int32_t in[25], tg[25], in2[25], tg2[25];
     ct_error err = new_err();
     for (int s = 0; s < 11; s++) CT_CHECK(loader_next(a, in, tg, &err) == CT_OK);
-    ct_loader_state st = loader_get_state(a);
+    host_loader_state st = loader_get_state(a);
     CT_CHECK_INT(st.epoch, 1);
-    ct_loader *b = open_loader(path, 5, 5, 0, 1, 99);
+    host_loader *b = open_loader(path, 5, 5, 0, 1, 99);
     CT_CHECK(loader_set_state(b, st, &err) == CT_OK);
     int diffs = 0;
     for (int s = 0; s < 10; s++) {
@@ -290,13 +290,13 @@ CT_TEST(loader_state_restored_in_a_new_loader_continues_identically) {
     }
     CT_CHECK_INT(diffs, 0);
     /* reset replays epoch 0 from the start: same as a fresh loader */
-    ct_loader *fresh = open_loader(path, 5, 5, 0, 1, 99);
+    host_loader *fresh = open_loader(path, 5, 5, 0, 1, 99);
     loader_reset(b);
     CT_CHECK(loader_next(b, in, tg, &err) == CT_OK);
     CT_CHECK(loader_next(fresh, in2, tg2, &err) == CT_OK);
     CT_CHECK(memcmp(in, in2, sizeof in) == 0);
     /* a position beyond this data is refused */
-    ct_loader_state bad = {.epoch = 0, .position = 1000};
+    host_loader_state bad = {.epoch = 0, .position = 1000};
     CT_CHECK_INT(loader_set_state(b, bad, &err), CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(err.message, "position 1000");
     loader_close(a);
@@ -309,7 +309,7 @@ CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
     snprintf(path, sizeof path, "%s/big.bin", ct_test_tmpdir());
     write_pattern_shard(path, 1000, 1, 0, 301); /* max token 300 at position 300 */
     ct_error err = new_err();
-    ct_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
+    host_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
     CT_CHECK(l == NULL);
     CT_CHECK_INT(err.code, CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(err.message, path);
@@ -338,7 +338,7 @@ CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     /* 100000 tokens < 200: 24999 windows of T=4 over 50 pages (a mapping faults past the end) */
     write_pattern_shard(path, 100000, 1, 0, 200);
     ct_error err = new_err();
-    ct_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 3, &err);
+    host_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 3, &err);
     CT_CHECK_MSG(l != NULL, "%s", err.message);
     if (!l) return;
     int32_t in[8], tg[8];
@@ -372,7 +372,7 @@ CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     l = loader_open(path, NULL, 256, 2, 4, 0, 1, 3, &err);
     CT_CHECK_MSG(l != NULL, "%s", err.message);
     if (!l) return;
-    ct_token_shard s;
+    host_token_shard s;
     CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
     write_pattern_shard(path, 1000, 1, 0, 200);
     shard_release(&s);
@@ -402,7 +402,7 @@ CT_TEST(shard_open_refuses_a_fifo_folder_or_device_without_blocking) {
     };
     alarm(20); /* the FIFO used to block in open() forever */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        ct_token_shard s;
+        host_token_shard s;
         ct_error err = new_err();
         CT_CHECK_INT(shard_open(cases[i].path, &s, &err), CT_ERR_INVALID);
         CT_CHECK_STR_CONTAINS(err.message, cases[i].path);
@@ -479,7 +479,7 @@ CT_TEST(loader_reads_a_folder_split_or_a_glob_across_shards) {
     snprintf(p, sizeof p, "%s/val_000000.bin", dir);
     write_pattern_shard(p, 9, 1, 5000, 65536); /* 2 windows */
     ct_error err = new_err();
-    ct_loader *l = loader_open(dir, "train", 0, 3, 4, 0, 1, 5, &err);
+    host_loader *l = loader_open(dir, "train", 0, 3, 4, 0, 1, 5, &err);
     CT_CHECK_MSG(l != NULL, "%s", err.message);
     if (!l) return;
     CT_CHECK_INT(loader_shard_count(l), 2);
@@ -571,7 +571,7 @@ CT_TEST(prepare_bytes_writes_shards_that_hold_the_file_bytes_and_their_entropy) 
     CT_CHECK(h > 2.5 && h < 3.5);
     /* the loader takes the folder, vocab 256 */
     ct_error err = new_err();
-    ct_loader *l = loader_open(out, "val", 256, 4, 64, 0, 1, 0, &err);
+    host_loader *l = loader_open(out, "val", 256, 4, 64, 0, 1, 0, &err);
     CT_CHECK_MSG(l != NULL, "%s", err.message);
     loader_close(l);
     free(meta);
@@ -654,7 +654,7 @@ CT_TEST(sentencepiece_trained_on_small_text_round_trips_any_bytes) {
     ct_error err = new_err();
     int32_t rc = tokenizer_train(files, 1, "bpe", 512, model, 2, 0, &err);
     CT_CHECK_MSG(rc == CT_OK, "train: %s", err.message);
-    ct_tokenizer *tok = tokenizer_load(model, &err);
+    host_tokenizer *tok = tokenizer_load(model, &err);
     CT_CHECK_MSG(tok != NULL, "load: %s", err.message);
     if (!tok) return;
     CT_CHECK_INT(tokenizer_vocab_size(tok), 512);
@@ -702,7 +702,7 @@ CT_TEST(prepare_sentencepiece_shards_decode_back_to_the_text) {
     CT_CHECK_INT(cmd_prepare(12, argv), 0);
     snprintf(model, sizeof model, "%s/tokenizer.model", out);
     ct_error err = new_err();
-    ct_tokenizer *tok = tokenizer_load(model, &err);
+    host_tokenizer *tok = tokenizer_load(model, &err);
     CT_CHECK_MSG(tok != NULL, "%s", err.message);
     if (!tok) return;
     int64_t n_train, n_val;
@@ -722,7 +722,7 @@ CT_TEST(prepare_sentencepiece_shards_decode_back_to_the_text) {
     char *meta = read_whole(p, &mlen);
     CT_CHECK_STR_CONTAINS(meta, "tokenizer = sentencepiece");
     CT_CHECK_STR_CONTAINS(meta, "vocab_size = 400");
-    ct_loader *l = loader_open(out, "train", 400, 2, 16, 0, 1, 0, &err);
+    host_loader *l = loader_open(out, "train", 400, 2, 16, 0, 1, 0, &err);
     CT_CHECK_MSG(l != NULL, "%s", err.message);
     loader_close(l);
     free(meta);

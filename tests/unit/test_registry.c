@@ -30,7 +30,7 @@ static int build_fixture(const char *dir, const char *file, const char *flags) {
     return rc == 0;
 }
 
-static int find_problem(const ct_registry *reg, const char *path_suffix, const char *needle) {
+static int find_problem(const host_registry *reg, const char *path_suffix, const char *needle) {
     for (int32_t i = 0; i < registry_problem_count(reg); i++) {
         const char *p = registry_problem_path(reg, i);
         size_t lp = strlen(p), ls = strlen(path_suffix);
@@ -57,7 +57,7 @@ CT_TEST(registry_accepts_same_major_older_minor_and_refuses_newer_or_other_major
     }
     const char *dirs[] = {dir, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
     CT_CHECK_INT(registry_count(reg), 0); /* nothing loaded before a scan or a lookup */
@@ -94,11 +94,11 @@ CT_TEST(registry_zero_extends_short_vtables_and_walks_wide_param_specs) {
     if (!build_fixture(dir, "wide.so", "-DFX_NAME=wide -DFX_WIDE_PARAMS")) return;
     const char *dirs[] = {dir, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
     /* a model vtable that ends before mean_hidden (OPTIONAL): loads, the member reads NULL */
-    const ct_plugin *s = registry_resolve(reg, CT_KIND_MODEL, "short_vt", &err);
+    const host_plugin *s = registry_resolve(reg, CT_KIND_MODEL, "short_vt", &err);
     CT_CHECK_MSG(s != NULL, "%s", err.message);
     if (s) {
         const ct_model_vtable *vt = s->vtable;
@@ -114,7 +114,7 @@ CT_TEST(registry_zero_extends_short_vtables_and_walks_wide_param_specs) {
     CT_CHECK_STR_CONTAINS(err.message, "loss_short_vt.so): vtable ends (struct_size");
     CT_CHECK_STR_CONTAINS(err.message, "before forward_backward (required)");
     err = new_err();
-    const ct_plugin *w = registry_resolve(reg, CT_KIND_LOSS, "wide", &err);
+    const host_plugin *w = registry_resolve(reg, CT_KIND_LOSS, "wide", &err);
     CT_CHECK_MSG(w != NULL, "%s", err.message);
     if (w) {
         CT_CHECK_INT(w->n_params, 3);
@@ -127,7 +127,7 @@ CT_TEST(registry_zero_extends_short_vtables_and_walks_wide_param_specs) {
         CT_CHECK(w->params[3].key == NULL);
         CT_CHECK_INT(w->desc.param_struct_size, sizeof(ct_param_spec) + 3 * sizeof(double));
         /* the converted schema validates a section */
-        ct_config *cfg = config_new();
+        host_config *cfg = config_new();
         CT_CHECK(config_load_string(cfg, "w.ini", "[loss.wide]\nmode = slow\n", &err) == CT_OK);
         CT_CHECK_MSG(config_validate_section(cfg, "loss.wide", w->params, sizeof(ct_param_spec),
                                              "loss plugin wide", NULL, &err) == CT_OK,
@@ -147,25 +147,25 @@ CT_TEST(registry_first_folder_wins_and_later_same_name_is_shadowed) {
     if (!build_fixture(d2, "model_fx.so", "-DFX_KIND=CT_KIND_MODEL")) return;
     const char *dirs[] = {d1, d2, "/nonexistent/folder", NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
     CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), 2);
     CT_CHECK_INT(registry_shadowed_count(reg), 1);
     CT_CHECK_INT(registry_dir_count(reg), 3);
-    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
+    const host_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
     CT_CHECK(p && strstr(p->path, d1) == p->path);
     CT_CHECK_STR_CONTAINS(registry_shadowed_at(reg, 0)->path, "other_name.so");
     /* kinds are kept apart: the model fx is a different plugin */
-    const ct_plugin *m = registry_resolve(reg, CT_KIND_MODEL, "fx", &err);
+    const host_plugin *m = registry_resolve(reg, CT_KIND_MODEL, "fx", &err);
     CT_CHECK(m && m != p && m->desc.kind == CT_KIND_MODEL);
     /* sorted by kind: model before loss */
     CT_CHECK_INT(registry_at(reg, 0)->desc.kind, CT_KIND_MODEL);
     /* asking by path for the shadowed file gives that file */
     char path[600];
     snprintf(path, sizeof path, "%s/other_name.so", d2);
-    const ct_plugin *q = registry_resolve(reg, CT_KIND_LOSS, path, &err);
+    const host_plugin *q = registry_resolve(reg, CT_KIND_LOSS, path, &err);
     CT_CHECK(q && strstr(q->path, "other_name.so"));
     registry_close(reg);
 }
@@ -176,7 +176,7 @@ CT_TEST(registry_resolve_errors_list_available_and_name_wrong_kind) {
     if (!build_fixture(dir, "loss_fy.so", "-DFX_NAME=fy")) return;
     const char *dirs[] = {dir, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
     err = new_err();
     CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "fz", &err) == NULL);
@@ -188,7 +188,7 @@ CT_TEST(registry_resolve_errors_list_available_and_name_wrong_kind) {
     CT_CHECK(registry_resolve(reg, CT_KIND_LOSS, "/nonexistent/loss_q.so", &err) == NULL);
     CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/loss_q.so");
     /* a bare file name is found in the search folders */
-    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "loss_fy.so", &err);
+    const host_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "loss_fy.so", &err);
     CT_CHECK(p && !strcmp(p->desc.name, "fy"));
     CT_CHECK(!strcmp(kind_name(CT_KIND_PRECISION), "precision"));
     CT_CHECK_INT(kind_from_name("comm"), CT_KIND_COMM);
@@ -215,7 +215,7 @@ CT_TEST(registry_reports_dlerror_of_a_plugin_whose_library_is_gone) {
     CT_CHECK_INT(unlink(cmd), 0);
     const char *dirs[] = {sub, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
     CT_CHECK_INT(registry_scan(reg, &err), CT_OK);
     CT_CHECK_INT(registry_count(reg), 0);
@@ -226,7 +226,7 @@ CT_TEST(registry_reports_dlerror_of_a_plugin_whose_library_is_gone) {
     registry_close(reg);
 }
 
-static int has_warning(const ct_registry *reg, const char *needle) {
+static int has_warning(const host_registry *reg, const char *needle) {
     for (int32_t i = 0; i < registry_warning_count(reg); i++)
         if (strstr(registry_warning_at(reg, i), needle)) return 1;
     return 0;
@@ -242,10 +242,10 @@ CT_TEST(registry_loads_only_what_is_asked_and_probes_a_crashing_plugin_in_a_chil
     if (!build_fixture(dir, "loss_boom.so", "-DFX_NAME=boom -DFX_CRASH_IN_CONSTRUCTOR")) return;
     const char *dirs[] = {dir, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
-    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
+    const host_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
     CT_CHECK_MSG(p != NULL, "%s", err.message);
     CT_CHECK_INT(registry_count(reg), 1);        /* loss_fx.so only */
     CT_CHECK_INT(registry_problem_count(reg), 0); /* loss_boom.so was never opened */
@@ -275,13 +275,13 @@ CT_TEST(registry_warns_about_world_writable_folders_and_shadowed_conventional_fi
     CT_CHECK_INT(chmod(d2, 0777), 0);
     const char *dirs[] = {d1, d2, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
     char want[1400];
     snprintf(want, sizeof want, "plugin folder %s is world-writable", d2);
     CT_CHECK(has_warning(reg, want));
     CT_CHECK_INT(registry_warning_count(reg), 1);
-    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
+    const host_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "fx", &err);
     CT_CHECK_MSG(p && strstr(p->path, d1) == p->path, "%s", p ? p->path : err.message);
     snprintf(want, sizeof want, "loss plugin 'fx': %s/loss_fx.so is used; %s/loss_fx.so, later "
              "on the search path, is hidden by it", d1, d2);
@@ -317,10 +317,10 @@ CT_TEST(registry_does_not_load_a_bare_file_name_from_the_current_directory) {
     if (!getcwd(cwd, sizeof cwd)) return;
     const char *dirs[] = {search, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
     CT_CHECK_INT(chdir(dir), 0);
-    const ct_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "loss_here.so", &err);
+    const host_plugin *p = registry_resolve(reg, CT_KIND_LOSS, "loss_here.so", &err);
     CT_CHECK_INT(chdir(cwd), 0);
     CT_CHECK_MSG(p == NULL, "loaded %s from the current directory", p ? p->path : "");
     CT_CHECK_STR_CONTAINS(err.message, "plugin file loss_here.so is in none of the 1 search "
@@ -359,14 +359,14 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
     if (!dir) return;
     const char *dirs[] = {dir, NULL};
     ct_error err = new_err();
-    ct_registry *reg = registry_open_dirs(dirs, &err);
+    host_registry *reg = registry_open_dirs(dirs, &err);
     if (!reg) return;
     const char *base = "[run]\nname = t\n[data]\ntrain = a.bin\n[model]\nplugin = m\ncount = 4\n"
                        "[loss]\nplugins = fx\n[loss.fx]\nmode = slow\n[strategy]\nplugin = s\n"
                        "[precision]\nplugin = p\n[comm]\nworld_size = 3\n";
-    ct_config *cfg = config_new();
+    host_config *cfg = config_new();
     CT_CHECK(config_load_string(cfg, "w.ini", base, &err) == CT_OK);
-    ct_wiring w;
+    host_wiring w;
     int32_t rc = wiring_resolve(cfg, reg, &w, &err);
     CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
     if (rc == CT_OK) {
@@ -451,9 +451,9 @@ CT_TEST(session_configure_reads_file_then_overrides_and_returns_other_flags) {
     int argc = 9;
     char *rest[10];
     int n_rest = -1;
-    ct_config *cfg = NULL;
-    ct_registry *reg = NULL;
-    ct_wiring w;
+    host_config *cfg = NULL;
+    host_registry *reg = NULL;
+    host_wiring w;
     int32_t rc = session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err);
     CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
     if (rc == CT_OK) {
