@@ -93,6 +93,9 @@ static const ct_param_spec comm_specs[] = {
 
 static const ct_param_spec device_specs[] = {
     CT_PARAM_STRING("type", "cpu", "device plugin: cpu or cuda"),
+    CT_PARAM_FLOAT("peak_tflops", "0", 0, 1e6,
+                   "peak TFLOP/s of one device (one rank) for MFU; 0 = the device's own figure "
+                   "(cpu: measured BLAS sgemm, cuda: datasheet by GPU name and dtype)"),
     CT_PARAM_END,
 };
 

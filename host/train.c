@@ -8,6 +8,7 @@
 #include "checkpoint.h"
 #include "commands.h"
 #include "launcher.h"
+#include "mfu.h"
 #include "optim.h"
 #include "param_norms.h"
 #include "preempt.h"
@@ -220,6 +221,10 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
         mf = &mfile;
     }
 
+    /* FLOPs per token and the peak (the cpu device measures ~0.05 s): before the clock starts */
+    mfu_state mfu;
+    if ((rc = mfu_open(r, &mfu, mf ? stdout : NULL, err)) != CT_OK) goto out_close_metrics;
+
     interval iv;
     memset(&iv, 0, sizeof iv);
     iv.t_start = now_s();
@@ -275,16 +280,18 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
                 metrics_add(&out, norms.items[i].name, metrics_value(&norms, norms.items[i].name),
                             CT_METRIC_MEAN);
             metrics_clear(&norms);
+            mfu_add_metrics(&mfu, tps, &out);
             metrics_sort(&out);
             if (mf) {
                 if ((rc = metrics_file_write(mf, &out, step, err)) != CT_OK) break;
-                char eta[32];
+                char eta[32], mfu_text[32];
+                mfu_format(&mfu, tps, mfu_text, sizeof mfu_text);
                 double per_step = (now_s() - t_run) / (double)steps_done_here;
                 format_eta(per_step * (double)(oc.steps - step), eta, sizeof eta);
                 printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | logit norm %.2f "
-                       "| %.0f tok/s | ETA %s\n",
+                       "| %.0f tok/s | %s | ETA %s\n",
                        (long long)step, (long long)oc.steps, metrics_value(&out, "loss"), lr,
-                       gnorm, metrics_value(&out, "logit_norm_mean"), tps, eta);
+                       gnorm, metrics_value(&out, "logit_norm_mean"), tps, mfu_text, eta);
                 fflush(stdout);
             }
             memset(&iv, 0, sizeof iv);
@@ -342,6 +349,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             break;
         }
     }
+out_close_metrics:
     if (mf) {
         ct_error cerr = {.struct_size = sizeof cerr};
         if (metrics_file_close(mf, &cerr) != CT_OK && rc == CT_OK) {

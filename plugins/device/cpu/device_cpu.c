@@ -2,7 +2,8 @@
  * synchronous, element-wise loops run on OpenMP threads ([device] threads; 0 = the machine's
  * cores divided among the world's ranks, right for the threads engine and one-node mpi).
  * Per-element math (bf16 rounding, the AdamW update) comes from ctrain/numerics.h so the CUDA
- * device computes the same bits. Not for: collectives (comm plugins) or model math (models).
+ * device computes the same bits. Not for: collectives (comm plugins), model math (models) or
+ * measuring the BLAS peak (peak_cpu.c, behind peak_flops).
  *
  * Determinism: reductions (sumsq, row_stats' totals) split the data into CT_CPU_BLOCKS fixed
  * blocks, sum each block in order and add the block sums in order, so the result depends on
@@ -12,9 +13,12 @@
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
 
+#include "peak_cpu.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CT_CPU_BLOCKS   256      /* fixed reduction blocks (see the file comment) */
 #define CT_CPU_PAR_MIN  32768    /* element loops shorter than this stay on one thread */
@@ -321,6 +325,22 @@ static int32_t cpu_row_stats(void *p, const float *logits, int64_t rows, int64_t
     return CT_OK;
 }
 
+/* The BLAS product peak of this instance's threads, whatever the dtype: the gpt model's bf16
+ * compute on the cpu widens to f32 and multiplies with sgemm too. */
+static int32_t cpu_peak_flops(void *p, int32_t dtype, ct_peak *out, ct_error *err) {
+    cpu_device *self = p;
+    (void)dtype;
+    if (!out) return ct_error_set(err, CT_ERR_INVALID, "device cpu: peak_flops got a NULL out");
+    ct_peak peak = {.struct_size = sizeof peak};
+    int32_t rc = cpu_peak_measure(self->threads, &peak, err);
+    if (rc != CT_OK) return rc;
+    uint32_t size = out->struct_size && out->struct_size < sizeof peak ? out->struct_size
+                                                                        : sizeof peak;
+    memcpy(out, &peak, size);
+    out->struct_size = size;
+    return CT_OK;
+}
+
 static int32_t cpu_synchronize(void *p, ct_error *err) {
     (void)p;
     (void)err;
@@ -354,6 +374,7 @@ static const ct_device_vtable cpu_vtable = {
     .row_stats   = cpu_row_stats,
     .synchronize = cpu_synchronize,
     .native_stream = NULL,
+    .peak_flops  = cpu_peak_flops,
 };
 
 CT_DEFINE_PLUGIN(

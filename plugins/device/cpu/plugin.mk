@@ -1,3 +1,4 @@
-# device cpu: element-wise loops run on OpenMP threads ([device] threads).
-device_cpu_CFLAGS := -fopenmp
-device_cpu_LIBS   := -fopenmp
+# device cpu: element-wise loops run on OpenMP threads ([device] threads); peak_flops measures
+# the same OpenBLAS the gpt model links (libopenblas.so.0: one copy per process).
+device_cpu_CFLAGS := $(BLAS_CFLAGS) -fopenmp
+device_cpu_LIBS   := $(BLAS_LIBS) -fopenmp

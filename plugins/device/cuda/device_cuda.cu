@@ -552,6 +552,58 @@ static int32_t cuda_synchronize(void *p, ct_error *err) {
 static void *cuda_native_stream(void *p) { return (void *)((cuda_device *)p)->stream; }
 
 /* ---------------------------------------------------------------------------------------
+ * peak_flops: a datasheet table by the GPU's name (cudaDeviceProp.name) and the dtype
+ * ------------------------------------------------------------------------------------- */
+
+/* Dense (no 2:4 sparsity) TFLOP/s from NVIDIA's datasheets. bf16: tensor cores. f32: the
+ * CUDA cores' FP32 rate, not TF32, since the gpt model keeps cuBLAS's default math (no TF32).
+ * The first entry whose `match` is in the name wins, so variants come before their family. */
+typedef struct gpu_peak {
+    const char *match;
+    double      bf16_tflops, f32_tflops;
+} gpu_peak;
+
+static const gpu_peak gpu_peaks[] = {
+    {"H100 PCIe", 756.5, 51.2}, {"H100 NVL", 835.5, 60.0}, {"H100", 989.4, 66.9},
+    {"H200 NVL", 835.5, 60.0},  {"H200", 989.4, 66.9},     {"GH200", 989.4, 66.9},
+    {"A100", 312.0, 19.5},      {"L40S", 362.1, 91.6},     {"L4", 121.0, 30.3},
+    {"A10", 125.0, 31.2},
+};
+
+static int32_t cuda_peak_flops(void *p, int32_t dtype, ct_peak *out, ct_error *err) {
+    cuda_device *self = (cuda_device *)p;
+    if (!out) return ct_error_set(err, CT_ERR_INVALID, "device cuda: peak_flops got a NULL out");
+    cudaDeviceProp prop;
+    CUDA_TRY(cudaGetDeviceProperties(&prop, self->ordinal), "cudaGetDeviceProperties");
+    if (dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F32)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: no peak for dtype %s ---> set "
+                            "[device] peak_tflops", ct_dtype_name(dtype));
+    const gpu_peak *g = NULL;
+    for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0] && !g; i++)
+        if (strstr(prop.name, gpu_peaks[i].match)) g = &gpu_peaks[i];
+    if (!g)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: %.100s is not in the datasheet "
+                            "table ---> set [device] peak_tflops to its dense %s TFLOP/s",
+                            prop.name, ct_dtype_name(dtype));
+    ct_peak peak;
+    memset(&peak, 0, sizeof peak);
+    peak.struct_size = sizeof peak;
+    int bf16 = dtype == CT_DTYPE_BF16;
+    peak.flops = 1e12 * (bf16 ? g->bf16_tflops : g->f32_tflops);
+    snprintf(peak.source, sizeof peak.source, "datasheet: %.100s, %s dense", prop.name,
+             bf16 ? "bf16 tensor core" : "f32 (no TF32)");
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    snprintf(peak.library, sizeof peak.library, "cuBLAS (CUDA runtime %d.%d)", rt / 1000,
+             rt % 1000 / 10);
+    uint32_t size = out->struct_size && out->struct_size < sizeof peak ? out->struct_size
+                                                                        : (uint32_t)sizeof peak;
+    memcpy(out, &peak, size);
+    out->struct_size = size;
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
  * descriptor
  * ------------------------------------------------------------------------------------- */
 
@@ -580,6 +632,7 @@ static ct_device_vtable make_vtable(void) {
     vt.synchronize   = cuda_synchronize;
     vt.native_stream = cuda_native_stream;
     vt.cast_bf16_sr  = cuda_cast_sr;
+    vt.peak_flops    = cuda_peak_flops;
     return vt;
 }
 

@@ -371,8 +371,22 @@ out_destroy:
  * describe / prepare
  * ------------------------------------------------------------------------------------- */
 
+/* FLOPs per token of a training step (see ct_model_desc): 6 per parameter that multiplies
+ * activations — every parameter counted once (a tied head once: the embedding lookup is no
+ * product, the head is) except the learned position table, as nanoGPT's estimate_mfu; norm
+ * gains and biases are kept in (under 0.1% of GPT-2's count) — plus 12·L·C per position of T
+ * for QK^T and AV. SwiGLU's three matrices are all in n_params, so it needs no special case. */
+static void flops_per_token(const gpt *m, double *fixed, double *per_t) {
+    double n = (double)m->n_params;
+    if (m->pos == GPT_POS_LEARNED) n -= (double)m->max_T * (double)m->C;
+    *fixed = 6.0 * n;
+    *per_t = 12.0 * (double)m->L * (double)m->C;
+}
+
 static int32_t gpt_describe(void *self, ct_model_desc *out, ct_error *err) {
     gpt *m = self;
+    double fpt_fixed, fpt_per_t;
+    flops_per_token(m, &fpt_fixed, &fpt_per_t);
     ct_model_desc d = {
         .struct_size = sizeof d,
         .n_units = (uint32_t)(m->L + 1),
@@ -386,6 +400,8 @@ static int32_t gpt_describe(void *self, ct_model_desc *out, ct_error *err) {
         .head_unit = 0,
         .head_tensor = m->head_tensor,
         .n_params = m->n_params,
+        .flops_per_token_fixed = fpt_fixed,
+        .flops_per_token_per_t = fpt_per_t,
     };
     if (!out) return ct_error_set(err, CT_ERR_INVALID, "model gpt: describe() got a NULL desc");
     uint32_t size = out->struct_size && out->struct_size < sizeof d ? out->struct_size : sizeof d;

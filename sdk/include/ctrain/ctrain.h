@@ -84,8 +84,10 @@
  *     load a plugin whose vtable lacks a REQUIRED member (NULL, or beyond its struct_size),
  *     naming the member; an OPTIONAL member may be NULL.
  *   - History: 1.1 added ct_model_vtable.mean_hidden; 1.2 added ct_plugin_desc.validate,
- *     ct_param_spec.flags (exclusive bounds) and ct_model_vtable.prepare_decode/decode
- *     (incremental decoding). Plugins built for 1.0 and 1.1 keep loading.
+ *     ct_param_spec.flags (exclusive bounds), ct_model_vtable.prepare_decode/decode
+ *     (incremental decoding), ct_model_desc.flops_per_token_fixed/_per_t and
+ *     ct_device_vtable.peak_flops (model FLOPs utilisation). Plugins built for 1.0 and 1.1
+ *     keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -430,6 +432,19 @@ typedef struct ct_adamw_args {
     float    grad_scale;   /* grad is multiplied by this first (global-norm clipping) */
 } ct_adamw_args;
 
+/* A device's peak rate of matrix products (ct_device_vtable.peak_flops). Strings are
+ * NUL-terminated, host memory, truncated to fit. */
+typedef struct ct_peak {
+    uint32_t struct_size;
+    double   flops;        /* FLOP/s of this instance (on a cpu, of the threads it was given) */
+    char     source[160];  /* how it was found: "measured: 2 threads x cblas_sgemm 256^3, ..."
+                              or "datasheet: NVIDIA H100 80GB HBM3, bf16 tensor core dense" */
+    char     library[256]; /* the math library behind it ("OpenBLAS 0.3.21 ... kernel
+                              Prescott (path)"), or "" */
+    char     warning[320]; /* "" or why the figure is below what the hardware can do, with a
+                              ---> hint (e.g. OpenBLAS's generic kernel on an AVX-512 CPU) */
+} ct_peak;
+
 /* Statistics of a block of logits: the host combines them over micro-batches and ranks. */
 typedef struct ct_logit_stats {
     uint32_t struct_size;
@@ -502,6 +517,16 @@ struct ct_device_vtable {
      * on every device. Pass a new seed per call. dst and src must not overlap. */
     int32_t (*cast_bf16_sr)(void *self, uint16_t *dst, const float *src, uint64_t n,
                             uint64_t seed, ct_error *err); /* OPTIONAL */
+
+    /* Since ABI 1.2, optional (NULL: the host needs [device] peak_tflops for MFU): the peak
+     * rate of matrix products in `dtype` (the compute dtype, CT_DTYPE_F32 or CT_DTYPE_BF16)
+     * this instance can reach, into *out (host memory; the caller sets out->struct_size, the
+     * plugin fills min(that, its own size) bytes). The cpu device measures (sgemm on its
+     * threads, 0.2 s at most), so the host calls it once per rank before step 1; a GPU
+     * device looks its name up in a datasheet table. CT_ERR_UNSUPPORTED when the figure is
+     * unknown (a GPU not in the table). Synchronises. */
+    int32_t (*peak_flops)(void *self, int32_t dtype, ct_peak *out,
+                          ct_error *err); /* OPTIONAL */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -683,6 +708,18 @@ typedef struct ct_model_desc {
     int32_t              head_unit;          /* unit and tensor index of the output-head weight */
     int32_t              head_tensor;        /*   (V, C); for the head weight-norm metric */
     uint64_t             n_params;           /* parameters, counting tied ones once */
+    /* Since ABI 1.2, optional (0 and 0: not given; the host then counts 6 * n_params): the
+     * model's FLOPs of one training step (forward + backward) per token, for sequences of T
+     * tokens, as fixed + per_t * T. The host's MFU uses T = [data] seq_len. Only the model
+     * knows which parameters multiply activations and what its attention costs, so it gives
+     * the count; describe() runs before prepare(), so T stays a coefficient. Dense transformer
+     * convention (PaLM appendix B, nanoGPT's estimate_mfu): fixed = 6 * N (2 forward, 4
+     * backward per parameter per token) with N the parameters less the position table (a
+     * tied head once; gpt keeps norms and biases in, as nanoGPT), per_t = 12 * L * C (QK^T
+     * and AV: 2 * 2 * C per layer per attended position forward, backward twice that; causal
+     * masking not discounted). */
+    double               flops_per_token_fixed; /* FLOPs per token that do not depend on T */
+    double               flops_per_token_per_t; /* FLOPs per token per position of T */
 } ct_model_desc;
 
 /* n rounded up to a multiple of a. Tensor k of a unit starts at the sum over j < k of
