@@ -88,6 +88,86 @@ out_free_name:
     return rc;
 }
 
+uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n) {
+    const unsigned char *p = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * HOST_FNV64_PRIME;
+    return h;
+}
+
+int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err) {
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->max = -1;
+    w->fnv = HOST_FNV64_OFFSET;
+    if (!(w->path = strdup(path))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = create_beside(path, &w->tmp, &w->fd, err);
+    if (rc != CT_OK) goto out_free;
+    int32_t header[HOST_SHARD_HEADER_INTS] = {0}; /* the real one is written by finish */
+    if (write_all(w->fd, header, sizeof header) != 0) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                          w->tmp, strerror(errno));
+        shard_writer_abort(w);
+        return rc;
+    }
+    return CT_OK;
+out_free:
+    free(w->path);
+    w->path = NULL;
+    return rc;
+}
+
+int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
+                            ct_error *err) {
+    if (w->n + n > INT32_MAX)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %lld tokens do not fit one shard (at "
+                            "most %d) ---> use smaller shards (ctrain prepare --shard-tokens)",
+                            w->path, (long long)(w->n + n), INT32_MAX);
+    int32_t max = w->max;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] > max) max = tokens[i];
+    w->max = max;
+    w->fnv = fnv64_update(w->fnv, tokens, (size_t)n * sizeof *tokens);
+    if (write_all(w->fd, tokens, (size_t)n * sizeof *tokens) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                            w->tmp, strerror(errno));
+    w->n += n;
+    return CT_OK;
+}
+
+int32_t shard_writer_finish(host_shard_writer *w, ct_error *err) {
+    int32_t header[HOST_SHARD_HEADER_INTS] = {0};
+    header[0] = HOST_SHARD_MAGIC;
+    header[1] = HOST_SHARD_VERSION;
+    header[2] = (int32_t)w->n;
+    int32_t rc = CT_OK;
+    if (pwrite(w->fd, header, sizeof header, 0) != (ssize_t)sizeof header || fsync(w->fd) != 0)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                          w->tmp, strerror(errno));
+    else if (close(w->fd) != 0)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", w->tmp, strerror(errno));
+    else if ((w->fd = -1, rename(w->tmp, w->path) != 0))
+        rc = ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path,
+                          strerror(errno));
+    if (rc != CT_OK) {
+        shard_writer_abort(w);
+        return rc;
+    }
+    fsync_parent_folder(w->path);
+    free(w->tmp);
+    free(w->path);
+    w->tmp = w->path = NULL;
+    return CT_OK;
+}
+
+void shard_writer_abort(host_shard_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
+    if (w->tmp) unlink(w->tmp);
+    free(w->tmp);
+    free(w->path);
+    w->tmp = w->path = NULL;
+}
+
 #define SHARD_HINT "name a .bin token shard made by `ctrain prepare` or llm.c"
 
 /* Read exactly `bytes` at `offset`; the bytes read (fewer at end of file), or -1 (errno). */

@@ -36,6 +36,32 @@
  * folder. A reader never sees a partial file. CT_ERR_IO naming the path on failure. */
 int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err);
 
+/* A shard written piece by piece (prepare streams its output): tokens go to a temporary
+ * file beside `path`; shard_writer_finish writes the header, fsyncs and renames it onto
+ * `path`, so a reader never sees a half-written shard. Also counts what meta.ini records:
+ * the largest token and the FNV-1a 64-bit hash of the token bytes as stored. */
+typedef struct host_shard_writer {
+    char    *path, *tmp;  /* owned */
+    int      fd;
+    int64_t  n;           /* tokens so far */
+    int32_t  max;         /* largest token so far, -1 when none */
+    uint64_t fnv;         /* FNV-1a 64 over the token bytes (little-endian uint16) */
+} host_shard_writer;
+
+#define HOST_FNV64_OFFSET 0xcbf29ce484222325ull
+#define HOST_FNV64_PRIME  0x100000001b3ull
+
+int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err);
+/* CT_ERR_INVALID when the shard would pass INT32_MAX tokens; CT_ERR_IO on a write error. */
+int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
+                            ct_error *err);
+int32_t shard_writer_finish(host_shard_writer *w, ct_error *err);
+/* Remove the temporary file (after an error). */
+void shard_writer_abort(host_shard_writer *w);
+
+/* FNV-1a 64 of n bytes, continuing from h (start with HOST_FNV64_OFFSET). */
+uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n);
+
 /* One checked shard. No mapping: tokens are read with pread per window (shard_read), so a
  * file truncated or rewritten under a run is an error naming the file and the token position,
  * never a SIGBUS. At most one descriptor is open per shard, and only between shard_read and
