@@ -525,8 +525,9 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
         for (;;) {
             if ((rc = fill_unit(c, &ts, u, SAMPLE_BLOCK, err)) != CT_OK) break;
             if (u->len == 0 && u->n_docs == 0) break;
-            int keep = rate >= 1.0 || floor((double)(block + 1) * rate) > floor((double)block *
-                                                                               rate);
+            /* block i is kept when 0.5 + (i+1)*rate passes an integer: evenly spaced, centred */
+            int keep = rate >= 1.0 || floor(0.5 + (double)(block + 1) * rate) >
+                                      floor(0.5 + (double)block * rate);
             block++;
             if (keep && u->n_docs == 0) fwrite(u->text, 1, u->len, f);
             for (size_t k = 0; keep && k < u->n_docs; k++) {
@@ -542,6 +543,17 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
         free(ts.buf);
     }
     c->bytes_read = before;
+    if (rc == CT_OK && *written == 0 && rate < 1.0) { /* a text of one short block: all of it */
+        fclose(f);
+        unlink(tmp);
+        free(tmp);
+        prepare_options all = *o;
+        all.sp_sample_bytes = 0;
+        c->o = &all;
+        rc = write_sample(c, path, written, err);
+        c->o = o;
+        return rc;
+    }
     int bad = ferror(f);
     bad |= fclose(f) != 0;
     if (rc == CT_OK && bad)

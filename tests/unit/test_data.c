@@ -1043,3 +1043,52 @@ CT_TEST(prepare_jsonl_decodes_escapes_and_unicode_with_an_end_of_text_token) {
         CT_CHECK_STR_CONTAINS(err.message, want_msg);
     }
 }
+
+/* sentencepiece trains on blocks taken evenly across the input, not its start: 1 MB of the
+ * licence, 1 MB of it in rot13, 1 MB of it again, sampled 1 MB (one block of about 1 MB in
+ * three: the middle one); the model then encodes rot13 text in fewer tokens than plain text (a
+ * start-only sample: the reverse). */
+CT_TEST(prepare_samples_sentencepiece_text_evenly_across_the_input) {
+    const char *dir = ct_test_tmpdir();
+    char path[512], out[512], model[600];
+    snprintf(path, sizeof path, "%s/c.txt", dir);
+    size_t len;
+    char *text = read_whole(GPL3, &len);
+    if (!text) return;
+    char *rot = malloc(len);
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        rot[i] = ch >= 'a' && ch <= 'z' ? (char)('a' + (ch - 'a' + 13) % 26)
+               : ch >= 'A' && ch <= 'Z' ? (char)('A' + (ch - 'A' + 13) % 26) : ch;
+    }
+    FILE *f = fopen(path, "wb");
+    size_t n = 0;
+    while (n < 1000000) n += fwrite(text, 1, len, f);
+    while (n < 2000000) n += fwrite(rot, 1, len, f);
+    while (n < 3000000) n += fwrite(text, 1, len, f);
+    fclose(f);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = {path};
+    prepare_options o = prepare_default_options();
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.tokenizer = "sentencepiece";
+    o.vocab_size = 600, o.sp_sample_bytes = 1000000, o.val_fraction = 0;
+    ct_error err;
+    CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+    snprintf(model, sizeof model, "%s/tokenizer.model", out);
+    host_tokenizer *tok = tokenizer_load(model, &err);
+    CT_CHECK_MSG(tok != NULL, "%s", err.message);
+    if (tok) {
+        int32_t *ids;
+        int64_t n_plain = 0, n_rot = 0;
+        CT_CHECK(tokenizer_encode(tok, text, len, &ids, &n_plain, &err) == CT_OK);
+        free(ids);
+        CT_CHECK(tokenizer_encode(tok, rot, len, &ids, &n_rot, &err) == CT_OK);
+        free(ids);
+        CT_CHECK_MSG(n_rot < n_plain, "the model trained on the sample encodes rot13 text in %lld "
+                     "tokens, plain text in %lld: expected the rot13 (middle third) to be sampled",
+                     (long long)n_rot, (long long)n_plain);
+        tokenizer_free(tok);
+    }
+    free(rot);
+    free(text);
+}
