@@ -1,7 +1,9 @@
-/* prepare.c — the `ctrain prepare` subcommand: tokenize text files (bytes, or a sentencepiece
- * model trained on them), split each file's tail off as validation data, write llm.c shards and
- * meta.ini, print a summary with the unigram entropy of the train tokens.
- * Not for: the shard format itself or loading batches (data.c).
+/* prepare.c — the `ctrain prepare` subcommand: stream text (files, folders, .gz, JSON Lines;
+ * corpus.c reads them) through a tokenizer (bytes, or a sentencepiece model trained on an even
+ * sample of the text or given) on all cores, in units written back in input order; split each
+ * file's tail off as validation data; write llm.c shards piece by piece and meta.ini (counts,
+ * max token and hash per shard); print a summary with the unigram entropy of the train tokens.
+ * Not for: the shard format itself or loading batches (data.c), reading inputs (corpus.c).
  */
 #include "prepare.h"
 

@@ -143,8 +143,8 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     config_get_string(r->cfg, "data", "val", &val, NULL);
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     /* the data's vocabulary (meta.ini) must fit the model's */
-    host_data_meta meta;
-    int32_t rc = data_meta_for(train, &meta, err);
+    host_data_meta meta = {.max_token = -1};
+    int32_t rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
     if (rc != CT_OK) return rc;
     data_meta_free(&meta);
     if (meta.found && meta.vocab_size > r->V)
