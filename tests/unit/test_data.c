@@ -1092,3 +1092,52 @@ CT_TEST(prepare_samples_sentencepiece_text_evenly_across_the_input) {
     free(rot);
     free(text);
 }
+
+/* JSON Lines through sentencepiece: the model's </s> (id 2) before every document, and each
+ * document's tokens those the model gives for its decoded text alone. */
+CT_TEST(prepare_jsonl_with_sentencepiece_puts_eos_before_each_document) {
+    const char *dir = ct_test_tmpdir();
+    char model[512], path[512], out[512];
+    snprintf(model, sizeof model, "%s/sp.model", dir);
+    const char *files[] = {GPL3};
+    ct_error err = new_err();
+    CT_CHECK_MSG(tokenizer_train(files, 1, "bpe", 400, model, 2, 0, &err) == CT_OK, "%s",
+                 err.message);
+    snprintf(path, sizeof path, "%s/d.jsonl", dir);
+    const char jsonl[] = "{\"text\": \"the General Public License\\n\"}\n"
+                         "{\"n\": 2, \"text\": \"free software \\u00e9\"}\n";
+    write_text(path, jsonl, sizeof jsonl - 1);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = {path};
+    prepare_options o = prepare_default_options();
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.val_fraction = 0;
+    o.tokenizer = "sentencepiece", o.sp_model = model, o.jsonl_field = "text";
+    CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+    host_tokenizer *tok = tokenizer_load(model, &err);
+    if (!tok) return;
+    CT_CHECK_INT(tokenizer_eos_id(tok), 2);
+    const char *docs[] = {"the General Public License\n", "free software \xc3\xa9"};
+    int32_t want[256];
+    int64_t n_want = 0;
+    for (int d = 0; d < 2; d++) {
+        int32_t *ids;
+        int64_t n;
+        CT_CHECK(tokenizer_encode(tok, docs[d], strlen(docs[d]), &ids, &n, &err) == CT_OK);
+        want[n_want++] = 2;
+        for (int64_t i = 0; i < n && n_want < 256; i++) want[n_want++] = ids[i];
+        free(ids);
+    }
+    int64_t n_train, n_val;
+    int32_t *got = read_all(out, &n_train, &n_val);
+    CT_CHECK_INT(n_train, n_want);
+    CT_CHECK_MSG(n_train == n_want && memcmp(got, want, (size_t)n_want * sizeof *got) == 0,
+                 "the tokens differ from </s> + each document's own encoding");
+    char p[600];
+    snprintf(p, sizeof p, "%s/meta.ini", out);
+    size_t mlen;
+    char *meta = read_whole(p, &mlen);
+    CT_CHECK_STR_CONTAINS(meta, "eot_token = 2\n");
+    free(meta);
+    free(got);
+    tokenizer_free(tok);
+}
