@@ -169,8 +169,14 @@ int64_t corpus_read(corpus_reader *r, char *buf, size_t n, ct_error *err) {
     if (n > (1u << 30)) n = 1u << 30;
     if (r->gz) {
         int got = gzread(r->gz, buf, (unsigned)n);
-        if (got < 0) {
-            int z;
+        int z = Z_OK;
+        if (got >= 0 && gzdirect(r->gz)) {
+            ct_error_set(err, CT_ERR_INVALID, "%s is named .gz but does not hold gzip data ---> "
+                         "rename it, or compress it with gzip", r->path);
+            return -1;
+        }
+        if (got == 0) (void)gzerror(r->gz, &z); /* a stream cut short ends with Z_BUF_ERROR */
+        if (got < 0 || z != Z_OK) {
             const char *why = gzerror(r->gz, &z);
             ct_error_set(err, CT_ERR_INVALID, "cannot decompress %s: %s ---> the .gz file is "
                          "corrupt or truncated; re-create it or give it uncompressed", r->path,

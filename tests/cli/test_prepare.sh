@@ -2,7 +2,8 @@
 # test_prepare.sh — `ctrain prepare` at scale (issue 12): a 200 MB corpus prepared under an
 # address-space limit well below its size (streaming: memory does not grow with the text) with
 # the right token counts; the progress line; [model] vocab_size taken from meta.ini when the
-# model leaves it out (validate shows the origin) and a smaller one refused naming both.
+# model leaves it out (validate shows the origin) and a smaller one refused naming both; bad
+# JSON Lines and .gz inputs refused naming the file.
 set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
@@ -90,5 +91,13 @@ printf '{"text": "one"}\n{"body": "two"}\n' > docs.jsonl
 ct_expect_failure jsonl_missing_field_names_file_and_line \
     "docs.jsonl:2: --jsonl-field 'text': no key" \
     "$CTRAIN" prepare docs.jsonl --out js --jsonl-field text --quiet
+
+# a .gz cut short, and one that holds no gzip data: refused naming the file
+gzip -c /usr/share/common-licenses/GPL-3 | head -c 5000 > cut.txt.gz
+ct_expect_failure truncated_gz_is_refused "cannot decompress cut.txt.gz|unexpected end of file" \
+    "$CTRAIN" prepare cut.txt.gz --out gz --quiet
+printf 'plain' > plain.gz
+ct_expect_failure non_gzip_gz_is_refused "plain.gz is named .gz but does not hold gzip data" \
+    "$CTRAIN" prepare plain.gz --out gz --quiet
 
 ct_summary
