@@ -308,8 +308,9 @@ static void split_abort(split_out *s) {
 }
 
 /* The tokens of one input file go to train until its last val_fraction, then to val. Their
- * number is known in advance only for bytes of a plain file; otherwise they are spilled to a
- * temporary file and routed once the file's end gives their number. */
+ * number is known in advance only for bytes of a plain file (or needless with val_fraction
+ * 0); otherwise they are spilled to a temporary file and routed once the file's end gives
+ * their number. */
 typedef struct router {
     split_out *train, *val;
     int64_t    pos, n_train; /* n_train < 0: not known yet (spilling) */
@@ -445,7 +446,8 @@ static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_er
         size_t plen = strlen(path);
         int known = !c->tok && !o->jsonl_field && !(plen >= 3 && !strcmp(path + plen - 3, ".gz"));
         r.pos = 0;
-        r.n_train = known ? c->files->bytes[f] -
+        r.n_train = o->val_fraction == 0 ? INT64_MAX /* all to train: nothing to spill */
+                  : known ? c->files->bytes[f] -
                             (int64_t)llround(o->val_fraction * (double)c->files->bytes[f]) : -1;
         text_stream ts = {.path = path, .bytes_read = &c->bytes_read};
         if (!(ts.r = corpus_open(path, err))) {
