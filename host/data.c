@@ -1,5 +1,7 @@
-/* data.c — llm.c token shards (atomic write, checked reads per window) and the loader that
- * deals this rank's (B, T) micro-batches out of a seeded per-epoch permutation of windows.
+/* data.c — llm.c token shards (atomic write, whole or streamed; checked reads per window), the
+ * meta.ini that `ctrain prepare` writes beside them (read back: vocabulary, per-shard counts and
+ * max token), and the loader that deals this rank's (B, T) micro-batches out of a seeded
+ * per-epoch permutation of windows, opening shards without reading their tokens.
  * Not for: tokenizing text (prepare.c) or anything on a device. Semantics: see data.h.
  * Assumes a little-endian machine, as llm.c does (the format is little-endian).
  */
