@@ -1,5 +1,7 @@
-/* data.c — llm.c token shards (atomic write, checked reads per window) and the loader that
- * deals this rank's (B, T) micro-batches out of a seeded per-epoch permutation of windows.
+/* data.c — llm.c token shards (atomic write, whole or streamed; checked reads per window), the
+ * meta.ini that `ctrain prepare` writes beside them (read back: vocabulary, per-shard counts and
+ * max token), and the loader that deals this rank's (B, T) micro-batches out of a seeded
+ * per-epoch permutation of windows, opening shards without reading their tokens.
  * Not for: tokenizing text (prepare.c) or anything on a device. Semantics: see data.h.
  * Assumes a little-endian machine, as llm.c does (the format is little-endian).
  */
@@ -11,9 +13,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <ini.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,6 +90,86 @@ out_close_unlink:
 out_free_name:
     free(tmp);
     return rc;
+}
+
+uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n) {
+    const unsigned char *p = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * HOST_FNV64_PRIME;
+    return h;
+}
+
+int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err) {
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->max = -1;
+    w->fnv = HOST_FNV64_OFFSET;
+    if (!(w->path = strdup(path))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = create_beside(path, &w->tmp, &w->fd, err);
+    if (rc != CT_OK) goto out_free;
+    int32_t header[HOST_SHARD_HEADER_INTS] = {0}; /* the real one is written by finish */
+    if (write_all(w->fd, header, sizeof header) != 0) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                          w->tmp, strerror(errno));
+        shard_writer_abort(w);
+        return rc;
+    }
+    return CT_OK;
+out_free:
+    free(w->path);
+    w->path = NULL;
+    return rc;
+}
+
+int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
+                            ct_error *err) {
+    if (w->n + n > INT32_MAX)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %lld tokens do not fit one shard (at "
+                            "most %d) ---> use smaller shards (ctrain prepare --shard-tokens)",
+                            w->path, (long long)(w->n + n), INT32_MAX);
+    int32_t max = w->max;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] > max) max = tokens[i];
+    w->max = max;
+    w->fnv = fnv64_update(w->fnv, tokens, (size_t)n * sizeof *tokens);
+    if (write_all(w->fd, tokens, (size_t)n * sizeof *tokens) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                            w->tmp, strerror(errno));
+    w->n += n;
+    return CT_OK;
+}
+
+int32_t shard_writer_finish(host_shard_writer *w, ct_error *err) {
+    int32_t header[HOST_SHARD_HEADER_INTS] = {0};
+    header[0] = HOST_SHARD_MAGIC;
+    header[1] = HOST_SHARD_VERSION;
+    header[2] = (int32_t)w->n;
+    int32_t rc = CT_OK;
+    if (pwrite(w->fd, header, sizeof header, 0) != (ssize_t)sizeof header || fsync(w->fd) != 0)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                          w->tmp, strerror(errno));
+    else if (close(w->fd) != 0)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", w->tmp, strerror(errno));
+    else if ((w->fd = -1, rename(w->tmp, w->path) != 0))
+        rc = ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path,
+                          strerror(errno));
+    if (rc != CT_OK) {
+        shard_writer_abort(w);
+        return rc;
+    }
+    fsync_parent_folder(w->path);
+    free(w->tmp);
+    free(w->path);
+    w->tmp = w->path = NULL;
+    return CT_OK;
+}
+
+void shard_writer_abort(host_shard_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
+    if (w->tmp) unlink(w->tmp);
+    free(w->tmp);
+    free(w->path);
+    w->tmp = w->path = NULL;
 }
 
 #define SHARD_HINT "name a .bin token shard made by `ctrain prepare` or llm.c"
@@ -244,6 +328,102 @@ int32_t shard_max_token(host_token_shard *s, int32_t *max, int64_t *position, ct
     return rc;
 }
 
+/* ---- meta.ini --------------------------------------------------------------------------- */
+
+typedef struct { host_data_meta *m; const char *bad; } meta_parse;
+
+static int on_meta_key(void *user, const char *section, const char *name, const char *value) {
+    meta_parse *p = user;
+    host_data_meta *m = p->m;
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    int is_int = !errno && end != value && *end == '\0';
+    if (!strcmp(section, "data")) {
+        if (!strcmp(name, "tokenizer")) snprintf(m->tokenizer, sizeof m->tokenizer, "%s", value);
+        else if (!strcmp(name, "vocab_size")) {
+            if (!is_int || v < 1 || v > 65536) return p->bad = "vocab_size", 0;
+            m->vocab_size = (int32_t)v;
+        } else if (!strcmp(name, "max_token")) {
+            if (!is_int || v < -1 || v > 65535) return p->bad = "max_token", 0;
+            m->max_token = (int32_t)v;
+        }
+        return 1;
+    }
+    if (strncmp(section, "shard ", 6) != 0) return 1;
+    const char *shard = section + 6;
+    host_shard_meta *sm = m->n_shards ? &m->shards[m->n_shards - 1] : NULL;
+    if (!sm || strcmp(sm->name, shard) != 0) {
+        host_shard_meta *more = realloc(m->shards, (size_t)(m->n_shards + 1) * sizeof *more);
+        if (!more) return p->bad = "out of memory", 0;
+        m->shards = more;
+        sm = &m->shards[m->n_shards++];
+        memset(sm, 0, sizeof *sm);
+        sm->tokens = sm->bytes = -1;
+        sm->max_token = -1;
+        snprintf(sm->name, sizeof sm->name, "%s", shard);
+    }
+    if (strcmp(name, "tokens") && strcmp(name, "bytes") && strcmp(name, "max_token")) return 1;
+    if (!is_int || v < -1) return p->bad = name, 0;
+    if (!strcmp(name, "tokens")) sm->tokens = v;
+    else if (!strcmp(name, "bytes")) sm->bytes = v;
+    else if (v > 65535) return p->bad = name, 0;
+    else sm->max_token = (int32_t)v;
+    return 1;
+}
+
+int32_t data_meta_read(const char *dir, host_data_meta *m, ct_error *err) {
+    memset(m, 0, sizeof *m);
+    m->max_token = -1;
+    snprintf(m->path, sizeof m->path, "%s/meta.ini", dir);
+    if (access(m->path, F_OK) != 0) return CT_OK;
+    int fd;
+    int32_t rc = open_regular(m->path, "data description", "re-run `ctrain prepare`, or "
+                              "remove it (the shards then get only the per-window check)", &fd,
+                              NULL, err);
+    if (rc != CT_OK) return rc;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", m->path, strerror(errno));
+    }
+    meta_parse p = {m, NULL};
+    int line = ini_parse_file(f, on_meta_key, &p);
+    fclose(f);
+    if (line != 0) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s:%d: %s%s ---> re-run `ctrain prepare`, or "
+                          "remove meta.ini (the shards then get only the per-window check)",
+                          m->path, line, p.bad ? "bad value of " : "not INI syntax",
+                          p.bad ? p.bad : "");
+        data_meta_free(m);
+        return rc;
+    }
+    m->found = 1;
+    return CT_OK;
+}
+
+int32_t data_meta_for(const char *data_path, host_data_meta *m, ct_error *err) {
+    struct stat st;
+    if (stat(data_path, &st) == 0 && S_ISDIR(st.st_mode)) return data_meta_read(data_path, m, err);
+    char *copy = strdup(data_path);
+    if (!copy) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = data_meta_read(dirname(copy), m, err);
+    free(copy);
+    return rc;
+}
+
+void data_meta_free(host_data_meta *m) {
+    free(m->shards);
+    m->shards = NULL;
+    m->n_shards = 0;
+}
+
+const host_shard_meta *data_meta_shard(const host_data_meta *m, const char *name) {
+    for (int32_t i = 0; i < m->n_shards; i++)
+        if (!strcmp(m->shards[i].name, name)) return &m->shards[i];
+    return NULL;
+}
+
 /* ---- the permutation --------------------------------------------------------------------- */
 
 /* splitmix64: a tiny, well-mixed generator; the whole state is one counter. */
@@ -290,6 +470,7 @@ struct host_loader {
     int32_t   rank, world;
     uint64_t  seed;
     int64_t   vocab_limit;  /* tokens must be below it (0: no limit) */
+    int32_t   recorded_max; /* the largest max_token meta.ini records; -1: a shard has none */
     int32_t   open_shard;   /* the one shard whose descriptor is open, or -1 */
     uint16_t *window;       /* T+1 tokens being dealt */
     host_loader_state st;
@@ -359,6 +540,44 @@ static int32_t list_shards(const char *path, const char *split, path_list *pl, c
     return CT_OK;
 }
 
+/* The meta.ini record of shard s, when its folder's meta.ini (read once per folder into *meta)
+ * has one that matches the file's token count and size: its max_token against the
+ * vocabulary. No token is read. */
+static int32_t shard_meta_check(host_loader *l, const host_token_shard *s, host_data_meta *meta,
+                                char **meta_dir, ct_error *err) {
+    char *copy = strdup(s->path);
+    if (!copy) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    char *copy2 = strdup(s->path);
+    if (!copy2) {
+        free(copy);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    }
+    const char *dir = dirname(copy), *base = basename(copy2);
+    int32_t rc = CT_OK;
+    if (!*meta_dir || strcmp(*meta_dir, dir) != 0) {
+        data_meta_free(meta);
+        free(*meta_dir);
+        *meta_dir = strdup(dir);
+        rc = data_meta_read(dir, meta, err);
+        if (rc == CT_OK && !*meta_dir) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    }
+    const host_shard_meta *sm = rc == CT_OK ? data_meta_shard(meta, base) : NULL;
+    int trusted = sm && sm->tokens == s->n && sm->bytes == HOST_SHARD_HEADER_BYTES + 2 * s->n &&
+                  sm->max_token >= -1;
+    if (!trusted) l->recorded_max = -2; /* unknown for good */
+    else if (l->recorded_max != -2 && sm->max_token > l->recorded_max)
+        l->recorded_max = sm->max_token;
+    if (trusted && l->vocab_limit > 0 && sm->max_token >= l->vocab_limit)
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: its meta.ini (%s) records max_token %d, "
+                          ">= the model's vocab_size %lld ---> tokenize the data with the "
+                          "model's tokenizer, or set [model] vocab_size to at least %d",
+                          s->path, meta->path, sm->max_token, (long long)l->vocab_limit,
+                          sm->max_token + 1);
+    free(copy);
+    free(copy2);
+    return rc;
+}
+
 host_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
                        int64_t T, int32_t rank, int32_t world, uint64_t seed, ct_error *err) {
     if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
@@ -375,7 +594,11 @@ host_loader *loader_open(const char *path, const char *split, int64_t vocab_size
     l->B = B, l->T = T, l->rank = rank, l->world = world, l->seed = seed;
     l->vocab_limit = vocab_size_limit;
     l->open_shard = -1;
+    l->recorded_max = -1;
     path_list pl;
+    host_data_meta meta = {.max_token = -1};
+    char *meta_dir = NULL;
+    int32_t rc;
     if (list_shards(path, split, &pl, err) != CT_OK) goto out_free_loader;
     l->shards = calloc(pl.n, sizeof *l->shards);
     l->first_window = calloc(pl.n + 1, sizeof *l->first_window);
@@ -388,18 +611,7 @@ host_loader *loader_open(const char *path, const char *split, int64_t vocab_size
         host_token_shard *s = &l->shards[l->n_shards];
         if (shard_open(pl.paths[i], s, err) != CT_OK) goto out_free_list;
         l->n_shards++;
-        if (vocab_size_limit > 0) {
-            int64_t at;
-            int32_t max;
-            if (shard_max_token(s, &max, &at, err) != CT_OK) goto out_free_list;
-            if (max >= vocab_size_limit) {
-                ct_error_set(err, CT_ERR_INVALID, "%s: token %d at position %lld is >= the "
-                             "model's vocab_size %lld ---> tokenize the data with the model's "
-                             "tokenizer, or set [model] vocab_size to at least %d", s->path, max,
-                             (long long)at, (long long)vocab_size_limit, max + 1);
-                goto out_free_list;
-            }
-        }
+        if ((rc = shard_meta_check(l, s, &meta, &meta_dir, err)) != CT_OK) goto out_free_list;
         shard_release(s); /* reopened when a window of it is dealt */
         int64_t w = s->n > 0 ? (s->n - 1) / T : 0;
         l->first_window[l->n_shards] = l->first_window[l->n_shards - 1] + w;
@@ -429,10 +641,14 @@ host_loader *loader_open(const char *path, const char *split, int64_t vocab_size
     shuffle_windows(l->order, l->n_windows, seed, 0);
     l->order_epoch = 0;
     path_list_free(&pl);
+    data_meta_free(&meta);
+    free(meta_dir);
     return l;
 
 out_free_list:
     path_list_free(&pl);
+    data_meta_free(&meta);
+    free(meta_dir);
 out_free_loader:
     loader_close(l);
     return NULL;
@@ -489,10 +705,11 @@ int32_t loader_next(host_loader *l, int32_t *inputs, int32_t *targets, ct_error 
         for (int64_t t = 0; l->vocab_limit > 0 && t <= l->T; t++)
             if (tok[t] >= l->vocab_limit)
                 return ct_error_set(err, CT_ERR_INVALID, "%s: token %d at position %lld is >= "
-                                    "the model's vocab_size %lld, though it was not when the run "
-                                    "started ---> the file changed during the run; restore it "
-                                    "and resume from the last checkpoint", sh->path, tok[t],
-                                    (long long)(first + t), (long long)l->vocab_limit);
+                                    "the model's vocab_size %lld ---> tokenize the data with the "
+                                    "model's tokenizer, or set [model] vocab_size to at least "
+                                    "%d (tokens are checked as each sequence is read)",
+                                    sh->path, tok[t], (long long)(first + t),
+                                    (long long)l->vocab_limit, tok[t] + 1);
         int32_t *in = inputs + b * l->T, *tg = targets + b * l->T;
         for (int64_t t = 0; t < l->T; t++) {
             in[t] = tok[t];
@@ -527,7 +744,12 @@ int64_t loader_batches_per_epoch(const host_loader *l) {
 }
 int64_t loader_windows(const host_loader *l) { return l->n_windows; }
 int64_t loader_tokens(const host_loader *l) { return l->n_tokens; }
+int32_t loader_recorded_max_token(const host_loader *l) {
+    return l->recorded_max < 0 ? -1 : l->recorded_max;
+}
+
 int32_t loader_shard_count(const host_loader *l) { return l->n_shards; }
+
 
 /* ---- statistics -------------------------------------------------------------------------- */
 

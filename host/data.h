@@ -36,6 +36,32 @@
  * folder. A reader never sees a partial file. CT_ERR_IO naming the path on failure. */
 int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err);
 
+/* A shard written piece by piece (prepare streams its output): tokens go to a temporary
+ * file beside `path`; shard_writer_finish writes the header, fsyncs and renames it onto
+ * `path`, so a reader never sees a half-written shard. Also counts what meta.ini records:
+ * the largest token and the FNV-1a 64-bit hash of the token bytes as stored. */
+typedef struct host_shard_writer {
+    char    *path, *tmp;  /* owned */
+    int      fd;
+    int64_t  n;           /* tokens so far */
+    int32_t  max;         /* largest token so far, -1 when none */
+    uint64_t fnv;         /* FNV-1a 64 over the token bytes (little-endian uint16) */
+} host_shard_writer;
+
+#define HOST_FNV64_OFFSET 0xcbf29ce484222325ull
+#define HOST_FNV64_PRIME  0x100000001b3ull
+
+int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err);
+/* CT_ERR_INVALID when the shard would pass INT32_MAX tokens; CT_ERR_IO on a write error. */
+int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
+                            ct_error *err);
+int32_t shard_writer_finish(host_shard_writer *w, ct_error *err);
+/* Remove the temporary file (after an error). */
+void shard_writer_abort(host_shard_writer *w);
+
+/* FNV-1a 64 of n bytes, continuing from h (start with HOST_FNV64_OFFSET). */
+uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n);
+
 /* One checked shard. No mapping: tokens are read with pread per window (shard_read), so a
  * file truncated or rewritten under a run is an error naming the file and the token position,
  * never a SIGBUS. At most one descriptor is open per shard, and only between shard_read and
@@ -64,8 +90,39 @@ int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint16_t *
 void shard_release(host_token_shard *s);
 
 /* The largest token of the shard into *max and its first position into *position (-1 / -1
- * for an empty shard), read in chunks with shard_read (errors as there). */
+ * for an empty shard), read in chunks with shard_read (errors as there). Reads the whole
+ * file: loader_open does not use it. */
 int32_t shard_max_token(host_token_shard *s, int32_t *max, int64_t *position, ct_error *err);
+
+/* ---- meta.ini --------------------------------------------------------------------------- */
+
+/* What `ctrain prepare` recorded in DIR/meta.ini about the shards beside it. */
+typedef struct host_shard_meta {
+    char    name[256];   /* the shard's file name, without the folder */
+    int64_t tokens, bytes;
+    int32_t max_token;
+} host_shard_meta;
+
+typedef struct host_data_meta {
+    int32_t          found;           /* 1 when meta.ini exists and was read */
+    char             path[4096];      /* the meta.ini read */
+    char             tokenizer[32];   /* "bytes", "sentencepiece", or "" */
+    int32_t          vocab_size;      /* 0 when not recorded */
+    int32_t          max_token;       /* -1 when not recorded */
+    host_shard_meta *shards;          /* owned */
+    int32_t          n_shards;
+} host_data_meta;
+
+/* Read DIR/meta.ini. CT_OK with found 0 when there is none (max_token -1), found 1 when read,
+ * or CT_ERR_INVALID "PATH:LINE: ... ---> re-run `ctrain prepare` or remove it" when it cannot be
+ * parsed. Free with data_meta_free. */
+int32_t data_meta_read(const char *dir, host_data_meta *m, ct_error *err);
+/* The meta.ini of [data] train/val's value: the folder itself, or the folder of a file or
+ * glob. As data_meta_read. */
+int32_t data_meta_for(const char *data_path, host_data_meta *m, ct_error *err);
+void data_meta_free(host_data_meta *m);
+/* The record of the shard named `name` (no folder), or NULL. */
+const host_shard_meta *data_meta_shard(const host_data_meta *m, const char *name);
 
 /* ---- the loader -------------------------------------------------------------------------- */
 
@@ -81,9 +138,12 @@ typedef struct host_loader_state {
  *   - a shard file ("data/train_000000.bin");
  *   - a folder, with `split` ("train" or "val"; NULL means "train"): every SPLIT_*.bin in it;
  *   - a glob pattern ("data/fineweb_train_*.bin").
- * Files are taken in sorted name order. Every shard is checked (shard_open) and scanned: a token
- * >= vocab_size_limit (when > 0) is an error naming the file, the position, the token and the
- * vocabulary size. B, T >= 1; 0 <= rank < world. Needs at least world*B windows in all.
+ * Files are taken in sorted name order. Every shard is checked (shard_open: header and size),
+ * in constant time: no token is read at open. When the meta.ini beside a shard records it
+ * with the shard's very token count and byte size, its recorded max_token is trusted: one
+ * >= vocab_size_limit (when > 0) is an error naming the file, meta.ini and the recorded max.
+ * Tokens themselves are checked as each window is read (loader_next). B, T >= 1;
+ * 0 <= rank < world. Needs at least world*B windows in all.
  * Returns NULL and fills err on failure. Each window is read with shard_read when it is dealt
  * (see loader_next), so the shards may be far larger than memory. */
 host_loader *loader_open(const char *path, const char *split, int64_t vocab_size_limit, int64_t B,
@@ -109,6 +169,8 @@ int64_t loader_batches_per_epoch(const host_loader *l);
 int64_t loader_windows(const host_loader *l);
 int64_t loader_tokens(const host_loader *l);
 int32_t loader_shard_count(const host_loader *l);
+/* The largest token that the shards' meta.ini records, or -1 when a shard has no record. */
+int32_t loader_recorded_max_token(const host_loader *l);
 
 /* ---- statistics -------------------------------------------------------------------------- */
 

@@ -1,22 +1,28 @@
-/* prepare.c — the `ctrain prepare` subcommand: tokenize text files (bytes, or a sentencepiece
- * model trained on them), split each file's tail off as validation data, write llm.c shards and
- * meta.ini, print a summary with the unigram entropy of the train tokens.
- * Not for: the shard format itself or loading batches (data.c).
+/* prepare.c — the `ctrain prepare` subcommand: stream text (files, folders, .gz, JSON Lines;
+ * corpus.c reads them) through a tokenizer (bytes, or a sentencepiece model trained on an even
+ * sample of the text or given) on all cores, in units written back in input order; split each
+ * file's tail off as validation data; write llm.c shards piece by piece and meta.ini (counts,
+ * max token and hash per shard); print a summary with the unigram entropy of the train tokens.
+ * Not for: the shard format itself or loading batches (data.c), reading inputs (corpus.c).
  */
 #include "prepare.h"
 
+#include "corpus.h"
 #include "data.h"
 #include "files.h"
 #include "runtok.h"
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SP_VOCAB_MIN 260   /* byte fallback needs 256 byte pieces + <unk> <s> </s> + some */
@@ -29,69 +35,14 @@ prepare_options prepare_default_options(void) {
     o.vocab_size = 8192;
     o.sp_model_type = "bpe";
     o.sp_max_sentences = 2000000;
+    o.sp_sample_bytes = 100000000;
     o.shard_tokens = 100000000;
     return o;
 }
 
-/* A growable uint16 token stream. */
-typedef struct { uint16_t *v; int64_t n, cap; } token_vec;
-
-static int32_t token_vec_push(token_vec *tv, const int32_t *ids, const uint8_t *bytes, int64_t n,
-                              ct_error *err) {
-    if (tv->n + n > tv->cap) {
-        int64_t cap = tv->cap ? tv->cap : 1 << 16;
-        while (cap < tv->n + n) cap *= 2;
-        uint16_t *v = realloc(tv->v, (size_t)cap * sizeof *v);
-        if (!v) return ct_error_set(err, CT_ERR_NOMEM, "out of memory: %lld tokens",
-                                    (long long)cap);
-        tv->v = v;
-        tv->cap = cap;
-    }
-    for (int64_t i = 0; i < n; i++) tv->v[tv->n + i] = ids ? (uint16_t)ids[i] : bytes[i];
-    tv->n += n;
-    return CT_OK;
-}
-
 #define TEXT_HINT "give --text files that are regular files of text"
-
-static int32_t read_file(const char *path, char **data, size_t *len, ct_error *err) {
-    *data = NULL;
-    *len = 0;
-    int fd;
-    int32_t rc = open_regular(path, "text file", TEXT_HINT, &fd, NULL, err);
-    if (rc != CT_OK) return rc;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_IO, "cannot read text file %s: %s", path,
-                            strerror(errno));
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        char *bigger = realloc(buf, cap + 1);
-        if (!bigger) free(buf);
-        buf = bigger;
-    }
-    if (!buf) {
-        rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", path);
-        goto out_close_file;
-    }
-    if (ferror(f)) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot read text file %s: %s", path, strerror(errno));
-        free(buf);
-        goto out_close_file;
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-out_close_file:
-    fclose(f);
-    return rc;
-}
+#define UNIT_BYTES   (2u << 20)  /* text per tokenizing task (tests may set less) */
+#define SAMPLE_BLOCK (1u << 20)  /* sentencepiece's sample is taken in blocks of this much */
 
 /* mkdir -p */
 static int32_t make_folder(const char *dir, ct_error *err) {
@@ -117,29 +68,566 @@ fail:
                         "another --out folder", dir, strerror(errno));
 }
 
-/* Write tokens as SPLIT_000000.bin... and remove older shards of the split beyond the last. */
-static int32_t write_split(const char *dir, const char *split, const token_vec *tv,
-                           int64_t shard_tokens, int32_t *n_shards, ct_error *err) {
-    char path[PATH_MAX];
-    int32_t count = 0;
-    int64_t pos = 0;
-    do { /* always at least one file, possibly empty, so the split exists */
-        int64_t n = tv->n - pos < shard_tokens ? tv->n - pos : shard_tokens;
-        snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, split, count);
-        int32_t rc = shard_write(path, tv->v + pos, n, err);
-        if (rc != CT_OK) return rc;
-        pos += n;
-        count++;
-    } while (pos < tv->n);
-    for (int32_t i = count;; i++) { /* stale shards of an earlier, larger prepare */
-        snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, split, i);
-        if (unlink(path) != 0) break;
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *m = realloc(*p, c * elem);
+    if (!m) return -1;
+    *p = m;
+    *cap = c;
+    return 0;
+}
+
+/* ---- the input stream of one file ------------------------------------------------------- */
+
+typedef struct text_stream {
+    corpus_reader *r;
+    const char    *path;
+    char          *buf;        /* pending bytes are [head, len) */
+    size_t         head, len, cap;
+    int            eof;
+    int64_t        line;       /* JSON Lines: the line number of the next line */
+    uint64_t      *bytes_read; /* progress: every byte that came out of the reader */
+} text_stream;
+
+/* Have at least `want` pending bytes, or all that is left. */
+static int32_t fill_more(text_stream *ts, size_t want, ct_error *err) {
+    if (ts->head > 0) {
+        memmove(ts->buf, ts->buf + ts->head, ts->len - ts->head);
+        ts->len -= ts->head;
+        ts->head = 0;
     }
-    *n_shards = count;
+    while (ts->len < want && !ts->eof) {
+        if (grow((void **)&ts->buf, &ts->cap, want + 1, 1))
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", ts->path);
+        int64_t got = corpus_read(ts->r, ts->buf + ts->len, ts->cap - ts->len, err);
+        if (got < 0) return err->code;
+        if (got == 0) ts->eof = 1;
+        ts->len += (size_t)got;
+        *ts->bytes_read += (uint64_t)got;
+    }
     return CT_OK;
 }
 
-static int32_t write_meta(const prepare_options *o, const prepare_summary *s, ct_error *err) {
+/* One tokenizing task: a run of text (plain), or of documents (JSON Lines), and its tokens. */
+typedef struct work_unit {
+    char     *text;
+    size_t    len, cap;
+    size_t   *doc_end;  /* JSON Lines: document k is text[doc_end[k-1], doc_end[k]) */
+    size_t    n_docs, doc_cap;
+    uint16_t *tok;
+    size_t    n_tok, tok_cap;
+    const host_tokenizer *tk; /* NULL: bytes */
+    int32_t   eot;            /* the token before each document (documents only) */
+    int32_t   rc;
+    ct_error  err;
+} work_unit;
+
+/* The next piece of plain text, cut as tokenizer_encode cuts a whole file: windows of
+ * TOKENIZER_CHUNK_BYTES ending just after their last newline, until `target` bytes. */
+static int32_t fill_text_unit(text_stream *ts, work_unit *u, size_t target, ct_error *err) {
+    const size_t K = TOKENIZER_CHUNK_BYTES;
+    u->len = 0;
+    u->n_docs = 0;
+    int32_t rc = fill_more(ts, target + K + 1, err);
+    if (rc != CT_OK) return rc;
+    const char *t = ts->buf + ts->head;
+    size_t len = ts->len - ts->head, pos = 0;
+    while (pos < target && pos < len) {
+        if (pos + K >= len) { /* only at the end of the file: fill_more got target + K + 1 */
+            pos = len;
+            break;
+        }
+        const char *nl = memrchr(t + pos, '\n', K);
+        pos = nl ? (size_t)(nl - t) + 1 : pos + K;
+    }
+    if (grow((void **)&u->text, &u->cap, pos + 1, 1))
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", ts->path);
+    memcpy(u->text, t, pos);
+    u->len = pos;
+    ts->head += pos;
+    return CT_OK;
+}
+
+/* Documents from JSON Lines (field `field` of each non-blank line) until `target` bytes. */
+static int32_t fill_doc_unit(text_stream *ts, work_unit *u, size_t target, const char *field,
+                             ct_error *err) {
+    u->len = 0;
+    u->n_docs = 0;
+    size_t scan = 0; /* bytes after head known to hold no newline */
+    while (u->len < target) {
+        char *line = ts->buf + ts->head;
+        size_t avail = ts->len - ts->head;
+        char *nl = avail > scan ? memchr(line + scan, '\n', avail - scan) : NULL;
+        if (!nl && !ts->eof) {
+            scan = avail;
+            int32_t rc = fill_more(ts, avail < (1u << 16) ? 1u << 17 : 2 * avail, err);
+            if (rc != CT_OK) return rc;
+            continue;
+        }
+        if (!nl && avail == 0) break; /* the end */
+        size_t n = nl ? (size_t)(nl - line) : avail;
+        ts->head += nl ? n + 1 : n;
+        scan = 0;
+        ts->line++;
+        size_t k = 0;
+        while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r')) k++;
+        if (k == n) continue; /* a blank line */
+        const char *why = NULL;
+        if (corpus_json_field(line, n, field, &u->text, &u->len, &u->cap, &why) != 0)
+            return ct_error_set(err, CT_ERR_INVALID, "%s:%lld: --jsonl-field '%s': %s ---> "
+                                "every line must be a JSON object whose \"%s\" is a string",
+                                ts->path, (long long)ts->line, field, why, field);
+        if (grow((void **)&u->doc_end, &u->doc_cap, u->n_docs + 1, sizeof *u->doc_end))
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", ts->path);
+        u->doc_end[u->n_docs++] = u->len;
+    }
+    return CT_OK;
+}
+
+static int push_tokens(work_unit *u, const int32_t *ids, const char *bytes, size_t n) {
+    if (grow((void **)&u->tok, &u->tok_cap, u->n_tok + n, sizeof *u->tok)) return -1;
+    for (size_t i = 0; i < n; i++)
+        u->tok[u->n_tok + i] = ids ? (uint16_t)ids[i] : (uint8_t)bytes[i];
+    u->n_tok += n;
+    return 0;
+}
+
+static int32_t encode_into(work_unit *u, const char *text, size_t len) {
+    if (!u->tk) {
+        if (push_tokens(u, NULL, text, len))
+            return ct_error_set(&u->err, CT_ERR_NOMEM, "out of memory tokenizing");
+        return CT_OK;
+    }
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int32_t rc = tokenizer_encode(u->tk, text, len, &ids, &n, &u->err);
+    if (rc == CT_OK && push_tokens(u, ids, NULL, (size_t)n))
+        rc = ct_error_set(&u->err, CT_ERR_NOMEM, "out of memory tokenizing");
+    free(ids);
+    return rc;
+}
+
+static void *tokenize_unit(void *arg) {
+    work_unit *u = arg;
+    u->n_tok = 0;
+    u->rc = CT_OK;
+    if (u->n_docs == 0) {
+        u->rc = encode_into(u, u->text, u->len);
+        return NULL;
+    }
+    for (size_t k = 0; k < u->n_docs && u->rc == CT_OK; k++) {
+        size_t from = k ? u->doc_end[k - 1] : 0;
+        int32_t eot = u->eot;
+        if (push_tokens(u, &eot, NULL, 1)) {
+            u->rc = ct_error_set(&u->err, CT_ERR_NOMEM, "out of memory tokenizing");
+            break;
+        }
+        u->rc = encode_into(u, u->text + from, u->doc_end[k] - from);
+    }
+    return NULL;
+}
+
+/* ---- the outputs ------------------------------------------------------------------------- */
+
+typedef struct shard_record {
+    int64_t  tokens;
+    int32_t  max;
+    uint64_t fnv;
+} shard_record;
+
+/* One split (train or val) written as SPLIT_000000.bin, ... of shard_tokens each. */
+typedef struct split_out {
+    const char       *dir, *name;
+    int64_t           shard_tokens;
+    host_shard_writer w;
+    int               open;
+    shard_record     *rec;
+    size_t            n_rec, rec_cap;
+    int64_t           total;
+    uint64_t         *counts; /* train: token counts for the unigram entropy; else NULL */
+} split_out;
+
+static void shard_name(char *buf, size_t size, const char *name, size_t i) {
+    snprintf(buf, size, "%s_%06zu.bin", name, i);
+}
+
+static int32_t split_open_next(split_out *s, ct_error *err) {
+    char path[PATH_MAX], base[64];
+    shard_name(base, sizeof base, s->name, s->n_rec);
+    snprintf(path, sizeof path, "%s/%s", s->dir, base);
+    int32_t rc = shard_writer_open(&s->w, path, err);
+    if (rc == CT_OK) s->open = 1;
+    return rc;
+}
+
+static int32_t split_finish_shard(split_out *s, ct_error *err) {
+    if (grow((void **)&s->rec, &s->rec_cap, s->n_rec + 1, sizeof *s->rec))
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    shard_record r = {s->w.n, s->w.max, s->w.fnv};
+    s->open = 0;
+    int32_t rc = shard_writer_finish(&s->w, err);
+    if (rc == CT_OK) s->rec[s->n_rec++] = r;
+    return rc;
+}
+
+static int32_t split_push(split_out *s, const uint16_t *tok, int64_t n, ct_error *err) {
+    if (s->counts)
+        for (int64_t i = 0; i < n; i++) s->counts[tok[i]]++;
+    s->total += n;
+    while (n > 0) {
+        int32_t rc;
+        if (!s->open && (rc = split_open_next(s, err)) != CT_OK) return rc;
+        int64_t take = s->shard_tokens - s->w.n < n ? s->shard_tokens - s->w.n : n;
+        if ((rc = shard_writer_append(&s->w, tok, take, err)) != CT_OK) return rc;
+        tok += take;
+        n -= take;
+        if (s->w.n == s->shard_tokens && (rc = split_finish_shard(s, err)) != CT_OK) return rc;
+    }
+    return CT_OK;
+}
+
+/* The last shard, at least one (possibly empty) so the split exists; older shards of the
+ * split beyond the last are removed (an earlier, larger prepare). */
+static int32_t split_close(split_out *s, ct_error *err) {
+    int32_t rc;
+    if (!s->open && s->n_rec == 0 && (rc = split_open_next(s, err)) != CT_OK) return rc;
+    if (s->open && (rc = split_finish_shard(s, err)) != CT_OK) return rc;
+    for (size_t i = s->n_rec;; i++) {
+        char path[PATH_MAX], base[64];
+        shard_name(base, sizeof base, s->name, i);
+        snprintf(path, sizeof path, "%s/%s", s->dir, base);
+        if (unlink(path) != 0) break;
+    }
+    return CT_OK;
+}
+
+static void split_abort(split_out *s) {
+    if (s->open) shard_writer_abort(&s->w);
+    s->open = 0;
+}
+
+/* The tokens of one input file go to train until its last val_fraction, then to val. Their
+ * number is known in advance only for bytes of a plain file (or needless with val_fraction
+ * 0); otherwise they are spilled to a temporary file and routed once the file's end gives
+ * their number. */
+typedef struct router {
+    split_out *train, *val;
+    int64_t    pos, n_train; /* n_train < 0: not known yet (spilling) */
+    int        spill_fd;
+    char      *spill_tmp;
+    int64_t    spilled;
+} router;
+
+static int32_t route(router *r, const uint16_t *tok, int64_t n, ct_error *err) {
+    if (r->n_train < 0) {
+        size_t bytes = (size_t)n * sizeof *tok;
+        const char *p = (const char *)tok;
+        while (bytes > 0) {
+            ssize_t w = write(r->spill_fd, p, bytes);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0)
+                return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free "
+                                    "disk space", r->spill_tmp, strerror(errno));
+            p += w;
+            bytes -= (size_t)w;
+        }
+        r->spilled += n;
+        return CT_OK;
+    }
+    int64_t to_train = r->pos < r->n_train ? r->n_train - r->pos : 0;
+    if (to_train > n) to_train = n;
+    int32_t rc = split_push(r->train, tok, to_train, err);
+    if (rc == CT_OK) rc = split_push(r->val, tok + to_train, n - to_train, err);
+    r->pos += n;
+    return rc;
+}
+
+static int32_t route_spilled(router *r, double val_fraction, ct_error *err) {
+    int64_t n = r->spilled;
+    r->n_train = n - (int64_t)llround(val_fraction * (double)n);
+    r->pos = 0;
+    enum { CHUNK = 1 << 20 };
+    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int in = open(r->spill_tmp, O_RDONLY | O_CLOEXEC); /* create_beside's fd is write-only */
+    int32_t rc = in < 0 ? ct_error_set(err, CT_ERR_IO, "cannot read back %s: %s", r->spill_tmp,
+                                       strerror(errno)) : CT_OK;
+    for (int64_t first = 0; first < n && rc == CT_OK; first += CHUNK) {
+        int64_t count = n - first < CHUNK ? n - first : CHUNK;
+        size_t want = (size_t)count * sizeof *buf, got = 0;
+        while (got < want) {
+            ssize_t g = pread(in, (char *)buf + got, want - got,
+                              (off_t)(first * 2 + (int64_t)got));
+            if (g < 0 && errno == EINTR) continue;
+            if (g <= 0) break;
+            got += (size_t)g;
+        }
+        if (got < want) rc = ct_error_set(err, CT_ERR_IO, "cannot read back %s: %s",
+                                          r->spill_tmp, strerror(errno));
+        else rc = route(r, buf, count, err);
+    }
+    free(buf);
+    if (in >= 0) close(in);
+    if (rc == CT_OK && (ftruncate(r->spill_fd, 0) != 0 || lseek(r->spill_fd, 0, SEEK_SET) != 0))
+        rc = ct_error_set(err, CT_ERR_IO, "cannot truncate %s: %s", r->spill_tmp,
+                          strerror(errno));
+    r->spilled = 0;
+    return rc;
+}
+
+/* ---- progress ---------------------------------------------------------------------------- */
+
+typedef struct progress {
+    int      on, tty;
+    double   start, last;
+    uint64_t total;  /* estimated text bytes */
+    const char *what;
+} progress;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void progress_show(progress *p, uint64_t bytes, int64_t tokens, int final) {
+    if (!p->on) return;
+    double t = now_s();
+    if (!final && t - p->last < (p->tty ? 0.5 : 2.0)) return;
+    p->last = t;
+    double el = t - p->start, rate = el > 0 ? (double)bytes / el : 0;
+    double left = rate > 0 && p->total > bytes ? (double)(p->total - bytes) / rate : 0;
+    fprintf(stderr, "%sprepare: %s %.0f/%.0f MB, %.1f MB/s, %lld tokens, ETA %.0f s%s",
+            p->tty ? "\r" : "", p->what, (double)bytes / 1e6, (double)p->total / 1e6,
+            rate / 1e6, (long long)tokens, final ? 0.0 : left,
+            p->tty && !final ? "   " : "\n");
+    fflush(stderr);
+}
+
+/* ---- the passes -------------------------------------------------------------------------- */
+
+typedef struct prep_ctx {
+    const prepare_options *o;
+    const corpus_files    *files;
+    host_tokenizer        *tok;
+    int32_t                eot;      /* -1 for plain text */
+    int32_t                threads;
+    size_t                 unit_bytes;
+    work_unit             *units;    /* threads of them */
+    uint64_t               bytes_read;
+} prep_ctx;
+
+static int32_t fill_unit(prep_ctx *c, text_stream *ts, work_unit *u, size_t target,
+                         ct_error *err) {
+    return c->o->jsonl_field ? fill_doc_unit(ts, u, target, c->o->jsonl_field, err)
+                             : fill_text_unit(ts, u, target, err);
+}
+
+/* Tokenize every input file, `threads` units at a time, and route the tokens in input order:
+ * the result does not depend on the number of threads. */
+static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_error *err) {
+    const prepare_options *o = c->o;
+    progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
+                   .total = c->files->total_estimate, .what = "tokenized"};
+    pg.last = pg.start;
+    char spill_name[PATH_MAX];
+    snprintf(spill_name, sizeof spill_name, "%s/spill", o->out_dir);
+    router r = {.train = train, .val = val, .spill_fd = -1};
+    int32_t rc = create_beside(spill_name, &r.spill_tmp, &r.spill_fd, err);
+    if (rc != CT_OK) return rc;
+    pthread_t *th = calloc((size_t)c->threads, sizeof *th);
+    if (!th) {
+        rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        goto out_spill;
+    }
+    for (int32_t f = 0; f < c->files->n && rc == CT_OK; f++) {
+        const char *path = c->files->paths[f];
+        size_t plen = strlen(path);
+        int known = !c->tok && !o->jsonl_field && !(plen >= 3 && !strcmp(path + plen - 3, ".gz"));
+        r.pos = 0;
+        r.n_train = o->val_fraction == 0 ? INT64_MAX /* all to train: nothing to spill */
+                  : known ? c->files->bytes[f] -
+                            (int64_t)llround(o->val_fraction * (double)c->files->bytes[f]) : -1;
+        text_stream ts = {.path = path, .bytes_read = &c->bytes_read};
+        if (!(ts.r = corpus_open(path, err))) {
+            rc = err->code;
+            break;
+        }
+        int done = 0;
+        while (!done && rc == CT_OK) {
+            int32_t nu = 0;
+            while (nu < c->threads) {
+                work_unit *u = &c->units[nu];
+                if ((rc = fill_unit(c, &ts, u, c->unit_bytes, err)) != CT_OK) break;
+                if (u->len == 0 && u->n_docs == 0) {
+                    done = 1;
+                    break;
+                }
+                nu++;
+            }
+            if (rc != CT_OK) break;
+            int32_t started = 1;
+            for (int32_t i = 1; i < nu; i++, started++)
+                if (pthread_create(&th[i], NULL, tokenize_unit, &c->units[i]) != 0) break;
+            if (nu > 0) tokenize_unit(&c->units[0]);
+            for (int32_t i = started; i < nu; i++) tokenize_unit(&c->units[i]);
+            for (int32_t i = 1; i < started; i++) pthread_join(th[i], NULL);
+            for (int32_t i = 0; i < nu && rc == CT_OK; i++) {
+                work_unit *u = &c->units[i];
+                if (u->rc != CT_OK) {
+                    rc = ct_error_set(err, u->rc, "%s: %s", path, u->err.message);
+                    break;
+                }
+                rc = route(&r, u->tok, (int64_t)u->n_tok, err);
+            }
+            progress_show(&pg, c->bytes_read, train->total + val->total + r.spilled, 0);
+        }
+        corpus_close(ts.r);
+        free(ts.buf);
+        if (rc == CT_OK && r.n_train < 0) rc = route_spilled(&r, o->val_fraction, err);
+    }
+    progress_show(&pg, c->bytes_read, train->total + val->total, 1);
+    free(th);
+out_spill:
+    close(r.spill_fd);
+    unlink(r.spill_tmp);
+    free(r.spill_tmp);
+    return rc;
+}
+
+/* Write sentencepiece's training text to `path`: blocks of about SAMPLE_BLOCK bytes taken
+ * evenly across all the input (JSON Lines: the decoded documents, one per line), about
+ * o->sp_sample_bytes in all (0: everything). */
+static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct_error *err) {
+    const prepare_options *o = c->o;
+    char *tmp;
+    int fd;
+    int32_t rc = create_beside(path, &tmp, &fd, err);
+    if (rc != CT_OK) return rc;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        goto out_unlink;
+    }
+    double total = (double)(c->files->total_estimate ? c->files->total_estimate : 1);
+    double rate = o->sp_sample_bytes > 0 ? (double)o->sp_sample_bytes / total : 1.0;
+    progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
+                   .total = c->files->total_estimate, .what = "sampled"};
+    pg.last = pg.start;
+    uint64_t block = 0, before = c->bytes_read;
+    *written = 0;
+    work_unit *u = &c->units[0];
+    for (int32_t i = 0; i < c->files->n && rc == CT_OK; i++) {
+        if (o->sp_sample_bytes > 0 && *written >= (uint64_t)o->sp_sample_bytes) break;
+        text_stream ts = {.path = c->files->paths[i], .bytes_read = &c->bytes_read};
+        if (!(ts.r = corpus_open(ts.path, err))) {
+            rc = err->code;
+            break;
+        }
+        for (;;) {
+            if ((rc = fill_unit(c, &ts, u, SAMPLE_BLOCK, err)) != CT_OK) break;
+            if (u->len == 0 && u->n_docs == 0) break;
+            /* block i is kept when 0.5 + (i+1)*rate passes an integer: evenly spaced, centred */
+            int keep = rate >= 1.0 || floor(0.5 + (double)(block + 1) * rate) >
+                                      floor(0.5 + (double)block * rate);
+            block++;
+            if (keep && u->n_docs == 0) fwrite(u->text, 1, u->len, f);
+            for (size_t k = 0; keep && k < u->n_docs; k++) {
+                size_t from = k ? u->doc_end[k - 1] : 0;
+                fwrite(u->text + from, 1, u->doc_end[k] - from, f);
+                fputc('\n', f);
+            }
+            if (keep) *written += u->len;
+            if (o->sp_sample_bytes > 0 && *written >= (uint64_t)o->sp_sample_bytes) break;
+            progress_show(&pg, c->bytes_read - before, 0, 0);
+        }
+        corpus_close(ts.r);
+        free(ts.buf);
+    }
+    c->bytes_read = before;
+    if (rc == CT_OK && *written == 0 && rate < 1.0) { /* a text of one short block: all of it */
+        fclose(f);
+        unlink(tmp);
+        free(tmp);
+        prepare_options all = *o;
+        all.sp_sample_bytes = 0;
+        c->o = &all;
+        rc = write_sample(c, path, written, err);
+        c->o = o;
+        return rc;
+    }
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (rc == CT_OK && bad)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space", tmp,
+                          strerror(errno));
+    if (rc == CT_OK && rename(tmp, path) != 0)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (rc == CT_OK) {
+        free(tmp);
+        return CT_OK;
+    }
+out_unlink:
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* FNV-1a 64 of a whole file, and copy it to `to` when `to` is not NULL (atomically). */
+static int32_t hash_copy_file(const char *from, const char *to, uint64_t *fnv, ct_error *err) {
+    int in;
+    int32_t rc = open_regular(from, "sentencepiece model", "give --sp-model a .model file "
+                              "made by sentencepiece", &in, NULL, err);
+    if (rc != CT_OK) return rc;
+    char *tmp = NULL;
+    int out = -1;
+    if (to && (rc = create_beside(to, &tmp, &out, err)) != CT_OK) goto out_close_in;
+    *fnv = HOST_FNV64_OFFSET;
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t got = read(in, buf, sizeof buf);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            rc = ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", from, strerror(errno));
+            break;
+        }
+        if (got == 0) break;
+        *fnv = fnv64_update(*fnv, buf, (size_t)got);
+        if (out >= 0 && write(out, buf, (size_t)got) != got) {
+            rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+            break;
+        }
+    }
+    if (out >= 0) {
+        if (close(out) != 0 && rc == CT_OK)
+            rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        if (rc == CT_OK && rename(tmp, to) != 0)
+            rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", to, strerror(errno));
+        if (rc != CT_OK) unlink(tmp);
+        free(tmp);
+    }
+out_close_in:
+    close(in);
+    return rc;
+}
+
+static void write_split_meta(FILE *f, const split_out *s) {
+    for (size_t i = 0; i < s->n_rec; i++) {
+        char base[64];
+        shard_name(base, sizeof base, s->name, i);
+        fprintf(f, "\n[shard %s]\ntokens = %lld\nbytes = %lld\nmax_token = %d\n"
+                "fnv64 = %016llx\n", base, (long long)s->rec[i].tokens,
+                (long long)(HOST_SHARD_HEADER_BYTES + 2 * s->rec[i].tokens), s->rec[i].max,
+                (unsigned long long)s->rec[i].fnv);
+    }
+}
+
+static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
+                          const split_out *train, const split_out *val, int32_t eot,
+                          uint64_t model_fnv, ct_error *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/meta.ini", o->out_dir);
     char *tmp;
@@ -153,28 +641,27 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s, ct
         goto out_unlink;
     }
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
-    uint64_t model_sum = 0; /* the model's content checksum: a run copies and checks it */
-    if (sp) {
-        char model[PATH_MAX];
-        snprintf(model, sizeof model, "%s/tokenizer.model", o->out_dir);
-        if ((rc = runtok_checksum(model, &model_sum, err)) != CT_OK) {
-            fclose(f);
-            goto out_unlink;
-        }
-    }
     fprintf(f, "; written by `ctrain prepare`: what the shards beside this file hold\n[data]\n");
     fprintf(f, "tokenizer = %s\n", o->tokenizer);
-    if (sp) fprintf(f, "tokenizer_model = tokenizer.model\ntokenizer_model_fnv1a64 = %016llx\n"
-                    "sentencepiece_type = %s\n", (unsigned long long)model_sum, o->sp_model_type);
+    if (sp) {
+        fprintf(f, "tokenizer_model = tokenizer.model\ntokenizer_fnv64 = %016llx\n",
+                (unsigned long long)model_fnv);
+        if (!o->sp_model) fprintf(f, "sentencepiece_type = %s\n", o->sp_model_type);
+    }
     fprintf(f, "vocab_size = %d\n", s->vocab_size);
+    fprintf(f, "max_token = %d\n", s->max_token);
+    if (eot >= 0) fprintf(f, "eot_token = %d\n", eot);
     fprintf(f, "train_tokens = %lld\ntrain_shards = %d\n", (long long)s->train_tokens,
             s->train_shards);
     fprintf(f, "val_tokens = %lld\nval_shards = %d\n", (long long)s->val_tokens, s->val_shards);
     fprintf(f, "val_fraction = %g\n", o->val_fraction);
     fprintf(f, "unigram_entropy_nats = %.6f\n", s->unigram_entropy);
+    if (o->jsonl_field) fprintf(f, "jsonl_field = %s\n", o->jsonl_field);
     fprintf(f, "sources = ");
     for (int32_t i = 0; i < o->n_texts; i++) fprintf(f, "%s%s", i ? ", " : "", o->texts[i]);
     fprintf(f, "\n");
+    write_split_meta(f, train);
+    write_split_meta(f, val);
     int bad = ferror(f);
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
@@ -202,17 +689,74 @@ static int32_t check_options(const prepare_options *o, ct_error *err) {
     if (o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
         return ct_error_set(err, CT_ERR_INVALID, "--shard-tokens %lld is outside [1, %d]",
                             (long long)o->shard_tokens, INT32_MAX);
+    if (o->threads < 0 || o->threads > 1024)
+        return ct_error_set(err, CT_ERR_INVALID, "--threads %d is outside [0, 1024] (0: one "
+                            "per core)", o->threads);
+    if (o->sp_sample_bytes < 0)
+        return ct_error_set(err, CT_ERR_INVALID, "--sp-sample-bytes %lld is negative (0: all "
+                            "the text)", (long long)o->sp_sample_bytes);
+    if (o->jsonl_field && !*o->jsonl_field)
+        return ct_error_set(err, CT_ERR_INVALID, "--jsonl-field is empty ---> name the key "
+                            "that holds each record's text, e.g. --jsonl-field text");
     if (strcmp(o->tokenizer, "bytes") == 0) return CT_OK;
     if (strcmp(o->tokenizer, "sentencepiece") != 0)
         return ct_error_set(err, CT_ERR_INVALID, "--tokenizer '%s' is not bytes or "
                             "sentencepiece", o->tokenizer);
+    if (o->sp_model) return CT_OK;
     if (o->vocab_size < SP_VOCAB_MIN || o->vocab_size > SP_VOCAB_MAX)
         return ct_error_set(err, CT_ERR_INVALID, "--vocab-size %d is outside [%d, %d] ---> "
                             "sentencepiece needs the 256 byte pieces plus some, and tokens "
                             "are stored as uint16", o->vocab_size, SP_VOCAB_MIN, SP_VOCAB_MAX);
     if (strcmp(o->sp_model_type, "bpe") != 0 && strcmp(o->sp_model_type, "unigram") != 0)
-        return ct_error_set(err, CT_ERR_INVALID, "--sp-model '%s' is not bpe or unigram",
+        return ct_error_set(err, CT_ERR_INVALID, "--sp-type '%s' is not bpe or unigram",
                             o->sp_model_type);
+    return CT_OK;
+}
+
+/* The tokenizer: trained on a sample of the text, or the given --sp-model, copied to
+ * DIR/tokenizer.model either way; its vocabulary and end-of-text token into *c and *out. */
+static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *model_fnv,
+                               ct_error *err) {
+    const prepare_options *o = c->o;
+    char model[PATH_MAX];
+    snprintf(model, sizeof model, "%s/tokenizer.model", o->out_dir);
+    int32_t rc;
+    if (o->sp_model) {
+        struct stat a, b;
+        int same = stat(o->sp_model, &a) == 0 && stat(model, &b) == 0 && a.st_dev == b.st_dev &&
+                   a.st_ino == b.st_ino;
+        rc = hash_copy_file(o->sp_model, same ? NULL : model, model_fnv, err);
+        if (rc != CT_OK) return rc;
+    } else {
+        char sample[PATH_MAX];
+        snprintf(sample, sizeof sample, "%s/tokenizer.sample.txt", o->out_dir);
+        uint64_t n = 0;
+        if ((rc = write_sample(c, sample, &n, err)) != CT_OK) return rc;
+        if (!o->quiet)
+            fprintf(stderr, "prepare: training a sentencepiece %s model of %d pieces on %llu "
+                    "bytes sampled from %llu bytes of text\n", o->sp_model_type, o->vocab_size,
+                    (unsigned long long)n, (unsigned long long)c->files->total_estimate);
+        const char *files[] = {sample};
+        rc = tokenizer_train(files, 1, o->sp_model_type, o->vocab_size, model, c->threads,
+                             o->sp_max_sentences, err);
+        unlink(sample);
+        if (rc != CT_OK) return rc;
+        if ((rc = hash_copy_file(model, NULL, model_fnv, err)) != CT_OK) return rc;
+    }
+    c->tok = tokenizer_load(model, err);
+    if (!c->tok) return err->code;
+    out->vocab_size = tokenizer_vocab_size(c->tok);
+    if (out->vocab_size > SP_VOCAB_MAX + 1)
+        return ct_error_set(err, CT_ERR_INVALID, "%s has %d pieces; shards store tokens as "
+                            "uint16 (at most 65536) ---> use a smaller model", o->sp_model ?
+                            o->sp_model : model, out->vocab_size);
+    if (o->jsonl_field) {
+        c->eot = tokenizer_eos_id(c->tok);
+        if (c->eot < 0)
+            return ct_error_set(err, CT_ERR_INVALID, "%s has no end-of-sentence piece (</s>) "
+                                "to put between JSON Lines documents ---> use a model trained "
+                                "with an eos piece", o->sp_model ? o->sp_model : model);
+    }
     return CT_OK;
 }
 
@@ -223,92 +767,87 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
 
     /* Every file readable and the text not empty, before any slow work. */
-    size_t total_bytes = 0;
-    for (int32_t i = 0; i < o->n_texts; i++) {
-        struct stat st;
-        int fd;
-        rc = open_regular(o->texts[i], "text file", TEXT_HINT, &fd, &st, err);
-        if (rc != CT_OK) return rc;
-        close(fd);
-        total_bytes += (size_t)st.st_size;
+    corpus_files files;
+    if ((rc = corpus_list(o->texts, o->n_texts, &files, err)) != CT_OK) return rc;
+    if (files.total_bytes == 0) {
+        rc = ct_error_set(err, CT_ERR_INVALID, "the text files are empty (%s%s) ---> give "
+                          "--text files that hold text", o->texts[0],
+                          o->n_texts > 1 || files.n > 1 ? ", ..." : "");
+        goto out_free_files;
     }
-    if (total_bytes == 0)
-        return ct_error_set(err, CT_ERR_INVALID, "the text files are empty (%s%s) ---> give "
-                            "--text files that hold text", o->texts[0],
-                            o->n_texts > 1 ? ", ..." : "");
-    if ((rc = make_folder(o->out_dir, err)) != CT_OK) return rc;
+    if ((rc = make_folder(o->out_dir, err)) != CT_OK) goto out_free_files;
 
-    host_tokenizer *tok = NULL;
-    token_vec train = {0}, val = {0};
-    uint64_t *counts = NULL;
-    char *text = NULL;
-    int32_t *ids = NULL;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    prep_ctx c = {.o = o, .files = &files, .eot = -1,
+                  .threads = o->threads > 0 ? o->threads : cores > 0 ? (int32_t)cores : 1,
+                  .unit_bytes = o->unit_bytes > 0 ? (size_t)o->unit_bytes : UNIT_BYTES};
+    split_out train = {.dir = o->out_dir, .name = "train", .shard_tokens = o->shard_tokens};
+    split_out val = {.dir = o->out_dir, .name = "val", .shard_tokens = o->shard_tokens};
+    c.units = calloc((size_t)c.threads, sizeof *c.units);
+    if (!c.units) {
+        rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        goto out_free_files;
+    }
+    uint64_t model_fnv = 0;
     if (sp) {
-        char model[PATH_MAX];
-        snprintf(model, sizeof model, "%s/tokenizer.model", o->out_dir);
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        if (!o->quiet)
-            fprintf(stderr, "prepare: training a sentencepiece %s model of %d pieces on %zu "
-                    "bytes of text\n", o->sp_model_type, o->vocab_size, total_bytes);
-        rc = tokenizer_train(o->texts, o->n_texts, o->sp_model_type, o->vocab_size, model,
-                             cores > 0 ? (int32_t)cores : 1, o->sp_max_sentences, err);
-        if (rc != CT_OK) goto out_free;
-        tok = tokenizer_load(model, err);
-        if (!tok) {
-            rc = err->code;
-            goto out_free;
-        }
-        out->vocab_size = tokenizer_vocab_size(tok);
+        if ((rc = setup_tokenizer(&c, out, &model_fnv, err)) != CT_OK) goto out_free;
     } else {
-        out->vocab_size = 256;
+        out->vocab_size = o->jsonl_field ? 257 : 256;
+        c.eot = o->jsonl_field ? 256 : -1;
     }
-
-    for (int32_t i = 0; i < o->n_texts; i++) {
-        size_t len;
-        if ((rc = read_file(o->texts[i], &text, &len, err)) != CT_OK) goto out_free;
-        int64_t n = (int64_t)len;
-        if (sp && (rc = tokenizer_encode(tok, text, len, &ids, &n, err)) != CT_OK) goto out_free;
-        /* the last val_fraction of each file is validation data */
-        int64_t n_val = (int64_t)llround(o->val_fraction * (double)n);
-        int64_t n_train = n - n_val;
-        if ((rc = token_vec_push(&train, ids, (uint8_t *)text, n_train, err)) != CT_OK ||
-            (rc = token_vec_push(&val, ids ? ids + n_train : NULL, (uint8_t *)text + n_train,
-                                 n_val, err)) != CT_OK)
-            goto out_free;
-        free(text);
-        free(ids);
-        text = NULL;
-        ids = NULL;
+    for (int32_t i = 0; i < c.threads; i++) {
+        c.units[i].tk = c.tok;
+        c.units[i].eot = c.eot;
+        c.units[i].err.struct_size = sizeof c.units[i].err;
     }
-
-    counts = calloc((size_t)out->vocab_size, sizeof *counts);
-    if (!counts) {
+    train.counts = calloc((size_t)out->vocab_size, sizeof *train.counts);
+    if (!train.counts) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         goto out_free;
     }
-    for (int64_t i = 0; i < train.n; i++) counts[train.v[i]]++;
-    out->unigram_entropy = unigram_entropy(counts, out->vocab_size);
-    out->train_tokens = train.n;
-    out->val_tokens = val.n;
-    if ((rc = write_split(o->out_dir, "train", &train, o->shard_tokens, &out->train_shards,
-                          err)) != CT_OK ||
-        (rc = write_split(o->out_dir, "val", &val, o->shard_tokens, &out->val_shards,
-                          err)) != CT_OK ||
-        (rc = write_meta(o, out, err)) != CT_OK)
+    /* a stale meta.ini must never describe the new shards */
+    char meta[PATH_MAX];
+    snprintf(meta, sizeof meta, "%s/meta.ini", o->out_dir);
+    if (unlink(meta) != 0 && errno != ENOENT) {
+        rc = ct_error_set(err, CT_ERR_IO, "cannot replace %s: %s", meta, strerror(errno));
         goto out_free;
+    }
+    if ((rc = tokenize_all(&c, &train, &val, err)) != CT_OK ||
+        (rc = split_close(&train, err)) != CT_OK || (rc = split_close(&val, err)) != CT_OK)
+        goto out_free;
+
+    out->unigram_entropy = unigram_entropy(train.counts, out->vocab_size);
+    out->train_tokens = train.total;
+    out->val_tokens = val.total;
+    out->train_shards = (int32_t)train.n_rec;
+    out->val_shards = (int32_t)val.n_rec;
+    out->max_token = -1;
+    for (size_t i = 0; i < train.n_rec; i++)
+        if (train.rec[i].max > out->max_token) out->max_token = train.rec[i].max;
+    for (size_t i = 0; i < val.n_rec; i++)
+        if (val.rec[i].max > out->max_token) out->max_token = val.rec[i].max;
+    if ((rc = write_meta(o, out, &train, &val, c.eot, model_fnv, err)) != CT_OK) goto out_free;
     if (!o->quiet)
         printf("prepare: %s: %lld train tokens (%d shards), %lld val tokens, tokenizer %s "
                "vocab_size %d, unigram entropy %.4f nats/token\n", o->out_dir,
-               (long long)train.n, out->train_shards, (long long)val.n, o->tokenizer,
+               (long long)train.total, out->train_shards, (long long)val.total, o->tokenizer,
                out->vocab_size, out->unigram_entropy);
 
 out_free:
-    free(text);
-    free(ids);
-    free(counts);
-    free(train.v);
-    free(val.v);
-    tokenizer_free(tok);
+    split_abort(&train);
+    split_abort(&val);
+    free(train.rec);
+    free(val.rec);
+    free(train.counts);
+    for (int32_t i = 0; c.units && i < c.threads; i++) {
+        free(c.units[i].text);
+        free(c.units[i].doc_end);
+        free(c.units[i].tok);
+    }
+    free(c.units);
+    tokenizer_free(c.tok);
+out_free_files:
+    corpus_files_free(&files);
     return rc;
 }
 
@@ -316,18 +855,27 @@ out_free:
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ctrain prepare [--text] FILE... --out DIR [options]\n"
-            "  Tokenize text files into llm.c token shards DIR/train_*.bin, DIR/val_*.bin and\n"
-            "  DIR/meta.ini; the last fraction of each file is validation data.\n"
-            "  [--text] FILE...        text files (one or more; --text is optional)\n"
+            "usage: ctrain prepare [--text] PATH... --out DIR [options]\n"
+            "  Tokenize text into llm.c token shards DIR/train_*.bin, DIR/val_*.bin and\n"
+            "  DIR/meta.ini; the last fraction of each file is validation data. Streams: memory\n"
+            "  does not grow with the text; tokenizes on every core.\n"
+            "  [--text] PATH...        text files, .gz files, or folders of them (recursively,\n"
+            "                          sorted by name); --text is optional\n"
             "  --out DIR               output folder (created when missing)\n"
             "  --val-fraction F        tail of each file kept for validation (default 0.05)\n"
             "  --tokenizer T           bytes (vocab 256, default) or sentencepiece\n"
+            "  --jsonl-field NAME      inputs are JSON Lines: one document per line, its text\n"
+            "                          the string NAME; an end-of-text token before each\n"
+            "                          (bytes: 256, vocab 257; sentencepiece: its </s>)\n"
             "  --vocab-size K          sentencepiece vocabulary, %d..%d (default 8192)\n"
-            "  --sp-model M            sentencepiece model type: bpe (default) or unigram\n"
-            "  --sp-max-sentences N    lines sampled to train sentencepiece (default 2000000)\n"
+            "  --sp-model FILE         use this sentencepiece .model instead of training one\n"
+            "  --sp-type T             model type to train: bpe (default) or unigram\n"
+            "  --sp-sample-bytes N     text sampled evenly across the input to train the\n"
+            "                          model (default 100000000; 0: all of it)\n"
+            "  --sp-max-sentences N    lines of the sample used to train (default 2000000)\n"
             "  --shard-tokens N        tokens per shard file (default 100000000)\n"
-            "  --quiet                 print nothing on success\n",
+            "  --threads N             tokenizing threads (default: one per core)\n"
+            "  --quiet                 print nothing on success (no progress line)\n",
             SP_VOCAB_MIN, SP_VOCAB_MAX);
 }
 
@@ -384,7 +932,15 @@ int cmd_prepare(int argc, char **argv) {
         int64_t v;
         if (!strcmp(name, "--out")) o.out_dir = value;
         else if (!strcmp(name, "--tokenizer")) o.tokenizer = value;
-        else if (!strcmp(name, "--sp-model")) o.sp_model_type = value;
+        else if (!strcmp(name, "--sp-type")) o.sp_model_type = value;
+        else if (!strcmp(name, "--jsonl-field")) o.jsonl_field = value;
+        else if (!strcmp(name, "--sp-model")) {
+            struct stat st;
+            /* before --sp-type, --sp-model named the type: still taken when no such file */
+            if ((!strcmp(value, "bpe") || !strcmp(value, "unigram")) && stat(value, &st) != 0)
+                o.sp_model_type = value;
+            else o.sp_model = value;
+        }
         else if (!strcmp(name, "--val-fraction")) {
             char *end;
             o.val_fraction = strtod(value, &end);
@@ -401,6 +957,12 @@ int cmd_prepare(int argc, char **argv) {
         } else if (!strcmp(name, "--shard-tokens")) {
             if (parse_int(name, value, &v)) goto out_free_texts;
             o.shard_tokens = v;
+        } else if (!strcmp(name, "--threads")) {
+            if (parse_int(name, value, &v)) goto out_free_texts;
+            o.threads = v < 0 || v > 1024 ? -1 : (int32_t)v;
+        } else if (!strcmp(name, "--sp-sample-bytes")) {
+            if (parse_int(name, value, &v)) goto out_free_texts;
+            o.sp_sample_bytes = v;
         } else if (!strcmp(name, "--sp-max-sentences")) {
             if (parse_int(name, value, &v)) goto out_free_texts;
             o.sp_max_sentences = v;

@@ -151,6 +151,17 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     config_get_string(r->cfg, "data", "train", &train, NULL);
     config_get_string(r->cfg, "data", "val", &val, NULL);
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    /* the data's vocabulary (meta.ini) must fit the model's */
+    host_data_meta meta = {.max_token = -1};
+    int32_t rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
+    if (rc != CT_OK) return rc;
+    data_meta_free(&meta);
+    if (meta.found && meta.vocab_size > r->V)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: [model] vocab_size = %lld is smaller than "
+                            "the data's vocabulary %d (%s) ---> leave [model] vocab_size out to "
+                            "take it from meta.ini, or set it to at least %d",
+                            config_origin(r->cfg, "model", "vocab_size"), (long long)r->V,
+                            meta.vocab_size, meta.path, meta.vocab_size);
     r->train_data = loader_open(train, "train", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
     if (!r->train_data) return err->code;
     if (val && *val) {

@@ -1,6 +1,8 @@
 /* runtok.c — the run's tokenizer: recorded at train start, loaded for sampling (runtok.h). */
 #include "runtok.h"
 
+#include "data.h"
+
 #include "files.h"
 #include "tokenizer.h"
 
@@ -19,10 +21,9 @@ struct runtok {
     host_tokenizer *sp;
 };
 
+/* FNV-1a 64 of a whole buffer: data.h's, the checksum meta.ini records (tokenizer_fnv64). */
 static uint64_t fnv1a64(const unsigned char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+    return fnv64_update(HOST_FNV64_OFFSET, p, n);
 }
 
 /* The whole of a regular file into *buf (malloc'ed), *n bytes. */
@@ -128,21 +129,28 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
     if (rc == CT_OK) rc = join(ini_path, sizeof ini_path, out_dir, "tokenizer.ini", err);
     if (rc == CT_OK) rc = join(model_out, sizeof model_out, out_dir, "tokenizer.model", err);
     if (rc != CT_OK) return rc;
-    if (access(meta_path, F_OK) != 0) {
+    /* shards without a meta.ini (llm.c's), or whose meta.ini names no tokenizer (written by a
+     * tool that records shards only), leave the run without one: sample says so later */
+    host_config *meta = NULL;
+    const char *kind = NULL;
+    if (access(meta_path, F_OK) == 0) {
+        if (!(meta = config_new())) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        rc = config_load_file(meta, meta_path, err);
+        kind = rc == CT_OK ? config_get(meta, "data", "tokenizer") : NULL;
+    }
+    if (rc == CT_OK && !kind) {
+        int had_meta = meta != NULL;
+        config_free(meta);
         unlink(ini_path); /* a tokenizer of an earlier run in this folder is not this one's */
         unlink(model_out);
         if (required)
             return ct_error_set(err, CT_ERR_INVALID, "%s: [run] sample_every needs the data's "
-                                "tokenizer, but %s does not exist ---> make the shards with "
-                                "`ctrain prepare` (it writes meta.ini), or set [run] "
+                                "tokenizer, but %s %s ---> make the shards with `ctrain prepare` "
+                                "(its meta.ini records the tokenizer), or set [run] "
                                 "sample_every = 0", config_origin(cfg, "run", "sample_every"),
-                                meta_path);
+                                meta_path, had_meta ? "names none" : "does not exist");
         return CT_OK;
     }
-    host_config *meta = config_new();
-    if (!meta) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    rc = config_load_file(meta, meta_path, err);
-    const char *kind = rc == CT_OK ? config_get(meta, "data", "tokenizer") : NULL;
     const char *vocab = rc == CT_OK ? config_get(meta, "data", "vocab_size") : NULL;
     unsigned char *model = NULL;
     size_t model_n = 0;
@@ -153,7 +161,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
                           meta_path, kind ? kind : "missing");
     if (rc == CT_OK && !strcmp(kind, "sentencepiece")) {
         const char *name = config_get(meta, "data", "tokenizer_model");
-        const char *sum = config_get(meta, "data", "tokenizer_model_fnv1a64");
+        const char *sum = config_get(meta, "data", "tokenizer_fnv64");
         char src[PATH_MAX];
         rc = join(src, sizeof src, dir, name ? name : "tokenizer.model", err);
         if (rc == CT_OK) rc = slurp(src, "tokenizer model", "make the shards again with `ctrain prepare`", &model,

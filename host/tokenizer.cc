@@ -27,7 +27,7 @@ namespace {
 
 // Encode at most this many bytes per sentencepiece call, cut just after a newline: the models
 // are trained without a dummy prefix or normalization, so cutting there changes nothing.
-constexpr size_t kChunkBytes = 1 << 16;
+constexpr size_t kChunkBytes = TOKENIZER_CHUNK_BYTES;
 
 bool ends_with(const std::string &s, const std::string &suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(),
@@ -116,6 +116,8 @@ extern "C" void tokenizer_free(host_tokenizer *tok) { delete tok; }
 extern "C" int32_t tokenizer_vocab_size(const host_tokenizer *tok) {
     return tok->sp.GetPieceSize();
 }
+
+extern "C" int32_t tokenizer_eos_id(const host_tokenizer *tok) { return tok->sp.eos_id(); }
 
 extern "C" int32_t tokenizer_encode(const host_tokenizer *tok, const char *text, size_t len,
                                     int32_t **ids, int64_t *n, ct_error *err) {

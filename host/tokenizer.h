@@ -17,6 +17,11 @@ extern "C" {
 
 typedef struct host_tokenizer host_tokenizer;
 
+/* tokenizer_encode cuts long text just after the last newline of each window of this many
+ * bytes and encodes the pieces one by one; prepare cuts its streamed input the same way, so
+ * streaming gives the very tokens of encoding a whole file at once. */
+#define TOKENIZER_CHUNK_BYTES (1 << 16)
+
 /* Train a sentencepiece model of vocab_size pieces (model_type "bpe" or "unigram") on the lines
  * of the given text files and write it to model_path, which must end in ".model" (a
  * human-readable ".vocab" file is written beside it). threads >= 1. Long training corpora are
@@ -32,6 +37,10 @@ void tokenizer_free(host_tokenizer *tok);
 
 /* Number of pieces (the vocabulary size V: ids are 0..V-1). */
 int32_t tokenizer_vocab_size(const host_tokenizer *tok);
+
+/* The end-of-sentence id (</s>, 2 in the models tokenizer_train makes), or -1 when the model
+ * has none. prepare puts it before every JSON Lines document. */
+int32_t tokenizer_eos_id(const host_tokenizer *tok);
 
 /* Encode len bytes of text. *ids is malloc'ed (the caller frees it), *n its length. */
 int32_t tokenizer_encode(const host_tokenizer *tok, const char *text, size_t len, int32_t **ids,

@@ -5,6 +5,7 @@
  */
 #include "wiring.h"
 
+#include "data.h"
 #include "host_schema.h"
 #include "launcher.h"
 #include "preflight.h"
@@ -154,6 +155,26 @@ static int32_t check_sections(const host_config *cfg, const host_wiring *w, ct_e
     return CT_OK;
 }
 
+/* [model] vocab_size left out (its origin "default") takes the vocabulary that the meta.ini of
+ * [data] train records, with that meta.ini as its origin (validate shows it). */
+static int32_t vocab_from_meta(host_config *cfg, ct_error *err) {
+    const char *origin = config_origin(cfg, "model", "vocab_size");
+    const char *train = config_get(cfg, "data", "train");
+    if (!config_get(cfg, "model", "vocab_size") || strcmp(origin, "default") != 0 || !train ||
+        !*train)
+        return CT_OK;
+    host_data_meta m;
+    int32_t rc = data_meta_for(train, &m, err);
+    if (rc != CT_OK) return rc;
+    if (m.found && m.vocab_size > 0) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", m.vocab_size);
+        rc = config_set(cfg, "model", "vocab_size", v, m.path, err);
+    }
+    data_meta_free(&m);
+    return rc;
+}
+
 int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err) {
     memset(w, 0, sizeof *w);
     int32_t rc = resolve_losses(cfg, reg, w, err);
@@ -225,6 +246,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
                                      sizeof(ct_param_spec), owner, NULL, err);
         if (rc != CT_OK) return rc;
     }
+    if ((rc = vocab_from_meta(cfg, err)) != CT_OK) return rc;
     return device_mask_check(w, cfg, err);
 }
 

@@ -5,7 +5,7 @@
 # through pip, only when python3 cannot import them.
 set -euo pipefail
 packages=(build-essential pkg-config libinih-dev libopenmpi-dev openmpi-bin libopenblas-dev
-          gnuplot-nox libsentencepiece-dev sentencepiece python3)
+          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

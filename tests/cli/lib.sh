@@ -79,10 +79,11 @@ ct_need_ctrain() {
 
 # ct_shard FILE N VOCAB: a token shard (llm.c format, data.h) of N tokens below VOCAB, the
 # largest (VOCAB-1) at position N/2, for configurations that must validate (validate opens the
-# data as train does).
+# data as train does), and its [shard NAME] record in the meta.ini beside it (as `ctrain
+# prepare` writes it), so the vocabulary check happens when the data is opened.
 ct_shard() {
     python3 - "$1" "$2" "$3" <<'PY'
-import struct, sys
+import os, re, struct, sys
 path, n, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 toks = [(i * 7919) % vocab for i in range(n)]
 toks[n // 2] = vocab - 1
@@ -90,5 +91,12 @@ hdr = [20240520, 1, n] + [0] * 253
 with open(path, "wb") as f:
     f.write(struct.pack("<256i", *hdr))
     f.write(struct.pack("<%dH" % n, *toks))
+meta = os.path.join(os.path.dirname(os.path.abspath(path)), "meta.ini")
+name = os.path.basename(path)
+old = open(meta).read() if os.path.exists(meta) else ""
+old = re.sub(r"\n?\[shard %s\]\n(?:[^\[\n][^\n]*\n)*" % re.escape(name), "\n", old)
+with open(meta, "w") as f:
+    f.write(old.rstrip("\n") + "\n[shard %s]\ntokens = %d\nbytes = %d\nmax_token = %d\n"
+            % (name, n, 1024 + 2 * n, max(toks)))
 PY
 }

@@ -59,14 +59,15 @@ agree n_head_must_divide_d_model \
 agree data_seq_len_within_model_seq_len \
     "--set: [data] seq_len = 32 exceeds the model's seq_len 16" good.ini --set data.seq_len=32
 
-# the loader scans every token against the model's vocabulary; [data] train is on line 7
+# the loader checks meta.ini's recorded max token against the model's vocabulary (ct_shard
+# writes the record, as prepare does); [data] train is on line 7
 sed 's/^vocab_size = 256$/vocab_size = 100/' good.ini > vocab.ini
 agree data_tokens_within_model_vocab \
-    "vocab.ini:7: [data] train: $CT_TMP/tok.bin: token 255 at position 241 is >= the model's vocab_size 100" \
+    "vocab.ini:7: [data] train: $CT_TMP/tok.bin: its meta.ini ($CT_TMP/meta.ini) records max_token 255, >= the model's vocab_size 100" \
     vocab.ini
 ct_shard wide.bin 4096 300
 agree val_tokens_within_model_vocab \
-    "--set: [data] val: $CT_TMP/wide.bin: token 299 at position" good.ini --set "data.val=$CT_TMP/wide.bin"
+    "--set: [data] val: $CT_TMP/wide.bin: its meta.ini ($CT_TMP/meta.ini) records max_token 299" good.ini --set "data.val=$CT_TMP/wide.bin"
 agree data_must_exist "--set: [data] train: no token shard matches $CT_TMP/none.bin" \
     good.ini --set "data.train=$CT_TMP/none.bin"
 

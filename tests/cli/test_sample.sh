@@ -114,7 +114,7 @@ ct_expect_failure "sample_every without a tokenizer" "[run] sample_every needs t
 # ---- 5. sentencepiece: the model is copied into the run and checked by checksum ------------
 "$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out "$W/sp" --tokenizer sentencepiece --vocab-size 400 \
     --val-fraction 0 > "$W/sp.log" 2>&1 || ct_fail "prepare sp" "$(tail -3 "$W/sp.log")"
-grep -q "^tokenizer_model_fnv1a64 = [0-9a-f]\{16\}$" "$W/sp/meta.ini" \
+grep -q "^tokenizer_fnv64 = [0-9a-f]\{16\}$" "$W/sp/meta.ini" \
     && ct_pass "meta.ini records the sentencepiece model's checksum" \
     || ct_fail "meta.ini checksum" "$(cat "$W/sp/meta.ini")"
 mem_ini "$W/sp.ini" "$W/sp_run" 2 16

@@ -9,10 +9,12 @@
 #include "prepare.h"
 #include "tokenizer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define GPL3 "/usr/share/common-licenses/GPL-3" /* present on every Debian machine */
 
@@ -304,17 +306,66 @@ CT_TEST(loader_state_restored_in_a_new_loader_continues_identically) {
     loader_close(fresh);
 }
 
+/* Write DIR/meta.ini with one [shard NAME] record per call (append 0: a new file). */
+static void write_shard_meta(const char *dir, const char *name, int64_t tokens, int64_t bytes,
+                             int32_t max_token, int append) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/meta.ini", dir);
+    FILE *f = fopen(p, append ? "a" : "w");
+    CT_CHECK(f != NULL);
+    if (!f) return;
+    if (!append) fprintf(f, "[data]\ntokenizer = bytes\nvocab_size = 256\n");
+    fprintf(f, "[shard %s]\ntokens = %lld\nbytes = %lld\nmax_token = %d\nfnv64 = 0\n", name,
+            (long long)tokens, (long long)bytes, max_token);
+    fclose(f);
+}
+
+static void unlink_meta(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/meta.ini", dir);
+    unlink(p);
+}
+
+/* Deal windows until one fails; the error code (CT_OK when a whole epoch passed). */
+static int32_t deal_epoch(host_loader *l, int64_t B, int64_t T, ct_error *err) {
+    int32_t *in = malloc((size_t)(B * T) * sizeof *in), *tg = malloc((size_t)(B * T) * sizeof *tg);
+    int32_t rc = CT_OK;
+    for (int64_t i = 0; i < loader_batches_per_epoch(l) && rc == CT_OK; i++)
+        rc = loader_next(l, in, tg, err);
+    free(in);
+    free(tg);
+    return rc;
+}
+
 CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
+    const char *dir = ct_test_tmpdir();
     char path[512];
-    snprintf(path, sizeof path, "%s/big.bin", ct_test_tmpdir());
-    write_pattern_shard(path, 1000, 1, 0, 301); /* max token 300 at position 300 */
+    snprintf(path, sizeof path, "%s/big.bin", dir);
+    uint16_t tok[1000];
+    for (int i = 0; i < 1000; i++) tok[i] = (uint16_t)(i % 256);
+    tok[301] = 300; /* one bad token in the middle: windows of T=4 are [4w, 4w+4] */
     ct_error err = new_err();
+    CT_CHECK_MSG(shard_write(path, tok, 1000, &err) == CT_OK, "%s", err.message);
+    /* no meta.ini: open reads no token; the window holding position 301 is refused */
+    err = new_err();
     host_loader *l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (!l) return;
+    CT_CHECK_INT(loader_recorded_max_token(l), -1);
+    CT_CHECK_INT(deal_epoch(l, 2, 4, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, "token 300 at position 301 is >= the model's vocab_size "
+                                       "256");
+    loader_close(l);
+    /* meta.ini records the max: refused at open, naming the file, meta.ini and the max */
+    write_shard_meta(dir, "big.bin", 1000, 1024 + 2000, 300, 0);
+    err = new_err();
+    l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
     CT_CHECK(l == NULL);
     CT_CHECK_INT(err.code, CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(err.message, path);
-    CT_CHECK_STR_CONTAINS(err.message, "token 300 at position 300");
-    CT_CHECK_STR_CONTAINS(err.message, "vocab_size 256");
+    CT_CHECK_STR_CONTAINS(err.message, "meta.ini) records max_token 300, >= the model's "
+                                       "vocab_size 256");
     loader_close(l);
     err = new_err();
     l = loader_open(path, NULL, 300, 2, 4, 0, 1, 0, &err); /* 300 is still one too many */
@@ -322,7 +373,26 @@ CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
     err = new_err();
     l = loader_open(path, NULL, 301, 2, 4, 0, 1, 0, &err);
     CT_CHECK_MSG(l != NULL, "vocab 301 holds token 300: %s", err.message);
+    if (l) CT_CHECK_INT(loader_recorded_max_token(l), 300);
     loader_close(l);
+    /* a record whose size is not the file's is not trusted: open passes, the window refuses */
+    write_shard_meta(dir, "big.bin", 999, 1024 + 1998, 300, 0);
+    err = new_err();
+    l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (l) CT_CHECK_INT(loader_recorded_max_token(l), -1);
+    loader_close(l);
+    /* a record that lies (max 255): open passes, the window holding position 301 refuses */
+    write_shard_meta(dir, "big.bin", 1000, 1024 + 2000, 255, 0);
+    err = new_err();
+    l = loader_open(path, NULL, 256, 2, 4, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (l) {
+        CT_CHECK_INT(deal_epoch(l, 2, 4, &err), CT_ERR_INVALID);
+        CT_CHECK_STR_CONTAINS(err.message, "token 300 at position 301 is >=");
+    }
+    loader_close(l);
+    unlink_meta(dir);
     /* too little data for one global batch */
     err = new_err();
     l = loader_open(path, NULL, 301, 100, 10, 0, 2, 0, &err); /* 99 windows < 200 */
@@ -357,7 +427,7 @@ CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     CT_CHECK_INT(loader_next(l, in, tg, &err), CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(err.message, path);
     CT_CHECK_STR_CONTAINS(err.message, "token 300 at position ");
-    CT_CHECK_STR_CONTAINS(err.message, "the file changed during the run");
+    CT_CHECK_STR_CONTAINS(err.message, "tokens are checked as each sequence is read");
     /* truncated to 1 token: every window is beyond the end */
     CT_CHECK_INT(truncate(path, 1024 + 2), 0);
     err = new_err();
@@ -730,5 +800,344 @@ CT_TEST(prepare_sentencepiece_shards_decode_back_to_the_text) {
     free(back);
     free(train);
     free(val);
+    tokenizer_free(tok);
+}
+
+/* ---- data at scale: meta.ini, streaming prepare ------------------------------------------ */
+
+/* Open reads no token: a shard whose tokens are all garbage (60000) but whose meta.ini record
+ * (right size, max 200) says they fit opens fine; only reading a window refuses it. */
+CT_TEST(loader_open_reads_no_token_when_meta_ini_matches_the_file) {
+    const char *dir = ct_test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    write_pattern_shard(path, 4001, 0, 60000, 65536);
+    write_shard_meta(dir, "train_000000.bin", 4001, 1024 + 8002, 200, 0);
+    ct_error err = new_err();
+    host_loader *l = loader_open(dir, "train", 256, 2, 8, 0, 1, 0, &err);
+    CT_CHECK_MSG(l != NULL, "open must trust meta.ini and read no token: %s", err.message);
+    if (!l) return;
+    CT_CHECK_INT(loader_recorded_max_token(l), 200);
+    int32_t in[16], tg[16];
+    err = new_err();
+    CT_CHECK_INT(loader_next(l, in, tg, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, "token 60000 at position ");
+    loader_close(l);
+}
+
+/* The bytes a test corpus is made of: GPL-3 repeated `copies` times into path. */
+static size_t write_copies(const char *path, int copies) {
+    size_t len;
+    char *text = read_whole(GPL3, &len);
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; f && text && i < copies; i++) fwrite(text, 1, len, f);
+    if (f) fclose(f);
+    free(text);
+    return len * (size_t)copies;
+}
+
+/* train + val tokens of a prepared folder, in file order */
+static int32_t *read_all(const char *dir, int64_t *n_train, int64_t *n_val) {
+    int32_t *train = read_split(dir, "train", n_train);
+    int32_t *val = read_split(dir, "val", n_val);
+    train = realloc(train, (size_t)(*n_train + *n_val + 1) * sizeof *train);
+    if (*n_val) memcpy(train + *n_train, val, (size_t)*n_val * sizeof *val);
+    free(val);
+    return train;
+}
+
+/* The streaming prepare (many small units on 3 threads, --sp-model reusing a model) gives the
+ * very tokens of the in-memory path: tokenizer_encode of the whole file, its last val_fraction
+ * to val; and the same with one thread. */
+CT_TEST(prepare_streaming_on_threads_gives_the_tokens_of_encoding_the_whole_file) {
+    const char *dir = ct_test_tmpdir();
+    char text[512], model[512], a[512], b[512];
+    snprintf(text, sizeof text, "%s/corpus.txt", dir);
+    size_t len = write_copies(text, 6); /* 210 kB: 11 units of 20 kB */
+    snprintf(model, sizeof model, "%s/sp.model", dir);
+    const char *files[] = {GPL3};
+    ct_error err = new_err();
+    CT_CHECK_MSG(tokenizer_train(files, 1, "bpe", 400, model, 2, 0, &err) == CT_OK, "%s",
+                 err.message);
+    host_tokenizer *tok = tokenizer_load(model, &err);
+    CT_CHECK_MSG(tok != NULL, "%s", err.message);
+    if (!tok) return;
+    char *whole = read_whole(text, &len);
+    int32_t *ids;
+    int64_t n;
+    CT_CHECK(tokenizer_encode(tok, whole, len, &ids, &n, &err) == CT_OK);
+    int64_t want_val = llround(0.1 * (double)n);
+    const char *texts[] = {text};
+    for (int threads = 3; threads >= 1; threads -= 2) {
+        char *out = threads == 3 ? a : b;
+        snprintf(out, 512, "%s/out%d", dir, threads);
+        prepare_options o = prepare_default_options();
+        o.texts = texts, o.n_texts = 1, o.out_dir = out, o.tokenizer = "sentencepiece";
+        o.sp_model = model, o.threads = threads, o.unit_bytes = 20000, o.val_fraction = 0.1;
+        o.shard_tokens = 7000;
+        CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+        int64_t n_train, n_val;
+        int32_t *got = read_all(out, &n_train, &n_val);
+        CT_CHECK_INT(n_train + n_val, n);
+        CT_CHECK_INT(n_val, want_val);
+        int64_t diff = -1;
+        for (int64_t i = 0; i < n && i < n_train + n_val; i++)
+            if (got[i] != ids[i]) {
+                diff = i;
+                break;
+            }
+        CT_CHECK_MSG(diff < 0, "%d threads: first token that differs at %lld", threads,
+                     (long long)diff);
+        free(got);
+        /* the model is copied beside the shards, meta.ini names it and its hash */
+        char p[600];
+        snprintf(p, sizeof p, "%s/meta.ini", out);
+        size_t mlen, blen;
+        char *meta = read_whole(p, &mlen);
+        char *bytes = read_whole(model, &blen);
+        uint64_t h = fnv64_update(HOST_FNV64_OFFSET, bytes, blen);
+        char want[64];
+        snprintf(want, sizeof want, "tokenizer_fnv64 = %016llx\n", (unsigned long long)h);
+        CT_CHECK_STR_CONTAINS(meta, "tokenizer_model = tokenizer.model\n");
+        CT_CHECK_STR_CONTAINS(meta, want);
+        CT_CHECK_STR_CONTAINS(meta, "vocab_size = 400\n");
+        free(meta);
+        free(bytes);
+    }
+    free(ids);
+    free(whole);
+    tokenizer_free(tok);
+}
+
+/* A folder (recursively, sorted) holding a plain file and a .gz one: each file's bytes, its
+ * own last 10 % to val; meta.ini records each shard's tokens, bytes, max and FNV-1a hash. */
+CT_TEST(prepare_reads_folders_and_gz_and_records_each_shard_in_meta_ini) {
+    const char *dir = ct_test_tmpdir();
+    char in[512], sub[600], plain[700], gz[700], out[512];
+    snprintf(in, sizeof in, "%s/in", dir);
+    snprintf(sub, sizeof sub, "%s/z", in);
+    CT_CHECK_INT(mkdir(in, 0700), 0);
+    CT_CHECK_INT(mkdir(sub, 0700), 0);
+    snprintf(plain, sizeof plain, "%s/a.txt", in);
+    snprintf(gz, sizeof gz, "%s/b.txt.gz", sub);
+    size_t len;
+    char *text = read_whole(GPL3, &len);
+    write_text(plain, "hello, world\n", 13);
+    gzFile g = gzopen(gz, "wb");
+    CT_CHECK(g != NULL);
+    if (!g || !text) return;
+    gzwrite(g, text, (unsigned)len);
+    gzclose(g);
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/pipe", in);
+    CT_CHECK_INT(mkfifo(fifo, 0600), 0); /* skipped inside a folder, never opened */
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = {in};
+    prepare_options o = prepare_default_options();
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.val_fraction = 0.1;
+    o.shard_tokens = 10000;
+    ct_error err;
+    CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+    int64_t n_train, n_val;
+    int32_t *train = read_split(out, "train", &n_train);
+    int32_t *val = read_split(out, "val", &n_val);
+    int64_t v1 = llround(0.1 * 13), v2 = llround(0.1 * (double)len);
+    CT_CHECK_INT(n_val, v1 + v2);
+    CT_CHECK_INT(n_train, 13 - v1 + (int64_t)len - v2);
+    int bad = 0;
+    const char *hello = "hello, world\n";
+    for (int64_t i = 0; i < 13 - v1; i++) bad += train[i] != (uint8_t)hello[i];
+    for (int64_t i = 0; i < v1; i++) bad += val[i] != (uint8_t)hello[13 - v1 + i];
+    for (int64_t i = 0; i < (int64_t)len - v2 && 13 - v1 + i < n_train; i++)
+        bad += train[13 - v1 + i] != (uint8_t)text[i];
+    for (int64_t i = 0; i < v2 && v1 + i < n_val; i++)
+        bad += val[v1 + i] != (uint8_t)text[len - v2 + i];
+    CT_CHECK_INT(bad, 0);
+    /* every shard's record matches the file */
+    host_data_meta m;
+    CT_CHECK_INT(data_meta_read(out, &m, &err), CT_OK);
+    CT_CHECK_INT(m.found, 1);
+    CT_CHECK_INT(m.vocab_size, 256);
+    CT_CHECK_INT(m.n_shards, 5); /* 31.6k train tokens in 4 shards, 3.5k val in 1 */
+    for (int32_t i = 0; i < m.n_shards; i++) {
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s", out, m.shards[i].name);
+        size_t blen;
+        char *bytes = read_whole(p, &blen);
+        if (!bytes) continue;
+        int32_t mx = -1;
+        const uint16_t *t = (const uint16_t *)(bytes + 1024);
+        for (size_t k = 0; k < (blen - 1024) / 2; k++) mx = t[k] > mx ? t[k] : mx;
+        CT_CHECK_INT(m.shards[i].bytes, blen);
+        CT_CHECK_INT(m.shards[i].tokens, (blen - 1024) / 2);
+        CT_CHECK_INT(m.shards[i].max_token, mx);
+        char want[512], meta_p[600];
+        snprintf(want, sizeof want, "[shard %s]\ntokens = %lld\nbytes = %zu\nmax_token = %d\n"
+                 "fnv64 = %016llx\n", m.shards[i].name, (long long)m.shards[i].tokens, blen, mx,
+                 (unsigned long long)fnv64_update(HOST_FNV64_OFFSET, bytes + 1024, blen - 1024));
+        snprintf(meta_p, sizeof meta_p, "%s/meta.ini", out);
+        size_t mlen;
+        char *meta = read_whole(meta_p, &mlen);
+        CT_CHECK_STR_CONTAINS(meta, want);
+        free(meta);
+        free(bytes);
+    }
+    data_meta_free(&m);
+    free(train);
+    free(val);
+    free(text);
+}
+
+/* JSON Lines: each record's "text" decoded (escapes, \uXXXX, surrogate pairs to UTF-8), other
+ * keys skipped whatever they hold, blank lines ignored, token 256 before every document. */
+CT_TEST(prepare_jsonl_decodes_escapes_and_unicode_with_an_end_of_text_token) {
+    const char *dir = ct_test_tmpdir();
+    char path[512], out[512];
+    snprintf(path, sizeof path, "%s/docs.jsonl", dir);
+    const char jsonl[] =
+        "{\"id\": 1, \"meta\": {\"text\": \"no\", \"a\": [1, \"}\"]}, \"text\": \"a\\\"b\\\\c\\n\"}\n"
+        "\n"
+        "{\"text\": \"caf\\u00e9 \\ud83d\\ude00\\t\\/\", \"x\": null}\r\n"
+        "{\"text\":\"\\u0041\\u00DF\\u6771\"}";
+    write_text(path, jsonl, sizeof jsonl - 1);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = {path};
+    prepare_options o = prepare_default_options();
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.val_fraction = 0, o.jsonl_field = "text";
+    ct_error err;
+    CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+    const unsigned char want[] = {0, 'a', '"', 'b', '\\', 'c', '\n',
+                                  0, 'c', 'a', 'f', 0xc3, 0xa9, ' ', 0xf0, 0x9f, 0x98, 0x80,
+                                  '\t', '/',
+                                  0, 'A', 0xc3, 0x9f, 0xe6, 0x9d, 0xb1};
+    int64_t n_train, n_val;
+    int32_t *got = read_all(out, &n_train, &n_val);
+    CT_CHECK_INT(n_train, (int64_t)sizeof want);
+    int bad = 0;
+    for (size_t i = 0; i < sizeof want && (int64_t)i < n_train; i++) {
+        int32_t w = want[i] == 0 && (i == 0 || i == 7 || i == 20) ? 256 : want[i];
+        if (got[i] != w) {
+            if (!bad) CT_CHECK_MSG(0, "token %zu: expected %d, got %d", i, w, got[i]);
+            bad++;
+        }
+    }
+    CT_CHECK_INT(bad, 0);
+    free(got);
+    host_data_meta m;
+    CT_CHECK_INT(data_meta_read(out, &m, &err), CT_OK);
+    CT_CHECK_INT(m.vocab_size, 257);
+    CT_CHECK_INT(m.max_token, 256);
+    data_meta_free(&m);
+    /* a record without the key, and one whose surrogate is alone: file:line and the reason */
+    const char *bad_lines[][2] = {{"{\"text\": \"ok\"}\n{\"body\": \"x\"}\n", ":2: "
+                                   "--jsonl-field 'text': no key"},
+                                  {"{\"text\": \"\\ud800x\"}\n", ":1: --jsonl-field 'text': "
+                                   "lone surrogate"},
+                                  {"[1, 2]\n", ":1: --jsonl-field 'text': not a JSON object"}};
+    for (int k = 0; k < 3; k++) {
+        write_text(path, bad_lines[k][0], strlen(bad_lines[k][0]));
+        CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_INVALID);
+        char want_msg[700];
+        snprintf(want_msg, sizeof want_msg, "%s%s", path, bad_lines[k][1]);
+        CT_CHECK_STR_CONTAINS(err.message, want_msg);
+    }
+}
+
+/* sentencepiece trains on blocks taken evenly across the input, not its start: 1 MB of the
+ * licence, 1 MB of it in rot13, 1 MB of it again, sampled 1 MB (one block of about 1 MB in
+ * three: the middle one); the model then encodes rot13 text in fewer tokens than plain text (a
+ * start-only sample: the reverse). */
+CT_TEST(prepare_samples_sentencepiece_text_evenly_across_the_input) {
+    const char *dir = ct_test_tmpdir();
+    char path[512], out[512], model[600];
+    snprintf(path, sizeof path, "%s/c.txt", dir);
+    size_t len;
+    char *text = read_whole(GPL3, &len);
+    if (!text) return;
+    char *rot = malloc(len);
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        rot[i] = ch >= 'a' && ch <= 'z' ? (char)('a' + (ch - 'a' + 13) % 26)
+               : ch >= 'A' && ch <= 'Z' ? (char)('A' + (ch - 'A' + 13) % 26) : ch;
+    }
+    FILE *f = fopen(path, "wb");
+    size_t n = 0;
+    while (n < 1000000) n += fwrite(text, 1, len, f);
+    while (n < 2000000) n += fwrite(rot, 1, len, f);
+    while (n < 3000000) n += fwrite(text, 1, len, f);
+    fclose(f);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = {path};
+    prepare_options o = prepare_default_options();
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.tokenizer = "sentencepiece";
+    o.vocab_size = 600, o.sp_sample_bytes = 1000000, o.val_fraction = 0;
+    ct_error err;
+    CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+    snprintf(model, sizeof model, "%s/tokenizer.model", out);
+    host_tokenizer *tok = tokenizer_load(model, &err);
+    CT_CHECK_MSG(tok != NULL, "%s", err.message);
+    if (tok) {
+        int32_t *ids;
+        int64_t n_plain = 0, n_rot = 0;
+        CT_CHECK(tokenizer_encode(tok, text, len, &ids, &n_plain, &err) == CT_OK);
+        free(ids);
+        CT_CHECK(tokenizer_encode(tok, rot, len, &ids, &n_rot, &err) == CT_OK);
+        free(ids);
+        CT_CHECK_MSG(n_rot < n_plain, "the model trained on the sample encodes rot13 text in %lld "
+                     "tokens, plain text in %lld: expected the rot13 (middle third) to be sampled",
+                     (long long)n_rot, (long long)n_plain);
+        tokenizer_free(tok);
+    }
+    free(rot);
+    free(text);
+}
+
+/* JSON Lines through sentencepiece: the model's </s> (id 2) before every document, and each
+ * document's tokens those the model gives for its decoded text alone. */
+CT_TEST(prepare_jsonl_with_sentencepiece_puts_eos_before_each_document) {
+    const char *dir = ct_test_tmpdir();
+    char model[512], path[512], out[512];
+    snprintf(model, sizeof model, "%s/sp.model", dir);
+    const char *files[] = {GPL3};
+    ct_error err = new_err();
+    CT_CHECK_MSG(tokenizer_train(files, 1, "bpe", 400, model, 2, 0, &err) == CT_OK, "%s",
+                 err.message);
+    snprintf(path, sizeof path, "%s/d.jsonl", dir);
+    const char jsonl[] = "{\"text\": \"the General Public License\\n\"}\n"
+                         "{\"n\": 2, \"text\": \"free software \\u00e9\"}\n";
+    write_text(path, jsonl, sizeof jsonl - 1);
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *texts[] = {path};
+    prepare_options o = prepare_default_options();
+    o.texts = texts, o.n_texts = 1, o.out_dir = out, o.val_fraction = 0;
+    o.tokenizer = "sentencepiece", o.sp_model = model, o.jsonl_field = "text";
+    CT_CHECK_MSG(run_prepare(&o, &err) == CT_OK, "%s", err.message);
+    host_tokenizer *tok = tokenizer_load(model, &err);
+    if (!tok) return;
+    CT_CHECK_INT(tokenizer_eos_id(tok), 2);
+    const char *docs[] = {"the General Public License\n", "free software \xc3\xa9"};
+    int32_t want[256];
+    int64_t n_want = 0;
+    for (int d = 0; d < 2; d++) {
+        int32_t *ids;
+        int64_t n;
+        CT_CHECK(tokenizer_encode(tok, docs[d], strlen(docs[d]), &ids, &n, &err) == CT_OK);
+        want[n_want++] = 2;
+        for (int64_t i = 0; i < n && n_want < 256; i++) want[n_want++] = ids[i];
+        free(ids);
+    }
+    int64_t n_train, n_val;
+    int32_t *got = read_all(out, &n_train, &n_val);
+    CT_CHECK_INT(n_train, n_want);
+    CT_CHECK_MSG(n_train == n_want && memcmp(got, want, (size_t)n_want * sizeof *got) == 0,
+                 "the tokens differ from </s> + each document's own encoding");
+    char p[600];
+    snprintf(p, sizeof p, "%s/meta.ini", out);
+    size_t mlen;
+    char *meta = read_whole(p, &mlen);
+    CT_CHECK_STR_CONTAINS(meta, "eot_token = 2\n");
+    free(meta);
+    free(got);
     tokenizer_free(tok);
 }
