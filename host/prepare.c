@@ -576,6 +576,21 @@ out_unlink:
     return rc;
 }
 
+/* The longest line meta.ini may have: the INI reader (inih r55) keeps 199 characters. */
+#define META_LINE_MAX 199
+
+/* `key = value` on one line of at most META_LINE_MAX characters: a longer value is cut and
+ * ends in "...", a control character (a newline in a path) becomes '?'. Only informational
+ * values (sources, jsonl_field) can be long. */
+static void meta_put(FILE *f, const char *key, const char *value) {
+    size_t room = META_LINE_MAX - strlen(key) - 3, n = strlen(value);
+    int cut = n > room;
+    if (cut) n = room - 3;
+    fprintf(f, "%s = ", key);
+    for (size_t i = 0; i < n; i++) fputc((unsigned char)value[i] < 0x20 ? '?' : value[i], f);
+    fputs(cut ? "...\n" : "\n", f);
+}
+
 /* FNV-1a 64 of a whole file, and copy it to `to` when `to` is not NULL (atomically). */
 static int32_t hash_copy_file(const char *from, const char *to, uint64_t *fnv, ct_error *err) {
     int in;
@@ -656,10 +671,16 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
     fprintf(f, "val_tokens = %lld\nval_shards = %d\n", (long long)s->val_tokens, s->val_shards);
     fprintf(f, "val_fraction = %g\n", o->val_fraction);
     fprintf(f, "unigram_entropy_nats = %.6f\n", s->unigram_entropy);
-    if (o->jsonl_field) fprintf(f, "jsonl_field = %s\n", o->jsonl_field);
-    fprintf(f, "sources = ");
-    for (int32_t i = 0; i < o->n_texts; i++) fprintf(f, "%s%s", i ? ", " : "", o->texts[i]);
-    fprintf(f, "\n");
+    if (o->jsonl_field) meta_put(f, "jsonl_field", o->jsonl_field);
+    char sources[META_LINE_MAX + 1];
+    size_t used = 0;
+    for (int32_t i = 0; i < o->n_texts && used < sizeof sources - 1; i++) {
+        int w = snprintf(sources + used, sizeof sources - used, "%s%s", i ? ", " : "",
+                         o->texts[i]);
+        used = w < 0 ? used : used + (size_t)w;
+    }
+    sources[used < sizeof sources ? used : sizeof sources - 1] = '\0';
+    meta_put(f, "sources", sources);
     write_split_meta(f, train);
     write_split_meta(f, val);
     int bad = ferror(f);

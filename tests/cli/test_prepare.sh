@@ -100,4 +100,19 @@ printf 'plain' > plain.gz
 ct_expect_failure non_gzip_gz_is_refused "plain.gz is named .gz but does not hold gzip data" \
     "$CTRAIN" prepare plain.gz --out gz --quiet
 
+# many inputs with long names: meta.ini keeps every line within what the INI reader takes (199
+# characters; `sources` is cut with "..."), and the shards it describes validate and train
+long="a_folder_whose_name_is_long_enough_to_matter_$(printf 'x%.0s' $(seq 60))"
+mkdir -p "$long"
+for i in 1 2 3 4 5; do head -c 3000 /usr/share/common-licenses/GPL-3 > "$long/part_$i.txt"; done
+ct_run "$CTRAIN" prepare "$long"/part_*.txt --out many --quiet
+longest=$(awk '{ if (length($0) > m) m = length($0) } END { print m }' many/meta.ini)
+if [ "$ct_rc" -eq 0 ] && [ "$longest" -le 199 ] && grep -q '^sources = .*\.\.\.$' many/meta.ini; then
+    ct_pass meta_ini_lines_fit_the_ini_reader
+else
+    ct_fail meta_ini_lines_fit_the_ini_reader "rc $ct_rc, longest line $longest: $ct_err"
+fi
+printf '[run]\nname = m\nout_dir = %s/many_run\nsteps = 1\n[data]\ntrain = %s/many\nbatch_size = 1\nseq_len = 8\n[model]\nplugin = gpt\nn_layer = 1\nd_model = 16\nn_head = 2\nseq_len = 8\n' "$PWD" "$PWD" > many.ini
+ct_expect_success prepared_shards_with_many_sources_train "" "$CTRAIN" train many.ini
+
 ct_summary
