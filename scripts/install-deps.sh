@@ -5,7 +5,7 @@
 # through pip, only when python3 cannot import them.
 set -euo pipefail
 packages=(build-essential pkg-config libinih-dev libopenmpi-dev openmpi-bin libopenblas-dev
-          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev python3)
+          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev python3 iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -14,7 +14,8 @@ done
 python_deps() {
     if command -v python3 > /dev/null && ! python3 -c 'import numpy, safetensors' 2> /dev/null; then
         echo "installing numpy and safetensors from PyPI (for tests/export_check.py)"
-        python3 -m pip install --quiet numpy safetensors
+        python3 -m pip install --quiet numpy safetensors 2>/dev/null ||
+            python3 -m pip install --quiet --break-system-packages numpy safetensors
     fi
 }
 [ ${#missing[@]} -eq 0 ] && { python_deps; exit 0; }
