@@ -18,7 +18,13 @@ size=$(stat -c %s big.txt)
 
 # 120 MB of address space (2 threads' stacks and arenas included) for 200 MB of text;
 # peak resident memory under 100 MB
-ct_run prlimit --as=120000000 /usr/bin/time -f "peak_kb %M" "$CTRAIN" prepare big.txt \
+# AddressSanitizer reserves terabytes of address space for its shadow, so under `make asan` the
+# limit cannot apply: the run goes without it, and only the resident peak (instrumented, so
+# larger) is not judged
+limit=(prlimit --as=120000000)
+asan=0
+ldd "$CTRAIN" 2>/dev/null | grep -q libasan && { limit=(); asan=1; }
+ct_run "${limit[@]}" /usr/bin/time -f "peak_kb %M" "$CTRAIN" prepare big.txt \
     --out big --threads 2 --shard-tokens 50000000 --val-fraction 0.01
 peak=$(grep -o 'peak_kb [0-9]*' "$CT_TMP/err" | cut -d' ' -f2)
 train=$(sed -n 's/^train_tokens = //p' big/meta.ini 2>/dev/null)
@@ -28,11 +34,11 @@ if [ "$ct_rc" -ne 0 ]; then
     ct_fail prepare_200mb_in_120mb_address_space "exited $ct_rc: $ct_err"
 elif [ "$((train + val))" -ne "$size" ] || [ "$val" -ne "$want_val" ]; then
     ct_fail prepare_200mb_in_120mb_address_space "expected $size tokens ($want_val val), got train $train val $val"
-elif [ -z "$peak" ] || [ "$peak" -ge 100000 ]; then
+elif [ "$asan" -eq 0 ] && { [ -z "$peak" ] || [ "$peak" -ge 100000 ]; }; then
     ct_fail prepare_200mb_in_120mb_address_space "expected peak RSS < 100000 kB, got '$peak'"
 else
     ct_pass prepare_200mb_in_120mb_address_space
-    echo "  (200 MB: peak RSS $peak kB)"
+    echo "  (200 MB: peak RSS $peak kB$([ "$asan" -eq 1 ] && echo '; ASan build: no address-space limit, RSS not judged'))"
 fi
 # the shards hold the text: 5 train shards (4 of 50M tokens); each starts with its bytes
 ntrain=$(ls big/train_*.bin | wc -l)
