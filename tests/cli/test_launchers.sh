@@ -66,6 +66,11 @@ refuses not_integer "SLURM_NTASKS=8x" SLURM_NTASKS=8x SLURM_PROCID=0 --
 refuses incomplete "SLURM_PROCID" SLURM_NTASKS=2 --
 refuses torch_world2 "MASTER_ADDR" RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
     -- --set comm.plugin=mpi
+grep -qF "only comm nccl can" "$work/torch_world2.log" && grep -qF "mpirun" "$work/torch_world2.log" \
+    && ok "torch_world2: comm mpi is told that only comm nccl bootstraps from MASTER_ADDR, mpi needs mpirun" \
+    || fail "torch_world2: message lacks the nccl / mpirun hint: $(cat "$work/torch_world2.log")"
+refuses torch_world2_local "2 processes were launched" RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=29500 -- --set comm.plugin=local
 # auto under a (fake) 2-task srun picks mpi; MPI started without a launcher is a world of one,
 # which contradicts the 2 tasks: refused on the rank, naming both
 timeout 60 env SLURM_NTASKS=2 SLURM_PROCID=1 "$CTRAIN" train "$work/t.ini" \
