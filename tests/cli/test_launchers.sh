@@ -2,7 +2,8 @@
 # test_launchers.sh — rank and world come from the launcher that started ctrain: processes
 # started here with SLURM_* / RANK / WORLD_SIZE variables (no real SLURM) train when the set is
 # consistent and are refused, exit != 0 and nothing written, when it contradicts itself or
-# another launcher, or when several processes were launched for a one-process engine; under
+# another launcher, or when several processes were launched for a one-process engine (or, with
+# torchrun-style variables alone, for any engine but nccl: mpi needs mpirun); under
 # mpirun -np 2 with comm mpi the environment's world matches MPI's (and a contradicting SLURM
 # set is refused on the rank that holds it); mpirun over the TCP transport gives the shared-
 # memory transport's losses bit for bit. Not for: signals (test_preempt.sh).

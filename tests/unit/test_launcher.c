@@ -1,7 +1,8 @@
 /* test_launcher.c — claims about host/launcher.c: each launcher's variables give rank, local
  * rank and world; launchers found together must agree; incomplete, non-integer or out-of-range
  * values and contradictions are errors naming the variables; CTRAIN_LAUNCHER picks one; several
- * launched processes refuse the local and in-process engines; auto picks mpi / nccl / threads.
+ * launched processes refuse the local and in-process engines; torchrun-style worlds start nccl
+ * only, with MASTER_ADDR/MASTER_PORT checked; auto picks mpi / nccl / threads.
  * Not for: the end-to-end refusals of `ctrain train` (tests/cli/test_launchers.sh).
  */
 #include "ct_test.h"
