@@ -49,6 +49,9 @@ static int32_t api_get_int(ct_host *h, const char *s, const char *k, int64_t *o,
         *o = l->world > 1 ? l->local_rank : h->rank;
         return CT_OK;
     }
+    /* [comm] master_port: a torchrun-style launch's MASTER_PORT (launcher_master) */
+    if (s && k && !strcmp(s, "comm") && !strcmp(k, "master_port"))
+        return launcher_master(launcher_current(), NULL, o, e);
     return config_get_int(h->cfg, s, k, o, e);
 }
 static int32_t api_get_float(ct_host *h, const char *s, const char *k, double *o, ct_error *e) {
@@ -56,6 +59,9 @@ static int32_t api_get_float(ct_host *h, const char *s, const char *k, double *o
 }
 static int32_t api_get_string(ct_host *h, const char *s, const char *k, const char **o,
                               ct_error *e) {
+    /* [comm] master_addr: a torchrun-style launch's MASTER_ADDR (launcher_master) */
+    if (s && k && !strcmp(s, "comm") && !strcmp(k, "master_addr"))
+        return launcher_master(launcher_current(), o, NULL, e);
     return config_get_string(h->cfg, s, k, o, e);
 }
 

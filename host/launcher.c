@@ -112,6 +112,16 @@ int32_t launcher_read(host_getenv_fn env, host_launch *out, ct_error *err) {
         int32_t rc = read_one(env, &all_vars[i], &found, &l, err);
         if (rc != CT_OK) return rc;
         if (!found) continue;
+        if (l.launcher == HOST_LAUNCHER_TORCHRUN) {
+            const char *addr = env("MASTER_ADDR"), *port = env("MASTER_PORT");
+            snprintf(l.master_addr, sizeof l.master_addr, "%s", addr ? addr : "");
+            snprintf(l.master_port_text, sizeof l.master_port_text, "%s", port ? port : "");
+            int32_t p = 0;
+            ct_error scratch = {.struct_size = sizeof scratch};
+            if (port && parse_count("MASTER_PORT", port, &p, &scratch) == CT_OK && p >= 1 &&
+                p <= 65535)
+                l.master_port = p;
+        }
         if (!have) {
             *out = l;
             have = 1;
@@ -141,11 +151,22 @@ int32_t launcher_check_comm(const host_launch *l, const char *comm, int32_t in_p
                             "nccl; or launch one process", (int)l->world,
                             launcher_name(l->launcher), l->vars, comm,
                             local ? "one rank per process" : "all its ranks inside one process");
-    if (l->launcher == HOST_LAUNCHER_TORCHRUN)
+    if (l->launcher != HOST_LAUNCHER_TORCHRUN) return CT_OK;
+    if (strcmp(comm, "nccl") != 0)
         return ct_error_set(err, CT_ERR_INVALID, "%d processes were launched with torchrun-style "
                             "variables only (%s), but comm %s cannot bootstrap from "
-                            "MASTER_ADDR/MASTER_PORT ---> start the processes with mpirun or "
-                            "srun --mpi=pmix", (int)l->world, l->vars, comm);
+                            "MASTER_ADDR/MASTER_PORT (only comm nccl can) ---> for GPUs use "
+                            "--set comm.plugin=nccl --set device.type=cuda; for comm %s start "
+                            "the processes with mpirun or srun --mpi=pmix", (int)l->world,
+                            l->vars, comm, comm);
+    if (!l->master_addr[0] || !l->master_port)
+        return ct_error_set(err, CT_ERR_INVALID, "%d processes were launched with torchrun-style "
+                            "variables (%s) for comm nccl, but MASTER_ADDR=%s MASTER_PORT=%s "
+                            "%s ---> set MASTER_ADDR to rank 0's host and MASTER_PORT to a free "
+                            "port 1..65535, the same on every rank", (int)l->world, l->vars,
+                            l->master_addr[0] ? l->master_addr : "(unset)",
+                            l->master_port_text[0] ? l->master_port_text : "(unset)",
+                            !l->master_addr[0] ? "has no address" : "is not a port 1..65535");
     return CT_OK;
 }
 
@@ -158,6 +179,16 @@ int32_t launcher_check_comm_world(const host_launch *l, const char *comm, int32_
                         "variables reach every process (for srun: srun --mpi=pmix)", comm,
                         (int)comm_rank, (int)comm_world, (int)l->rank, (int)l->world,
                         launcher_name(l->launcher), l->vars);
+}
+
+int32_t launcher_master(const host_launch *l, const char **addr, int64_t *port, ct_error *err) {
+    if (l->launcher != HOST_LAUNCHER_TORCHRUN)
+        return ct_error_set(err, CT_ERR_INVALID, "[comm] master_addr / master_port: only a "
+                            "torchrun-style launch has them (this is %s) ---> use the MPI "
+                            "bootstrap", launcher_name(l->launcher));
+    if (addr) *addr = l->master_addr;
+    if (port) *port = l->master_port;
+    return CT_OK;
 }
 
 const char *launcher_auto_comm(const host_launch *l, int32_t cuda, int64_t world_size) {

@@ -32,6 +32,10 @@ typedef struct host_launch {
     int32_t       local_rank; /* the process's index on its node (its GPU): 0 .. world-1 */
     int32_t       world;      /* processes in the job, >= 1 */
     char          vars[256];  /* the variables read, "NAME=value NAME=value", for messages */
+    /* torchrun-style only: where rank 0 listens for the rendezvous of comm nccl */
+    char          master_addr[256]; /* MASTER_ADDR ("" when unset) */
+    char          master_port_text[32]; /* MASTER_PORT as given ("" when unset), for messages */
+    int32_t       master_port;      /* MASTER_PORT when a decimal 1..65535, else 0 */
 } host_launch;
 
 /* Read every launcher's variables through env into *out. Each launcher counts when any of its
@@ -50,8 +54,10 @@ const char *launcher_name(host_launcher l);
  * run the launched world: several launched processes need a one-rank-per-process engine that
  * learns the world from the launcher (mpi, nccl, or a third-party one without world_create);
  * local and in-process engines (threads) would make every process a separate run writing one
- * out_dir. Torchrun-style variables alone (no mpirun, no srun) start no engine ctrain has.
- * CT_ERR_INVALID with what was launched and what to use instead. */
+ * out_dir. Torchrun-style variables alone (no mpirun, no srun) start comm nccl only (its TCP
+ * rendezvous on MASTER_ADDR:MASTER_PORT, which must then be set: a non-empty address and a
+ * port 1..65535); every other engine needs mpirun or srun. CT_ERR_INVALID with what was
+ * launched and what to use instead. */
 int32_t launcher_check_comm(const host_launch *l, const char *comm, int32_t in_process,
                             ct_error *err);
 
@@ -59,6 +65,11 @@ int32_t launcher_check_comm(const host_launch *l, const char *comm, int32_t in_p
  * launcher's when the launcher says more than one process; CT_ERR_INVALID naming both. */
 int32_t launcher_check_comm_world(const host_launch *l, const char *comm, int32_t comm_rank,
                                   int32_t comm_world, ct_error *err);
+
+/* What the host answers a plugin's get_string(host, "comm", "master_addr") and
+ * get_int(host, "comm", "master_port") with: MASTER_ADDR and MASTER_PORT of a torchrun-style
+ * launch (the rendezvous of comm nccl); CT_ERR_INVALID otherwise (another launcher or none). */
+int32_t launcher_master(const host_launch *l, const char **addr, int64_t *port, ct_error *err);
 
 /* [comm] plugin = auto: nccl when the device is cuda and several processes were launched; mpi
  * when launched by mpirun or srun with several processes (or mpirun with one); threads when

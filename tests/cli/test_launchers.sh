@@ -2,7 +2,8 @@
 # test_launchers.sh — rank and world come from the launcher that started ctrain: processes
 # started here with SLURM_* / RANK / WORLD_SIZE variables (no real SLURM) train when the set is
 # consistent and are refused, exit != 0 and nothing written, when it contradicts itself or
-# another launcher, or when several processes were launched for a one-process engine; under
+# another launcher, or when several processes were launched for a one-process engine (or, with
+# torchrun-style variables alone, for any engine but nccl: mpi needs mpirun); under
 # mpirun -np 2 with comm mpi the environment's world matches MPI's (and a contradicting SLURM
 # set is refused on the rank that holds it); mpirun over the TCP transport gives the shared-
 # memory transport's losses bit for bit. Not for: signals (test_preempt.sh).
@@ -66,6 +67,11 @@ refuses not_integer "SLURM_NTASKS=8x" SLURM_NTASKS=8x SLURM_PROCID=0 --
 refuses incomplete "SLURM_PROCID" SLURM_NTASKS=2 --
 refuses torch_world2 "MASTER_ADDR" RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
     -- --set comm.plugin=mpi
+grep -qF "only comm nccl can" "$work/torch_world2.log" && grep -qF "mpirun" "$work/torch_world2.log" \
+    && ok "torch_world2: comm mpi is told that only comm nccl bootstraps from MASTER_ADDR, mpi needs mpirun" \
+    || fail "torch_world2: message lacks the nccl / mpirun hint: $(cat "$work/torch_world2.log")"
+refuses torch_world2_local "2 processes were launched" RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=29500 -- --set comm.plugin=local
 # auto under a (fake) 2-task srun picks mpi; MPI started without a launcher is a world of one,
 # which contradicts the 2 tasks: refused on the rank, naming both
 timeout 60 env SLURM_NTASKS=2 SLURM_PROCID=1 "$CTRAIN" train "$work/t.ini" \

@@ -1,7 +1,8 @@
 /* test_launcher.c — claims about host/launcher.c: each launcher's variables give rank, local
  * rank and world; launchers found together must agree; incomplete, non-integer or out-of-range
  * values and contradictions are errors naming the variables; CTRAIN_LAUNCHER picks one; several
- * launched processes refuse the local and in-process engines; auto picks mpi / nccl / threads.
+ * launched processes refuse the local and in-process engines; torchrun-style worlds start nccl
+ * only, with MASTER_ADDR/MASTER_PORT checked; auto picks mpi / nccl / threads.
  * Not for: the end-to-end refusals of `ctrain train` (tests/cli/test_launchers.sh).
  */
 #include "ct_test.h"
@@ -136,6 +137,8 @@ CT_TEST(launcher_several_processes_refuse_local_and_in_process_engines) {
     l.launcher = HOST_LAUNCHER_TORCHRUN;
     CT_CHECK_INT(launcher_check_comm(&l, "mpi", 0, &e), CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(e.message, "MASTER_ADDR");
+    CT_CHECK_STR_CONTAINS(e.message, "only comm nccl can");
+    CT_CHECK_STR_CONTAINS(e.message, "mpirun");
     l.world = 1;
     CT_CHECK_INT(launcher_check_comm(&l, "threads", 1, &e), CT_OK);
 }
@@ -162,4 +165,60 @@ CT_TEST(launcher_auto_comm_follows_launcher_and_device) {
     CT_CHECK(!strcmp(launcher_auto_comm(&srun4, 0, 1), "mpi"));
     CT_CHECK(!strcmp(launcher_auto_comm(&srun4, 1, 1), "nccl"));
     CT_CHECK(!strcmp(launcher_auto_comm(&srun1, 0, 1), "local"));
+}
+
+/* torchrun-style variables with a world above one start comm nccl (its rendezvous) when
+ * MASTER_ADDR and MASTER_PORT are set and valid; missing or bad ones are errors naming them;
+ * the host answers [comm] master_addr / master_port from them, and refuses for other launchers */
+CT_TEST(launcher_torchrun_world_starts_nccl_with_master_addr_and_port) {
+    static const char *const good[] = {"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1",
+                                       "MASTER_ADDR=node-a", "MASTER_PORT=29500", NULL};
+    host_launch l;
+    ct_error e;
+    CT_CHECK_MSG(read_env(good, &l, &e) == CT_OK, "%s", e.message);
+    CT_CHECK_INT(launcher_check_comm(&l, "nccl", 0, &e), CT_OK);
+    const char *addr = NULL;
+    int64_t port = 0;
+    CT_CHECK_INT(launcher_master(&l, &addr, &port, &e), CT_OK);
+    CT_CHECK_MSG(addr && !strcmp(addr, "node-a"), "expected node-a, got %s", addr ? addr : "NULL");
+    CT_CHECK_INT(port, 29500);
+    CT_CHECK_INT(launcher_check_comm(&l, "mpi", 0, &e), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(e.message, "comm mpi cannot bootstrap");
+    CT_CHECK_INT(launcher_check_comm(&l, "threads", 1, &e), CT_ERR_INVALID);
+    CT_CHECK_INT(launcher_check_comm(&l, "local", 0, &e), CT_ERR_INVALID);
+
+    static const char *const no_addr[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_PORT=29500", NULL};
+    static const char *const empty_addr[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=",
+                                             "MASTER_PORT=29500", NULL};
+    static const char *const no_port[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=h", NULL};
+    static const char *const port0[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=h",
+                                        "MASTER_PORT=0", NULL};
+    static const char *const port_big[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=h",
+                                           "MASTER_PORT=65536", NULL};
+    static const char *const port_text[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=h",
+                                            "MASTER_PORT=29x", NULL};
+    struct { const char *const *env; const char *a, *b; } cases[] = {
+        {no_addr, "MASTER_ADDR=(unset)", "has no address"},
+        {empty_addr, "MASTER_ADDR=(unset)", "has no address"},
+        {no_port, "MASTER_PORT=(unset)", "is not a port 1..65535"},
+        {port0, "MASTER_PORT=0", "is not a port 1..65535"},
+        {port_big, "MASTER_PORT=65536", "is not a port 1..65535"},
+        {port_text, "MASTER_PORT=29x", "is not a port 1..65535"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        CT_CHECK_MSG(read_env(cases[i].env, &l, &e) == CT_OK, "case %zu: %s", i, e.message);
+        CT_CHECK_MSG(launcher_check_comm(&l, "nccl", 0, &e) == CT_ERR_INVALID,
+                     "case %zu accepted", i);
+        CT_CHECK_STR_CONTAINS(e.message, cases[i].a);
+        CT_CHECK_STR_CONTAINS(e.message, cases[i].b);
+        CT_CHECK_STR_CONTAINS(e.message, "WORLD_SIZE=2");
+    }
+    /* a world of one needs no rendezvous: no MASTER_* required */
+    static const char *const one[] = {"RANK=0", "WORLD_SIZE=1", NULL};
+    CT_CHECK_MSG(read_env(one, &l, &e) == CT_OK, "%s", e.message);
+    CT_CHECK_INT(launcher_check_comm(&l, "nccl", 0, &e), CT_OK);
+    /* another launcher: the host has no MASTER_ADDR to give */
+    host_launch mpi = {.launcher = HOST_LAUNCHER_OPENMPI, .world = 2};
+    CT_CHECK_INT(launcher_master(&mpi, &addr, &port, &e), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(e.message, "torchrun-style");
 }

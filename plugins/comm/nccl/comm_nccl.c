@@ -1,7 +1,10 @@
 /* comm_nccl.c — the `nccl` comm plugin: collectives between GPUs with NCCL, one rank per
  * process. Launched as several processes (the host's ct_create_args.world_size > 1: mpirun,
  * srun --mpi=pmix; or OMPI_COMM_WORLD_SIZE set) the ranks come from MPI, which also carries the
- * ncclUniqueId from rank 0 to the others; started alone it is a world of one, without MPI.
+ * ncclUniqueId from rank 0 to the others. Launched torchrun-style (RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT: the host answers get_string("comm", "master_addr")) the rank and
+ * world are the launcher's and the id goes over a TCP rendezvous on MASTER_ADDR:MASTER_PORT
+ * (rendezvous.h), without MPI. Started alone it is a world of one, without MPI.
  * Not for: CPU memory (comm local, threads, mpi) or several ranks in one process.
  *
  * Streams: collectives run on this instance's own stream, ordered after the work already queued
@@ -17,7 +20,8 @@
  * - every wait looks at the awaited work, ncclCommGetAsyncError (a peer's connection broke),
  *   the control channel and the clock (the decisions: nccl_watch.h); any verdict but "done"
  *   aborts the communicator (ncclCommAbort) so this rank's later calls fail at once;
- * - the control channel (under mpirun): a second MPI communicator with a receive posted at
+ * - the control channel (under mpirun only; torchrun-style launches have none, so a peer's
+ *   abort reaches the others as NCCL's broken connection or their timeout): a second MPI communicator with a receive posted at
  *   create; abort(why) sends "why" to every other rank there, as comm mpi does, so a rank that
  *   fails outside the collectives stops the others at once with its reason.
  * After a failure destroy skips ncclCommDestroy, the stream wait and MPI_Finalize (each could
@@ -26,6 +30,7 @@
 #include <ctrain/ctrain.h>
 
 #include "nccl_watch.h"
+#include "rendezvous.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -50,6 +55,7 @@ typedef struct nccl_comm {
     ct_host           *host;
     int32_t            rank, world;
     int                mpi_inited;  /* 1: this instance called MPI_Init and finalizes */
+    int                rendezvous;  /* 1: the id came over TCP (torchrun-style), no MPI */
     ncclComm_t         comm;        /* NULL after abort */
     cudaStream_t       stream;      /* the comm stream */
     cudaStream_t       compute;     /* the device's compute stream (not owned) */
@@ -101,16 +107,35 @@ static double now_s(void) {
  * create / destroy
  * ------------------------------------------------------------------------------------- */
 
-/* Rank, world size and the shared unique id: from MPI when launched as several processes
+/* Rank, world size and the shared unique id: from the launcher and the TCP rendezvous when
+ * launched torchrun-style; from MPI when launched as several processes otherwise
  * (launched_world > 1, the launcher's world the host passes in ct_create_args) or under
- * mpirun, else a world of one. */
-static int32_t bootstrap(nccl_comm *self, int32_t launched_world, ncclUniqueId *id,
-                         ct_error *err) {
+ * mpirun; else a world of one. */
+static int32_t bootstrap(nccl_comm *self, int32_t launched_rank, int32_t launched_world,
+                         ncclUniqueId *id, ct_error *err) {
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
     if ((!ws || !*ws) && launched_world <= 1) {
         self->rank = 0;
         self->world = 1;
         NCCL_TRY(ncclGetUniqueId(id), "ncclGetUniqueId");
+        return CT_OK;
+    }
+    /* torchrun-style: the host knows MASTER_ADDR / MASTER_PORT; rank and world are the
+     * launcher's (ct_create_args); rank 0's id goes to the others over TCP */
+    const char *addr = NULL;
+    int64_t port = 0;
+    ct_error scratch = {.struct_size = sizeof scratch};
+    if ((!ws || !*ws) && self->api && self->api->get_string && self->api->get_int &&
+        self->api->get_string(self->host, "comm", "master_addr", &addr, &scratch) == CT_OK &&
+        self->api->get_int(self->host, "comm", "master_port", &port, &scratch) == CT_OK) {
+        self->rank = launched_rank;
+        self->world = launched_world;
+        if (self->rank == 0) NCCL_TRY(ncclGetUniqueId(id), "ncclGetUniqueId");
+        char msg[768];
+        if (rdv_share(addr, (int)port, self->rank, self->world, id, sizeof *id,
+                      self->timeout_s, msg, sizeof msg) != 0)
+            return ct_error_set(err, CT_ERR_COMM, "comm nccl: %s", msg);
+        self->rendezvous = 1;
         return CT_OK;
     }
     int inited = 0;
@@ -276,7 +301,7 @@ static void *nccl_create(const ct_create_args *args, ct_error *err) {
         goto out_free_self;
     self->compute = (cudaStream_t)args->device.vt->native_stream(args->device.self);
     ncclUniqueId id;
-    if (bootstrap(self, args->world_size, &id, err) != CT_OK) goto out_free_self;
+    if (bootstrap(self, args->rank, args->world_size, &id, err) != CT_OK) goto out_free_self;
     cudaError_t e;
     if ((e = cudaStreamCreateWithFlags(&self->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&self->after_compute, cudaEventDisableTiming)) != cudaSuccess ||
@@ -310,7 +335,8 @@ static void *nccl_create(const ct_create_args *args, ct_error *err) {
         char msg[128];
         snprintf(msg, sizeof msg, "comm nccl: rank %d of %d, NCCL %d.%d.%d%s", self->rank,
                  self->world, v / 10000, v / 100 % 100, v % 100,
-                 self->world > 1 ? ", unique id over MPI" : "");
+                 self->world <= 1 ? "" : self->rendezvous ? ", unique id over TCP "
+                 "(MASTER_ADDR:MASTER_PORT)" : ", unique id over MPI");
         self->api->log(self->host, CT_LOG_INFO, msg);
     }
     return self;
@@ -664,7 +690,7 @@ CT_DEFINE_PLUGIN(
     .kind    = CT_KIND_COMM,
     .name    = "nccl",
     .version = "1.0.0",
-    .summary = "NCCL collectives between GPUs, one rank per process (mpirun or alone)",
+    .summary = "NCCL collectives between GPUs, one rank per process (mpirun, torchrun-style or alone)",
     .params  = nccl_params,
     .devices = CT_DEVICE_CUDA,
     .vtable  = &nccl_vtable)

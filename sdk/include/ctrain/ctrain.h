@@ -334,7 +334,10 @@ typedef struct ct_host_api {
      * until the run ends. One key is the host's, not the INI file's: get_int(host, "device",
      * "local_rank") is the rank's index on its node as its launcher says (mpirun, srun or
      * torchrun-style variables; an in-process engine's rank; 0 without a launcher): a device
-     * plugin picks its GPU by it. */
+     * plugin picks its GPU by it. Two more, under a torchrun-style launch only (CT_ERR_INVALID
+     * under any other launcher or none): get_string(host, "comm", "master_addr") and
+     * get_int(host, "comm", "master_port") are its MASTER_ADDR and MASTER_PORT (the port 0 when
+     * not a number 1..65535), where rank 0 of comm nccl's rendezvous listens. */
     int32_t (*get_bool)(ct_host *host, const char *section, const char *key, int32_t *out,
                         ct_error *err);
     int32_t (*get_int)(ct_host *host, const char *section, const char *key, int64_t *out,
