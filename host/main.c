@@ -3,6 +3,7 @@
  * validate, help). Not for: training (train), data preparation (prepare) and other commands
  * with files of their own.
  */
+#include "blas_core.h"
 #include "commands.h"
 #include "config.h"
 #include "host_schema.h"
@@ -323,6 +324,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
+    /* the commands that run matrix products: OpenBLAS's kernel is chosen before a plugin
+     * loads it (may restart this program once) */
+    static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", NULL};
+    for (int i = 0; blas_users[i]; i++)
+        if (!strcmp(name, blas_users[i])) blas_core_choose(argv);
     for (int i = 0; i < N_COMMANDS; i++)
         if (command_is(commands[i].name, name)) return commands[i].fn(argc - 1, argv + 1);
     const char *names[64];

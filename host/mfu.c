@@ -8,6 +8,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 double mfu_flops_per_token(const ct_model_desc *d, int64_t T, int32_t *from_model) {
@@ -61,6 +62,11 @@ static void print_header(const host_rank *r, const mfu_state *m, int32_t from_mo
     fprintf(out, "mfu: %.0f FLOPs per token (%s) | peak %s | BLAS: %s\n", m->flops_per_token,
             count, peak, dev->library[0] ? dev->library : "not named by the device");
     if (dev->warning[0]) fprintf(out, "mfu: warning: %s\n", dev->warning);
+    const char *was = getenv("CTRAIN_BLAS_REEXEC"); /* blas_core.c restarted us */
+    if (was)
+        fprintf(out, "mfu: OpenBLAS's own choice on this CPU was its %s kernel; ctrain set "
+                "OPENBLAS_CORETYPE=%s before loading it (set OPENBLAS_CORETYPE to choose)\n",
+                was, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "?");
     fflush(out);
 }
 

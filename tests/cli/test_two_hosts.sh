@@ -56,15 +56,26 @@ two_hosts=(mpirun -np 2 --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agen
            --mca routed direct --mca btl tcp,self --mca oob_tcp_if_include "$sub.0/24"
            --mca btl_tcp_if_include "$sub.0/24")
 
-out=$(timeout 60 "${two_hosts[@]}" sh -c 'echo "rank $OMPI_COMM_WORLD_RANK at $(ip -4 -o addr show eth0 | awk "{print \$4}")"' 2>&1)
+for attempt in 1 2 3; do # the same start-up retry as below
+    out=$(timeout 60 "${two_hosts[@]}" sh -c 'echo "rank $OMPI_COMM_WORLD_RANK at $(ip -4 -o addr show eth0 | awk "{print \$4}")"' 2>&1)
+    [[ "$out" == *"internal programming error"* ]] || break
+done
 printf '%s\n' "$out" | grep -q "^rank 0 at $sub.1/24" && printf '%s\n' "$out" | grep -q "^rank 1 at $sub.2/24" \
     && ok "two hosts: rank 0 runs at $sub.1, rank 1 at $sub.2" || fail "two hosts: $out"
 
 small_run_setup "$work" || { finish; exit 1; }
 timeout 60 mpirun --oversubscribe -np 2 "$CTRAIN" train "$work/t.ini" --set comm.plugin=mpi \
     --set run.out_dir="$work/one" > "$work/one.log" 2>&1 || fail "one host: $(tail -3 "$work/one.log")"
-timeout 60 "${two_hosts[@]}" "$CTRAIN" train "$work/t.ini" --set comm.plugin=mpi \
-    --set run.out_dir="$work/two" > "$work/two.log" 2>&1 \
-    && ok "ctrain trains across two hosts over TCP" || fail "two hosts: $(tail -5 "$work/two.log")"
+# OpenMPI 4's daemon wiring between the two namespaces sometimes fails at start-up ("an
+# internal programming error ... set routed=direct", with routed=direct set) before any rank
+# runs: that start is tried again, at most three times in all; any other failure counts.
+for attempt in 1 2 3; do
+    rm -rf "$work/two"
+    timeout 60 "${two_hosts[@]}" "$CTRAIN" train "$work/t.ini" --set comm.plugin=mpi \
+        --set run.out_dir="$work/two" > "$work/two.log" 2>&1 && rc=0 || rc=$?
+    [ $rc -ne 0 ] && grep -q "internal programming error" "$work/two.log" || break
+done
+[ $rc -eq 0 ] && ok "ctrain trains across two hosts over TCP (start $attempt of at most 3)" \
+    || fail "two hosts: $(tail -5 "$work/two.log")"
 compare_series "$work/two" "$work/one" loss 0 "two hosts over TCP equal one host bit for bit"
 finish
