@@ -497,21 +497,49 @@ out_spill:
     return rc;
 }
 
+/* A stdio stream on a new file beside `path` (files.h: create_beside, the user's umask); *tmp
+ * is its name, for finish_beside. NULL with err set, and nothing left behind, on failure. */
+static FILE *open_beside(const char *path, char **tmp, ct_error *err) {
+    int fd;
+    if (create_beside(path, tmp, &fd, err) != CT_OK) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", *tmp, strerror(errno));
+        close(fd);
+        unlink(*tmp);
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return f;
+}
+
+/* Close f (fsync'd first when `sync`) and, when rc is CT_OK and every write went through,
+ * rename tmp onto path; otherwise remove tmp. Frees tmp. Returns rc, or CT_ERR_IO naming the
+ * file. */
+static int32_t finish_beside(FILE *f, char *tmp, const char *path, int sync, int32_t rc,
+                             ct_error *err) {
+    int bad = ferror(f);
+    if (sync) bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (rc == CT_OK && bad)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
+                          path, strerror(errno));
+    if (rc == CT_OK && rename(tmp, path) != 0)
+        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (rc != CT_OK) unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
 /* Write sentencepiece's training text to `path`: blocks of about SAMPLE_BLOCK bytes taken
  * evenly across all the input (JSON Lines: the decoded documents, one per line), about
  * o->sp_sample_bytes in all (0: everything). */
 static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct_error *err) {
     const prepare_options *o = c->o;
     char *tmp;
-    int fd;
-    int32_t rc = create_beside(path, &tmp, &fd, err);
-    if (rc != CT_OK) return rc;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out_unlink;
-    }
+    int32_t rc = CT_OK;
+    FILE *f = open_beside(path, &tmp, err);
+    if (!f) return err->code;
     double total = (double)(c->files->total_estimate ? c->files->total_estimate : 1);
     double rate = o->sp_sample_bytes > 0 ? (double)o->sp_sample_bytes / total : 1.0;
     progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
@@ -559,21 +587,7 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
         c->o = o;
         return rc;
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (rc == CT_OK && bad)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space", tmp,
-                          strerror(errno));
-    if (rc == CT_OK && rename(tmp, path) != 0)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    if (rc == CT_OK) {
-        free(tmp);
-        return CT_OK;
-    }
-out_unlink:
-    unlink(tmp);
-    free(tmp);
-    return rc;
+    return finish_beside(f, tmp, path, 0, rc, err); /* a scratch file: no fsync */
 }
 
 /* The longest line meta.ini may have: the INI reader (inih r55) keeps 199 characters. */
@@ -646,15 +660,8 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/meta.ini", o->out_dir);
     char *tmp;
-    int fd;
-    int32_t rc = create_beside(path, &tmp, &fd, err); /* mode 0666 & ~umask, as the shards */
-    if (rc != CT_OK) return rc;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out_unlink;
-    }
+    FILE *f = open_beside(path, &tmp, err); /* mode 0666 & ~umask, as the shards */
+    if (!f) return err->code;
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
     fprintf(f, "; written by `ctrain prepare`: what the shards beside this file hold\n[data]\n");
     fprintf(f, "tokenizer = %s\n", o->tokenizer);
@@ -683,20 +690,7 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
     meta_put(f, "sources", sources);
     write_split_meta(f, train);
     write_split_meta(f, val);
-    int bad = ferror(f);
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-        goto out_unlink;
-    }
-    free(tmp);
-    return CT_OK;
-
-out_unlink:
-    unlink(tmp);
-    free(tmp);
-    return rc;
+    return finish_beside(f, tmp, path, 1, CT_OK, err);
 }
 
 static int32_t check_options(const prepare_options *o, ct_error *err) {
