@@ -20,6 +20,8 @@ typedef enum { GPT_NORM_LAYERNORM = 0, GPT_NORM_RMSNORM = 1, GPT_NORM_GAIN_ONLY 
 typedef enum { GPT_MLP_GELU = 0, GPT_MLP_SWIGLU = 1 } gpt_mlp;
 typedef enum { GPT_POS_LEARNED = 0, GPT_POS_ROPE = 1 } gpt_pos;
 typedef enum { GPT_INIT_GPT2 = 0, GPT_INIT_OPENLM = 1 } gpt_init_kind;
+/* [model] attention: the CUDA kernel (the CPU always runs attention.c's blocked attention). */
+typedef enum { GPT_ATT_FLASH = 0, GPT_ATT_NAIVE = 1 } gpt_att_kind;
 
 /* Element offsets of the root unit's tensors in its flat buffer; -1 when absent. */
 typedef struct {
@@ -63,6 +65,7 @@ typedef struct gpt {
     /* configuration */
     int64_t L, NH, C, V, max_T, HD, F;
     int     norm, mlp, pos, qk_norm, tie, bias, init;
+    int     attention; /* gpt_att_kind: which CUDA attention (flash_attention.cu or gpt_cuda.cu) */
     float   eps, rope_theta;
     int     threads; /* OpenMP threads of element-wise loops (>= 1) */
 

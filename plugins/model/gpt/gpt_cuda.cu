@@ -20,10 +20,12 @@
  * host: no loss, metric or sampler sees them, and they add exact zeros to every sum. Under f32
  * the head is unpadded (its operands are the activations themselves, no copies to pad).
  *
- * Attention is the simple version: scores of every (batch, head) pair as one (T,T) f32 matrix
- * (strided-batched GEMMs over a (B*NH,T,T) scratch, causal mask applied in the softmax
- * kernel); backward recomputes the probabilities from the saved row log-sum-exp. The scratch
- * is 8*B*NH*T^2 bytes (1.6 GB for B=16, NH=12, T=1024). Not flash attention (yet).
+ * Attention ([model] attention): flash (default) is flash_attention.cu, fused kernels that
+ * never hold the scores (scratch: D, 4*B*NH*T bytes). naive is the materialising version here:
+ * scores of every (batch, head) pair as one (T,T) f32 matrix (strided-batched GEMMs over a
+ * (B*NH,T,T) scratch, causal mask applied in the softmax kernel); backward recomputes the
+ * probabilities from the saved row log-sum-exp. Its scratch is 8*B*NH*T^2 + 28*B*NH*T*HD bytes
+ * (7.9 GB for GPT-2 124M at B=64, T=1024); it stays as the switch-off for flash.
  * The embedding gradient groups positions by token on the host and sums each group in position
  * order: deterministic and the CPU's order. Embed forward never waits for the GPU: it queues a
  * copy of the tokens into pinned host memory and records an event; the embed kernel checks each
@@ -37,6 +39,7 @@
  */
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "flash_attention.h"
 
 #include <ctrain/companion.h>
 
@@ -67,7 +70,8 @@ typedef struct gpt_cuda {
     void          *q, *k, *v;   /* (BH,T,HD) op */
     void          *dO;          /* (BH,T,HD) op: attention output gradient */
     float         *o;           /* (BH,T,HD) f32: O in forward, dQ in backward */
-    float         *dk, *dv;     /* (BH,T,HD) f32 */
+    float         *dk, *dv;     /* (BH,T,HD) f32 (attention = naive; the buffers above too) */
+    float         *fa_D;        /* (BH,T) f32: flash backward's rowsum(dO*O) (attention = flash) */
     uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits;
                                    padded head: 4*N*Vp bytes, (N,Vp) f32 head output in forward,
                                    (N,Vp) bf16 dlogits in backward */
@@ -632,6 +636,8 @@ static int32_t attention_fwd(const gpt *m, float *att, float *lse, const float *
                              ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
+    if (m->attention == GPT_ATT_FLASH)
+        return gpt_flash_forward(g->st, att, lse, qkv, B, T, NH, HD, m->bf16, err);
     int64_t nh = BH * T * HD;
     int ob = m->bf16;
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
@@ -650,11 +656,15 @@ static int32_t attention_fwd(const gpt *m, float *att, float *lse, const float *
     return CT_OK;
 }
 
-/* From datt (N,C) write dqkv (N,3C), every element (not rounded: the caller stores). */
-static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const float *qkv,
-                             const float *lse, ct_error *err) {
+/* From datt (N,C) write dqkv (N,3C), every element (not rounded: the caller stores); att is
+ * the forward's output (flash's D = rowsum(datt * att)). */
+static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const float *att,
+                             const float *qkv, const float *lse, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
+    if (m->attention == GPT_ATT_FLASH)
+        return gpt_flash_backward(g->st, dqkv, g->fa_D, datt, att, qkv, lse, B, T, NH, HD,
+                                  m->bf16, err);
     int64_t nh = BH * T * HD;
     int ob = m->bf16;
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
@@ -851,7 +861,7 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     CHECK(grad_matmul(m, a, o->proj_w, dyo, operand(m, g->xb, A->att, N * C), N, C, C, err));
     CHECK(bias_grad(m, a, o->proj_b, dres, C, err));
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->proj_w, N, C, C, err));
-    CHECK(attention_bwd(m, m->dqkv, dnc, A->qkv_att, A->lse, err));
+    CHECK(attention_bwd(m, m->dqkv, dnc, A->att, A->qkv_att, A->lse, err));
     CHECK(round_if(m, m->dqkv, N * 3 * C, err));
     if (m->pos == GPT_POS_ROPE) {
         k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->HD,
@@ -1021,15 +1031,20 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     m->dqkv = CARVE_F(N * 3 * C);
     m->dh = CARVE_F(N * FH);
     m->dg = CARVE_F(N * F);
-    g->S = CARVE_F(BH * T * T);
-    g->P = CARVE_F(BH * T * T);
-    g->q = CARVE_F(BH * T * HD);
-    g->k = CARVE_F(BH * T * HD);
-    g->v = CARVE_F(BH * T * HD);
-    g->dO = CARVE_F(BH * T * HD);
-    g->o = CARVE_F(BH * T * HD);
-    g->dk = CARVE_F(BH * T * HD);
-    g->dv = CARVE_F(BH * T * HD);
+    g->S = NULL, g->P = g->q = g->k = g->v = g->dO = NULL, g->o = g->dk = g->dv = g->fa_D = NULL;
+    if (m->attention == GPT_ATT_NAIVE) {
+        g->S = CARVE_F(BH * T * T);
+        g->P = CARVE_F(BH * T * T);
+        g->q = CARVE_F(BH * T * HD);
+        g->k = CARVE_F(BH * T * HD);
+        g->v = CARVE_F(BH * T * HD);
+        g->dO = CARVE_F(BH * T * HD);
+        g->o = CARVE_F(BH * T * HD);
+        g->dk = CARVE_F(BH * T * HD);
+        g->dv = CARVE_F(BH * T * HD);
+    } else {
+        g->fa_D = (float *)carve(base, &c, gpt_flash_scratch_bytes(m->B, m->T, m->NH));
+    }
     g->xa = g->xb = NULL;
     g->wpad = NULL;
     g->Vp = m->dtype == CT_DTYPE_BF16 ? (int64_t)ct_align_up(V, GPT_VPAD) : (int64_t)V;
@@ -1115,6 +1130,8 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
         m->arena = NULL;
     }
     free_host(g);
+    if (m->attention == GPT_ATT_FLASH) /* head dim, grid and shared memory limits, up front */
+        CHECK(gpt_flash_prepare(B, T, m->NH, m->HD, err));
     free(m->acts);
     m->acts = (gpt_block_acts *)calloc((size_t)m->L, sizeof *m->acts);
     if (!m->acts) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
