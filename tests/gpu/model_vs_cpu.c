@@ -139,11 +139,12 @@ static void check(int ok, const char *name, const char *what, double v, double t
     ok ? passed++ : failed++;
 }
 
+/* One comparison at B = 2 and sequence length T (<= the overrides' seq_len). */
 static void compare_case(const char *label, const char *const *over, int32_t pdt, int32_t gdt,
-                         ct_device_ref ref_dev, ct_device_ref dut_dev) {
+                         int64_t T, ct_device_ref ref_dev, ct_device_ref dut_dev) {
     char name[128];
     snprintf(name, sizeof name, "%s_%s_%s", label, ct_dtype_name(pdt), ct_dtype_name(gdt));
-    const int64_t B = 2, T = 32, N = B * T;
+    const int64_t B = 2, N = B * T;
     double tol = pdt == CT_DTYPE_F32 ? 1e-4 : 2.5e-2;
     side r = {.dev = ref_dev}, d = {.dev = dut_dev};
     /* weights from the reference's description (both describe the same units) */
@@ -308,10 +309,13 @@ static void bad_token_case(const char *const *over, ct_device_ref dev, const cha
     free(w), free(tok);
 }
 
-/* GPT-2 124M, bf16 params and grads, B=8 T=1024: ms per forward+backward (reports only). */
-static void timing_124m(ct_device_ref dev) {
-    static const char *const o[] = {"model:n_layer=12", "model:n_head=12", "model:d_model=768",
-                                    "model:vocab_size=50257", "model:seq_len=1024", NULL};
+/* GPT-2 124M, bf16 params and grads, B=8 T=1024: ms per forward+backward with the given
+ * [model] attention (reports only). */
+static void timing_124m(ct_device_ref dev, const char *attention) {
+    char att_key[64];
+    snprintf(att_key, sizeof att_key, "model:attention=%s", attention);
+    const char *const o[] = {"model:n_layer=12", "model:n_head=12", "model:d_model=768",
+                             "model:vocab_size=50257", "model:seq_len=1024", att_key, NULL};
     const int64_t B = 8, T = 1024, N = B * T;
     side s = {.dev = dev};
     const ct_model_vtable *vt0;
@@ -339,14 +343,45 @@ static void timing_124m(ct_device_ref dev) {
         }
         double dt = (ph_now() - t0) / it;
         double flops = 6.0 * (double)d0.n_params * (double)N + 12.0 * 12 * 768 * 1024.0 * (double)N;
-        printf("bench model_gpt2_124M_fwd_bwd_bf16: %.1f ms per B=8 T=1024 micro-batch, %.0f tokens/s, "
-               "%.1f%% MFU of 989 TFLOP/s (H200 dense bf16 datasheet; model only: no loss, no "
-               "optimizer)\n", dt * 1e3, (double)N / dt, 100.0 * flops / dt / 989e12);
+        printf("bench model_gpt2_124M_fwd_bwd_bf16 attention=%s: %.1f ms per B=8 T=1024 "
+               "micro-batch, %.0f tokens/s, %.1f%% MFU of 989 TFLOP/s (H200 dense bf16 datasheet; "
+               "model only: no loss, no optimizer)\n", attention, dt * 1e3, (double)N / dt,
+               100.0 * flops / dt / 989e12);
     }
     side_free(&s);
     vt0->destroy(m0);
     for (uint32_t u = 0; u < d0.n_units; u++) free(w[u]);
     free(w), free(tok);
+}
+
+/* The CUDA attention kernels (flash_attention.cu, and the naive fallback) at sequence lengths
+ * around their tiles (bf16 tiles of 64 rows, f32 of 32): T = 1, T not a multiple of a tile
+ * (37, 130), T a multiple (64); head dims 16, 64 (GPT-2's) and 24 (zero-padded to 32 inside
+ * the kernels) with rope and qk-norm in front of attention; f32 and bf16. One block, so the
+ * logits and every gradient go through one attention forward and backward. */
+static void attention_cases(ct_device_ref ref, ct_device_ref dut) {
+    static const char *const hd16[] = {"model:n_layer=1", "model:n_head=4", "model:d_model=64",
+                                       "model:vocab_size=96", "model:seq_len=130", NULL};
+    static const char *const hd64[] = {"model:n_layer=1", "model:n_head=2", "model:d_model=128",
+                                       "model:vocab_size=96", "model:seq_len=130", NULL};
+    static const char *const hd24[] = {"model:n_layer=1", "model:n_head=4", "model:d_model=96",
+                                       "model:vocab_size=96", "model:seq_len=130",
+                                       "model:pos=rope", "model:qk_norm=true",
+                                       "model:mlp=swiglu", "model:bias=false", NULL};
+    static const char *const naive[] = {"model:n_layer=1", "model:n_head=4", "model:d_model=64",
+                                        "model:vocab_size=96", "model:seq_len=130",
+                                        "model:attention=naive", NULL};
+    struct { const char *label; const char *const *over; int64_t T; } at[] = {
+        {"att_flash_hd16_T1", hd16, 1},    {"att_flash_hd16_T37", hd16, 37},
+        {"att_flash_hd16_T64", hd16, 64},  {"att_flash_hd16_T130", hd16, 130},
+        {"att_flash_hd64_T37", hd64, 37},  {"att_flash_hd64_T130", hd64, 130},
+        {"att_flash_hd24_rope_qknorm_T37", hd24, 37},
+        {"att_flash_hd24_rope_qknorm_T130", hd24, 130},
+        {"att_naive_hd16_T37", naive, 37}};
+    for (size_t c = 0; c < sizeof at / sizeof at[0]; c++) {
+        compare_case(at[c].label, at[c].over, CT_DTYPE_F32, CT_DTYPE_F32, at[c].T, ref, dut);
+        compare_case(at[c].label, at[c].over, CT_DTYPE_BF16, CT_DTYPE_BF16, at[c].T, ref, dut);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -381,11 +416,13 @@ int main(int argc, char **argv) {
                         {CT_DTYPE_BF16, CT_DTYPE_BF16}};
     double t0 = ph_now();
     for (int c = 0; c < 3; c++)
-        for (int k = 0; k < 3; k++) compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], ref, dut);
+        for (int k = 0; k < 3; k++)
+            compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], 32, ref, dut);
+    attention_cases(ref, dut);
     bad_token_case(gpt2, ref, "cpu");
     bad_token_case(gpt2, dut, cpu_only ? "second_cpu" : "cuda");
     printf("model comparisons took %.1f s\n", ph_now() - t0);
-    if (!cpu_only) timing_124m(dut);
+    if (!cpu_only) timing_124m(dut, "flash"), timing_124m(dut, "naive");
     dut.vt->destroy(dut.self);
     ref.vt->destroy(ref.self);
     printf("%d passed, %d failed\n", passed, failed);
