@@ -1,7 +1,8 @@
-/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for three small
- * variants (GPT-2: layernorm, gelu, learned positions, tied head, biases; open_lm: gain-only
- * layernorm, swiglu, rope, qk-norm, untied, no biases; rmsnorm + swiglu + qk-norm, learned)
- * and three dtype pairs (params/grads f32/f32, bf16/f32, bf16/bf16), both devices get the same
+/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for five small
+ * variants (GPT-2: layernorm, gelu, learned positions, tied head, biases; the same with
+ * [model] mlp_epilogue = kernels and with bias = false, so the gelu MLP runs through both
+ * cuBLASLt epilogue pairs and its kernels; open_lm: gain-only layernorm, swiglu, rope, qk-norm,
+ * untied, no biases; rmsnorm + swiglu + qk-norm, learned) and three dtype pairs (params/grads f32/f32, bf16/f32, bf16/bf16), both devices get the same
  * weights, two micro-batches of tokens and the same dlogits; compared: the logits of each
  * forward, mean_hidden, and every tensor's gradient after both backwards (it ADDS), as a
  * relative L2 error ||dut - cpu|| / ||cpu||. Tolerances: f32 1e-4 (order of f32 sums,
@@ -11,8 +12,9 @@
  * way (one bf16 ulp, 2^-8) and the flips cascade; measured on the CPU alone, that same 3e-7
  * perturbation of dlogits moves bf16 gradients by 2e-3..8e-3 and bf16 differs from f32 by
  * 7e-3..3e-2. So under bf16 the claims are also structural: every logit is a bf16 value.
- * A token outside the vocabulary must fail naming its position (bad_token_case). Then a GPT-2
- * 124M forward+backward timing on the device under test (bf16, B=8, T=1024).
+ * Then the attention kernels around their tile sizes (attention_cases). A token outside the
+ * vocabulary must fail naming its position (bad_token_case). Then GPT-2 124M forward+backward
+ * timings on the device under test (bf16, B=8, T=1024; attention flash and naive).
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed".
  * Usage: model_vs_cpu [--cpu] [PLUGIN_DIR]  (--cpu: the device under test is a second cpu
  * device, a dry run on any machine; the 124M timing is skipped). Not for: losses.
@@ -410,12 +412,22 @@ int main(int argc, char **argv) {
                                       "model:vocab_size=300", "model:seq_len=32",
                                       "model:norm=rmsnorm", "model:mlp=swiglu",
                                       "model:qk_norm=true", "model:bias=false", NULL};
+    /* the gelu MLP through its kernels instead of the cuBLASLt epilogues (mlp_lt.cu), and
+     * without biases (epilogues GELU_AUX and DGELU, no bias gradient) */
+    static const char *const gpt2_kernels[] = {"model:n_layer=2", "model:n_head=4",
+                                               "model:d_model=64", "model:vocab_size=300",
+                                               "model:seq_len=32", "model:mlp_epilogue=kernels",
+                                               NULL};
+    static const char *const gelu_nobias[] = {"model:n_layer=2", "model:n_head=4",
+                                              "model:d_model=64", "model:vocab_size=300",
+                                              "model:seq_len=32", "model:bias=false", NULL};
     struct { const char *label; const char *const *over; } cases[] = {
-        {"gpt2", gpt2}, {"openlm", openlm}, {"rmsnorm", rms}};
+        {"gpt2", gpt2}, {"openlm", openlm}, {"rmsnorm", rms},
+        {"gpt2_mlp_kernels", gpt2_kernels}, {"gelu_nobias", gelu_nobias}};
     int32_t dt[3][2] = {{CT_DTYPE_F32, CT_DTYPE_F32}, {CT_DTYPE_BF16, CT_DTYPE_F32},
                         {CT_DTYPE_BF16, CT_DTYPE_BF16}};
     double t0 = ph_now();
-    for (int c = 0; c < 3; c++)
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int k = 0; k < 3; k++)
             compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], 32, ref, dut);
     attention_cases(ref, dut);

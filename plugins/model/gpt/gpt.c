@@ -33,6 +33,7 @@ static const char *const mlp_choices[] = {"gelu", "swiglu", NULL};
 static const char *const pos_choices[] = {"learned", "rope", NULL};
 static const char *const init_choices[] = {"gpt2", "open_lm", NULL};
 static const char *const attention_choices[] = {"flash", "naive", NULL}; /* gpt_att_kind order */
+static const char *const epilogue_choices[] = {"cublaslt", "kernels", NULL}; /* gpt_epi_kind */
 
 static const ct_param_spec gpt_params[] = {
     CT_PARAM_INT("n_layer", "4", 1, 1024, "L: transformer blocks"),
@@ -54,6 +55,9 @@ static const ct_param_spec gpt_params[] = {
     CT_PARAM_ENUM("attention", "flash", attention_choices,
                   "CUDA attention: flash (fused, online softmax, no (B*n_head,T,T) scores) or naive "
                   "(materialises the scores; the fallback); the CPU always runs its blocked attention"),
+    CT_PARAM_ENUM("mlp_epilogue", "cublaslt", epilogue_choices,
+                  "CUDA gelu MLP: cublaslt (bias+GELU and GELU-gradient+bias-gradient fused into the "
+                  "GEMMs) or kernels (separate passes; the fallback); swiglu and the CPU ignore it"),
     CT_PARAM_FLOAT("norm_eps", "1e-5", 1e-12, 1.0, "epsilon of every norm"),
     CT_PARAM_FLOAT("rope_theta", "10000", 1.0, 1e12, "rotary base (pos = rope)"),
     CT_PARAM_END
@@ -260,7 +264,8 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
         get_enum(a, "mlp", mlp_choices, &m->mlp, err) != CT_OK ||
         get_enum(a, "pos", pos_choices, &m->pos, err) != CT_OK ||
         get_enum(a, "init", init_choices, &m->init, err) != CT_OK ||
-        get_enum(a, "attention", attention_choices, &m->attention, err) != CT_OK)
+        get_enum(a, "attention", attention_choices, &m->attention, err) != CT_OK ||
+        get_enum(a, "mlp_epilogue", epilogue_choices, &m->mlp_epilogue, err) != CT_OK)
         return CT_ERR_INVALID;
     double eps, theta;
     if (api->get_float(a->host, sec, "norm_eps", &eps, err) != CT_OK ||

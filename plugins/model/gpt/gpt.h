@@ -22,6 +22,8 @@ typedef enum { GPT_POS_LEARNED = 0, GPT_POS_ROPE = 1 } gpt_pos;
 typedef enum { GPT_INIT_GPT2 = 0, GPT_INIT_OPENLM = 1 } gpt_init_kind;
 /* [model] attention: the CUDA kernel (the CPU always runs attention.c's blocked attention). */
 typedef enum { GPT_ATT_FLASH = 0, GPT_ATT_NAIVE = 1 } gpt_att_kind;
+/* [model] mlp_epilogue: the CUDA gelu MLP's bias/GELU steps (the CPU always runs layers.c). */
+typedef enum { GPT_EPI_CUBLASLT = 0, GPT_EPI_KERNELS = 1 } gpt_epi_kind;
 
 /* Element offsets of the root unit's tensors in its flat buffer; -1 when absent. */
 typedef struct {
@@ -66,6 +68,7 @@ typedef struct gpt {
     int64_t L, NH, C, V, max_T, HD, F;
     int     norm, mlp, pos, qk_norm, tie, bias, init;
     int     attention; /* gpt_att_kind: which CUDA attention (flash_attention.cu or gpt_cuda.cu) */
+    int     mlp_epilogue; /* gpt_epi_kind: CUDA gelu MLP through mlp_lt.cu or gpt_cuda.cu's kernels */
     float   eps, rope_theta;
     int     threads; /* OpenMP threads of element-wise loops (>= 1) */
 

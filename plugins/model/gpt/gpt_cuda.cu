@@ -40,6 +40,7 @@
 #include "gpt.h"
 #include "gpt_cuda.h"
 #include "flash_attention.h"
+#include "mlp_lt.h"
 
 #include <ctrain/companion.h>
 
@@ -89,6 +90,8 @@ typedef struct gpt_cuda {
     cudaEvent_t    tok_ready;   /* recorded after embed forward's token and flag read-back */
     int            tok_pending; /* 1: that read-back is queued and its flag not yet checked */
     cudaError_t    op_err;      /* a failed operand-copy launch, reported by the next gemm() */
+    gpt_lt        *lt;          /* cuBLASLt epilogues of the gelu MLP (mlp_lt.cu); NULL: kernels */
+    int            lt_noted;    /* 1: the fallback to kernels was logged */
     /* host */
     int32_t       *h_tokens;    /* (N) pinned: the micro-batch's tokens (read back in embed forward) */
     int32_t       *h_bad;       /* (1) pinned: bad_pos read back */
@@ -701,6 +704,20 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
  * Stages (the CPU's stages.c, step for step)
  * ------------------------------------------------------------------------------------- */
 
+/* The gelu MLP asked for cuBLASLt epilogues (g->lt) but cuBLASLt had no algorithm for this
+ * shape/dtype (or F is not a multiple of 8): say once that the kernels run instead. */
+static void lt_fallback_note(gpt *m) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!g->lt || g->lt_noted) return;
+    g->lt_noted = 1;
+    char msg[256];
+    snprintf(msg, sizeof msg, "model gpt: cuBLASLt has no GELU epilogue for the MLP (F=%lld, "
+             "%s): its bias and GELU run as separate kernels (slower, same results) ---> set "
+             "[model] mlp_epilogue = kernels to silence this", (long long)m->F,
+             m->bf16 ? "bf16" : "f32");
+    if (m->api && m->api->log) m->api->log(m->host, CT_LOG_WARN, msg);
+}
+
 /* The token check of the latest embed forward: wait (embed backward, which needs the tokens on
  * the host) or only look when its read-back has landed (the next forward). An error names the
  * first bad position and its token. */
@@ -817,10 +834,19 @@ static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error
 
     CHECK(norm_fwd(m, a, A->ln2, C, A->ln2_mean, A->ln2_rstd, A->xmid, C, o->ln2_w, o->ln2_b, 1,
                    err));
-    CHECK(linear_fwd(m, a, A->h, operand(m, g->xb, A->ln2, N * C), o->fc_w, o->fc_b, N, C, FH,
-                     err));
-    k_act_fwd<<<ew_blocks(N * F), EW, 0, g->st>>>(A->g, A->h, N, F, m->mlp == GPT_MLP_SWIGLU, r);
-    LAUNCHED("mlp activation");
+    int fused = 0; /* h and g by one cuBLASLt GEMM with its bias + GELU epilogue */
+    if (g->lt)
+        CHECK(gpt_lt_gelu_forward(g->lt, g->st, A->g, A->h, operand(m, g->xb, A->ln2, N * C),
+                                  pw(m, a, o->fc_w), a->params, m->bf16, o->fc_b, N, C, F,
+                                  m->bf16, &fused, err));
+    if (!fused) {
+        lt_fallback_note(m);
+        CHECK(linear_fwd(m, a, A->h, operand(m, g->xb, A->ln2, N * C), o->fc_w, o->fc_b, N, C,
+                         FH, err));
+        k_act_fwd<<<ew_blocks(N * F), EW, 0, g->st>>>(A->g, A->h, N, F,
+                                                      m->mlp == GPT_MLP_SWIGLU, r);
+        LAUNCHED("mlp activation");
+    }
     CHECK(linear_fwd(m, a, tmp, operand(m, g->xb, A->g, N * F), o->fc2_w, o->fc2_b, N, F, C,
                      err));
     k_add<<<ew_blocks(N * C), EW, 0, g->st>>>(out, A->xmid, tmp, N * C, r);
@@ -844,13 +870,26 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     dyo = operand(m, g->xa, dres, N * C);
     CHECK(grad_matmul(m, a, o->fc2_w, dyo, operand(m, g->xb, A->g, N * F), N, C, F, err));
     CHECK(bias_grad(m, a, o->fc2_b, dres, C, err));
-    CHECK(linear_bwd_dx(m, a, m->dg, dyo, o->fc2_w, N, F, C, err));
-    k_act_bwd<<<ew_blocks(N * F), EW, 0, g->st>>>(m->dh, m->dg, A->h, N, F,
-                                                  m->mlp == GPT_MLP_SWIGLU, r);
-    LAUNCHED("mlp activation backward");
+    int fused = 0; /* dh and fc's bias gradient by one cuBLASLt GEMM (DGELU + BGRAD epilogue) */
+    if (g->lt) {
+        CHECK(gpt_lt_dgelu_backward(g->lt, g->st, m->dh, o->fc_b >= 0 ? g->part : NULL, dyo,
+                                    pw(m, a, o->fc2_w), A->h, N, C, F, m->bf16, &fused, err));
+        if (fused && o->fc_b >= 0) {
+            k_gadd<<<ew_blocks(F), EW, 0, g->st>>>(a->grads, a->grad_dtype == CT_DTYPE_BF16,
+                                                   o->fc_b, g->part, F);
+            LAUNCHED("grad add (fc bias)");
+        }
+    }
+    if (!fused) {
+        lt_fallback_note(m);
+        CHECK(linear_bwd_dx(m, a, m->dg, dyo, o->fc2_w, N, F, C, err));
+        k_act_bwd<<<ew_blocks(N * F), EW, 0, g->st>>>(m->dh, m->dg, A->h, N, F,
+                                                      m->mlp == GPT_MLP_SWIGLU, r);
+        LAUNCHED("mlp activation backward");
+    }
     dyo = operand(m, g->xa, m->dh, N * FH);
     CHECK(grad_matmul(m, a, o->fc_w, dyo, operand(m, g->xb, A->ln2, N * C), N, FH, C, err));
-    CHECK(bias_grad(m, a, o->fc_b, m->dh, FH, err));
+    if (!fused) CHECK(bias_grad(m, a, o->fc_b, m->dh, FH, err));
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->fc_w, N, C, FH, err));
     CHECK(norm_bwd(m, a, dres, C, dnc, C, A->xmid, C, A->ln2_mean, A->ln2_rstd, o->ln2_w,
                    o->ln2_b, 1, err));
@@ -1093,6 +1132,7 @@ extern "C" void gpt_cuda_free(gpt *m) {
     if (g->st || g->arena) cudaStreamSynchronize(g->st);
     if (g->arena) cudaFree(g->arena);
     if (g->blas) cublasDestroy(g->blas);
+    gpt_lt_destroy(g->lt);
     free_host(g);
     if (g->tok_ready) cudaEventDestroy(g->tok_ready);
     free(g);
@@ -1122,6 +1162,8 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
                                 "cublasSetMathMode (no TF32: f32 stays f32) failed: %s ---> check "
                                 "that libcublas matches the driver", cublasGetStatusString(s));
         TRY(cudaEventCreateWithFlags(&g->tok_ready, cudaEventDisableTiming), "cudaEventCreate");
+        if (m->mlp == GPT_MLP_GELU && m->mlp_epilogue == GPT_EPI_CUBLASLT)
+            CHECK(gpt_lt_create(&g->lt, m->F, err));
     }
     if (g->arena) {
         cudaStreamSynchronize(g->st);
