@@ -10,7 +10,10 @@
  * default math: no TF32). Per-element math is numerics.h, built with --fmad=false. Parameter
  * gradients are summed in f32 and added once into the host's buffer in grad_dtype (bf16:
  * g = bf16(f32(g) + sum)), as on the CPU. What differs from the CPU is the order of f32 sums
- * (GEMM tiling, tree reductions in norms and softmax) and expf/logf (<= 2 ulp).
+ * (GEMM tiling, tree reductions in norms and softmax) and expf/logf (<= 2 ulp); with the gelu
+ * MLP's cuBLASLt epilogues (mlp_lt.cu, [model] mlp_epilogue = cublaslt) also its h, which stays
+ * unrounded f32 under bf16 (g is rounded as fc2's operand); flash attention rounds P before its
+ * normalisation (flash_attention.cu).
  *
  * The output head under bf16 compute pads the vocabulary to Vp, a multiple of 64 (GPT_VPAD), so
  * its products have aligned sizes and leading dimensions: the head weight is copied into a
