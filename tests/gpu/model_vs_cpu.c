@@ -311,6 +311,36 @@ static void bad_token_case(const char *const *over, ct_device_ref dev, const cha
     free(w), free(tok);
 }
 
+/* A head dim over the flash kernels' 128 (d_model 136, one head) is refused at prepare on a
+ * GPU with the hint to use attention = naive, and prepares with attention = naive; the CPU
+ * ignores the key and prepares both. */
+static void flash_head_dim_case(ct_device_ref dev, int is_cuda) {
+    static const char *const big[] = {"model:n_layer=1", "model:n_head=1", "model:d_model=136",
+                                      "model:vocab_size=64", "model:seq_len=8", NULL};
+    static const char *const big_naive[] = {"model:n_layer=1", "model:n_head=1",
+                                            "model:d_model=136", "model:vocab_size=64",
+                                            "model:seq_len=8", "model:attention=naive", NULL};
+    ct_error err = {.struct_size = sizeof err};
+    int32_t rc[2] = {-1, -1};
+    char msg[sizeof err.message] = "";
+    for (int k = 0; k < 2; k++) {
+        const ct_model_vtable *vt;
+        void *m = ph_create("model_gpt.so", "model", dev, k ? big_naive : big, (const void **)&vt);
+        if (!m) continue;
+        err.message[0] = 0;
+        rc[k] = vt->prepare(m, 1, 8, CT_DTYPE_F32, &err);
+        if (k == 0) snprintf(msg, sizeof msg, "%s", err.message);
+        vt->destroy(m);
+    }
+    int ok = is_cuda ? rc[0] == CT_ERR_UNSUPPORTED && strstr(msg, "head dims 1..128") &&
+                           strstr(msg, "attention = naive") && rc[1] == CT_OK
+                     : rc[0] == CT_OK && rc[1] == CT_OK;
+    if (!ok) printf("  flash_head_dim: prepare gave %d ('%s'), with naive %d\n", rc[0], msg, rc[1]);
+    check(ok, is_cuda ? "flash_head_dim_136_refused_naive_prepares"
+                      : "flash_head_dim_136_cpu_ignores_attention_key",
+          "outcome as claimed (1 = yes)", ok, 1);
+}
+
 /* GPT-2 124M, bf16 params and grads, B=8 T=1024: ms per forward+backward with the given
  * [model] attention (reports only). */
 static void timing_124m(ct_device_ref dev, const char *attention) {
@@ -431,6 +461,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 3; k++)
             compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], 32, ref, dut);
     attention_cases(ref, dut);
+    flash_head_dim_case(dut, !cpu_only);
     bad_token_case(gpt2, ref, "cpu");
     bad_token_case(gpt2, dut, cpu_only ? "second_cpu" : "cuda");
     printf("model comparisons took %.1f s\n", ph_now() - t0);
