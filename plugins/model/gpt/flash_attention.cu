@@ -22,11 +22,12 @@
  *
  * Tiles: bf16 BT = 64 rows, 128 threads (4 warps), WMMA 16x16x16; f32 BT = 32, the same 128
  * threads, SIMT fmaf loops. HD is zero-padded to Dp, a multiple of 16, at most 128. Shared
- * memory per block: fa_make_plan (docs/gpu.md lists the figures; at most ~170 KB, under the
+ * memory per block: flash_plan.h (docs/gpu.md lists the figures; at most ~170 KB, under the
  * H200's 227 KB; raised per kernel with cudaFuncSetAttribute before each launch).
  * Shape legend: see gpt.h and flash_attention.h; BH = B*NH, BT the tile rows.
  */
 #include "flash_attention.h"
+#include "flash_plan.h"
 
 #include <ctrain/numerics.h>
 
@@ -40,46 +41,18 @@
 #error "flash_attention.cu needs sm_80 or newer (bf16 WMMA)"
 #endif
 
-#define FA_THREADS 128 /* threads per block: 4 warps; BT * (threads per row) == FA_THREADS */
+#define FA_THREADS GPT_FLASH_THREADS
 
-/* Tile shape per element type: E = uint16_t (bf16 bits) or float. PE/PF pad the rows of the
- * E / f32 tiles (bf16: keeps WMMA's 32-byte alignment and ldm rules and spreads the banks;
- * f32: an odd stride, conflict-free column reads in the SIMT loops). */
+/* Compile-time tile rows per element type: E = uint16_t (bf16 bits) or float (flash_plan.h). */
 template <typename E> struct fa_tr;
-template <> struct fa_tr<uint16_t> { static constexpr int BT = 64, PE = 8, PF = 4, ES = 2; };
-template <> struct fa_tr<float> { static constexpr int BT = 32, PE = 1, PF = 1, ES = 4; };
+template <> struct fa_tr<uint16_t> { static constexpr int BT = GPT_FLASH_BT_BF16; };
+template <> struct fa_tr<float> { static constexpr int BT = GPT_FLASH_BT_F32; };
+static_assert(GPT_FLASH_BT_BF16 * 2 == FA_THREADS && GPT_FLASH_BT_F32 * 4 == FA_THREADS,
+              "the softmax maps 2 (bf16) or 4 (f32) threads to a row");
 
-/* Byte offsets of the shared-memory tiles of one block; the same on host (sizes) and device. */
-struct fa_plan {
-    int ldE, ldS, ldP, ldO; /* row strides in elements: E tiles (BT,Dp), S (BT,BT) f32,
-                               P and dS (BT,BT) E, accumulators (BT,Dp) f32 */
-    int e[4];               /* forward: Q, K, V; backward: four of Q, K, V, dO */
-    int s, p, ds, acc0, acc1, stats, bytes;
-};
-
-__host__ __device__ inline int fa_up(int x) { return (x + 127) & ~127; }
-
-/* bwd: 4 E tiles and a dS tile; nacc: accumulators (forward O: 1; dq: 1; dk+dv: 2). */
-template <typename E>
-__host__ __device__ inline fa_plan fa_make_plan(int Dp, int bwd, int nacc) {
-    typedef fa_tr<E> tr;
-    fa_plan p;
-    p.ldE = Dp + tr::PE, p.ldS = tr::BT + tr::PF, p.ldP = tr::BT + tr::PE, p.ldO = Dp + tr::PF;
-    const int tE = fa_up(tr::BT * p.ldE * tr::ES), tS = fa_up(tr::BT * p.ldS * 4),
-              tP = fa_up(tr::BT * p.ldP * tr::ES), tO = fa_up(tr::BT * p.ldO * 4);
-    int c = 0;
-    for (int i = 0; i < 4; i++) {
-        p.e[i] = c;
-        if (i < 3 || bwd) c += tE;
-    }
-    p.s = c, c += tS;
-    p.p = c, c += tP;
-    p.ds = c, c += bwd ? tP : 0;
-    p.acc0 = c, c += tO;
-    p.acc1 = c, c += nacc > 1 ? tO : 0;
-    p.stats = c, c += fa_up(3 * tr::BT * 4);
-    p.bytes = c;
-    return p;
+typedef gpt_flash_plan fa_plan;
+template <typename E> __device__ __forceinline__ fa_plan fa_make_plan(int Dp, int bwd, int nacc) {
+    return gpt_flash_make_plan(sizeof(E) == 2, Dp, bwd, nacc);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -367,8 +340,6 @@ k_flash_bwd_dkdv(float *dqkv, const float *Dg, const float *datt, const float *q
  * Host side: launch checks and launches
  * ------------------------------------------------------------------------------------- */
 
-static int fa_dp(int64_t HD) { return (int)((HD + 15) / 16 * 16); }
-
 static int32_t fa_cuda_fail(ct_error *err, const char *what, cudaError_t e) {
     return ct_error_set(err, CT_ERR_DEVICE, "model gpt: flash attention %s failed on the GPU: %s "
                         "(%s) ---> run with CUDA_LAUNCH_BLOCKING=1 to find the failing call, or "
@@ -376,24 +347,22 @@ static int32_t fa_cuda_fail(ct_error *err, const char *what, cudaError_t e) {
                         cudaGetErrorName(e));
 }
 
-/* The launch shape of every kernel: grid (BH, ceil(T/BT)), FA_THREADS threads. Refuses what
- * the kernels' int arithmetic or the grid limits cannot hold. */
+/* The launch shape of every kernel (gpt_flash_grid), or the error naming the limit. */
 static int32_t fa_grid(int64_t B, int64_t T, int64_t NH, int64_t HD, int bf16, dim3 *grid,
                        ct_error *err) {
-    const int64_t BT = bf16 ? fa_tr<uint16_t>::BT : fa_tr<float>::BT;
-    const int64_t BH = B * NH, nt = (T + BT - 1) / BT;
-    if (HD < 1 || HD > GPT_FLASH_HD_MAX)
+    uint32_t gx = 0, gy = 0;
+    int rc = gpt_flash_grid(B, T, NH, HD, bf16, &gx, &gy);
+    if (rc == 1)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: attention = flash takes head dims "
                             "1..%d, this model has d_model/n_head = %lld ---> set [model] "
                             "attention = naive, or change n_head", GPT_FLASH_HD_MAX, (long long)HD);
-    /* grid.x <= 2^31-1, grid.y <= 65535; T, NH, HD and nt*BT are ints in the kernels */
-    if (B < 1 || T < 1 || BH > INT_MAX || nt > 65535 || nt * BT > INT_MAX || NH > INT_MAX)
+    if (rc != 0)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: attention = flash cannot launch "
                             "B=%lld T=%lld n_head=%lld (grid limits: B*n_head <= 2^31-1, "
-                            "ceil(T/%lld) <= 65535) ---> lower [data] batch_size or seq_len, or "
+                            "ceil(T/%d) <= 65535) ---> lower [data] batch_size or seq_len, or "
                             "set [model] attention = naive", (long long)B, (long long)T,
-                            (long long)NH, (long long)BT);
-    *grid = dim3((unsigned)BH, (unsigned)nt, 1);
+                            (long long)NH, gpt_flash_bt(bf16));
+    *grid = dim3(gx, gy, 1);
     return CT_OK;
 }
 
@@ -419,9 +388,8 @@ int32_t gpt_flash_prepare(int64_t B, int64_t T, int64_t NH, int64_t HD, ct_error
         int32_t rc = fa_grid(B, T, NH, HD, bf16, &grid, err);
         if (rc != CT_OK) return rc;
         /* the dk/dv kernel's plan is the largest of the three */
-        const int Dp = fa_dp(HD);
-        const int need = bf16 ? fa_make_plan<uint16_t>(Dp, 1, 2).bytes
-                              : fa_make_plan<float>(Dp, 1, 2).bytes;
+        const int Dp = gpt_flash_dp(HD);
+        const int need = gpt_flash_make_plan(bf16, Dp, 1, 2).bytes;
         if (need > optin)
             return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: attention = flash needs %d "
                                 "bytes of shared memory per block for head dim %lld (%s), this GPU "
@@ -441,7 +409,7 @@ static int32_t fa_forward(cudaStream_t st, float *att, float *lse, const float *
     dim3 grid;
     int32_t rc = fa_grid(B, T, NH, HD, sizeof(E) == 2, &grid, err);
     if (rc != CT_OK) return rc;
-    const int Dp = fa_dp(HD), bytes = fa_make_plan<E>(Dp, 0, 1).bytes;
+    const int Dp = gpt_flash_dp(HD), bytes = gpt_flash_make_plan(sizeof(E) == 2, Dp, 0, 1).bytes;
     if ((rc = fa_smem_limit((const void *)k_flash_fwd<E>, bytes, err)) != CT_OK) return rc;
     k_flash_fwd<E><<<grid, FA_THREADS, bytes, st>>>(att, lse, qkv, (int)T, (int)NH, (int)HD, Dp,
                                                     1.0f / sqrtf((float)HD));
@@ -456,9 +424,10 @@ static int32_t fa_backward(cudaStream_t st, float *dqkv, float *D, const float *
     dim3 grid;
     int32_t rc = fa_grid(B, T, NH, HD, sizeof(E) == 2, &grid, err);
     if (rc != CT_OK) return rc;
-    const int Dp = fa_dp(HD);
+    const int Dp = gpt_flash_dp(HD);
     const float scale = 1.0f / sqrtf((float)HD);
-    const int b1 = fa_make_plan<E>(Dp, 1, 1).bytes, b2 = fa_make_plan<E>(Dp, 1, 2).bytes;
+    const int b1 = gpt_flash_make_plan(sizeof(E) == 2, Dp, 1, 1).bytes,
+              b2 = gpt_flash_make_plan(sizeof(E) == 2, Dp, 1, 2).bytes;
     if ((rc = fa_smem_limit((const void *)k_flash_bwd_dq<E>, b1, err)) != CT_OK ||
         (rc = fa_smem_limit((const void *)k_flash_bwd_dkdv<E>, b2, err)) != CT_OK)
         return rc;

@@ -18,9 +18,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* Largest head dim the kernels take (HD is padded to a multiple of 16 inside). */
-#define GPT_FLASH_HD_MAX 128
-
 /* Check that the kernels can run this shape on the current device, in both dtypes (head dim,
  * grid limits, int ranges, shared memory per block against the device's opt-in limit). Call
  * at prepare; the launches check again and raise each kernel's shared memory limit. The
