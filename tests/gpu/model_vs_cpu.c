@@ -12,7 +12,9 @@
  * way (one bf16 ulp, 2^-8) and the flips cascade; measured on the CPU alone, that same 3e-7
  * perturbation of dlogits moves bf16 gradients by 2e-3..8e-3 and bf16 differs from f32 by
  * 7e-3..3e-2. So under bf16 the claims are also structural: every logit is a bf16 value.
- * Then the attention kernels around their tile sizes (attention_cases). A token outside the
+ * The first three again with attention = naive and mlp_epilogue = kernels (f32/f32, bf16/bf16),
+ * so a failing fused path does not hide the state of the rest. Then the attention kernels
+ * around their tile sizes (attention_cases). A token outside the
  * vocabulary must fail naming its position (bad_token_case). Then GPT-2 124M forward+backward
  * timings on the device under test (bf16, B=8, T=1024; attention flash and naive).
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed".
@@ -460,6 +462,19 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int k = 0; k < 3; k++)
             compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], 32, ref, dut);
+    /* the first three again on the plain kernels (attention = naive, mlp_epilogue = kernels):
+     * should a fused path fail on a GPU, these say whether the rest of the model is right */
+    for (size_t c = 0; c < 3; c++) {
+        const char *plain[24];
+        size_t n = 0;
+        for (const char *const *o = cases[c].over; *o && n < 20; o++) plain[n++] = *o;
+        plain[n++] = "model:attention=naive";
+        plain[n++] = "model:mlp_epilogue=kernels";
+        plain[n] = NULL;
+        char label[64];
+        snprintf(label, sizeof label, "%s_plain", cases[c].label);
+        for (int k = 0; k < 3; k += 2) compare_case(label, plain, dt[k][0], dt[k][1], 32, ref, dut);
+    }
     attention_cases(ref, dut);
     flash_head_dim_case(dut, !cpu_only);
     bad_token_case(gpt2, ref, "cpu");

@@ -187,7 +187,7 @@ if command -v "$NVCC" >/dev/null 2>&1 &&
 else
     flunk "lkit_vs_cpu: does not compile (nvcc $NVCC): $(tail -3 "$WORK/lkit.build" 2>/dev/null | tr '\n' ' ')"
 fi
-declare -A want=([cuda_vs_cpu]=90 [loss_vs_cpu]=60 [model_vs_cpu]=120)
+declare -A want=([cuda_vs_cpu]=90 [loss_vs_cpu]=60 [model_vs_cpu]=180)
 for src in tests/gpu/*_vs_cpu.c; do
     name=$(basename "$src" .c)
     bin="$BUILD/tests/$name"
