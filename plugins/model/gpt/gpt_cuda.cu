@@ -1168,6 +1168,8 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
         if (m->mlp == GPT_MLP_GELU && m->mlp_epilogue == GPT_EPI_CUBLASLT)
             CHECK(gpt_lt_create(&g->lt, m->F, err));
     }
+    /* flash's head dim, grid and shared memory limits, before the old buffers go */
+    if (m->attention == GPT_ATT_FLASH) CHECK(gpt_flash_prepare(B, T, m->NH, m->HD, err));
     if (g->arena) {
         cudaStreamSynchronize(g->st);
         cudaFree(g->arena);
@@ -1175,8 +1177,6 @@ extern "C" int32_t gpt_cuda_prepare(gpt *m, int64_t B, int64_t T, int32_t dtype,
         m->arena = NULL;
     }
     free_host(g);
-    if (m->attention == GPT_ATT_FLASH) /* head dim, grid and shared memory limits, up front */
-        CHECK(gpt_flash_prepare(B, T, m->NH, m->HD, err));
     free(m->acts);
     m->acts = (gpt_block_acts *)calloc((size_t)m->L, sizeof *m->acts);
     if (!m->acts) return ct_error_set(err, CT_ERR_NOMEM, "model gpt: out of memory");
