@@ -88,7 +88,7 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
             return ct_error_set(err, CT_ERR_INVALID, "loss ce: target %d at row %lld is outside "
                                 "the vocabulary [0, %lld) ---> check that the data's tokenizer "
                                 "matches [model] vocab_size",
-                                (int)b->targets[i], (long long)i, (long long)V);
+                                (int)b->targets[i], (long long)(b->row_begin + i), (long long)V);
     out->value = 0.0;
     if (b->n_counted <= 0) return CT_OK;
     const double n = (double)b->n_counted;
@@ -126,6 +126,7 @@ static const ct_loss_vtable ce_vtable = {
     .create           = ce_create,
     .destroy          = ce_destroy,
     .forward_backward = ce_forward_backward,
+    .forward_backward_rows = ce_forward_backward, /* rows are independent given n_counted */
 };
 
 CT_DEFINE_PLUGIN(

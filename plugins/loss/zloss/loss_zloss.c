@@ -80,6 +80,7 @@ static const ct_loss_vtable zloss_vtable = {
     .create           = zloss_create,
     .destroy          = ct_lkit_term_destroy,
     .forward_backward = zloss_forward_backward,
+    .forward_backward_rows = zloss_forward_backward, /* rows are independent given n */
 };
 
 CT_DEFINE_PLUGIN(
