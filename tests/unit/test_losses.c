@@ -180,6 +180,74 @@ CT_TEST(loss_logitreg_value_and_gradient_match_formula_and_finite_differences) {
     check_term("loss_logitreg.so", "loss.logitreg_all", (term_ref){TERM_LOGITREG, 0.05, 0});
 }
 
+/* A term run on row ranges of `rows` rows (ABI 1.3, forward_backward_rows) against one
+ * whole-batch call on the same batch: every dlogit bit for bit (each row's per-element math is
+ * the same), the values of the ranges summing to the whole value within 1e-14 relative (one
+ * double sum split into parts: reordering only), and a term's metric reported once per
+ * micro-batch with the whole call's value. */
+static void check_ranges(const char *so, const char *section, const char *metric, int64_t rows) {
+    ct_harness *h = harness_new(LOSS_INI);
+    if (!h) return;
+    ct_harness_plugin p;
+    ct_error err = {.struct_size = sizeof err};
+    if (harness_create(h, so, section, &p, &err) != CT_OK) {
+        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
+        harness_free(h);
+        return;
+    }
+    const ct_loss_vtable *vt = p.vt;
+    CT_CHECK_MSG(vt->forward_backward_rows != NULL, "%s: no forward_backward_rows", so);
+    if (!vt->forward_backward_rows) {
+        harness_free(h);
+        return;
+    }
+    static batch_data whole, part;
+    make_batch(&whole);
+    part = whole;
+    ct_loss_result r = {.struct_size = sizeof r};
+    ct_loss_batch lb = loss_batch(&whole, harness_device(h), 0.25, 1);
+    lb.batch_rows = N;
+    CT_CHECK_INT(vt->forward_backward(p.self, &lb, &r, &err), CT_OK);
+    int64_t reports = 0;
+    double whole_metric = metric ? harness_metric(h, metric, &reports) : 0;
+    double sum = 0;
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+        int64_t n = N - r0 < rows ? N - r0 : rows;
+        ct_loss_batch rb = loss_batch(&part, harness_device(h), 0.25, 1);
+        rb.logits += r0 * V, rb.targets += r0, rb.row_max += r0, rb.row_lse += r0;
+        rb.dlogits += r0 * V, rb.n_rows = n, rb.row_begin = r0, rb.batch_rows = N;
+        ct_loss_result rr = {.struct_size = sizeof rr};
+        CT_CHECK_INT(vt->forward_backward_rows(p.self, &rb, &rr, &err), CT_OK);
+        sum += rr.value;
+    }
+    CT_CHECK_CLOSE(sum, r.value, 1e-14, 1e-300);
+    int differ = 0;
+    for (int k = 0; k < N * V; k++) differ += whole.dlogits[k] != part.dlogits[k];
+    CT_CHECK_MSG(differ == 0, "%s, ranges of %lld rows: %d of %d dlogits differ from the whole "
+                 "batch's", section, (long long)rows, differ, N * V);
+    if (metric) { /* one report per micro-batch, the same value as the whole call's */
+        int64_t after = 0;
+        double m = harness_metric(h, metric, &after);
+        CT_CHECK_MSG(reports == 1 && after == 2, "%s: %lld reports after the whole call, %lld "
+                     "after the ranges (expected 1 and 2)", metric, (long long)reports,
+                     (long long)after);
+        CT_CHECK_CLOSE(m, whole_metric, 1e-14, 1e-300);
+    }
+    harness_free(h);
+}
+
+CT_TEST(loss_terms_on_row_ranges_equal_the_whole_batch) {
+    static const int64_t rows[] = {1, 3, 7}; /* 3 does not divide N = 7 */
+    for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+        check_ranges("loss_ce.so", "loss.ce", NULL, rows[k]);
+        check_ranges("loss_zloss.so", "loss.zloss", "loss/zloss/lse_sq", rows[k]);
+        check_ranges("loss_zloss.so", "loss.zloss_all", "loss/zloss/lse_sq", rows[k]);
+        check_ranges("loss_logitreg.so", "loss.logitreg", "loss/logitreg/mean_sq_logit", rows[k]);
+        check_ranges("loss_logitreg.so", "loss.logitreg_all", "loss/logitreg/mean_sq_logit",
+                     rows[k]);
+    }
+}
+
 CT_TEST(loss_zloss_default_coef_is_1e_4) {
     ct_harness *h = harness_new("[loss.zloss]\n");
     if (!h) return;
