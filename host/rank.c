@@ -224,6 +224,11 @@ static int32_t alloc_buffers(host_rank *r, ct_error *err) {
     r->targets = dev_alloc(r, bt * sizeof(int32_t), err);
     r->logits = dev_alloc(r, nv * sizeof(float), err);
     r->dlogits = dev_alloc(r, nv * sizeof(float), err);
+    if ((r->chunk_train || r->chunk_eval) && r->dev.vt->row_softmax)
+        if (!(r->probs = dev_alloc(r, (uint64_t)r->chunk_rows * (uint64_t)r->V * sizeof(float), err)))
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory for the softmax of %lld rows "
+                                "of logits ---> lower [run] logit_chunk_rows",
+                                (long long)r->chunk_rows);
     r->row_max = dev_alloc(r, (uint64_t)r->N * sizeof(float), err);
     r->row_lse = dev_alloc(r, (uint64_t)r->N * sizeof(float), err);
     r->h_tokens = malloc(bt * sizeof(int32_t));
@@ -390,7 +395,8 @@ void rank_close(host_rank *r) {
     free(r->h_tokens);
     free(r->h_targets);
     if (r->dev.vt) {
-        void *bufs[] = {r->tokens, r->targets, r->logits, r->dlogits, r->row_max, r->row_lse};
+        void *bufs[] = {r->tokens, r->targets, r->logits, r->dlogits, r->probs, r->row_max,
+                        r->row_lse};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             r->dev.vt->free_mem(r->dev.self, bufs[i]);
         for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) {

@@ -62,6 +62,8 @@ typedef struct host_rank {
     int32_t *tokens, *targets;    /* (B,T) */
     float   *logits, *dlogits;    /* (logit_rows,V): one range, or (N,V) on the whole path */
     int64_t  logit_rows;          /* rows the logits buffer holds (dlogits: the same) */
+    float   *probs;               /* (chunk_rows,V) each row's softmax from the device's
+                                     row_softmax on the ranges path; NULL without it */
     float   *row_max, *row_lse;   /* (N) */
     /* host staging */
     int32_t *h_tokens, *h_targets; /* (B,T) */

@@ -92,6 +92,7 @@ static int32_t losses(host_rank *r, int32_t micro, int64_t row0, int64_t rows, i
         .device = r->dev,
         .row_begin = row0,
         .batch_rows = r->N,
+        .probs = whole ? NULL : r->probs, /* the ranges' softmax (micro_by_ranges) */
     };
     double total = 0;
     for (int32_t i = 0; i < r->n_loss; i++) {
@@ -150,7 +151,9 @@ static int32_t backward(host_rank *r, int32_t micro, int32_t last, int32_t top, 
 
 /* One micro-batch by row ranges (ABI 1.3, ctrain.h "Row ranges"): the stages below the head
  * forward as usual; then for each range of r->chunk_rows rows the head's forward writes the
- * range's logits into r->logits, the device takes their row statistics, every loss term adds
+ * range's logits into r->logits, the device takes their row statistics (with row_softmax,
+ * when the device has it, also their softmax into r->probs, so each logit's exponential is
+ * taken once for the statistics and every term), every loss term adds
  * its value and (training: dlogits non-NULL) its gradient, and the head's backward adds the
  * range's head gradient; then the stages below the head backward as usual. In training the
  * head's unit is gathered once for the backward phase (as the whole path gathers it for the
@@ -180,7 +183,10 @@ static int32_t micro_by_ranges(host_rank *r, int32_t micro, int32_t train, int32
         a.row_begin = row0;
         a.row_count = rows;
         rc = mv->forward(r->model.self, &a, err);
-        if (rc == CT_OK)
+        if (rc == CT_OK && r->probs) /* exponentials once: the softmax with the statistics */
+            rc = r->dev.vt->row_softmax(r->dev.self, r->logits, rows, r->V, r->row_max + row0,
+                                        r->row_lse + row0, r->probs, &stats->logits, err);
+        else if (rc == CT_OK)
             rc = r->dev.vt->row_stats(r->dev.self, r->logits, rows, r->V, r->row_max + row0,
                                       r->row_lse + row0, &stats->logits, err);
         if (rc == CT_OK && train) rc = r->dev.vt->zero(r->dev.self, r->dlogits, bytes, err);
@@ -266,9 +272,11 @@ int32_t step_logits(host_rank *r, const int32_t *tokens, ct_error *err) {
 void step_describe_logits(const host_rank *r, char *out, size_t size) {
     double whole = 2.0 * (double)r->N * (double)r->V * sizeof(float);
     double now = 2.0 * (double)r->logit_rows * (double)r->V * sizeof(float);
+    double probs = r->probs ? (double)r->chunk_rows * (double)r->V * sizeof(float) : 0;
     if (r->chunk_train)
-        snprintf(out, size, "logits: ranges of %lld rows: logits + dlogits %.1f MB per rank "
-                 "(whole micro-batch: %.1f MB)", (long long)r->chunk_rows, now / 1e6, whole / 1e6);
+        snprintf(out, size, "logits: ranges of %lld rows: logits + dlogits%s %.1f MB per rank "
+                 "(whole micro-batch: %.1f MB)", (long long)r->chunk_rows,
+                 r->probs ? " + softmax" : "", (now + probs) / 1e6, whole / 1e6);
     else
         snprintf(out, size, "logits: whole micro-batch (%lld rows): logits + dlogits %.1f MB per "
                  "rank%s%s%s", (long long)r->N, now / 1e6, r->chunk_eval ? "; evaluation by "

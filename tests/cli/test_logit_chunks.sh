@@ -124,7 +124,7 @@ run w0 --set run.logit_chunk_rows=0 && run c11 --set run.logit_chunk_rows=11 \
     says "fp32: the start-up line gives the whole path's logits bytes" w0 \
         "logits: whole micro-batch (33 rows): logits + dlogits 0.1 MB per rank; [run] logit_chunk_rows = 0"
     says "fp32: the start-up line gives the ranges' logits bytes" c8 \
-        "logits: ranges of 8 rows: logits + dlogits 0.0 MB per rank (whole micro-batch: 0.1 MB)"
+        "logits: ranges of 8 rows: logits + dlogits + softmax 0.0 MB per rank (whole micro-batch: 0.1 MB)"
 }
 
 # a bf16 compute policy (amp) accumulating gradients in f32: ranges in training and evaluation

@@ -248,6 +248,58 @@ CT_TEST(loss_terms_on_row_ranges_equal_the_whole_batch) {
     }
 }
 
+/* With ct_loss_batch.probs (ABI 1.3) a term takes the softmax from it: the device's softmax
+ * (here the exact one, rounded to f32) gives the gradient of exp(z - lse) within 1e-6 relative
+ * to the largest element; a different probs buffer changes the gradient (it is read). */
+static void check_probs(const char *so, const char *section) {
+    ct_harness *h = harness_new(LOSS_INI);
+    if (!h) return;
+    ct_harness_plugin p;
+    ct_error err = {.struct_size = sizeof err};
+    if (harness_create(h, so, section, &p, &err) != CT_OK) {
+        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
+        harness_free(h);
+        return;
+    }
+    const ct_loss_vtable *vt = p.vt;
+    static batch_data a, b, c;
+    static float probs[N * V], half[N * V];
+    make_batch(&a);
+    b = a, c = a;
+    for (int i = 0; i < N; i++) {
+        double z[V];
+        for (int j = 0; j < V; j++) z[j] = a.logits[i * V + j];
+        double l = lse_of(z);
+        for (int j = 0; j < V; j++) probs[i * V + j] = (float)exp(z[j] - l);
+        for (int j = 0; j < V; j++) half[i * V + j] = 0.5f * probs[i * V + j];
+    }
+    ct_loss_result r = {.struct_size = sizeof r};
+    ct_loss_batch la = loss_batch(&a, harness_device(h), 0.25, 1);
+    CT_CHECK_INT(vt->forward_backward(p.self, &la, &r, &err), CT_OK);
+    ct_loss_batch lb = loss_batch(&b, harness_device(h), 0.25, 1);
+    lb.probs = probs;
+    CT_CHECK_INT(vt->forward_backward(p.self, &lb, &r, &err), CT_OK);
+    ct_loss_batch lc = loss_batch(&c, harness_device(h), 0.25, 1);
+    lc.probs = half;
+    CT_CHECK_INT(vt->forward_backward(p.self, &lc, &r, &err), CT_OK);
+    double gmax = 0, worst = 0, moved = 0;
+    for (int k = 0; k < N * V; k++) gmax = fmax(gmax, fabs(a.dlogits[k] - base_dlogit(k)));
+    for (int k = 0; k < N * V; k++) {
+        worst = fmax(worst, fabs((double)b.dlogits[k] - a.dlogits[k]));
+        moved = fmax(moved, fabs((double)c.dlogits[k] - a.dlogits[k]));
+    }
+    CT_CHECK_MSG(worst <= 1e-6 * gmax, "%s: the gradient from probs differs by %.3g (tolerance "
+                 "%.3g)", section, worst, 1e-6 * gmax);
+    CT_CHECK_MSG(moved > 0.1 * gmax, "%s: halving probs moved the gradient by %.3g only: probs "
+                 "are not read", section, moved);
+    harness_free(h);
+}
+
+CT_TEST(loss_ce_and_zloss_take_the_softmax_from_probs_when_given) {
+    check_probs("loss_ce.so", "loss.ce");
+    check_probs("loss_zloss.so", "loss.zloss");
+}
+
 CT_TEST(loss_zloss_default_coef_is_1e_4) {
     ct_harness *h = harness_new("[loss.zloss]\n");
     if (!h) return;

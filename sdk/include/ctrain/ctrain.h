@@ -92,7 +92,9 @@
  *     ct_device_vtable.peak_flops (model FLOPs utilisation); 1.3 added row ranges, so the
  *     logits never exist for the whole micro-batch at once: ct_model_desc.head_row_range,
  *     ct_stage_args.row_begin/row_count, ct_loss_batch.row_begin/batch_rows and
- *     ct_loss_vtable.forward_backward_rows (see "Row ranges" below). Plugins built for 1.0,
+ *     ct_loss_vtable.forward_backward_rows (see "Row ranges" below), and the softmax taken
+ *     once with the row statistics: ct_device_vtable.row_softmax, ct_loss_batch.probs.
+ *     Plugins built for 1.0,
  *     1.1 and 1.2 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
@@ -536,6 +538,18 @@ struct ct_device_vtable {
      * unknown (a GPU not in the table). Synchronises. */
     int32_t (*peak_flops)(void *self, int32_t dtype, ct_peak *out,
                           ct_error *err); /* OPTIONAL */
+
+    /* Since ABI 1.3, optional (NULL: the host calls row_stats, and each loss term takes its
+     * own exponentials): row_stats, and also the softmax of every row into probs (rows x
+     * vocab f32, device memory): probs[i,j] = exp(z[i,j] - row_max[i]) / sum_j exp(z[i,j] -
+     * row_max[i]), from the same exponentials the log-sum-exp sums, so each logit's
+     * exponential is taken once for the row statistics and every loss term (ct_loss_batch.
+     * probs). row_max, row_lse and stats equal row_stats' bit for bit; probs equals
+     * exp(z - row_lse) within a few f32 ulps (a row whose max is not finite gets
+     * exp(z - row_lse) itself). Synchronises when stats is non-NULL. */
+    int32_t (*row_softmax)(void *self, const float *logits, int64_t rows, int64_t vocab,
+                           float *row_max, float *row_lse, float *probs, ct_logit_stats *stats,
+                           ct_error *err); /* OPTIONAL */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -885,6 +899,12 @@ typedef struct ct_loss_batch {
      * with the one where row_begin + n_rows == batch_rows. */
     int64_t        row_begin;
     int64_t        batch_rows;
+    /* Since ABI 1.3, may be NULL (always NULL for a plugin built for 1.2): (n_rows,V) f32,
+     * device memory, the softmax of each row as the device's row_softmax computed it with
+     * the row statistics (within a few f32 ulps of exp(logits - row_lse)). A term that needs
+     * softmax values may read them instead of taking exponentials again; NULL: compute them
+     * from logits and row_lse. */
+    const float   *probs;
 } ct_loss_batch;
 
 typedef struct ct_loss_result {
