@@ -112,19 +112,28 @@ static ct_loss_batch loss_batch(batch_data *b, ct_device_ref dev, double grad_sc
     return lb;
 }
 
+/* A harness with LOSS_INI and the term of `section` from `so` in *p; NULL (and a test
+ * failure) when it cannot be created. */
+static ct_harness *open_term(const char *so, const char *section, ct_harness_plugin *p) {
+    ct_harness *h = harness_new(LOSS_INI);
+    if (!h) return NULL;
+    ct_error err = {.struct_size = sizeof err};
+    if (harness_create(h, so, section, p, &err) != CT_OK) {
+        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
+        harness_free(h);
+        return NULL;
+    }
+    return h;
+}
+
 /* Create the term of `section` from `so`, run it on a fresh batch with grad_scale 0.25 and
  * check value (against the double formula) and gradient (against central differences of the
  * formula, h = 1e-4 in double). */
 static void check_term(const char *so, const char *section, term_ref ref) {
-    ct_harness *h = harness_new(LOSS_INI);
-    if (!h) return;
     ct_harness_plugin p;
     ct_error err = {.struct_size = sizeof err};
-    if (harness_create(h, so, section, &p, &err) != CT_OK) {
-        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
-        harness_free(h);
-        return;
-    }
+    ct_harness *h = open_term(so, section, &p);
+    if (!h) return;
     const ct_loss_vtable *vt = p.vt;
     static batch_data b;
     make_batch(&b);
@@ -186,15 +195,10 @@ CT_TEST(loss_logitreg_value_and_gradient_match_formula_and_finite_differences) {
  * double sum split into parts: reordering only), and a term's metric reported once per
  * micro-batch with the whole call's value. */
 static void check_ranges(const char *so, const char *section, const char *metric, int64_t rows) {
-    ct_harness *h = harness_new(LOSS_INI);
-    if (!h) return;
     ct_harness_plugin p;
     ct_error err = {.struct_size = sizeof err};
-    if (harness_create(h, so, section, &p, &err) != CT_OK) {
-        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
-        harness_free(h);
-        return;
-    }
+    ct_harness *h = open_term(so, section, &p);
+    if (!h) return;
     const ct_loss_vtable *vt = p.vt;
     CT_CHECK_MSG(vt->forward_backward_rows != NULL, "%s: no forward_backward_rows", so);
     if (!vt->forward_backward_rows) {
@@ -252,15 +256,10 @@ CT_TEST(loss_terms_on_row_ranges_equal_the_whole_batch) {
  * (here the exact one, rounded to f32) gives the gradient of exp(z - lse) within 1e-6 relative
  * to the largest element; a different probs buffer changes the gradient (it is read). */
 static void check_probs(const char *so, const char *section) {
-    ct_harness *h = harness_new(LOSS_INI);
-    if (!h) return;
     ct_harness_plugin p;
     ct_error err = {.struct_size = sizeof err};
-    if (harness_create(h, so, section, &p, &err) != CT_OK) {
-        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
-        harness_free(h);
-        return;
-    }
+    ct_harness *h = open_term(so, section, &p);
+    if (!h) return;
     const ct_loss_vtable *vt = p.vt;
     static batch_data a, b, c;
     static float probs[N * V], half[N * V];
