@@ -12,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HOST_LOGIT_CHUNK_BYTES (8ll << 20) /* logits of one automatic row range */
-#define HOST_LOGIT_CHUNK_MIN   64          /* rows of an automatic range, at least */
+/* Rows of an automatic range ([run] logit_chunk_rows = -1). Not fewer: each range adds its
+ * head gradient as a product of depth `rows` into the (V,C) gradient, which reads and writes
+ * all of it; at 64 rows that update is memory-bound and a step of the bench shape took ~15%
+ * more CPU time than the whole micro-batch, at 256 rows the same (docs/benchmarks.md). */
+#define HOST_LOGIT_CHUNK_ROWS 256
 
 static int32_t make_instance(host_rank *r, host_instance *inst, const host_plugin *p,
                              const char *section, void *comm_world, ct_error *err) {
@@ -175,8 +178,7 @@ static int32_t open_data(host_rank *r, ct_error *err) {
 }
 
 /* Whether the logits go by row ranges (step.c, ABI 1.3) and how many rows one holds: [run]
- * logit_chunk_rows, -1 = automatic (HOST_LOGIT_CHUNK_BYTES of logits, at least
- * HOST_LOGIT_CHUNK_MIN rows), 0 = the whole micro-batch. Ranges need the model's
+ * logit_chunk_rows, -1 = automatic (HOST_LOGIT_CHUNK_ROWS), 0 = the whole micro-batch. Ranges need the model's
  * head_row_range and every loss term's forward_backward_rows; training also needs f32 gradient
  * accumulation (the head's gradient is added range by range). r->chunk_why says why not. */
 static void choose_chunks(host_rank *r) {
@@ -203,11 +205,7 @@ static void choose_chunks(host_rank *r) {
                  r->loss[i].plugin->desc.abi_minor);
         return;
     }
-    int64_t rows = want;
-    if (rows < 0) {
-        rows = HOST_LOGIT_CHUNK_BYTES / (r->V * (int64_t)sizeof(float));
-        if (rows < HOST_LOGIT_CHUNK_MIN) rows = HOST_LOGIT_CHUNK_MIN;
-    }
+    int64_t rows = want < 0 ? HOST_LOGIT_CHUNK_ROWS : want;
     r->chunk_rows = rows < r->N ? rows : r->N;
     r->chunk_eval = 1;
     r->chunk_train = r->policy.grad_accum_dtype == CT_DTYPE_F32;
