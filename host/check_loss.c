@@ -5,7 +5,9 @@
  * Claims: the value is finite; the gradient added equals central finite differences (in double)
  * of the returned value, with grad_scale 1 and 0.25 and with some targets ignored; the term adds
  * rather than overwrites; dlogits == NULL (evaluation) gives the same value; a batch with every
- * target ignored stays finite; 50 create/destroy cycles neither crash nor grow the heap.
+ * target ignored stays finite; forward_backward_rows (ABI 1.3, when provided) on row ranges
+ * gives the whole batch's value and gradient; 50 create/destroy cycles neither crash nor grow
+ * the heap.
  * Not for: CUDA batches (the checks run on device cpu).
  * Shape legend: N rows (B*T positions), V vocabulary.
  */
@@ -42,11 +44,13 @@ static int64_t count_targets(const int32_t *t) {
     return n;
 }
 
-/* One call as step.c makes it: logits and targets to the device, row stats, dlogits pre-filled
- * with `prefill` (host, NV floats; NULL: evaluation, dlogits NULL), forward_backward, the
- * resulting dlogits back into `out` (when non-NULL). */
-static int32_t run_term(loss_rig *r, const float *logits, const float *prefill, double grad_scale,
-                        double *value, float *out, ct_error *err) {
+/* One micro-batch as step.c runs it: logits and targets to the device, row stats, dlogits
+ * pre-filled with `prefill` (host, NV floats; NULL: evaluation, dlogits NULL), the term (one
+ * forward_backward when `ranges` is 0, else forward_backward_rows on ranges of `ranges` rows,
+ * in order, *value their sum), the resulting dlogits back into `out` (when non-NULL). */
+static int32_t run_ranges(loss_rig *r, const float *logits, const float *prefill,
+                          double grad_scale, int64_t ranges, double *value, float *out,
+                          ct_error *err) {
     const ct_device_vtable *d = r->dev.vt;
     int32_t rc = d->copy(r->dev.self, r->logits, logits, sizeof(float) * NV, CT_COPY_H2D, err);
     if (rc == CT_OK)
@@ -69,15 +73,68 @@ static int32_t run_term(loss_rig *r, const float *logits, const float *prefill, 
         .dlogits = prefill ? r->dlogits : NULL,
         .grad_scale = grad_scale,
         .device = r->dev,
+        .batch_rows = LN,
     };
     ct_loss_result res = {.struct_size = sizeof res};
     err->code = CT_OK;
-    rc = r->vt->forward_backward(r->loss.self, &b, &res, err);
+    if (!ranges) {
+        rc = r->vt->forward_backward(r->loss.self, &b, &res, err);
+        *value = res.value;
+    } else {
+        *value = 0;
+        for (int64_t r0 = 0; rc == CT_OK && r0 < LN; r0 += ranges) {
+            ct_loss_batch rb = b;
+            rb.n_rows = LN - r0 < ranges ? LN - r0 : ranges;
+            rb.row_begin = r0;
+            rb.logits += r0 * LV, rb.targets += r0, rb.row_max += r0, rb.row_lse += r0;
+            if (rb.dlogits) rb.dlogits += r0 * LV;
+            rc = r->vt->forward_backward_rows(r->loss.self, &rb, &res, err);
+            *value += res.value;
+        }
+    }
     if (rc != CT_OK) return rc;
-    *value = res.value;
     if (out && prefill)
         rc = d->copy(r->dev.self, out, r->dlogits, sizeof(float) * NV, CT_COPY_D2H, err);
     return rc;
+}
+
+static int32_t run_term(loss_rig *r, const float *logits, const float *prefill, double grad_scale,
+                        double *value, float *out, ct_error *err) {
+    return run_ranges(r, logits, prefill, grad_scale, 0, value, out, err);
+}
+
+/* ABI 1.3: forward_backward_rows on ranges of 3 rows (not dividing LN = 8) gives the whole
+ * call's value (the ranges' values summed; rel tol 1e-12: a sum in another order) and the same
+ * gradient (rel tol 1e-6 of the gradient's largest element: each row's arithmetic is the
+ * term's own business, the built-ins give it bit for bit). */
+static void check_ranges(loss_rig *r, double v_whole, const float *g_whole) {
+    host_check *c = r->c;
+    if (!r->vt->forward_backward_rows) {
+        check_note(c, "row ranges: not provided (forward_backward_rows NULL): the host gives "
+                   "every term whole micro-batches, so the (N,V) logits exist at once");
+        return;
+    }
+    float zero[NV], out[NV];
+    memset(zero, 0, sizeof zero);
+    double v = NAN;
+    ct_error err = {.struct_size = sizeof err};
+    if (run_ranges(r, r->h_logits, zero, 1.0, 3, &v, out, &err) != CT_OK) {
+        check_verdict(c, 0, "row ranges of 3 rows: forward_backward_rows failed: %s", err.message);
+        return;
+    }
+    check_verdict(c, fabs(v - v_whole) <= 1e-12 * fabs(v_whole) + 1e-300,
+                  "row ranges of 3 rows: the ranges' values add up to the whole batch's: "
+                  "expected %.17g got %.17g rel tol 1e-12", v_whole, v);
+    double gmax = 0, worst = 0;
+    int at = 0;
+    for (int k = 0; k < NV; k++) gmax = fmax(gmax, fabs((double)g_whole[k]));
+    for (int k = 0; k < NV; k++) {
+        double e = fabs((double)out[k] - (double)g_whole[k]);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, at = k;
+    }
+    check_verdict(c, worst <= 1e-6 * gmax, "row ranges of 3 rows: the same gradient as the whole "
+                  "batch (row %d col %d: expected %.9g got %.9g tol %.2g)", at / LV, at % LV,
+                  (double)g_whole[at], (double)out[at], 1e-6 * gmax);
 }
 
 static int32_t rig_open(loss_rig *r, host_check *c, ct_error *err) {
@@ -273,6 +330,8 @@ void check_loss(host_check *c) {
     }
     check_verdict(c, veval == v, "evaluation (dlogits NULL) gives the training value: expected "
                   "%.17g got %.17g tol 0", v, veval);
+
+    check_ranges(&r, v0, out0);
 
     /* every target ignored: n_counted 0 */
     int32_t keep_t[LN];

@@ -27,6 +27,9 @@ static const ct_param_spec run_specs[] = {
     CT_PARAM_BOOL("probe", "false",
                   "reduction-error probe at each log step: the policy's reduction of a gradient "
                   "sample against an exact f64 one (metrics probe/<unit>/...)"),
+    CT_PARAM_INT("logit_chunk_rows", "-1", -1, 1e9,
+                 "rows of logits computed at once (head, row statistics, losses, head backward "
+                 "range by range); -1 = automatic (256 rows), 0 = the whole micro-batch"),
     CT_PARAM_INT("probe_sample", "4096", 1, 1e9,
                  "gradient elements per unit the probe reduces (the head is probed whole)"),
     CT_PARAM_INT("sample_every", "0", 0, 1e9,

@@ -12,6 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Rows of an automatic range ([run] logit_chunk_rows = -1). Not fewer: each range adds its
+ * head gradient as a product of depth `rows` into the (V,C) gradient, which reads and writes
+ * all of it; at 64 rows that update is memory-bound and a step of the bench shape took ~15%
+ * more CPU time than the whole micro-batch, at 256 rows the same (docs/benchmarks.md). */
+#define HOST_LOGIT_CHUNK_ROWS 256
+
 static int32_t make_instance(host_rank *r, host_instance *inst, const host_plugin *p,
                              const char *section, void *comm_world, ct_error *err) {
     inst->plugin = p;
@@ -171,12 +177,56 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     return CT_OK;
 }
 
+/* Whether the logits go by row ranges (step.c, ABI 1.3) and how many rows one holds: [run]
+ * logit_chunk_rows, -1 = automatic (HOST_LOGIT_CHUNK_ROWS), 0 = the whole micro-batch. Ranges need the model's
+ * head_row_range and every loss term's forward_backward_rows; training also needs f32 gradient
+ * accumulation (the head's gradient is added range by range). r->chunk_why says why not. */
+static void choose_chunks(host_rank *r) {
+    int64_t want = -1;
+    config_get_int(r->cfg, "run", "logit_chunk_rows", &want, NULL);
+    r->chunk_rows = 0;
+    r->chunk_train = r->chunk_eval = 0;
+    r->chunk_why[0] = '\0';
+    if (want == 0) {
+        snprintf(r->chunk_why, sizeof r->chunk_why, "[run] logit_chunk_rows = 0");
+        return;
+    }
+    if (!r->mdesc.head_row_range) {
+        snprintf(r->chunk_why, sizeof r->chunk_why, "model %s (ABI %d.%d) runs its head on whole "
+                 "micro-batches", r->model.plugin->desc.name, r->model.plugin->desc.abi_major,
+                 r->model.plugin->desc.abi_minor);
+        return;
+    }
+    for (int32_t i = 0; i < r->n_loss; i++) {
+        const ct_loss_vtable *lv = r->loss[i].vt;
+        if (lv->forward_backward_rows) continue;
+        snprintf(r->chunk_why, sizeof r->chunk_why, "loss term %s (ABI %d.%d) takes whole "
+                 "micro-batches", r->loss_name[i], r->loss[i].plugin->desc.abi_major,
+                 r->loss[i].plugin->desc.abi_minor);
+        return;
+    }
+    int64_t rows = want < 0 ? HOST_LOGIT_CHUNK_ROWS : want;
+    r->chunk_rows = rows < r->N ? rows : r->N;
+    r->chunk_eval = 1;
+    r->chunk_train = r->policy.grad_accum_dtype == CT_DTYPE_F32;
+    if (!r->chunk_train)
+        snprintf(r->chunk_why, sizeof r->chunk_why, "training keeps whole micro-batches: the "
+                 "precision policy accumulates gradients in %s (a range's head gradient would be "
+                 "rounded once per range)", ct_dtype_name(r->policy.grad_accum_dtype));
+}
+
 static int32_t alloc_buffers(host_rank *r, ct_error *err) {
-    uint64_t bt = (uint64_t)(r->B * r->T), nv = (uint64_t)r->N * (uint64_t)r->V;
+    r->logit_rows = r->chunk_train ? r->chunk_rows : r->N;
+    uint64_t bt = (uint64_t)(r->B * r->T), nv = (uint64_t)r->logit_rows * (uint64_t)r->V;
     r->tokens = dev_alloc(r, bt * sizeof(int32_t), err);
     r->targets = dev_alloc(r, bt * sizeof(int32_t), err);
     r->logits = dev_alloc(r, nv * sizeof(float), err);
     r->dlogits = dev_alloc(r, nv * sizeof(float), err);
+    if ((r->chunk_train || r->chunk_eval) && r->dev.vt->row_softmax)
+        if (!(r->probs = dev_alloc(r, (uint64_t)r->chunk_rows * (uint64_t)r->V * sizeof(float), err)))
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory for the softmax of %lld rows "
+                                "of logits ---> lower [run] logit_chunk_rows",
+                                (long long)r->chunk_rows);
     r->row_max = dev_alloc(r, (uint64_t)r->N * sizeof(float), err);
     r->row_lse = dev_alloc(r, (uint64_t)r->N * sizeof(float), err);
     r->h_tokens = malloc(bt * sizeof(int32_t));
@@ -184,9 +234,9 @@ static int32_t alloc_buffers(host_rank *r, ct_error *err) {
     if (!r->tokens || !r->targets || !r->logits || !r->dlogits || !r->row_max || !r->row_lse ||
         !r->h_tokens || !r->h_targets)
         return ct_error_set(err, CT_ERR_NOMEM,
-                            "out of memory for step buffers (logits are N*V = %lld floats) "
-                            "---> lower [data] batch_size or seq_len",
-                            (long long)nv);
+                            "out of memory for step buffers (logits are %lld rows x V = %lld "
+                            "floats) ---> lower [data] batch_size or seq_len, or [run] "
+                            "logit_chunk_rows", (long long)r->logit_rows, (long long)nv);
     return CT_OK;
 }
 
@@ -277,6 +327,7 @@ int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, in
                                                r->policy.param_dtype, err),
                                    err, w->model, "prepare"));
     TRY(setup_parameters(r, err));
+    choose_chunks(r);
     TRY(alloc_buffers(r, err));
     TRY(open_data(r, err));
     return CT_OK;
@@ -342,7 +393,8 @@ void rank_close(host_rank *r) {
     free(r->h_tokens);
     free(r->h_targets);
     if (r->dev.vt) {
-        void *bufs[] = {r->tokens, r->targets, r->logits, r->dlogits, r->row_max, r->row_lse};
+        void *bufs[] = {r->tokens, r->targets, r->logits, r->dlogits, r->probs, r->row_max,
+                        r->row_lse};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             r->dev.vt->free_mem(r->dev.self, bufs[i]);
         for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) {

@@ -50,9 +50,20 @@ typedef struct host_rank {
     /* step shape */
     int64_t B, T, V, N, grad_accum;
 
+    /* logits by row ranges (ABI 1.3, step.c): rows of one range, 0 = the whole micro-batch;
+     * whether training and evaluation take that path (the model's head and every loss term
+     * support ranges; training also needs an f32 gradient accumulation dtype); why not, for
+     * the start-up line ("" when both do) */
+    int64_t  chunk_rows;
+    int32_t  chunk_train, chunk_eval;
+    char     chunk_why[160];
+
     /* step buffers (device memory) */
     int32_t *tokens, *targets;    /* (B,T) */
-    float   *logits, *dlogits;    /* (N,V) */
+    float   *logits, *dlogits;    /* (logit_rows,V): one range, or (N,V) on the whole path */
+    int64_t  logit_rows;          /* rows the logits buffer holds (dlogits: the same) */
+    float   *probs;               /* (chunk_rows,V) each row's softmax from the device's
+                                     row_softmax on the ranges path; NULL without it */
     float   *row_max, *row_lse;   /* (N) */
     /* host staging */
     int32_t *h_tokens, *h_targets; /* (B,T) */

@@ -5,6 +5,7 @@
 #include "probe.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Load the next micro-batch of `data` into the device's token and target buffers. */
@@ -38,15 +39,15 @@ static ct_stage_args stage_args(host_rank *r, int32_t s, int32_t micro) {
     return a;
 }
 
-/* Forward through every stage, then row statistics of the logits. */
-static int32_t forward(host_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *err) {
+/* Forward through stages [0, end): a unit is gathered before its first stage and released
+ * after its last (the root unit is held from embed to head, as FSDP keeps its root unit; with
+ * end short of the head it stays held). */
+static int32_t forward_stages(host_rank *r, int32_t micro, uint32_t end, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     const ct_strategy_vtable *st = r->strategy.vt;
     int32_t rc = CT_OK;
-    for (uint32_t s = 0; s < r->mdesc.n_stages && rc == CT_OK; s++) {
+    for (uint32_t s = 0; s < end && rc == CT_OK; s++) {
         uint32_t u = (uint32_t)r->mdesc.stages[s].unit;
-        /* a unit is gathered before its first stage and released after its last (the root
-         * unit is held from embed to head, as FSDP keeps its root unit) */
         if ((int32_t)s == rank_unit_first_stage(r, u))
             rc = st->acquire(r->strategy.self, u, CT_PHASE_FORWARD, &r->held[u], err);
         if (rc != CT_OK) break;
@@ -58,36 +59,50 @@ static int32_t forward(host_rank *r, int32_t micro, ct_logit_stats *ls, ct_error
             if (rc == CT_OK) rc = rc2;
         }
     }
+    return rc;
+}
+
+/* Forward through every stage, then row statistics of the whole (N,V) logits. */
+static int32_t forward(host_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *err) {
+    int32_t rc = forward_stages(r, micro, r->mdesc.n_stages, err);
     if (rc != CT_OK) return rc;
     return r->dev.vt->row_stats(r->dev.self, r->logits, r->N, r->V, r->row_max, r->row_lse, ls,
                                 err);
 }
 
-/* Every loss term on the current logits; dlogits NULL evaluates values only. A term whose
- * value is not finite stops the step here, before the backward pass, the optimizer update and
- * any checkpoint (DESIGN §9 Numbers): the error names the term, the step and the micro-batch. */
-static int32_t losses(host_rank *r, int32_t micro, float *dlogits, double grad_scale,
-                      host_step_stats *stats, ct_error *err) {
+/* Every loss term on rows [row0, row0 + rows) of the micro-batch, whose logits are r->logits
+ * (rows,V) (row0 = 0, rows = N: the whole micro-batch, each term's forward_backward; else a
+ * range, forward_backward_rows); dlogits NULL evaluates values only. A term whose value is not
+ * finite stops the step here, before the backward pass, the optimizer update and any
+ * checkpoint (DESIGN §9 Numbers): the error names the term, the step and the micro-batch. */
+static int32_t losses(host_rank *r, int32_t micro, int64_t row0, int64_t rows, int64_t counted,
+                      float *dlogits, double grad_scale, host_step_stats *stats, ct_error *err) {
+    int whole = row0 == 0 && rows == r->N; /* forward_backward, as before ABI 1.3 */
     ct_loss_batch b = {
         .struct_size = sizeof b,
         .logits = r->logits,
-        .targets = r->targets,
-        .row_max = r->row_max,
-        .row_lse = r->row_lse,
-        .n_rows = r->N,
+        .targets = r->targets + row0,
+        .row_max = r->row_max + row0,
+        .row_lse = r->row_lse + row0,
+        .n_rows = rows,
         .vocab = r->V,
-        .n_counted = count_targets(r),
+        .n_counted = counted,
         .dlogits = dlogits,
         .grad_scale = grad_scale,
         .device = r->dev,
+        .row_begin = row0,
+        .batch_rows = r->N,
+        .probs = whole ? NULL : r->probs, /* the ranges' softmax (micro_by_ranges) */
     };
     double total = 0;
     for (int32_t i = 0; i < r->n_loss; i++) {
         const ct_loss_vtable *lv = r->loss[i].vt;
         ct_loss_result res = {.struct_size = sizeof res};
-        int32_t rc = lv->forward_backward(r->loss[i].self, &b, &res, err);
+        int32_t rc = whole ? lv->forward_backward(r->loss[i].self, &b, &res, err)
+                           : lv->forward_backward_rows(r->loss[i].self, &b, &res, err);
         if (rc != CT_OK)
-            return contract_name_silent_error(rc, err, r->loss[i].plugin, "forward_backward");
+            return contract_name_silent_error(rc, err, r->loss[i].plugin,
+                                              whole ? "forward_backward" : "forward_backward_rows");
         if (!isfinite(res.value))
             return ct_error_set(err, CT_ERR_INVALID,
                                 "%s %lld, micro-batch %d: loss term '%s' is %g ---> the run "
@@ -104,10 +119,22 @@ static int32_t losses(host_rank *r, int32_t micro, float *dlogits, double grad_s
     return CT_OK;
 }
 
-static int32_t backward(host_rank *r, int32_t micro, int32_t last, ct_error *err) {
+/* Unit u's last backward stage is done: release it and hand its gradient to the strategy
+ * (which may start the reduction asynchronously); the probe looks at it first. */
+static int32_t unit_done(host_rank *r, uint32_t u, int32_t last, ct_error *err) {
+    const ct_strategy_vtable *st = r->strategy.vt;
+    int32_t rc = st->release(r->strategy.self, u, CT_PHASE_BACKWARD, err);
+    if (rc == CT_OK && last && r->probe_now) rc = probe_unit(r, u, err);
+    if (rc == CT_OK) rc = st->unit_backward_done(r->strategy.self, u, last, err);
+    return rc;
+}
+
+/* Backward through stages top, top-1, ..., 0. A unit is gathered at its last forward stage
+ * (unless top is below it: the caller gathered it) and finished at its first. */
+static int32_t backward(host_rank *r, int32_t micro, int32_t last, int32_t top, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     const ct_strategy_vtable *st = r->strategy.vt;
-    for (int32_t s = (int32_t)r->mdesc.n_stages - 1; s >= 0; s--) {
+    for (int32_t s = top; s >= 0; s--) {
         uint32_t u = (uint32_t)r->mdesc.stages[s].unit;
         int32_t rc = CT_OK;
         if (s == rank_unit_last_stage(r, u))
@@ -116,17 +143,62 @@ static int32_t backward(host_rank *r, int32_t micro, int32_t last, ct_error *err
         a.params = r->held[u];
         if (rc == CT_OK) rc = st->grad_buffer(r->strategy.self, u, &a.grads, err);
         if (rc == CT_OK) rc = mv->backward(r->model.self, &a, err);
+        if (rc == CT_OK && s == rank_unit_first_stage(r, u)) rc = unit_done(r, u, last, err);
         if (rc != CT_OK) return rc;
-        /* the unit's last backward stage is its first forward stage: release it and hand
-         * its gradient to the strategy (which may start the reduction asynchronously) */
-        if (s == rank_unit_first_stage(r, u)) {
-            rc = st->release(r->strategy.self, u, CT_PHASE_BACKWARD, err);
-            if (rc == CT_OK && last && r->probe_now) rc = probe_unit(r, u, err);
-            if (rc == CT_OK) rc = st->unit_backward_done(r->strategy.self, u, last, err);
-            if (rc != CT_OK) return rc;
-        }
     }
     return CT_OK;
+}
+
+/* One micro-batch by row ranges (ABI 1.3, ctrain.h "Row ranges"): the stages below the head
+ * forward as usual; then for each range of r->chunk_rows rows the head's forward writes the
+ * range's logits into r->logits, the device takes their row statistics (with row_softmax,
+ * when the device has it, also their softmax into r->probs, so each logit's exponential is
+ * taken once for the statistics and every term), every loss term adds
+ * its value and (training: dlogits non-NULL) its gradient, and the head's backward adds the
+ * range's head gradient; then the stages below the head backward as usual. In training the
+ * head's unit is gathered once for the backward phase (as the whole path gathers it for the
+ * head's backward) and both the head's forward and backward use it. */
+static int32_t micro_by_ranges(host_rank *r, int32_t micro, int32_t train, int32_t last,
+                               double grad_scale, host_step_stats *stats, ct_error *err) {
+    const ct_model_vtable *mv = r->model.vt;
+    const ct_strategy_vtable *st = r->strategy.vt;
+    int32_t head = (int32_t)r->mdesc.n_stages - 1;
+    uint32_t u = (uint32_t)r->mdesc.stages[head].unit;
+    int32_t phase = train ? CT_PHASE_BACKWARD : CT_PHASE_FORWARD;
+    int held_before = rank_unit_first_stage(r, u) < head; /* held since an earlier stage */
+    int32_t rc = forward_stages(r, micro, (uint32_t)head, err);
+    /* the head is the unit's last forward stage: its forward hold ends here in training */
+    if (rc == CT_OK && held_before && train)
+        rc = st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
+    if (rc == CT_OK && (train || !held_before))
+        rc = st->acquire(r->strategy.self, u, phase, &r->held[u], err);
+    if (rc != CT_OK) return rc;
+    ct_stage_args a = stage_args(r, head, micro);
+    a.params = r->held[u];
+    if (train) rc = st->grad_buffer(r->strategy.self, u, &a.grads, err);
+    int64_t counted = count_targets(r);
+    for (int64_t row0 = 0; rc == CT_OK && row0 < r->N; row0 += r->chunk_rows) {
+        int64_t rows = r->N - row0 < r->chunk_rows ? r->N - row0 : r->chunk_rows;
+        uint64_t bytes = (uint64_t)rows * (uint64_t)r->V * sizeof(float);
+        a.row_begin = row0;
+        a.row_count = rows;
+        rc = mv->forward(r->model.self, &a, err);
+        if (rc == CT_OK && r->probs) /* exponentials once: the softmax with the statistics */
+            rc = r->dev.vt->row_softmax(r->dev.self, r->logits, rows, r->V, r->row_max + row0,
+                                        r->row_lse + row0, r->probs, &stats->logits, err);
+        else if (rc == CT_OK)
+            rc = r->dev.vt->row_stats(r->dev.self, r->logits, rows, r->V, r->row_max + row0,
+                                      r->row_lse + row0, &stats->logits, err);
+        if (rc == CT_OK && train) rc = r->dev.vt->zero(r->dev.self, r->dlogits, bytes, err);
+        if (rc == CT_OK)
+            rc = losses(r, micro, row0, rows, counted, train ? r->dlogits : NULL, grad_scale,
+                        stats, err);
+        if (rc == CT_OK && train) rc = mv->backward(r->model.self, &a, err);
+    }
+    if (rc != CT_OK) return rc;
+    if (!train) return st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
+    if (!held_before && (rc = unit_done(r, u, last, err)) != CT_OK) return rc;
+    return backward(r, micro, last, head - 1, err);
 }
 
 int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
@@ -134,14 +206,21 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
     stats->logits.struct_size = sizeof stats->logits;
     const ct_strategy_vtable *st = r->strategy.vt;
     int32_t rc = st->begin_step(r->strategy.self, err);
+    double scale = 1.0 / (double)r->grad_accum;
     for (int32_t m = 0; rc == CT_OK && m < r->grad_accum; m++) {
+        int32_t last = m == r->grad_accum - 1;
         rc = load_batch(r, r->train_data, err);
-        if (rc == CT_OK) rc = forward(r, m, &stats->logits, err);
-        if (rc == CT_OK)
-            rc = r->dev.vt->zero(r->dev.self, r->dlogits,
-                                 (uint64_t)r->N * (uint64_t)r->V * sizeof(float), err);
-        if (rc == CT_OK) rc = losses(r, m, r->dlogits, 1.0 / (double)r->grad_accum, stats, err);
-        if (rc == CT_OK) rc = backward(r, m, m == r->grad_accum - 1, err);
+        if (rc == CT_OK && r->chunk_train) {
+            rc = micro_by_ranges(r, m, 1, last, scale, stats, err);
+        } else {
+            if (rc == CT_OK) rc = forward(r, m, &stats->logits, err);
+            if (rc == CT_OK)
+                rc = r->dev.vt->zero(r->dev.self, r->dlogits,
+                                     (uint64_t)r->N * (uint64_t)r->V * sizeof(float), err);
+            if (rc == CT_OK)
+                rc = losses(r, m, 0, r->N, count_targets(r), r->dlogits, scale, stats, err);
+            if (rc == CT_OK) rc = backward(r, m, last, (int32_t)r->mdesc.n_stages - 1, err);
+        }
         stats->micro_batches++;
         stats->tokens += r->N;
     }
@@ -156,8 +235,13 @@ int32_t step_eval(host_rank *r, int64_t batches, host_step_stats *stats, ct_erro
     loader_reset(r->val_data);
     for (int64_t b = 0; b < batches; b++) {
         int32_t rc = load_batch(r, r->val_data, err);
-        if (rc == CT_OK) rc = forward(r, 0, &stats->logits, err);
-        if (rc == CT_OK) rc = losses(r, (int32_t)b, NULL, 1.0, stats, err);
+        if (rc == CT_OK && r->chunk_eval) {
+            rc = micro_by_ranges(r, (int32_t)b, 0, 0, 1.0, stats, err);
+        } else {
+            if (rc == CT_OK) rc = forward(r, 0, &stats->logits, err);
+            if (rc == CT_OK)
+                rc = losses(r, (int32_t)b, 0, r->N, count_targets(r), NULL, 1.0, stats, err);
+        }
         if (rc != CT_OK) return rc;
         stats->micro_batches++;
         stats->tokens += r->N;
@@ -167,9 +251,34 @@ int32_t step_eval(host_rank *r, int64_t batches, host_step_stats *stats, ct_erro
 
 int32_t step_logits(host_rank *r, const int32_t *tokens, ct_error *err) {
     ct_logit_stats ls = {.struct_size = sizeof ls};
+    if (r->logit_rows < r->N) { /* the logits of every row at once: a whole-batch buffer */
+        uint64_t bytes = (uint64_t)r->N * (uint64_t)r->V * sizeof(float);
+        float *full = r->dev.vt->alloc(r->dev.self, bytes, err);
+        if (!full)
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory for the whole micro-batch's "
+                                "logits (%llu bytes) ---> lower [data] batch_size or seq_len",
+                                (unsigned long long)bytes);
+        r->dev.vt->free_mem(r->dev.self, r->logits);
+        r->logits = full;
+        r->logit_rows = r->N;
+    }
     memcpy(r->h_tokens, tokens, (size_t)r->N * sizeof *tokens);
     int32_t rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens,
                                  (uint64_t)r->N * sizeof(int32_t), CT_COPY_H2D, err);
     if (rc == CT_OK) rc = forward(r, 0, &ls, err);
     return rc;
+}
+
+void step_describe_logits(const host_rank *r, char *out, size_t size) {
+    double whole = 2.0 * (double)r->N * (double)r->V * sizeof(float);
+    double now = 2.0 * (double)r->logit_rows * (double)r->V * sizeof(float);
+    double probs = r->probs ? (double)r->chunk_rows * (double)r->V * sizeof(float) : 0;
+    if (r->chunk_train)
+        snprintf(out, size, "logits: ranges of %lld rows: logits + dlogits%s %.1f MB per rank "
+                 "(whole micro-batch: %.1f MB)", (long long)r->chunk_rows,
+                 r->probs ? " + softmax" : "", (now + probs) / 1e6, whole / 1e6);
+    else
+        snprintf(out, size, "logits: whole micro-batch (%lld rows): logits + dlogits %.1f MB per "
+                 "rank%s%s%s", (long long)r->N, now / 1e6, r->chunk_eval ? "; evaluation by "
+                 "ranges" : "", r->chunk_why[0] ? "; " : "", r->chunk_why);
 }

@@ -224,6 +224,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     /* FLOPs per token and the peak (the cpu device measures ~0.05 s): before the clock starts */
     mfu_state mfu;
     if ((rc = mfu_open(r, &mfu, mf ? stdout : NULL, err)) != CT_OK) goto out_close_metrics;
+    if (mf) {
+        char line[512];
+        step_describe_logits(r, line, sizeof line);
+        printf("%s\n", line);
+    }
 
     interval iv;
     memset(&iv, 0, sizeof iv);

@@ -10,8 +10,11 @@
  * (tests/cli/test_broken_plugins.sh): FX_SILENT_ERROR (forward_backward fails without a
  * message), FX_SCHEMA=FX_BAD_DEFAULT|FX_ENUM_DEFAULT|FX_NO_CHOICES|FX_TWICE|FX_BAD_KEY (a schema that
  * contradicts itself), FX_NULL_SLOT=k (vtable slot k, 0 = the member after struct_size, left
- * NULL), FX_VALIDATE (an ABI 1.2 validate hook: mode = slow allows count <= 5 only).
- * Not for: real training (its forward_backward adds a constant 1 to the loss).
+ * NULL), FX_VALIDATE (an ABI 1.2 validate hook: mode = slow allows count <= 5 only),
+ * FX_REAL_TERM (a real term instead of the constant 1: loss logitreg's value and gradient with
+ * mask_ignored = true, coef * mean over counted rows of ||z||^2 / V, written for whole
+ * micro-batches only: it compiles against the frozen v1.2 header, which has no row ranges).
+ * Not for: real training (without FX_REAL_TERM its forward_backward adds a constant 1).
  */
 #include <ctrain/ctrain.h>
 #include <stdlib.h>
@@ -41,6 +44,43 @@ int fx_dep_value(void); /* defined in libfxdep.so */
 __attribute__((constructor)) static void fx_crash(void) { raise(SIGSEGV); }
 #endif
 
+#ifdef FX_REAL_TERM
+typedef struct {
+    double coef;
+} fx_term;
+static void *fx_create(const ct_create_args *a, ct_error *err) {
+    fx_term *self = calloc(1, sizeof *self);
+    if (self && a->api->get_float(a->host, a->section, "coef", &self->coef, err) != CT_OK) {
+        free(self);
+        return NULL;
+    }
+    return self;
+}
+static void fx_destroy(void *self) { free(self); }
+/* loss_logitreg.c's arithmetic, row by row in the same order, so the two agree bit for bit */
+static int32_t fx_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *r,
+                                   ct_error *err) {
+    fx_term *self = p;
+    const int64_t N = b->n_rows, V = b->vocab;
+    (void)err;
+    r->value = 0.0;
+    if (b->n_counted <= 0) return CT_OK;
+    const double nv = (double)b->n_counted * (double)V;
+    const float g = (float)(2.0 * self->coef * b->grad_scale / nv);
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        if (b->targets[i] < 0) continue;
+        for (int64_t j = 0; j < V; j++) sum_sq += (double)b->logits[i * V + j] * b->logits[i * V + j];
+    }
+    r->value = self->coef * sum_sq / nv;
+    if (!b->dlogits) return CT_OK;
+    for (int64_t i = 0; i < N; i++) {
+        if (b->targets[i] < 0) continue;
+        for (int64_t j = 0; j < V; j++) b->dlogits[i * V + j] += g * b->logits[i * V + j];
+    }
+    return CT_OK;
+}
+#else
 static void *fx_create(const ct_create_args *a, ct_error *err) {
     (void)a;
     (void)err;
@@ -61,6 +101,7 @@ static int32_t fx_forward_backward(void *self, const ct_loss_batch *b, ct_loss_r
 #endif
     return CT_OK;
 }
+#endif /* FX_REAL_TERM */
 
 static const char *const fx_modes[] = {"fast", "slow", NULL};
 

@@ -3,6 +3,9 @@
  * `ctrain check-plugin` must name:
  *   -DWRONG_SIGN       d/dz = (onehot - softmax) / n: the sign of the gradient is flipped
  *   -DWRONG_OVERWRITE  dlogits[...] = g instead of += g: the shared buffer is overwritten
+ *   -DWRONG_RANGE_MEAN offers forward_backward_rows (ABI 1.3) but divides by the counted rows
+ *                      of the call instead of the micro-batch's n_counted: right on a whole
+ *                      batch, wrong on a range of rows
  * Built only by the test (cc -shared -fPIC -fvisibility=hidden -Wl,-z,defs -Isdk/include).
  * Not for: anything else. Shape legend: N rows, V vocabulary.
  */
@@ -14,6 +17,9 @@
 #if defined(WRONG_SIGN)
 #define WRONG_NAME "ce_sign_error"
 #define SIGN (-1.0f)
+#elif defined(WRONG_RANGE_MEAN)
+#define WRONG_NAME "ce_range_mean"
+#define SIGN 1.0f
 #else
 #define WRONG_NAME "ce_overwrite"
 #define SIGN 1.0f
@@ -34,7 +40,12 @@ static int32_t w_forward_backward(void *self, const ct_loss_batch *b, ct_loss_re
     (void)err;
     out->value = 0;
     if (b->n_counted == 0) return CT_OK;
-    const double n = (double)b->n_counted;
+    double n = (double)b->n_counted;
+#if defined(WRONG_RANGE_MEAN)
+    n = 0;
+    for (int64_t i = 0; i < b->n_rows; i++) n += b->targets[i] >= 0;
+    if (n == 0) return CT_OK;
+#endif
     double sum = 0;
     for (int64_t i = 0; i < b->n_rows; i++) {
         int32_t t = b->targets[i];
@@ -64,6 +75,9 @@ static const ct_param_spec w_params[] = {CT_PARAM_END};
 static const ct_loss_vtable w_vtable = {
     .struct_size = sizeof(ct_loss_vtable), .create = w_create, .destroy = w_destroy,
     .forward_backward = w_forward_backward,
+#if defined(WRONG_RANGE_MEAN)
+    .forward_backward_rows = w_forward_backward,
+#endif
 };
 static const ct_plugin_desc w_desc = {
     .struct_size = sizeof(ct_plugin_desc), .abi_major = CT_ABI_MAJOR, .abi_minor = CT_ABI_MINOR,

@@ -91,6 +91,16 @@ ct_expect_success v11_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$v11" \
     "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
     --set loss.plugins=ce,fx_v11 --set loss.fx_v11.coef=0.25
 
+# ABI 1.2 (the frozen header, before row ranges) keeps loading
+v12="$CT_TMP/v12"; mkdir -p "$v12"
+FX_INCLUDE=tests/abi/v1.2 ct_fixture "$v12/loss_fx_v12.so" -DFX_NAME=fx_v12 \
+    || ct_fail build_v12 "cc failed"
+grep -q '^#define CT_ABI_MINOR 2$' tests/abi/v1.2/ctrain/ctrain.h && ct_pass frozen_header_is_1_2 \
+    || ct_fail frozen_header_is_1_2 "tests/abi/v1.2/ctrain/ctrain.h is not ABI 1.2"
+ct_expect_success v12_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$v12" \
+    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
+    --set loss.plugins=ce,fx_v12 --set loss.fx_v12.coef=0.25
+
 # a 1.2 plugin's validate hook runs in validate and train, before anything is created; its error
 # gets the FILE:LINE of the key it names
 hook="$CT_TMP/hook"; mkdir -p "$hook"

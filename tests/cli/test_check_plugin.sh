@@ -72,6 +72,15 @@ else
     ct_fail "build loss_ce_sign_error.so" "cc failed"
 fi
 
+if build_wrong loss_ce_range_mean.so loss_wrong.c -DWRONG_RANGE_MEAN; then
+    check "$WRONG/loss_ce_range_mean.so"
+    expect_fails_with "a loss whose row ranges divide by their own rows fails the row-range check" \
+        "FAIL loss ce_range_mean: row ranges of 3 rows: the ranges' values add up|FAIL loss ce_range_mean: row ranges of 3 rows: the same gradient" \
+        "FAIL loss ce_range_mean: gradient (added minus pre-fill)|FAIL loss ce_range_mean: value is finite|FAIL loss ce_range_mean: evaluation"
+else
+    ct_fail "build loss_ce_range_mean.so" "cc failed"
+fi
+
 if build_wrong loss_ce_overwrite.so loss_wrong.c -DWRONG_OVERWRITE; then
     check "$WRONG/loss_ce_overwrite.so"
     expect_fails_with "a loss that overwrites dlogits fails 'adds into dlogits'" \

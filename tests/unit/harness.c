@@ -5,8 +5,10 @@
 #include "contract.h"
 #include "ct_test.h"
 #include "hostapi.h"
+#include "metrics.h"
 #include "registry.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +90,19 @@ static ct_host *new_host(ct_harness *h, int32_t rank, const char *name) {
     ct_host *host = &h->hosts[h->n_hosts];
     hostapi_init(host, h->cfg, rank, name, &h->metrics[h->n_hosts++]);
     return host;
+}
+
+double harness_metric(ct_harness *h, const char *name, int64_t *count) {
+    *count = 0;
+    for (int32_t k = 0; k < h->n_hosts; k++) {
+        const host_metric_table *t = &h->metrics[k];
+        for (int32_t i = 0; i < t->n; i++)
+            if (strcmp(t->items[i].name, name) == 0) {
+                *count = t->items[i].count;
+                return metrics_value(t, name);
+            }
+    }
+    return NAN;
 }
 
 ct_create_args harness_args_rank(ct_harness *h, const char *section, int32_t rank,

@@ -41,4 +41,9 @@ ct_create_args harness_args(ct_harness *h, const char *section);
 ct_create_args harness_args_rank(ct_harness *h, const char *section, int32_t rank,
                                  int32_t world);
 
+/* The metric `name` as the plugins created through the harness reported it (the first host
+ * that has it): its folded value (MEAN: divided by the count) and in *count the reports folded
+ * in; NAN and 0 when none reported it. */
+double harness_metric(ct_harness *h, const char *name, int64_t *count);
+
 #endif /* CT_TEST_HARNESS_H */

@@ -294,6 +294,51 @@ out:
     harness_free(f.h);
 }
 
+CT_TEST(device_cpu_row_softmax_is_row_stats_bit_for_bit_plus_the_softmax) {
+    fixture f;
+    if (!fixture_open(&f)) goto out;
+    ct_error err = {.struct_size = sizeof err};
+    enum { N = 300, V = 257 }; /* N*V > the threading threshold */
+    float *z = malloc(sizeof(float) * N * V), *p = malloc(sizeof(float) * N * V);
+    float *mx = malloc(N * 4), *lse = malloc(N * 4), *mx1 = malloc(N * 4), *lse1 = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < V; j++)
+            z[i * V + j] = (float)(uniform(-1, 1) * (1 + i % 30) + (i % 5) * 20.0 - 40.0);
+    z[7 * V + 3] = INFINITY; /* a row whose max is not finite: exp(z - lse), NaN where inf-inf */
+    ct_logit_stats st = {.struct_size = sizeof st}, st1 = {.struct_size = sizeof st1};
+    CT_CHECK(f.d.vt->row_softmax != NULL);
+    if (!f.d.vt->row_softmax) goto out_free;
+    CT_CHECK_INT(f.d.vt->row_softmax(f.d.self, z, N, V, mx, lse, p, &st, &err), CT_OK);
+    CT_CHECK_INT(f.d1.vt->row_stats(f.d1.self, z, N, V, mx1, lse1, &st1, &err), CT_OK);
+    CT_CHECK(memcmp(mx, mx1, N * 4) == 0 && memcmp(lse, lse1, N * 4) == 0);
+    CT_CHECK(st.sum_logit == st1.sum_logit && st.sum_row_norm == st1.sum_row_norm &&
+             st.max_row_norm == st1.max_row_norm && st.sum_lse == st1.sum_lse &&
+             st.max_abs == st1.max_abs && st.rows == st1.rows);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        if (i == 7) continue;
+        double m = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++) m = fmax(m, z[i * V + j]);
+        for (int j = 0; j < V; j++) s += exp((double)z[i * V + j] - m);
+        /* in ulps of the exact softmax value, beyond what rounding z - max to f32 costs any
+         * f32 softmax: half an ulp of d = z - max in exp's argument is a relative error of up
+         * to |d| 2^-24, i.e. up to |d| ulps of the result */
+        for (int j = 0; j < V; j++) {
+            double want = exp((double)z[i * V + j] - m) / s;
+            double ulp = fmax(ldexp(1.0, ilogb(want) - 23), 1e-45);
+            double e = fabs(p[i * V + j] - want) / ulp - fabs((double)z[i * V + j] - m);
+            worst = fmax(worst, e);
+        }
+    }
+    CT_CHECK_MSG(worst <= 4, "softmax off by %.2f ulps beyond the argument's rounding "
+                 "(tolerance 4)", worst);
+    CT_CHECK(p[7 * V + 3] != p[7 * V + 3] || p[7 * V + 3] == expf(z[7 * V + 3] - lse[7]));
+out_free:
+    free(z), free(p), free(mx), free(lse), free(mx1), free(lse1);
+out:
+    harness_free(f.h);
+}
+
 CT_TEST(device_cpu_rejects_negative_threads_through_the_schema) {
     ct_harness *h = harness_new("[device]\nthreads = -1\n");
     if (!h) return;

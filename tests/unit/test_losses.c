@@ -112,19 +112,28 @@ static ct_loss_batch loss_batch(batch_data *b, ct_device_ref dev, double grad_sc
     return lb;
 }
 
+/* A harness with LOSS_INI and the term of `section` from `so` in *p; NULL (and a test
+ * failure) when it cannot be created. */
+static ct_harness *open_term(const char *so, const char *section, ct_harness_plugin *p) {
+    ct_harness *h = harness_new(LOSS_INI);
+    if (!h) return NULL;
+    ct_error err = {.struct_size = sizeof err};
+    if (harness_create(h, so, section, p, &err) != CT_OK) {
+        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
+        harness_free(h);
+        return NULL;
+    }
+    return h;
+}
+
 /* Create the term of `section` from `so`, run it on a fresh batch with grad_scale 0.25 and
  * check value (against the double formula) and gradient (against central differences of the
  * formula, h = 1e-4 in double). */
 static void check_term(const char *so, const char *section, term_ref ref) {
-    ct_harness *h = harness_new(LOSS_INI);
-    if (!h) return;
     ct_harness_plugin p;
     ct_error err = {.struct_size = sizeof err};
-    if (harness_create(h, so, section, &p, &err) != CT_OK) {
-        CT_CHECK_MSG(0, "create %s [%s]: %s", so, section, err.message);
-        harness_free(h);
-        return;
-    }
+    ct_harness *h = open_term(so, section, &p);
+    if (!h) return;
     const ct_loss_vtable *vt = p.vt;
     static batch_data b;
     make_batch(&b);
@@ -178,6 +187,116 @@ CT_TEST(loss_zloss_unmasked_counts_every_row_as_open_lm) {
 CT_TEST(loss_logitreg_value_and_gradient_match_formula_and_finite_differences) {
     check_term("loss_logitreg.so", "loss.logitreg", (term_ref){TERM_LOGITREG, 0.05, 1});
     check_term("loss_logitreg.so", "loss.logitreg_all", (term_ref){TERM_LOGITREG, 0.05, 0});
+}
+
+/* A term run on row ranges of `rows` rows (ABI 1.3, forward_backward_rows) against one
+ * whole-batch call on the same batch: every dlogit bit for bit (each row's per-element math is
+ * the same), the values of the ranges summing to the whole value within 1e-14 relative (one
+ * double sum split into parts: reordering only), and a term's metric reported once per
+ * micro-batch with the whole call's value. */
+static void check_ranges(const char *so, const char *section, const char *metric, int64_t rows) {
+    ct_harness_plugin p;
+    ct_error err = {.struct_size = sizeof err};
+    ct_harness *h = open_term(so, section, &p);
+    if (!h) return;
+    const ct_loss_vtable *vt = p.vt;
+    CT_CHECK_MSG(vt->forward_backward_rows != NULL, "%s: no forward_backward_rows", so);
+    if (!vt->forward_backward_rows) {
+        harness_free(h);
+        return;
+    }
+    static batch_data whole, part;
+    make_batch(&whole);
+    part = whole;
+    ct_loss_result r = {.struct_size = sizeof r};
+    ct_loss_batch lb = loss_batch(&whole, harness_device(h), 0.25, 1);
+    lb.batch_rows = N;
+    CT_CHECK_INT(vt->forward_backward(p.self, &lb, &r, &err), CT_OK);
+    int64_t reports = 0;
+    double whole_metric = metric ? harness_metric(h, metric, &reports) : 0;
+    double sum = 0;
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+        int64_t n = N - r0 < rows ? N - r0 : rows;
+        ct_loss_batch rb = loss_batch(&part, harness_device(h), 0.25, 1);
+        rb.logits += r0 * V, rb.targets += r0, rb.row_max += r0, rb.row_lse += r0;
+        rb.dlogits += r0 * V, rb.n_rows = n, rb.row_begin = r0, rb.batch_rows = N;
+        ct_loss_result rr = {.struct_size = sizeof rr};
+        CT_CHECK_INT(vt->forward_backward_rows(p.self, &rb, &rr, &err), CT_OK);
+        sum += rr.value;
+    }
+    CT_CHECK_CLOSE(sum, r.value, 1e-14, 1e-300);
+    int differ = 0;
+    for (int k = 0; k < N * V; k++) differ += whole.dlogits[k] != part.dlogits[k];
+    CT_CHECK_MSG(differ == 0, "%s, ranges of %lld rows: %d of %d dlogits differ from the whole "
+                 "batch's", section, (long long)rows, differ, N * V);
+    if (metric) { /* one report per micro-batch, the same value as the whole call's */
+        int64_t after = 0;
+        double m = harness_metric(h, metric, &after);
+        CT_CHECK_MSG(reports == 1 && after == 2, "%s: %lld reports after the whole call, %lld "
+                     "after the ranges (expected 1 and 2)", metric, (long long)reports,
+                     (long long)after);
+        CT_CHECK_CLOSE(m, whole_metric, 1e-14, 1e-300);
+    }
+    harness_free(h);
+}
+
+CT_TEST(loss_terms_on_row_ranges_equal_the_whole_batch) {
+    static const int64_t rows[] = {1, 3, 7}; /* 3 does not divide N = 7 */
+    for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+        check_ranges("loss_ce.so", "loss.ce", NULL, rows[k]);
+        check_ranges("loss_zloss.so", "loss.zloss", "loss/zloss/lse_sq", rows[k]);
+        check_ranges("loss_zloss.so", "loss.zloss_all", "loss/zloss/lse_sq", rows[k]);
+        check_ranges("loss_logitreg.so", "loss.logitreg", "loss/logitreg/mean_sq_logit", rows[k]);
+        check_ranges("loss_logitreg.so", "loss.logitreg_all", "loss/logitreg/mean_sq_logit",
+                     rows[k]);
+    }
+}
+
+/* With ct_loss_batch.probs (ABI 1.3) a term takes the softmax from it: the device's softmax
+ * (here the exact one, rounded to f32) gives the gradient of exp(z - lse) within 1e-6 relative
+ * to the largest element; a different probs buffer changes the gradient (it is read). */
+static void check_probs(const char *so, const char *section) {
+    ct_harness_plugin p;
+    ct_error err = {.struct_size = sizeof err};
+    ct_harness *h = open_term(so, section, &p);
+    if (!h) return;
+    const ct_loss_vtable *vt = p.vt;
+    static batch_data a, b, c;
+    static float probs[N * V], half[N * V];
+    make_batch(&a);
+    b = a, c = a;
+    for (int i = 0; i < N; i++) {
+        double z[V];
+        for (int j = 0; j < V; j++) z[j] = a.logits[i * V + j];
+        double l = lse_of(z);
+        for (int j = 0; j < V; j++) probs[i * V + j] = (float)exp(z[j] - l);
+        for (int j = 0; j < V; j++) half[i * V + j] = 0.5f * probs[i * V + j];
+    }
+    ct_loss_result r = {.struct_size = sizeof r};
+    ct_loss_batch la = loss_batch(&a, harness_device(h), 0.25, 1);
+    CT_CHECK_INT(vt->forward_backward(p.self, &la, &r, &err), CT_OK);
+    ct_loss_batch lb = loss_batch(&b, harness_device(h), 0.25, 1);
+    lb.probs = probs;
+    CT_CHECK_INT(vt->forward_backward(p.self, &lb, &r, &err), CT_OK);
+    ct_loss_batch lc = loss_batch(&c, harness_device(h), 0.25, 1);
+    lc.probs = half;
+    CT_CHECK_INT(vt->forward_backward(p.self, &lc, &r, &err), CT_OK);
+    double gmax = 0, worst = 0, moved = 0;
+    for (int k = 0; k < N * V; k++) gmax = fmax(gmax, fabs(a.dlogits[k] - base_dlogit(k)));
+    for (int k = 0; k < N * V; k++) {
+        worst = fmax(worst, fabs((double)b.dlogits[k] - a.dlogits[k]));
+        moved = fmax(moved, fabs((double)c.dlogits[k] - a.dlogits[k]));
+    }
+    CT_CHECK_MSG(worst <= 1e-6 * gmax, "%s: the gradient from probs differs by %.3g (tolerance "
+                 "%.3g)", section, worst, 1e-6 * gmax);
+    CT_CHECK_MSG(moved > 0.1 * gmax, "%s: halving probs moved the gradient by %.3g only: probs "
+                 "are not read", section, moved);
+    harness_free(h);
+}
+
+CT_TEST(loss_ce_and_zloss_take_the_softmax_from_probs_when_given) {
+    check_probs("loss_ce.so", "loss.ce");
+    check_probs("loss_zloss.so", "loss.zloss");
 }
 
 CT_TEST(loss_zloss_default_coef_is_1e_4) {

@@ -258,9 +258,11 @@ typedef struct row_figures {
 
 /* One row z (V): its max, its logsumexp (two passes: max, then sum of exp(z - max) in
  * double) and the figures the logit metrics need. A row whose max is +-Inf or NaN gets
- * lse = max (the sum would be NaN). */
+ * lse = max (the sum would be NaN). With p non-NULL, also the row's softmax p (V): the
+ * exponentials of the sum, kept and scaled by 1/sum (row_softmax), or exp(z - lse) for a row
+ * whose max is not finite. */
 static inline void row_reduce(const float *z, int64_t V, float *max_out, float *lse_out,
-                              row_figures *fig) {
+                              row_figures *fig, float *p) {
     float mx = -INFINITY;
     double s = 0.0, sq = 0.0, ma = 0.0;
     for (int64_t j = 0; j < V; j++) {
@@ -272,18 +274,31 @@ static inline void row_reduce(const float *z, int64_t V, float *max_out, float *
         if (a > ma) ma = a;
     }
     double e = 0.0;
-    if (isfinite(mx))
+    if (isfinite(mx) && p) {
+        for (int64_t j = 0; j < V; j++) {
+            p[j] = expf(z[j] - mx);
+            e += (double)p[j];
+        }
+    } else if (isfinite(mx)) {
         for (int64_t j = 0; j < V; j++) e += (double)expf(z[j] - mx);
+    }
     *max_out = mx;
     *lse_out = isfinite(mx) ? (float)((double)mx + log(e)) : mx;
+    if (p && isfinite(mx)) {
+        const double inv = 1.0 / e;
+        for (int64_t j = 0; j < V; j++) p[j] = (float)((double)p[j] * inv);
+    } else if (p) {
+        for (int64_t j = 0; j < V; j++) p[j] = expf(z[j] - *lse_out);
+    }
     fig->sum = s;
     fig->sumsq = sq;
     fig->max_abs = ma;
 }
 
-static int32_t cpu_row_stats(void *p, const float *logits, int64_t rows, int64_t vocab,
-                             float *row_max, float *row_lse, ct_logit_stats *stats,
-                             ct_error *err) {
+/* row_stats, and with probs non-NULL row_softmax (see ctrain.h). */
+static int32_t cpu_row_softmax(void *p, const float *logits, int64_t rows, int64_t vocab,
+                               float *row_max, float *row_lse, float *probs,
+                               ct_logit_stats *stats, ct_error *err) {
     cpu_device *self = p;
     if (rows < 0 || vocab < 1)
         return ct_error_set(err, CT_ERR_INVALID, "device cpu: row_stats of %lld rows of %lld "
@@ -299,7 +314,8 @@ static int32_t cpu_row_stats(void *p, const float *logits, int64_t rows, int64_t
         double s = 0, nrm = 0, mxn = 0, lse = 0, mxa = 0;
         for (uint64_t i = block_lo(n, b); i < block_lo(n, b + 1); i++) {
             row_figures f;
-            row_reduce(logits + i * (uint64_t)vocab, vocab, &row_max[i], &row_lse[i], &f);
+            row_reduce(logits + i * (uint64_t)vocab, vocab, &row_max[i], &row_lse[i], &f,
+                       probs ? probs + i * (uint64_t)vocab : NULL);
             double norm = sqrt(f.sumsq);
             s += f.sum;
             nrm += norm;
@@ -323,6 +339,12 @@ static int32_t cpu_row_stats(void *p, const float *logits, int64_t rows, int64_t
     }
     stats->rows += rows;
     return CT_OK;
+}
+
+static int32_t cpu_row_stats(void *p, const float *logits, int64_t rows, int64_t vocab,
+                             float *row_max, float *row_lse, ct_logit_stats *stats,
+                             ct_error *err) {
+    return cpu_row_softmax(p, logits, rows, vocab, row_max, row_lse, NULL, stats, err);
 }
 
 /* The BLAS product peak of this instance's threads, whatever the dtype: the gpt model's bf16
@@ -372,6 +394,7 @@ static const ct_device_vtable cpu_vtable = {
     .sumsq       = cpu_sumsq,
     .adamw       = cpu_adamw,
     .row_stats   = cpu_row_stats,
+    .row_softmax = cpu_row_softmax,
     .synchronize = cpu_synchronize,
     .native_stream = NULL,
     .peak_flops  = cpu_peak_flops,

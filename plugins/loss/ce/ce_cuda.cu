@@ -93,7 +93,8 @@ extern "C" int32_t ce_cuda_forward_backward(ct_lkit_cuda **state, const ct_loss_
         return ct_error_set(err, CT_ERR_INVALID, "loss ce: target %d at row %lld is outside "
                             "the vocabulary [0, %lld) ---> check that the data's tokenizer "
                             "matches [model] vocab_size",
-                            (int)s->pinned[1], (long long)s->pinned[2], (long long)V);
+                            (int)s->pinned[1], (long long)(b->row_begin + (int64_t)s->pinned[2]),
+                            (long long)V);
     if (b->n_counted > 0) *value = s->pinned[0] / n;
     return CT_OK;
 }

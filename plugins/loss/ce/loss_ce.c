@@ -1,7 +1,10 @@
 /* loss_ce.c — the `ce` loss term: mean cross-entropy of the next token over counted rows.
  *   value      = (1/n) * sum over counted rows i of (lse_i - z[i, t_i])      n = n_counted
  *   d/dz[i,j]  = (softmax(z_i)_j - [j == t_i]) / n   for counted rows, 0 for ignored rows
- * lse_i is the host's row log-sum-exp (ct_loss_batch.row_lse). Runs on host memory (device
+ * lse_i is the host's row log-sum-exp (ct_loss_batch.row_lse); softmax is ct_loss_batch.probs
+ * when the host gives it (ABI 1.3: the device's row_softmax), else exp(z - lse). The batch may
+ * be a range of the micro-batch's rows (forward_backward_rows): n stays the micro-batch's.
+ * Runs on host memory (device
  * cpu); batches on a CUDA device go to ce_cuda.cu, in the companion cuda/loss_ce_cuda.so
  * opened on the first such batch when built with nvcc (CT_HAVE_CUDA).
  * Not for: z-loss or logit penalties (loss zloss, loss logitreg).
@@ -88,7 +91,7 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
             return ct_error_set(err, CT_ERR_INVALID, "loss ce: target %d at row %lld is outside "
                                 "the vocabulary [0, %lld) ---> check that the data's tokenizer "
                                 "matches [model] vocab_size",
-                                (int)b->targets[i], (long long)i, (long long)V);
+                                (int)b->targets[i], (long long)(b->row_begin + i), (long long)V);
     out->value = 0.0;
     if (b->n_counted <= 0) return CT_OK;
     const double n = (double)b->n_counted;
@@ -112,7 +115,12 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
         const float *z = b->logits + i * V;
         float *dz = b->dlogits + i * V;
         float lse = b->row_lse[i];
-        for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit(z[j], lse, j == t);
+        if (b->probs) { /* the device's softmax, taken with the row statistics */
+            const float *pr = b->probs + i * V;
+            for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit_p(pr[j], j == t);
+        } else {
+            for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit(z[j], lse, j == t);
+        }
     }
     return CT_OK;
 }
@@ -126,6 +134,7 @@ static const ct_loss_vtable ce_vtable = {
     .create           = ce_create,
     .destroy          = ce_destroy,
     .forward_backward = ce_forward_backward,
+    .forward_backward_rows = ce_forward_backward, /* rows are independent given n_counted */
 };
 
 CT_DEFINE_PLUGIN(

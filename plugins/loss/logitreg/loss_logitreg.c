@@ -78,6 +78,7 @@ static const ct_loss_vtable logitreg_vtable = {
     .create           = logitreg_create,
     .destroy          = ct_lkit_term_destroy,
     .forward_backward = logitreg_forward_backward,
+    .forward_backward_rows = logitreg_forward_backward, /* rows are independent given n */
 };
 
 CT_DEFINE_PLUGIN(

@@ -4,6 +4,8 @@
  *   d/dz[i,j]  = coef * 2 * lse_i * softmax(z_i)_j / n
  * mask_ignored = true (default, as OLMo): rows with target < 0 are left out and n = n_counted;
  * false (as open_lm, which has no mask): every row counts and n = N.
+ * softmax is ct_loss_batch.probs when the host gives it (ABI 1.3), else exp(z - lse); the batch
+ * may be a range of the micro-batch's rows (forward_backward_rows), n the micro-batch's.
  * Runs on host memory (device cpu); batches on a CUDA device go to zloss_cuda.cu, in the
  * companion cuda/loss_zloss_cuda.so opened on the first such batch when built with nvcc
  * (CT_HAVE_CUDA). Not for: the cross-entropy itself (loss ce).
@@ -61,7 +63,12 @@ static int32_t zloss_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
         const float *z = b->logits + i * V;
         float *dz = b->dlogits + i * V;
         float lse = b->row_lse[i];
-        for (int64_t j = 0; j < V; j++) dz[j] += g * ct_zloss_dlogit(z[j], lse);
+        if (b->probs) { /* the device's softmax, taken with the row statistics */
+            const float *pr = b->probs + i * V;
+            for (int64_t j = 0; j < V; j++) dz[j] += g * ct_zloss_dlogit_p(pr[j], lse);
+        } else {
+            for (int64_t j = 0; j < V; j++) dz[j] += g * ct_zloss_dlogit(z[j], lse);
+        }
     }
     return CT_OK;
 }
@@ -80,6 +87,7 @@ static const ct_loss_vtable zloss_vtable = {
     .create           = zloss_create,
     .destroy          = ct_lkit_term_destroy,
     .forward_backward = zloss_forward_backward,
+    .forward_backward_rows = zloss_forward_backward, /* rows are independent given n */
 };
 
 CT_DEFINE_PLUGIN(

@@ -412,6 +412,7 @@ static int32_t gpt_describe(void *self, ct_model_desc *out, ct_error *err) {
         .n_params = m->n_params,
         .flops_per_token_fixed = fpt_fixed,
         .flops_per_token_per_t = fpt_per_t,
+        .head_row_range = 1, /* the head takes row ranges (stages.c, gpt_cuda.cu) */
     };
     if (!out) return ct_error_set(err, CT_ERR_INVALID, "model gpt: describe() got a NULL desc");
     uint32_t size = out->struct_size && out->struct_size < sizeof d ? out->struct_size : sizeof d;

@@ -137,6 +137,13 @@ typedef struct gpt {
 /* Rows of V handled at once by the head's chunked bf16 path. */
 #define GPT_VCHUNK 1024
 
+/* The rows [*r0, *r0 + *n) of a head call (ABI 1.3 row ranges): all N when row_count is 0.
+ * gpt_forward/gpt_backward have checked that a range lies inside the micro-batch. */
+static inline void gpt_head_rows(const gpt *m, const ct_stage_args *a, int64_t *r0, int64_t *n) {
+    *r0 = a->row_count ? a->row_begin : 0;
+    *n = a->row_count ? a->row_count : m->N;
+}
+
 /* ---- stages.c: the stages, forward and backward ------------------------------------ */
 int32_t gpt_forward(void *self, const ct_stage_args *a, ct_error *err);
 int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err);

@@ -927,65 +927,74 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     return CT_OK;
 }
 
+/* The head by row ranges (ABI 1.3) as stages.c runs it: rows [r0, r0+n) of the micro-batch
+ * (all N when row_count is 0; the caller, gpt_forward/gpt_backward, checked the range); the
+ * final norm runs over all N rows in the range that starts at 0, its backward in the range
+ * that ends at N; logits/dlogits are the range's own (n,V) (gpt_head_rows). */
 static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, V = m->V;
+    int64_t N = m->N, C = m->C, V = m->V, r0, n;
+    gpt_head_rows(m, a, &r0, &n);
     if (!a->logits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no logits buffer (NULL)");
     const float *x = m->res + m->L * N * C;
-    CHECK(norm_fwd(m, a, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, m->root.lnf_w, m->root.lnf_b,
-                   1, err));
-    const void *xo = operand(m, g->xb, m->lnf, N * C);
+    if (r0 == 0)
+        CHECK(norm_fwd(m, a, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, m->root.lnf_w,
+                       m->root.lnf_b, 1, err));
+    const void *xo = operand(m, g->xb, m->lnf + r0 * C, n * C);
     if (!m->bf16 || !g->wpad)
-        return linear_fwd(m, a, a->logits, xo, m->root.head, -1, N, C, V, err);
-    /* padded: z (N,Vp) = lnf Wpad^T into xa's bytes, then the first V columns, rounded */
+        return linear_fwd(m, a, a->logits, xo, m->root.head, -1, n, C, V, err);
+    /* padded: z (n,Vp) = lnf Wpad^T into xa's bytes, then the first V columns, rounded */
     const int64_t Vp = g->Vp;
     float *z = (float *)g->xa;
     TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
                         cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
-    CHECK(gemm(m, 0, 1, N, Vp, C, 1.0f, xo, C, 0, g->wpad, C, 0, 0.0f, z, Vp, 0, 1, err));
-    k_unpad<<<ew_blocks(N * V), EW, 0, g->st>>>(a->logits, z, N, V, Vp, 1);
+    CHECK(gemm(m, 0, 1, n, Vp, C, 1.0f, xo, C, 0, g->wpad, C, 0, 0.0f, z, Vp, 0, 1, err));
+    k_unpad<<<ew_blocks(n * V), EW, 0, g->st>>>(a->logits, z, n, V, Vp, 1);
     LAUNCHED("k_unpad (head logits)");
     return CT_OK;
 }
 
 static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, V = m->V;
+    int64_t N = m->N, C = m->C, V = m->V, r0, n;
+    gpt_head_rows(m, a, &r0, &n);
     if (!a->dlogits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
-    float *dlnf = m->dnc;
+    float *dlnf = m->dnc + r0 * C; /* (n,C) the range's rows */
+    const float *lnf = m->lnf + r0 * C;
     if (!m->bf16 || !g->wpad) {
         /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
-        const void *dyo = operand(m, g->xa, a->dlogits, N * V);
-        CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, N, C, V, err));
-        CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, m->lnf, N * C), N, V, C,
+        const void *dyo = operand(m, g->xa, a->dlogits, n * V);
+        CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, n, C, V, err));
+        CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, lnf, n * C), n, V, C,
                           err));
     } else {
-        /* padded: dlogits as a (N,Vp) bf16 operand with zero pad columns; the weight again
+        /* padded: dlogits as a (n,Vp) bf16 operand with zero pad columns; the weight again
          * (the params may be another gather than forward's); the gradient of the V real rows
          * only (lda = Vp) */
         const int64_t Vp = g->Vp;
-        k_to_bf16_pad<<<ew_blocks(N * Vp), EW, 0, g->st>>>(g->xa, a->dlogits, N, V, Vp);
+        k_to_bf16_pad<<<ew_blocks(n * Vp), EW, 0, g->st>>>(g->xa, a->dlogits, n, V, Vp);
         LAUNCHED("k_to_bf16_pad (head dlogits)");
         TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
                             cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
-        CHECK(gemm(m, 0, 0, N, C, Vp, 1.0f, g->xa, Vp, 0, g->wpad, C, 0, 0.0f, dlnf, C, 0, 1,
+        CHECK(gemm(m, 0, 0, n, C, Vp, 1.0f, g->xa, Vp, 0, g->wpad, C, 0, 0.0f, dlnf, C, 0, 1,
                    err));
-        CHECK(round_if(m, dlnf, N * C, err));
-        const void *xo = operand(m, g->xb, m->lnf, N * C);
+        CHECK(round_if(m, dlnf, n * C, err));
+        const void *xo = operand(m, g->xb, lnf, n * C);
         if (a->grad_dtype == CT_DTYPE_F32) {
-            CHECK(gemm(m, 1, 0, V, C, N, 1.0f, g->xa, Vp, 0, xo, C, 0, 1.0f,
+            CHECK(gemm(m, 1, 0, V, C, n, 1.0f, g->xa, Vp, 0, xo, C, 0, 1.0f,
                        (float *)a->grads + m->root.head, C, 0, 1, err));
         } else {
-            CHECK(gemm(m, 1, 0, V, C, N, 1.0f, g->xa, Vp, 0, xo, C, 0, 0.0f, g->gscr, C, 0, 1,
+            CHECK(gemm(m, 1, 0, V, C, n, 1.0f, g->xa, Vp, 0, xo, C, 0, 0.0f, g->gscr, C, 0, 1,
                        err));
             k_gadd<<<ew_blocks(V * C), EW, 0, g->st>>>(a->grads, 1, m->root.head, g->gscr, V * C);
             LAUNCHED("grad add (head)");
         }
     }
+    if (r0 + n < N) return CT_OK; /* the final norm's backward waits for the last range */
     const float *x = m->res + m->L * N * C;
-    CHECK(norm_bwd(m, a, m->dres, C, dlnf, C, x, C, m->lnf_mean, m->lnf_rstd, m->root.lnf_w,
+    CHECK(norm_bwd(m, a, m->dres, C, m->dnc, C, x, C, m->lnf_mean, m->lnf_rstd, m->root.lnf_w,
                    m->root.lnf_b, 0, err));
     CHECK(round_if(m, m->dres, N * C, err));
     return CT_OK;

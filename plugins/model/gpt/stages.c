@@ -218,48 +218,59 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
 
 /* ---------------------------------------------------------------------------------------
  * head: logits (N,V) = norm_f(x_L) W_head^T        (unit root)
+ *
+ * By row ranges (ABI 1.3, ctrain.h "Row ranges"): the range [r0, r0+n) gets the logits of its
+ * rows (n,V) at a->logits; the final norm of all N rows runs once, in the range that starts at
+ * 0. Backward of a range adds its head gradient and writes its rows of dlnf (m->dnc); the range
+ * that ends at N runs the final norm's backward over all N rows, as a whole-batch call does.
  * ------------------------------------------------------------------------------------- */
 
 static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
-    int64_t N = m->N, C = m->C, V = m->V;
+    int64_t N = m->N, C = m->C, V = m->V, r0, n;
     if (!a->logits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no logits buffer (NULL)");
-    const float *x = m->res + m->L * N * C;
-    const float *w = gpt_weights(m, a, m->root.lnf_w, C);
-    const float *b = m->root.lnf_b >= 0 ? gpt_weights(m, a, m->root.lnf_b, C) : NULL;
-    gpt_norm_forward(m, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, w, b, N, C);
-    store(m, m->lnf, N * C);
+    gpt_head_rows(m, a, &r0, &n);
+    if (r0 == 0) { /* the final norm of every row, once per micro-batch */
+        const float *x = m->res + m->L * N * C;
+        const float *w = gpt_weights(m, a, m->root.lnf_w, C);
+        const float *b = m->root.lnf_b >= 0 ? gpt_weights(m, a, m->root.lnf_b, C) : NULL;
+        gpt_norm_forward(m, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, w, b, N, C);
+        store(m, m->lnf, N * C);
+    }
     const float *wh = gpt_weights(m, a, m->root.head, V * C);
-    gpt_linear_forward(m, a->logits, m->lnf, wh, NULL, N, C, V);
-    store(m, a->logits, N * V);
+    gpt_linear_forward(m, a->logits, m->lnf + r0 * C, wh, NULL, n, C, V);
+    store(m, a->logits, n * V);
     return CT_OK;
 }
 
 static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
-    int64_t N = m->N, C = m->C, V = m->V;
+    int64_t N = m->N, C = m->C, V = m->V, r0, n;
     if (!a->dlogits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
+    gpt_head_rows(m, a, &r0, &n);
     const float *wh = gpt_weights(m, a, m->root.head, V * C);
-    float *dlnf = m->dnc;
+    const float *lnf = m->lnf + r0 * C; /* (n,C) the range's rows */
+    float *dlnf = m->dnc + r0 * C;
     if (!m->bf16) {
-        gpt_linear_backward_dx(m, dlnf, a->dlogits, wh, N, C, V, 0.0f);
-        gpt_grad_matmul(m, a, m->root.head, a->dlogits, V, m->lnf, C, N, V, C);
+        gpt_linear_backward_dx(m, dlnf, a->dlogits, wh, n, C, V, 0.0f);
+        gpt_grad_matmul(m, a, m->root.head, a->dlogits, V, lnf, C, n, V, C);
     } else { /* slices of GPT_VCHUNK vocabulary columns: dlogits rounded to bf16 first */
         for (int64_t v0 = 0; v0 < V; v0 += GPT_VCHUNK) {
             int64_t vc = V - v0 < GPT_VCHUNK ? V - v0 : GPT_VCHUNK;
             float *d = m->dlog;
-#pragma omp parallel for num_threads(m->threads) if (N * vc > 32768) schedule(static)
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t j = 0; j < vc; j++) d[n * vc + j] = ct_round_bf16(a->dlogits[n * V + v0 + j]);
-            gpt_sgemm(m, 0, 0, N, C, vc, 1.0f, d, vc, wh + v0 * C, C, v0 ? 1.0f : 0.0f, dlnf, C);
-            gpt_grad_matmul(m, a, m->root.head + v0 * C, d, vc, m->lnf, C, N, vc, C);
+#pragma omp parallel for num_threads(m->threads) if (n * vc > 32768) schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < vc; j++) d[i * vc + j] = ct_round_bf16(a->dlogits[i * V + v0 + j]);
+            gpt_sgemm(m, 0, 0, n, C, vc, 1.0f, d, vc, wh + v0 * C, C, v0 ? 1.0f : 0.0f, dlnf, C);
+            gpt_grad_matmul(m, a, m->root.head + v0 * C, d, vc, lnf, C, n, vc, C);
         }
     }
-    store(m, dlnf, N * C);
+    store(m, dlnf, n * C);
+    if (r0 + n < N) return CT_OK; /* the final norm's backward waits for the last range */
     const float *x = m->res + m->L * N * C;
     const float *w = gpt_weights(m, a, m->root.lnf_w, C);
     norm_grads_begin(m);
-    gpt_norm_backward(m, m->dres, C, m->gbuf, m->root.lnf_b >= 0 ? m->gbuf + C : NULL, dlnf, C,
+    gpt_norm_backward(m, m->dres, C, m->gbuf, m->root.lnf_b >= 0 ? m->gbuf + C : NULL, m->dnc, C,
                       x, C, m->lnf_mean, m->lnf_rstd, w, N, C, 0);
     norm_grads_end(m, a, m->root.lnf_w, m->root.lnf_b);
     store(m, m->dres, N * C);
@@ -294,6 +305,14 @@ static int32_t check_args(gpt *m, const ct_stage_args *a, int backward, ct_error
             return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: grad dtype %s is not "
                                 "supported ---> use f32 or bf16", ct_dtype_name(a->grad_dtype));
     }
+    if ((a->row_begin || a->row_count) && a->stage != m->L + 1)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage %d got a row range; only the "
+                            "head (stage %lld) takes one", (int)a->stage, (long long)(m->L + 1));
+    if (a->row_count && (a->row_begin < 0 || a->row_count < 0 || a->row_begin > m->N - a->row_count))
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: head rows [%lld, %lld) are outside "
+                            "the micro-batch's %lld rows (a host bug; please report it)",
+                            (long long)a->row_begin, (long long)(a->row_begin + a->row_count),
+                            (long long)m->N);
     m->bf16 = a->param_dtype == CT_DTYPE_BF16;
     return CT_OK;
 }

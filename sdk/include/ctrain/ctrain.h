@@ -26,13 +26,15 @@
  *   static void mse_destroy(void *self) { free(self); }
  *
  *   // value = coef * mean over counted rows of mean_v(logit^2); d/dlogit = 2*coef*logit/(V*rows)
+ *   // The batch may be a range of the micro-batch's rows (ABI 1.3, forward_backward_rows):
+ *   // b->n_rows rows from row b->row_begin on, while b->n_counted counts the whole
+ *   // micro-batch, so the values of its ranges add up to the micro-batch's mean.
  *   static int32_t mse_forward_backward(void *p, const ct_loss_batch *b, ct_loss_result *r,
  *                                       ct_error *err) {
- *       mse_logit *self = p; double sum = 0; int64_t rows = 0;
+ *       mse_logit *self = p; double sum = 0; int64_t rows = b->n_counted;
  *       (void)err;
  *       for (int64_t i = 0; i < b->n_rows; i++) {
  *           if (b->targets[i] < 0) continue;
- *           rows++;
  *           for (int64_t j = 0; j < b->vocab; j++) {
  *               float z = b->logits[i * b->vocab + j]; sum += (double)z * z;
  *           }
@@ -56,6 +58,7 @@
  *   static const ct_loss_vtable mse_vtable = {
  *       .struct_size = sizeof(ct_loss_vtable), .create = mse_create,
  *       .destroy = mse_destroy, .forward_backward = mse_forward_backward,
+ *       .forward_backward_rows = mse_forward_backward, // rows are independent: ranges work
  *   };
  *   CT_DEFINE_PLUGIN(.kind = CT_KIND_LOSS, .name = "mse_logit", .version = "1.0.0",
  *                    .summary = "mean squared logit penalty", .params = mse_params,
@@ -86,8 +89,13 @@
  *   - History: 1.1 added ct_model_vtable.mean_hidden; 1.2 added ct_plugin_desc.validate,
  *     ct_param_spec.flags (exclusive bounds), ct_model_vtable.prepare_decode/decode
  *     (incremental decoding), ct_model_desc.flops_per_token_fixed/_per_t and
- *     ct_device_vtable.peak_flops (model FLOPs utilisation). Plugins built for 1.0 and 1.1
- *     keep loading.
+ *     ct_device_vtable.peak_flops (model FLOPs utilisation); 1.3 added row ranges, so the
+ *     logits never exist for the whole micro-batch at once: ct_model_desc.head_row_range,
+ *     ct_stage_args.row_begin/row_count, ct_loss_batch.row_begin/batch_rows and
+ *     ct_loss_vtable.forward_backward_rows (see "Row ranges" below), and the softmax taken
+ *     once with the row statistics: ct_device_vtable.row_softmax, ct_loss_batch.probs.
+ *     Plugins built for 1.0,
+ *     1.1 and 1.2 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -112,7 +120,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 2
+#define CT_ABI_MINOR 3
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -530,6 +538,18 @@ struct ct_device_vtable {
      * unknown (a GPU not in the table). Synchronises. */
     int32_t (*peak_flops)(void *self, int32_t dtype, ct_peak *out,
                           ct_error *err); /* OPTIONAL */
+
+    /* Since ABI 1.3, optional (NULL: the host calls row_stats, and each loss term takes its
+     * own exponentials): row_stats, and also the softmax of every row into probs (rows x
+     * vocab f32, device memory): probs[i,j] = exp(z[i,j] - row_max[i]) / sum_j exp(z[i,j] -
+     * row_max[i]), from the same exponentials the log-sum-exp sums, so each logit's
+     * exponential is taken once for the row statistics and every loss term (ct_loss_batch.
+     * probs). row_max, row_lse and stats equal row_stats' bit for bit; probs equals
+     * exp(z - row_lse) within a few f32 ulps (a row whose max is not finite gets
+     * exp(z - row_lse) itself). Synchronises when stats is non-NULL. */
+    int32_t (*row_softmax)(void *self, const float *logits, int64_t rows, int64_t vocab,
+                           float *row_max, float *row_lse, float *probs, ct_logit_stats *stats,
+                           ct_error *err); /* OPTIONAL */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -723,6 +743,9 @@ typedef struct ct_model_desc {
      * masking not discounted). */
     double               flops_per_token_fixed; /* FLOPs per token that do not depend on T */
     double               flops_per_token_per_t; /* FLOPs per token per position of T */
+    /* Since ABI 1.3 (0, older plugins: no): 1 when the last stage is a row-local head that
+     * may be run over row ranges (ct_stage_args.row_begin/row_count; "Row ranges" below). */
+    int32_t              head_row_range;
 } ct_model_desc;
 
 /* n rounded up to a multiple of a. Tensor k of a unit starts at the sum over j < k of
@@ -734,6 +757,27 @@ static inline uint64_t ct_tensor_numel(const ct_tensor_spec *t) {
     for (int32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->shape[d];
     return n;
 }
+
+/* Row ranges (since ABI 1.3). A model whose ct_model_desc.head_row_range is 1 lets the host
+ * run its last stage (the head: logits = f(hidden state of the same row)) over ranges of the
+ * micro-batch's N rows, so that only a range's logits and dlogits exist at once; the loss
+ * terms then see the same range (ct_loss_vtable.forward_backward_rows). For one micro-batch:
+ *   - the host calls the head's forward on ranges [row_begin, row_begin + row_count) in
+ *     ascending order that cover [0, N) without gaps; the first starts at 0, and the model does
+ *     its row-independent work there (gpt: the final norm of all N rows, so mean_hidden and
+ *     everything before the head stay exactly as without ranges);
+ *   - in training, each range's backward follows that range's forward (and the loss terms),
+ *     before the next range's forward: it reads the range's dlogits, ADDS the head's weight
+ *     gradient of those rows into args->grads, and keeps the rows' input gradient; the range
+ *     that ends at N finishes the stage (gpt: the final norm's backward over all N rows), so
+ *     the stages below see the same input gradient as after a whole-batch backward;
+ *   - logits / dlogits then point at the range's own (row_count, V) block, not at row 0 of an
+ *     (N, V) buffer.
+ * row_count 0 (what an older host or any other stage passes) means the whole micro-batch.
+ * The results equal the whole-batch ones up to the order of f32 sums over rows (the head's
+ * weight gradient is summed range by range). The host adds a range's head gradient in the
+ * grad dtype, so it uses ranges in training only when grad_dtype is f32 (one bf16 rounding per
+ * range would change the numerics the precision policy chose). */
 
 /* What a stage call receives. Owned by the host for the duration of the call. */
 typedef struct ct_stage_args {
@@ -748,6 +792,11 @@ typedef struct ct_stage_args {
                                    values are rounded to param_dtype when that is bf16 */
     const float *dlogits;       /* (N,V) f32: the last stage's backward reads it */
     int32_t      micro_step;    /* 0-based index of the micro-batch within the step */
+    /* Since ABI 1.3, the last stage of a head_row_range model only ("Row ranges" above):
+     * the rows [row_begin, row_begin + row_count) of the micro-batch; logits and dlogits are
+     * then (row_count,V). row_count 0 (older hosts, other stages): all N rows. */
+    int64_t      row_begin;
+    int64_t      row_count;
 } ct_stage_args;
 
 /* Since ABI 1.2: what decode() receives (incremental decoding, e.g. `ctrain sample`). Owned by
@@ -825,24 +874,43 @@ typedef struct ct_model_vtable {
  * term ADDS its gradient, times grad_scale, into the shared dlogits buffer.
  * ------------------------------------------------------------------------------------- */
 
+/* In a whole-batch call (forward_backward) the rows are the micro-batch's N rows. In a
+ * row-range call (forward_backward_rows, ABI 1.3) they are n_rows rows from row_begin on: every
+ * row pointer below points at the range's first row, while n_counted and batch_rows still count
+ * the whole micro-batch, so a mean over the micro-batch divides by them and the values of the
+ * ranges add up to the micro-batch's value. */
 typedef struct ct_loss_batch {
     uint32_t       struct_size;
-    const float   *logits;     /* (N,V) f32, device memory */
-    const int32_t *targets;    /* (N) next-token ids; < 0 marks a position to ignore */
-    const float   *row_max;    /* (N) max_j logits[i,j] */
-    const float   *row_lse;    /* (N) logsumexp_j logits[i,j] */
-    int64_t        n_rows;     /* N = B*T of this micro-batch */
+    const float   *logits;     /* (n_rows,V) f32, device memory */
+    const int32_t *targets;    /* (n_rows) next-token ids; < 0 marks a position to ignore */
+    const float   *row_max;    /* (n_rows) max_j logits[i,j] */
+    const float   *row_lse;    /* (n_rows) logsumexp_j logits[i,j] */
+    int64_t        n_rows;     /* rows of this call: N = B*T, or the range's rows */
     int64_t        vocab;      /* V */
-    int64_t        n_counted;  /* rows with targets >= 0 in this micro-batch */
-    float         *dlogits;    /* (N,V) f32, device memory: ADD d(value)/d(logits)*grad_scale;
-                                  NULL during evaluation: compute the value only */
+    int64_t        n_counted;  /* rows with targets >= 0 in this micro-batch (all of it) */
+    float         *dlogits;    /* (n_rows,V) f32, device memory: ADD
+                                  d(value)/d(logits)*grad_scale; NULL during evaluation:
+                                  compute the value only */
     double         grad_scale; /* the host's weight of this micro-batch (1/grad_accum) */
     ct_device_ref  device;     /* where the buffers live */
+    /* Since ABI 1.3 (a plugin built for 1.2 never gets a range): the range's first row within
+     * the micro-batch (0 in a whole-batch call), and the micro-batch's rows N (== n_rows in a
+     * whole-batch call). The host calls the ranges of a micro-batch in ascending order, ending
+     * with the one where row_begin + n_rows == batch_rows. */
+    int64_t        row_begin;
+    int64_t        batch_rows;
+    /* Since ABI 1.3, may be NULL (always NULL for a plugin built for 1.2): (n_rows,V) f32,
+     * device memory, the softmax of each row as the device's row_softmax computed it with
+     * the row statistics (within a few f32 ulps of exp(logits - row_lse)). A term that needs
+     * softmax values may read them instead of taking exponentials again; NULL: compute them
+     * from logits and row_lse. */
+    const float   *probs;
 } ct_loss_batch;
 
 typedef struct ct_loss_result {
     uint32_t struct_size;
-    double   value; /* the term's value for this micro-batch, a mean over positions */
+    double   value; /* the term's value for this micro-batch (a mean over positions), or in a
+                       row-range call the range's share of it */
 } ct_loss_result;
 
 typedef struct ct_loss_vtable {
@@ -857,6 +925,15 @@ typedef struct ct_loss_vtable {
      * counted rows are zero reports value 0 and adds nothing. */
     int32_t (*forward_backward)(void *self, const ct_loss_batch *batch, ct_loss_result *out,
                                 ct_error *err); /* REQUIRED */
+
+    /* Since ABI 1.3, optional: the same on a range of the micro-batch's rows (ct_loss_batch's
+     * comment): out->value is the range's share of the micro-batch's value, and the gradient
+     * goes into the range's dlogits. A term whose rows are independent given n_counted and
+     * batch_rows (ce, zloss, logitreg) sets it to its forward_backward. A term that reports a
+     * metric per micro-batch reports it once, on the last range. When any configured term
+     * leaves it NULL (a 1.2 plugin), the host gives every term the whole micro-batch. */
+    int32_t (*forward_backward_rows)(void *self, const ct_loss_batch *batch,
+                                     ct_loss_result *out, ct_error *err); /* OPTIONAL */
 } ct_loss_vtable;
 
 /* ---------------------------------------------------------------------------------------

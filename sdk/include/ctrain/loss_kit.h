@@ -26,7 +26,9 @@
  *       if (!ct_lkit_term_value(self, b, sum, n, "loss/my/f", out)) return CT_OK;
  *       ...                // add g * df/dz into b->dlogits for the same rows
  *   }
- *   vtable: .create = my_create, .destroy = ct_lkit_term_destroy
+ *   vtable: .create = my_create, .destroy = ct_lkit_term_destroy,
+ *           .forward_backward = my_forward_backward,
+ *           .forward_backward_rows = my_forward_backward  // rows are independent (ABI 1.3)
  *
  * Companions (sdk/include/ctrain/companion.h) are opened only when the plugin is compiled with
  * CT_HAVE_CUDA (ctrain's plugin.mk sets it when nvcc builds the companion); without it a CUDA
@@ -116,6 +118,7 @@ typedef struct ct_lkit_term {
     int32_t            mask_ignored; /* key mask_ignored: 1 skips rows with target < 0 */
     ct_lkit_cuda      *cuda;         /* companion scratch after the first CUDA batch; else NULL */
     ct_lkit_cuda_fns   cu;           /* companion entries after the first CUDA batch; else NULL */
+    double             metric_sum;   /* the micro-batch's sum so far over its row ranges */
 } ct_lkit_term;
 
 /* A new term reading coef (float) and mask_ignored (bool) from args->section; NULL with err
@@ -144,20 +147,27 @@ static inline void ct_lkit_term_destroy(void *p) {
     free(self);
 }
 
-/* n of the mean: the counted rows when mask_ignored, else all N rows. */
+/* n of the mean: the counted rows when mask_ignored, else all N rows of the micro-batch
+ * (batch_rows, also in a row-range call). */
 static inline int64_t ct_lkit_rows(const ct_lkit_term *self, const ct_loss_batch *b) {
-    return self->mask_ignored ? b->n_counted : b->n_rows;
+    if (self->mask_ignored) return b->n_counted;
+    return b->batch_rows > 0 ? b->batch_rows : b->n_rows;
 }
 
-/* out->value = coef * sum / n. When the batch wants a gradient (b->dlogits), reports the MEAN
- * metric `metric` = sum / n and returns 1; else returns 0. */
-static inline int ct_lkit_term_value(const ct_lkit_term *self, const ct_loss_batch *b,
-                                     double sum, double n, const char *metric,
-                                     ct_loss_result *out) {
+/* out->value = coef * sum / n (sum: this call's rows; n: the micro-batch's, ct_lkit_rows), so
+ * the values of a micro-batch's row ranges add up to its value. When the batch wants a gradient
+ * (b->dlogits), adds sum to the micro-batch's running sum (restarted by the range at row 0),
+ * reports the MEAN metric `metric` = that sum / n once, on the micro-batch's last range (a
+ * whole-batch call is its own last range), and returns 1; else returns 0. */
+static inline int ct_lkit_term_value(ct_lkit_term *self, const ct_loss_batch *b, double sum,
+                                     double n, const char *metric, ct_loss_result *out) {
     out->value = self->coef * sum / n;
     if (!b->dlogits) return 0;
-    if (self->api && self->api->metric)
-        self->api->metric(self->host, metric, sum / n, CT_METRIC_MEAN);
+    if (b->row_begin == 0) self->metric_sum = 0.0;
+    self->metric_sum += sum;
+    int last = b->batch_rows <= 0 || b->row_begin + b->n_rows >= b->batch_rows;
+    if (last && self->api && self->api->metric)
+        self->api->metric(self->host, metric, self->metric_sum / n, CT_METRIC_MEAN);
     return 1;
 }
 

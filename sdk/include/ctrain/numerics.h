@@ -119,6 +119,11 @@ CT_HD float ct_ce_dlogit(float z, float lse, int is_target) {
 /* z-loss lse^2: 2 * lse * softmax_j. */
 CT_HD float ct_zloss_dlogit(float z, float lse) { return 2.0f * lse * expf(z - lse); }
 
+/* The same two from the row's softmax value p = softmax_j when the device computed it with
+ * the row statistics (ct_loss_batch.probs, ABI 1.3): no exponential. */
+CT_HD float ct_ce_dlogit_p(float p, int is_target) { return p - (is_target ? 1.0f : 0.0f); }
+CT_HD float ct_zloss_dlogit_p(float p, float lse) { return 2.0f * lse * p; }
+
 /* --- norms (layernorm, gain-only layernorm, rmsnorm) over a row of C values ----------- *
  * Forward y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(ss / C + eps) with ss the sum of
  * squared deviations from mean (mean = 0 for rmsnorm). Backward, with xhat = (x - mean) *
