@@ -188,6 +188,25 @@ CT_TEST(gelu_and_silu_gradients_match_finite_differences) {
     CT_CHECK_CLOSE(ct_silu(2.0f), 2.0 / (1.0 + exp(-2.0)), 1e-6, 0);
 }
 
+/* ct_exp (no libm call: the attention softmax and the GELU vectorize over it) is within 1 ulp
+ * of e^x over [-87, 88], clamps outside it, and keeps NaN visible. */
+CT_TEST(exp_is_within_one_ulp_clamps_and_keeps_nan) {
+    double worst = 0, worst_x = 0;
+    for (double x = -87.0; x <= 88.0; x += 1.0 / 4096 + 1e-7) {
+        float f = (float)x;
+        double e = exp((double)f);
+        float ef = (float)e;
+        double ulp = (double)nextafterf(ef, INFINITY) - (double)ef;
+        double d = fabs((double)ct_exp(f) - e) / ulp;
+        if (d > worst) worst = d, worst_x = x;
+    }
+    CT_CHECK_MSG(worst <= 1.0, "ct_exp: %.3g ulp at x = %.6f, tolerance 1 ulp", worst, worst_x);
+    CT_CHECK(ct_exp(0.0f) == 1.0f && ct_exp(-0.0f) == 1.0f);
+    CT_CHECK_CLOSE(ct_exp(-1000.0f), exp(-87.0), 0, 1e-44); /* clamped: ~1.6e-38 */
+    CT_CHECK_CLOSE(ct_exp(1000.0f), exp(88.0), 1e-6, 0);
+    CT_CHECK(isnan(ct_exp(NAN)) && isnan(ct_exp(-NAN)));
+}
+
 /* ct_gelu uses its own tanh (ct_gelu_tanh: no libm call, so the model's GELU loops vectorize);
  * it must stay as close to the double formula as libm's tanhf made it: within 2e-7 x max(1,|x|)
  * for the value and 1e-6 for the gradient over [-12, 12] (libm: 1.25e-7 and 5.6e-7), and exactly

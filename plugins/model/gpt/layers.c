@@ -203,19 +203,11 @@ void gpt_norm_backward(const gpt *m, float *dx, int64_t lddx, float *dw, float *
 }
 
 /* ---------------------------------------------------------------------------------------
- * MLP activations. The GELU spans are compiled for AVX-512, AVX2 and the baseline (GCC's
- * target_clones, chosen once by cpuid when the plugin loads) and vectorize: ct_gelu calls no
- * libm function. Every clone computes the same bits (C11 mode: no contraction into FMAs; each
- * operation is IEEE), so the result does not depend on the machine's vector width.
+ * MLP activations. The GELU spans vectorize (GPT_VECTOR_CLONES, gpt.h): ct_gelu calls no libm
+ * function.
  * ------------------------------------------------------------------------------------- */
 
 #define GPT_ACT_SPAN 4096 /* elements per call of a span function: one thread's unit of work */
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GPT_VECTOR_CLONES
-#endif
 
 GPT_VECTOR_CLONES static void gelu_forward_span(float *g, const float *h, int64_t n) {
 #pragma omp simd
