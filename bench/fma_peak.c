@@ -73,32 +73,33 @@ __attribute__((target("avx512f"))) static float fma_chain_512(long n, float a, f
 }
 
 /* n x INDEP independent FMAs: INDEP chains side by side in named registers (an array would
- * live in memory), so the FMA units, not the latency, bound the rate. */
-#define FMA_INDEP_BODY(FMA, REG)                                                                \
-    for (long i = 0; i < n; i++) {                                                              \
-        x0 = FMA(x0, va, vb), x1 = FMA(x1, va, vb), x2 = FMA(x2, va, vb), x3 = FMA(x3, va, vb);  \
-        x4 = FMA(x4, va, vb), x5 = FMA(x5, va, vb), x6 = FMA(x6, va, vb), x7 = FMA(x7, va, vb);  \
-        x8 = FMA(x8, va, vb), x9 = FMA(x9, va, vb), xa = FMA(xa, va, vb), xb = FMA(xb, va, vb);  \
-        xc = FMA(xc, va, vb), xd = FMA(xd, va, vb), xe = FMA(xe, va, vb), xf = FMA(xf, va, vb);  \
-        __asm__ volatile("" : "+" REG(x0), "+" REG(x1), "+" REG(x2), "+" REG(x3), "+" REG(x4),   \
-                         "+" REG(x5), "+" REG(x6), "+" REG(x7));                                \
-        __asm__ volatile("" : "+" REG(x8), "+" REG(x9), "+" REG(xa), "+" REG(xb), "+" REG(xc),   \
-                         "+" REG(xd), "+" REG(xe), "+" REG(xf));                                \
-    }
+ * live in memory), so the FMA units, not the latency, bound the rate. The empty asm statements
+ * keep every chain (and stop the compiler merging chains that start equal). */
 #define REG_V(x) "v"(x)
 #define REG_X(x) "x"(x)
-
-__attribute__((target("avx512f"))) static float fma_indep_512(long n, float a, float b) {
-    __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-    __m512 x0 = va, x1 = vb, x2 = va, x3 = vb, x4 = va, x5 = vb, x6 = va, x7 = vb, x8 = va,
-           x9 = vb, xa = va, xb = vb, xc = va, xd = vb, xe = va, xf = vb;
-    FMA_INDEP_BODY(_mm512_fmadd_ps, REG_V)
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
-                             _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(xa, xb)),
-                                       _mm512_add_ps(_mm512_add_ps(xc, xd), _mm512_add_ps(xe, xf))));
-    return _mm512_reduce_add_ps(s);
-}
+#define FMA_INDEP_FN(NAME, TARGET, VEC, SET1, FMA, REG, FIRST)                                  \
+    __attribute__((target(TARGET))) static float NAME(long n, float a, float b) {               \
+        VEC va = SET1(a), vb = SET1(b);                                                         \
+        VEC x0 = va, x1 = vb, x2 = va, x3 = vb, x4 = va, x5 = vb, x6 = va, x7 = vb, x8 = va,     \
+            x9 = vb, xa = va, xb = vb, xc = va, xd = vb, xe = va, xf = vb;                      \
+        for (long i = 0; i < n; i++) {                                                          \
+            x0 = FMA(x0, va, vb), x1 = FMA(x1, va, vb), x2 = FMA(x2, va, vb);                   \
+            x3 = FMA(x3, va, vb), x4 = FMA(x4, va, vb), x5 = FMA(x5, va, vb);                   \
+            x6 = FMA(x6, va, vb), x7 = FMA(x7, va, vb), x8 = FMA(x8, va, vb);                   \
+            x9 = FMA(x9, va, vb), xa = FMA(xa, va, vb), xb = FMA(xb, va, vb);                   \
+            xc = FMA(xc, va, vb), xd = FMA(xd, va, vb), xe = FMA(xe, va, vb);                   \
+            xf = FMA(xf, va, vb);                                                               \
+            __asm__ volatile("" : "+" REG(x0), "+" REG(x1), "+" REG(x2), "+" REG(x3),           \
+                             "+" REG(x4), "+" REG(x5), "+" REG(x6), "+" REG(x7));               \
+            __asm__ volatile("" : "+" REG(x8), "+" REG(x9), "+" REG(xa), "+" REG(xb),           \
+                             "+" REG(xc), "+" REG(xd), "+" REG(xe), "+" REG(xf));               \
+        }                                                                                       \
+        return FIRST(x0);                                                                       \
+    }
+FMA_INDEP_FN(fma_indep_512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, REG_V,
+             _mm512_cvtss_f32)
+FMA_INDEP_FN(fma_indep_256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, REG_X,
+             _mm256_cvtss_f32)
 
 __attribute__((target("avx2,fma"))) static float fma_chain_256(long n, float a, float b) {
     __m256 x = _mm256_set1_ps(1.0f), va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
@@ -109,20 +110,6 @@ __attribute__((target("avx2,fma"))) static float fma_chain_256(long n, float a, 
         }
     float out[8];
     _mm256_storeu_ps(out, x);
-    return out[0];
-}
-
-__attribute__((target("avx2,fma"))) static float fma_indep_256(long n, float a, float b) {
-    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
-    __m256 x0 = va, x1 = vb, x2 = va, x3 = vb, x4 = va, x5 = vb, x6 = va, x7 = vb, x8 = va,
-           x9 = vb, xa = va, xb = vb, xc = va, xd = vb, xe = va, xf = vb;
-    FMA_INDEP_BODY(_mm256_fmadd_ps, REG_X)
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
-                             _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(xa, xb)),
-                                       _mm256_add_ps(_mm256_add_ps(xc, xd), _mm256_add_ps(xe, xf))));
-    float out[8];
-    _mm256_storeu_ps(out, s);
     return out[0];
 }
 
