@@ -137,9 +137,10 @@ def main():
     mem = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
     prec = "bf16_autocast" if a.dtype == "bf16" else "fp32"
     name = f"torch_gpt2_{n_params / 1e6:.0f}M_{prec}{'' if a.no_compile else '_compile'}"
+    rate = f"{tps * flops / 1e12:.1f} TFLOP/s" if cuda else f"{tps * flops / 1e9:.1f} GFLOP/s"
+    memory = f"peak memory {mem:.1f} GiB" if cuda else "peak memory n/a (cpu)"
     print(f"bench {name}: {tps:.0f} tokens/s, {dt * 1e3:.1f} ms/step (median of {a.steps}), "
-          f"{tps * flops / 1e12:.1f} TFLOP/s, peak memory {mem:.1f} GiB, B={a.batch} T={a.seq}, "
-          f"final loss {loss.item():.3f}")
+          f"{rate}, {memory}, B={a.batch} T={a.seq}, final loss {loss.item():.3f}")
 
 
 if __name__ == "__main__":
