@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """nominal_peak.py — this CPU's nominal fp32 arithmetic peak, an estimate for bench/run.sh:
 cores x clock x FLOPs per cycle. Prints "GFLOPS|how" (one line). Not a measurement: the
-measured peak is the cpu device's (ctrain's first log line).
+measured arithmetic peak is bench/fma_peak.c's (run.sh divides by that one and prints this
+estimate beside it; on a VM the clock below is the base clock, not the turbo one).
 
 - cores: os.cpu_count() (the CPUs this process may use).
 - clock: /sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq when the kernel has cpufreq,

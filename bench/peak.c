@@ -1,10 +1,22 @@
-/* peak.c — this machine's measured fp32 matrix-product peak: the best of several large
- * cblas_sgemm calls (all cores, OpenBLAS), printed as "peak_gflops N". The CPU benchmark
- * divides the trainer's achieved FLOP rate by it. Not a test: it reports, it does not gate. */
+/* peak.c — this machine's measured fp32 matrix-product peak with the BLAS kernel ctrain uses:
+ * the best of several large cblas_sgemm calls (all cores, OpenBLAS's own threads). Not a test:
+ * it reports, it does not gate; not the silicon's peak (bench/fma_peak.c).
+ *
+ * The kernel: built with host/blas_core.c and calling blas_core_choose() first, exactly as
+ * `ctrain train` does, so this process restarts itself with the same OPENBLAS_CORETYPE when
+ * OpenBLAS picks a generic kernel (and keeps a user's setting). It prints the kernel it ran on,
+ * "kernel NAME", so bench/run.sh can check it against training's first log line.
+ * Output: "peak_gflops N kernel NAME" (one line). Build: cc -O2 bench/peak.c host/blas_core.c
+ * -Ihost $(pkg-config --cflags --libs openblas) -ldl. Usage: peak [n, default 2048].
+ */
+#include "blas_core.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+char *openblas_get_corename(void); /* OpenBLAS's own, not in every cblas.h */
 
 static double now_s(void) {
     struct timespec ts;
@@ -13,7 +25,12 @@ static double now_s(void) {
 }
 
 int main(int argc, char **argv) {
+    blas_core_choose(argv); /* returns only when the kernel is the one to measure */
     int n = argc > 1 ? atoi(argv[1]) : 2048;
+    if (n < 16 || n > 16384) {
+        fprintf(stderr, "peak: size '%s' must be 16..16384\n", argv[1]);
+        return 2;
+    }
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
           *c = malloc(sizeof(float) * n * n);
     if (!a || !b || !c) return 1;
@@ -29,7 +46,8 @@ int main(int argc, char **argv) {
         double gf = 2.0 * n * (double)n * n / (now_s() - t) / 1e9;
         if (gf > best) best = gf;
     }
-    printf("peak_gflops %.1f\n", best);
+    const char *core = openblas_get_corename();
+    printf("peak_gflops %.1f kernel %s\n", best, core && *core ? core : "unknown");
     free(a);
     free(b);
     free(c);

@@ -1,27 +1,65 @@
 #!/usr/bin/env bash
 # bench/run.sh — CPU training throughput, fp32 + AdamW, B=4, T=256, on (a) L=4 C=256 H=4
-# V=50257 and (b) GPT-2 124M: tokens/s and the MFU exactly as `ctrain train` computes and prints
-# it (read from its metrics.jsonl: FLOPs per token 6 N + 12 L T C given by the model, over the
-# cpu device's measured BLAS peak; docs/benchmarks.md), plus the fraction of this CPU's nominal
-# arithmetic peak (bench/nominal_peak.py: an estimate, it says how). Reports; never gates.
-# Usage: bench/run.sh [small|gpt2|all] (default all). Env: STEPS (default 6), BUILD.
+# V=50257 and (b) GPT-2 124M, against three references measured in the same run:
+#   - the BLAS sgemm peak with the kernel ctrain uses (bench/peak.c, which makes the same
+#     OPENBLAS_CORETYPE decision as `ctrain train`: host/blas_core.c; the kernels are compared),
+#   - the CPU's arithmetic peak (bench/fma_peak.c: clock and FMA rate timed, all cores),
+#   - PyTorch's tokens/s for the same shape, B, T and thread count (bench/torch_gpt2.py, eager
+#     fp32, torch given the same BLAS environment), when `python3 -c 'import torch'` works.
+# Reports; never gates (docs/benchmarks.md). Usage: bench/run.sh [small|gpt2|all] (default
+# all). Env: STEPS (default 6), BUILD, TORCH (0: skip the PyTorch runs), PYTHON (default
+# python3: the interpreter that has torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 which=${1:-all}
 steps=${STEPS:-6}
+python=${PYTHON:-python3}
+case $which in small | gpt2 | all) ;; *)
+    echo "bench/run.sh: unknown shape '$which' ---> use small, gpt2 or all" >&2
+    exit 2 ;;
+esac
 work=$(mktemp -d /tmp/ctrain-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cc -O2 -o "$work/peak" bench/peak.c $(pkg-config --cflags --libs openblas)
-# the best of three measurements: a one-off disturbance lowers one of them, not all
-peak=$(for i in 1 2 3; do "$work/peak"; done | awk '{if ($2 > m) m = $2} END {print m}')
-echo "reference: sgemm 2048^3 on OpenBLAS's own threads: $peak GFLOP/s (best of 3 x 6)"
+threads=$(nproc)
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "load average at the start: $(load)"
+
+# ---- the arithmetic peak (all cores, widest FMA) -------------------------------------------
+cc -O2 -pthread -o "$work/fma_peak" bench/fma_peak.c
+"$work/fma_peak" 1.0 | tee "$work/fma.log" | grep -v '^fma_peak gflops' | sed 's/^fma_peak: /arith: /'
+arith=$(awk '/^fma_peak gflops/ {print $3}' "$work/fma.log")
 nominal=$(python3 bench/nominal_peak.py)
-nominal_gf=${nominal%%|*}
-echo "nominal fp32 peak (estimate): ${nominal#*|} = $nominal_gf GFLOP/s"
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "arith: nominal estimate (bench/nominal_peak.py, not used below): ${nominal#*|} = ${nominal%%|*} GFLOP/s"
+
+# ---- the BLAS sgemm peak with the kernel training will use ---------------------------------
+cc -O2 -o "$work/peak" bench/peak.c host/blas_core.c -Ihost \
+    $(pkg-config --cflags --libs openblas) -ldl
+# the best of three measurements: a one-off disturbance lowers one of them, not all
+for i in 1 2 3; do "$work/peak"; done > "$work/peak.log"
+sgemm=$(awk '{if ($2 > m) m = $2} END {print m}' "$work/peak.log")
+peak_kernel=$(awk '{k = $4} END {print k}' "$work/peak.log")
+echo "sgemm: 2048^3 on OpenBLAS's own threads, kernel $peak_kernel${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE set by the user)}: $sgemm GFLOP/s (best of 3 x 6)"
+
+torch_ok=0
+if [ "${TORCH:-1}" != 0 ] && "$python" -c 'import torch' 2>/dev/null; then torch_ok=1; fi
+if [ "$torch_ok" = 0 ]; then
+    echo "torch: not measured: $([ "${TORCH:-1}" = 0 ] && echo "TORCH=0" || echo "'$python -c \"import torch\"' fails") (docs/benchmarks.md says how to install it)"
+fi
 python3 bench/make_random_shard.py "$work/train.bin" 50257 400000
 
+# the step of median tokens/s after 2 warm-up steps: "tokens/s GFLOP/s step"
+median_step() {
+    python3 - "$1" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rest = sorted(rows[2:], key=lambda r: r["tokens_per_s"])
+mid = rest[len(rest) // 2]
+print(f"{mid['tokens_per_s']:.1f} {mid['model_tflops'] * 1e3:.2f} {mid['step']} {rows[0]['flops_per_token']:.0f}")
+PY
+}
+
+rows=()
 run_shape() {  # label L C H
     local label=$1 L=$2 C=$3 H=$4
     cat > "$work/$label.ini" <<INI
@@ -49,25 +87,42 @@ plugin = ddp
 [optim]
 lr = 1e-4
 INI
+    echo "== $label: L=$L C=$C H=$H, load average $(load)"
     "$BUILD/ctrain" train "$work/$label.ini" > "$work/$label.log"
-    # training's own header: FLOPs per token, the peak and how it was found, the BLAS (+warning)
     grep "^mfu: " "$work/$label.log" | sed "s/^/$label: /"
-    # after 2 warm-up steps, the step of median tokens/s, with the mfu training logged for it
-    python3 - "$work/$label/metrics.jsonl" "$L" "$C" "$nominal_gf" "$label" <<'PY'
-import json, sys
-path, L, C, nominal, label = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-rows = [json.loads(l) for l in open(path)]
-fpt, peak = rows[0]["flops_per_token"], rows[0]["peak_tflops"] * 1e3
-rest = sorted(rows[2:], key=lambda r: r["tokens_per_s"])
-mid = rest[len(rest) // 2]
-gflops = mid["model_tflops"] * 1e3
-print(f"{label}: L={L} C={C} {fpt / 1e6:.2f} MFLOP/token, step {mid['step']}: "
-      f"{mid['tokens_per_s']:.0f} tok/s, {gflops:.1f} GFLOP/s, MFU {100 * mid['mfu']:.1f}% "
-      f"(of the measured BLAS peak {peak:.1f} GFLOP/s), {100 * gflops / nominal:.1f}% of the "
-      f"nominal peak")
-PY
+    local kernel
+    kernel=$(sed -n 's/^mfu: .*BLAS: .*, kernel \([A-Za-z0-9_]*\).*/\1/p' "$work/$label.log" | head -1)
+    if [ "$kernel" != "$peak_kernel" ]; then
+        echo "$label: WARNING: training ran OpenBLAS's '${kernel:-?}' kernel, the sgemm reference '$peak_kernel': the % of sgemm peak compares different kernels"
+    fi
+    read -r tps gflops step fpt < <(median_step "$work/$label/metrics.jsonl")
+    local ttps="-" ratio="-"
+    if [ "$torch_ok" = 1 ]; then
+        # the same BLAS setting as ctrain (torch links MKL, which ignores it: its line says) and
+        # the same thread count
+        if OPENBLAS_CORETYPE=$peak_kernel OMP_NUM_THREADS=$threads "$python" bench/torch_gpt2.py --device cpu \
+            --dtype fp32 --no-compile --threads "$threads" --batch 4 --seq 256 --layers "$L" \
+            --heads "$H" --dim "$C" --vocab 50257 --steps $((steps - 2)) --warmup 2 \
+            > "$work/$label.torch.log" 2>&1; then
+            sed -n 's/^torch: /torch: /p' "$work/$label.torch.log" | head -1 | sed "s/^/$label: /"
+            ttps=$(sed -n 's/^bench [^:]*: \([0-9.]*\) tokens\/s.*/\1/p' "$work/$label.torch.log")
+            ratio=$(awk -v a="$tps" -v b="$ttps" 'BEGIN {printf "%.2f", a / b}')
+        else
+            echo "$label: torch failed: $(tail -1 "$work/$label.torch.log")"
+            ttps="failed"
+        fi
+    fi
+    rows+=("$(awk -v l="$label" -v L="$L" -v C="$C" -v f="$fpt" -v t="$tps" -v g="$gflops" \
+        -v s="$sgemm" -v a="$arith" -v tt="$ttps" -v r="$ratio" -v st="$step" 'BEGIN {
+        printf "| %s (L=%d C=%d) | %.2f M | %.0f | %.1f | %.1f%% | %.1f%% | %s | %s |", l, L, C,
+            f / 1e6, t, g, 100 * g / s, 100 * g / a, tt == "-" || tt == "failed" ? tt : sprintf("%.0f", tt), r }')")
 }
 [ "$which" = all ] || [ "$which" = small ] && run_shape small 4 256 4
 [ "$which" = all ] || [ "$which" = gpt2 ] && run_shape gpt2 12 768 12
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "fp32 + AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith GFLOP/s"
+echo "| shape | FLOPs/token | tokens/s | GFLOP/s | of sgemm peak | of arith peak | PyTorch tokens/s | ctrain/PyTorch |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo "load average at the end: $(load)"
 exit 0

@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""torch_gpt2.py -- the PyTorch reference for ctrain's GPU throughput: one GPT-2 124M training
-step (bf16 autocast, torch.compile, fused AdamW, scaled_dot_product_attention, tied head) on
-random tokens, timed, printed as tokens/s. Not a test: it reports, it does not gate; and not a
-numerics reference (random data, no loss curve).
+"""torch_gpt2.py -- the PyTorch reference for ctrain's throughput: one GPT-2-style training
+step (scaled_dot_product_attention, tied head, AdamW; on a GPU bf16 autocast, torch.compile and
+fused AdamW) on random tokens, timed, printed as tokens/s. Any shape: GPT-2 124M by default,
+--layers 4 --heads 4 --dim 256 for bench/run.sh's small one. Not a test: it reports, it does
+not gate; and not a numerics reference (random data, no loss curve).
 
 Usage: python3 bench/torch_gpt2.py [--steps 20] [--batch 16] [--seq 1024] [--no-compile]
        [--layers 12 --heads 12 --dim 768 --vocab 50257] [--device cuda|cpu]
-Prints one line "bench torch_gpt2_...: N tokens/s ..." (tests/gpu/run.sh greps it).
+       [--dtype bf16|fp32] [--threads N]
+--dtype fp32 runs without autocast (bench/run.sh's CPU comparison with ctrain's fp32 runs);
+--threads sets torch.set_num_threads (bench/run.sh: the same count as ctrain's cpu device).
+Prints "torch: ..." (the version, its BLAS, threads), then one line "bench torch_gpt2_...: N
+tokens/s ..." (tests/gpu/run.sh and bench/run.sh grep it).
 """
 import argparse
 import math
@@ -75,7 +80,17 @@ def main():
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
+                    help="bf16: autocast (default); fp32: none")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    blas = "MKL" if torch.backends.mkl.is_available() else "not MKL (see torch.__config__.show())"
+    print(f"torch: {torch.__version__}, BLAS {blas}, oneDNN "
+          f"{'on' if torch.backends.mkldnn.is_available() else 'off'}, "
+          f"{torch.get_num_threads()} thread(s), device {a.device}, {a.dtype}, "
+          f"{'eager' if a.no_compile else 'torch.compile'}")
 
     torch.manual_seed(0)
     dev = torch.device(a.device)
@@ -93,7 +108,7 @@ def main():
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
     def step():
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
             loss = step_model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -120,10 +135,12 @@ def main():
     # FLOPs per token: 6 per parameter (forward + backward) + attention 12*L*T*C (llm.c).
     flops = 6 * n_params + 12 * a.layers * a.seq * a.dim
     mem = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
-    name = f"torch_gpt2_{n_params / 1e6:.0f}M_bf16_autocast{'' if a.no_compile else '_compile'}"
+    prec = "bf16_autocast" if a.dtype == "bf16" else "fp32"
+    name = f"torch_gpt2_{n_params / 1e6:.0f}M_{prec}{'' if a.no_compile else '_compile'}"
+    rate = f"{tps * flops / 1e12:.1f} TFLOP/s" if cuda else f"{tps * flops / 1e9:.1f} GFLOP/s"
+    memory = f"peak memory {mem:.1f} GiB" if cuda else "peak memory n/a (cpu)"
     print(f"bench {name}: {tps:.0f} tokens/s, {dt * 1e3:.1f} ms/step (median of {a.steps}), "
-          f"{tps * flops / 1e12:.1f} TFLOP/s, peak memory {mem:.1f} GiB, B={a.batch} T={a.seq}, "
-          f"final loss {loss.item():.3f}")
+          f"{rate}, {memory}, B={a.batch} T={a.seq}, final loss {loss.item():.3f}")
 
 
 if __name__ == "__main__":

@@ -176,6 +176,49 @@ out:
     harness_free(f.h);
 }
 
+/* The device's AdamW loop is vectorized (AVX-512/AVX2 clones where the CPU has them); it must
+ * still give exactly the bits of ct_adamw_update applied one element at a time (what the CUDA
+ * device computes), with and without a decay mask, at a length that is not a multiple of any
+ * vector width and crosses the threaded-path threshold. */
+CT_TEST(device_cpu_adamw_gives_the_bits_of_ct_adamw_update_element_by_element) {
+    fixture f;
+    if (!fixture_open(&f)) goto out;
+    ct_error err = {.struct_size = sizeof err};
+    enum { n = 40013 };
+    float *p = calloc(n, 4), *g = calloc(n, 4), *m = calloc(n, 4), *v = calloc(n, 4);
+    float *pe = calloc(n, 4), *me = calloc(n, 4), *ve = calloc(n, 4);
+    uint8_t *mask = calloc(n, 1);
+    for (int i = 0; i < n; i++) {
+        pe[i] = p[i] = (float)uniform(-1, 1);
+        me[i] = m[i] = (float)uniform(-0.1, 0.1);
+        ve[i] = v[i] = (float)uniform(0, 0.01);
+        g[i] = (float)uniform(-1, 1) * (i % 5 == 0 ? 1e-5f : 1.0f);
+        mask[i] = (uint8_t)(i % 3 != 0);
+    }
+    ct_adamw_args a = {.struct_size = sizeof a, .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                       .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.25f};
+    for (int64_t t = 1; t <= 2; t++) {
+        a.step = t;
+        const uint8_t *mk = t == 1 ? mask : NULL;
+        CT_CHECK_INT(f.d.vt->adamw(f.d.self, p, g, m, v, mk, n, &a, &err), CT_OK);
+        float bc1 = (float)(1.0 - pow((double)a.beta1, (double)t));
+        float bc2 = (float)(1.0 - pow((double)a.beta2, (double)t));
+        for (int i = 0; i < n; i++)
+            ct_adamw_update(&pe[i], g[i] * a.grad_scale, &me[i], &ve[i], a.lr, a.beta1, a.beta2,
+                            a.eps, mk && !mk[i] ? 0.0f : a.weight_decay, bc1, bc2);
+        int differ = 0, first = -1;
+        for (int i = 0; i < n; i++)
+            if (memcmp(&p[i], &pe[i], 4) || memcmp(&m[i], &me[i], 4) || memcmp(&v[i], &ve[i], 4))
+                differ++, first = first < 0 ? i : first;
+        CT_CHECK_MSG(differ == 0, "step %d: %d of %d elements differ from ct_adamw_update, first "
+                     "at %d (p %a expected %a)", (int)t, differ, n, first,
+                     first >= 0 ? p[first] : 0.0f, first >= 0 ? pe[first] : 0.0f);
+    }
+    free(p), free(g), free(m), free(v), free(pe), free(me), free(ve), free(mask);
+out:
+    harness_free(f.h);
+}
+
 /* PyTorch's AdamW (torch.optim.AdamW, foreach=False) in double:
  *   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps) */

@@ -188,6 +188,50 @@ CT_TEST(gelu_and_silu_gradients_match_finite_differences) {
     CT_CHECK_CLOSE(ct_silu(2.0f), 2.0 / (1.0 + exp(-2.0)), 1e-6, 0);
 }
 
+/* ct_exp (no libm call: the attention softmax and the GELU vectorize over it) is within 1 ulp
+ * of e^x over [-87, 88], clamps outside it, and keeps NaN visible. */
+CT_TEST(exp_is_within_one_ulp_clamps_and_keeps_nan) {
+    double worst = 0, worst_x = 0;
+    for (double x = -87.0; x <= 88.0; x += 1.0 / 4096 + 1e-7) {
+        float f = (float)x;
+        double e = exp((double)f);
+        float ef = (float)e;
+        double ulp = (double)nextafterf(ef, INFINITY) - (double)ef;
+        double d = fabs((double)ct_exp(f) - e) / ulp;
+        if (d > worst) worst = d, worst_x = x;
+    }
+    CT_CHECK_MSG(worst <= 1.0, "ct_exp: %.3g ulp at x = %.6f, tolerance 1 ulp", worst, worst_x);
+    CT_CHECK(ct_exp(0.0f) == 1.0f && ct_exp(-0.0f) == 1.0f);
+    CT_CHECK_CLOSE(ct_exp(-1000.0f), exp(-87.0), 0, 1e-44); /* clamped: ~1.6e-38 */
+    CT_CHECK_CLOSE(ct_exp(1000.0f), exp(88.0), 1e-6, 0);
+    CT_CHECK(isnan(ct_exp(NAN)) && isnan(ct_exp(-NAN)));
+}
+
+/* ct_gelu uses its own tanh (ct_gelu_tanh: no libm call, so the model's GELU loops vectorize);
+ * it must stay as close to the double formula as libm's tanhf made it: within 2e-7 x max(1,|x|)
+ * for the value and 1e-6 for the gradient over [-12, 12] (libm: 1.25e-7 and 5.6e-7), and exactly
+ * +-1 where f32's tanh is, so the gradient vanishes there (1 - t^2 = 0) as before. */
+CT_TEST(gelu_tanh_is_as_accurate_as_libm_and_exact_at_the_ends) {
+    double worst_t = 0, worst_g = 0, worst_dg = 0;
+    for (double x = -12.0; x <= 12.0; x += 1.0 / 1024 + 1e-7) {
+        float f = (float)x;
+        double u = (double)CT_GELU_SCALE * (f + 0.044715 * (double)f * f * f), t = tanh(u);
+        double g = 0.5 * f * (1.0 + t);
+        double dg = 0.5 * (1.0 + t) +
+                    0.5 * f * (1.0 - t * t) * (double)CT_GELU_SCALE * (1.0 + 3.0 * 0.044715 * f * f);
+        worst_t = fmax(worst_t, fabs(ct_gelu_tanh((float)(x / 4)) - tanh((double)(float)(x / 4))));
+        worst_g = fmax(worst_g, fabs(ct_gelu(f) - g) / fmax(1.0, fabs(x)));
+        worst_dg = fmax(worst_dg, fabs(ct_gelu_grad(f) - dg));
+    }
+    CT_CHECK_MSG(worst_t <= 2e-7, "ct_gelu_tanh: max abs error %.3g, tolerance 2e-7", worst_t);
+    CT_CHECK_MSG(worst_g <= 2e-7, "ct_gelu: max error / max(1,|x|) %.3g, tolerance 2e-7", worst_g);
+    CT_CHECK_MSG(worst_dg <= 1e-6, "ct_gelu_grad: max abs error %.3g, tolerance 1e-6", worst_dg);
+    CT_CHECK(ct_gelu_tanh(9.5f) == 1.0f && ct_gelu_tanh(-30.0f) == -1.0f);
+    CT_CHECK(ct_gelu_tanh(0.0f) == 0.0f && ct_gelu_tanh(1e-30f) >= 0.0f);
+    CT_CHECK(ct_gelu_grad(8.0f) == 1.0f && ct_gelu_grad(-8.0f) == 0.0f);
+    CT_CHECK(ct_gelu(INFINITY) == INFINITY && isnan(ct_gelu(NAN)));
+}
+
 CT_TEST(hash64_is_splitmix64) {
     /* SplitMix64 from state 0: the first output is the published 0xe220a8397b1dcdaf, the
      * second 0x6e789e6aa1b965f4 (counter 1 = the state after two increments). */

@@ -193,11 +193,41 @@ static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dty
                         "---> use f32 or bf16", ct_dtype_name(x_dtype));
 }
 
-/* Element i of an f32 or bf16 array, as double. */
-static inline double load_as_double(const void *x, int32_t dtype, uint64_t i) {
-    return dtype == CT_DTYPE_F32 ? (double)((const float *)x)[i]
-                                 : (double)ct_bf16_to_f32(((const uint16_t *)x)[i]);
-}
+/* Loops over a span of one array, compiled for AVX-512, AVX2 and the baseline (GCC's
+ * target_clones: cpuid picks one when the plugin loads) so they vectorize at the machine's
+ * width. Every clone computes the same bits: the code fixes the order of every sum, and in C11
+ * mode nothing is contracted into an FMA, so each operation is the same IEEE one. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CT_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CT_CPU_CLONES
+#endif
+
+/* Sum of squares of x[0..n) in double, in a fixed order: 16 running sums (element i goes to
+ * sum i % 16: enough independent additions to hide their latency), folded pairwise (sum l +=
+ * sum l + w for w = 8, 4, 2, 1), then the tail of n % 16 elements in order. */
+#define CT_CPU_LANES 16
+#define CT_CPU_SUMSQ_SPAN(NAME, TYPE, LOAD)                                                      \
+    CT_CPU_CLONES static double NAME(const TYPE *x, uint64_t n) {                                \
+        double acc[CT_CPU_LANES] = {0};                                                         \
+        uint64_t i = 0;                                                                         \
+        for (; i + CT_CPU_LANES <= n; i += CT_CPU_LANES)                                        \
+            for (int l = 0; l < CT_CPU_LANES; l++) {                                            \
+                double v = (double)LOAD(x[i + (uint64_t)l]);                                    \
+                acc[l] += v * v;                                                                \
+            }                                                                                   \
+        for (int w = CT_CPU_LANES / 2; w >= 1; w /= 2)                                          \
+            for (int l = 0; l < w; l++) acc[l] += acc[l + w];                                   \
+        double s = acc[0];                                                                      \
+        for (; i < n; i++) {                                                                    \
+            double v = (double)LOAD(x[i]);                                                      \
+            s += v * v;                                                                         \
+        }                                                                                       \
+        return s;                                                                               \
+    }
+#define CT_CPU_AS_IS(v) (v)
+CT_CPU_SUMSQ_SPAN(sumsq_f32, float, CT_CPU_AS_IS)
+CT_CPU_SUMSQ_SPAN(sumsq_bf16, uint16_t, ct_bf16_to_f32)
 
 static int32_t cpu_sumsq(void *p, const void *x, int32_t dtype, uint64_t n, double *out,
                          ct_error *err) {
@@ -208,12 +238,9 @@ static int32_t cpu_sumsq(void *p, const void *x, int32_t dtype, uint64_t n, doub
     double partial[CT_CPU_BLOCKS];
 #pragma omp parallel for schedule(static) num_threads(self->threads) if (n >= CT_CPU_PAR_MIN)
     for (int b = 0; b < CT_CPU_BLOCKS; b++) {
-        double s = 0.0;
-        for (uint64_t i = block_lo(n, b); i < block_lo(n, b + 1); i++) {
-            double v = load_as_double(x, dtype, i);
-            s += v * v;
-        }
-        partial[b] = s;
+        uint64_t lo = block_lo(n, b), len = block_lo(n, b + 1) - lo;
+        partial[b] = dtype == CT_DTYPE_F32 ? sumsq_f32((const float *)x + lo, len)
+                                           : sumsq_bf16((const uint16_t *)x + lo, len);
     }
     double total = 0.0;
     for (int b = 0; b < CT_CPU_BLOCKS; b++) total += partial[b];
@@ -225,6 +252,28 @@ static int32_t cpu_sumsq(void *p, const void *x, int32_t dtype, uint64_t n, doub
  * AdamW (PyTorch's torch.optim.AdamW; the per-element update is ct_adamw_update)
  * ------------------------------------------------------------------------------------- */
 
+/* The AdamW update of n elements (the same per-element function as the CUDA device), without
+ * or with a decay mask (two loops: a test of the mask pointer inside one would stop it from
+ * vectorizing). */
+CT_CPU_CLONES static void adamw_span(float *param, const float *grad, float *m, float *v,
+                                     const uint8_t *decay_mask, int64_t n, float lr, float b1,
+                                     float b2, float eps, float wd, float gs, float bc1,
+                                     float bc2) {
+    if (!decay_mask) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            ct_adamw_update(&param[i], grad[i] * gs, &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+        return;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float wd_i = decay_mask[i] ? wd : 0.0f;
+        ct_adamw_update(&param[i], grad[i] * gs, &m[i], &v[i], lr, b1, b2, eps, wd_i, bc1, bc2);
+    }
+}
+
+#define CT_CPU_SPAN 4096 /* elements per call of a span function: one thread's unit of work */
+
 static int32_t cpu_adamw(void *p, float *param, const float *grad, float *m, float *v,
                          const uint8_t *decay_mask, uint64_t n, const ct_adamw_args *args,
                          ct_error *err) {
@@ -235,13 +284,13 @@ static int32_t cpu_adamw(void *p, float *param, const float *grad, float *m, flo
     /* Bias corrections in double, as PyTorch computes them on the host. */
     float bc1 = (float)(1.0 - pow((double)args->beta1, (double)args->step));
     float bc2 = (float)(1.0 - pow((double)args->beta2, (double)args->step));
-    float lr = args->lr, b1 = args->beta1, b2 = args->beta2, eps = args->eps;
-    float wd = args->weight_decay, gs = args->grad_scale;
-    int64_t count = (int64_t)n;
+    int64_t count = (int64_t)n, spans = (count + CT_CPU_SPAN - 1) / CT_CPU_SPAN;
 #pragma omp parallel for schedule(static) num_threads(self->threads) if (count >= CT_CPU_PAR_MIN)
-    for (int64_t i = 0; i < count; i++) {
-        float wd_i = (decay_mask && !decay_mask[i]) ? 0.0f : wd;
-        ct_adamw_update(&param[i], grad[i] * gs, &m[i], &v[i], lr, b1, b2, eps, wd_i, bc1, bc2);
+    for (int64_t s = 0; s < spans; s++) {
+        int64_t lo = s * CT_CPU_SPAN, len = count - lo < CT_CPU_SPAN ? count - lo : CT_CPU_SPAN;
+        adamw_span(param + lo, grad + lo, m + lo, v + lo, decay_mask ? decay_mask + lo : NULL, len,
+                   args->lr, args->beta1, args->beta2, args->eps, args->weight_decay,
+                   args->grad_scale, bc1, bc2);
     }
     return CT_OK;
 }

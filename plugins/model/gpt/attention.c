@@ -54,16 +54,42 @@ static void scores(const gpt *m, float *S, const float *Q, const float *K, int64
                 scale, Q + r0 * ld, (int)ld, K, (int)ld, 0.0f, S, (int)m->T);
 }
 
+/* row[j] = exp(row[j] - lse) for j < n, rounded to bf16 when asked. Vectorizes (ct_exp). */
+GPT_VECTOR_CLONES static void exp_span(float *row, int64_t n, float lse, int bf16) {
+    if (bf16) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) row[j] = ct_round_bf16(ct_exp(row[j] - lse));
+        return;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) row[j] = ct_exp(row[j] - lse);
+}
+
+/* log-sum-exp of row[0..n) (n >= 1): its max, then 16 running sums of exp(row[j] - max) (term j
+ * to sum j % 16, folded pairwise, then the tail in order): a fixed order, so the same bits on
+ * every machine, and wide enough to vectorize. */
+#define GPT_LSE_LANES 16
+GPT_VECTOR_CLONES static float row_lse(const float *row, int64_t n) {
+    float mx = row[0];
+    for (int64_t j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    float acc[GPT_LSE_LANES] = {0};
+    int64_t j = 0;
+    for (; j + GPT_LSE_LANES <= n; j += GPT_LSE_LANES)
+        for (int l = 0; l < GPT_LSE_LANES; l++) acc[l] += ct_exp(row[j + l] - mx);
+    for (int w = GPT_LSE_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    float sum = acc[0];
+    for (; j < n; j++) sum += ct_exp(row[j] - mx);
+    return mx + logf(sum);
+}
+
 /* P[t,j] = exp(S[t,j] - lse[t]) for j <= t, 0 for t < j < r1 (in place over the block S, rows
  * r0..r1-1); bf16: rounded, as a GPU kernel rounds P before the P V product. Forward and
  * backward call this with the same S and lse, so they see the same bits. */
 static void probs(const gpt *m, float *S, const float *lse, int64_t r0, int64_t r1) {
     for (int64_t t = r0; t < r1; t++) {
         float *row = S + (t - r0) * m->T;
-        for (int64_t j = 0; j <= t; j++) {
-            float p = expf(row[j] - lse[t]);
-            row[j] = m->bf16 ? ct_round_bf16(p) : p;
-        }
+        exp_span(row, t + 1, lse[t], m->bf16);
         for (int64_t j = t + 1; j < r1; j++) row[j] = 0.0f;
     }
 }
@@ -82,14 +108,7 @@ void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
         for (int64_t r0 = 0; r0 < T; r0 += GPT_ATT_QB) {
             int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T;
             scores(m, S, Q, K, r0, r1);
-            for (int64_t t = r0; t < r1; t++) { /* row log-sum-exp over j <= t */
-                const float *row = S + (t - r0) * T;
-                float mx = row[0];
-                for (int64_t j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-                float sum = 0.0f;
-                for (int64_t j = 0; j <= t; j++) sum += expf(row[j] - mx);
-                L[t] = mx + logf(sum);
-            }
+            for (int64_t t = r0; t < r1; t++) L[t] = row_lse(S + (t - r0) * T, t + 1); /* j <= t */
             probs(m, S, L, r0, r1);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)HD,
                         (int)r1, 1.0f, S, (int)T, V, (int)ld, 0.0f, O + r0 * C, (int)C);

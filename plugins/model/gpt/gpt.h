@@ -131,6 +131,17 @@ typedef struct gpt {
     gpt_cuda_fns    cu;           /* the companion's entry points; all NULL on the CPU */
 } gpt;
 
+/* Element-wise spans (a thread's unit of work in layers.c and attention.c) are compiled for
+ * AVX-512, AVX2 and the baseline (GCC's target_clones: cpuid picks one when the plugin loads) so
+ * they vectorize at the machine's width. Every clone computes the same bits: C11 mode contracts
+ * nothing into FMAs, each operation is the same IEEE one, and sums run in the order the code
+ * writes, so no result depends on the machine's vector width. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GPT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GPT_VECTOR_CLONES
+#endif
+
 /* Query rows per attention block (attention.c). */
 #define GPT_ATT_QB 64
 

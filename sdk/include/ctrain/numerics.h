@@ -86,16 +86,60 @@ CT_HD float ct_uniform01(uint64_t seed, uint64_t counter) {
 
 #define CT_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
+/* e^x without a libm call, so a loop over it vectorizes (and the CUDA build, with --fmad=false,
+ * computes the same bits): Cephes' expf, 2^k times a degree-7 polynomial of the remainder
+ * r = x - k ln2 (|r| <= ln2/2, k = round(x / ln2)). Within 1 ulp of e^x for x in [-87, 88];
+ * x is clamped to that range (below it gives ~1.6e-38 instead of a subnormal or 0, above it
+ * 1.6e38 instead of Inf); NaN and +-Inf give NaN (a NaN must stay visible; the callers pass
+ * neither Inf). The clamp works on integers and the NaN rides on x * 0: a float compare here
+ * becomes a branch (GCC threads the clamped case) that stops loops from vectorizing. */
+CT_HD float ct_exp(float x) {
+    /* the bits as an int that orders like the floats, clamped to [-87, 88], and back */
+    int32_t i = (int32_t)ct_f32_bits(x);
+    i ^= (int32_t)((uint32_t)(i >> 31) >> 1);            /* negatives: flip the magnitude */
+    const int32_t lo = (int32_t)(0xc2ae0000u ^ 0x7fffffffu), hi = 0x42b00000; /* -87, 88 */
+    i = i < lo ? lo : i;
+    i = i > hi ? hi : i;
+    i ^= (int32_t)((uint32_t)(i >> 31) >> 1);
+    float c = ct_f32_from_bits((uint32_t)i);
+    float h = c * 1.44269504088896341f;
+    int32_t k = (int32_t)(h + (h >= 0.0f ? 0.5f : -0.5f)); /* round half away from zero */
+    float kf = (float)k;
+    float r = (c - kf * 0.693359375f) - kf * -2.12194440e-4f; /* c - k ln2 in two parts */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;                            /* e^r */
+    return p * ct_f32_from_bits((uint32_t)(k + 127) << 23) + x * 0.0f; /* times 2^k; NaN */
+}
+
+/* tanh(u) for the GELU without a libm call (ct_exp): tanh(a) = 1 - 2 / (e^(2a) + 1) for
+ * a = |u| capped at 10 (there 2 / (e^20 + 1) is below half an ulp of 1, so t is exactly +-1 and
+ * the gradient's 1 - t^2 exactly 0, as with libm's tanhf), the sign put back. Absolute error
+ * below 2e-7, as libm's tanhf in this formula (the GELU adds it to 1); NaN gives +-1 (the GELU
+ * multiplies by x, so NaN stays NaN), +-Inf gives +-1. */
+CT_HD float ct_gelu_tanh(float u) {
+    /* a = min(|u|, 10) on the bits (they order like the values for a >= 0; NaN and Inf give
+     * 10): a float compare here becomes a branch that stops the loop from vectorizing */
+    uint32_t ab = ct_f32_bits(u) & 0x7fffffffu;
+    float a = ct_f32_from_bits(ab < 0x41200000u ? ab : 0x41200000u);
+    float t = 1.0f - 2.0f / (ct_exp(2.0f * a) + 1.0f);
+    return copysignf(t, u);
+}
+
 /* GELU, tanh approximation (GPT-2). */
 CT_HD float ct_gelu(float x) {
     float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + tanhf(CT_GELU_SCALE * (x + cube)));
+    return 0.5f * x * (1.0f + ct_gelu_tanh(CT_GELU_SCALE * (x + cube)));
 }
 
 /* d gelu(x) / dx for the tanh approximation. */
 CT_HD float ct_gelu_grad(float x) {
     float cube = 0.044715f * x * x * x;
-    float t = tanhf(CT_GELU_SCALE * (x + cube));
+    float t = ct_gelu_tanh(CT_GELU_SCALE * (x + cube));
     float sech2 = 1.0f - t * t;
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * CT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# test_bench.sh — claims about make bench's references (bench/, issue 13), cheaply: the sgemm
+# reference (bench/peak.c) runs the OpenBLAS kernel `ctrain train` runs, whatever OpenBLAS
+# would choose alone, and keeps a user's OPENBLAS_CORETYPE; the arithmetic peak
+# (bench/fma_peak.c) measures an FMA latency of 3.5-5.5 cycles against its 1-cycle add chain
+# (so its clock is a clock) and a peak that is cores x clock x FMA/cycle x lanes x 2; and
+# bench/run.sh prints a table row with all its columns for a 3-step run of the small shape.
+# Not for: the figures themselves (they depend on the machine and its load: docs/benchmarks.md).
+set -u
+cd "$(dirname "$0")/../.."
+. tests/cli/train_lib.sh
+work=$(mktemp -d /tmp/ctrain-bench-test-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+unset OPENBLAS_CORETYPE CTRAIN_BLAS_REEXEC
+
+# ---- 1. peak.c runs training's kernel -----------------------------------------------------
+if cc -O2 -o "$work/peak" bench/peak.c host/blas_core.c -Ihost $(pkg-config --cflags --libs openblas) \
+    -ldl 2> "$work/cc.log"; then
+    small_run_setup "$work" || { finish; exit 1; }
+    "$CTRAIN" train "$work/t.ini" --set run.steps=1 --set run.out_dir="$work/one" \
+        > "$work/one.log" 2>&1 || fail "train: $(tail -3 "$work/one.log")"
+    trained=$(sed -nE 's/.*BLAS: .*, kernel ([A-Za-z0-9]+) .*/\1/p' "$work/one.log" | head -1)
+    line=$("$work/peak" 256)
+    got=$(echo "$line" | awk '$1 == "peak_gflops" && $2 > 0 {print $4}')
+    [ -n "$trained" ] && [ "$got" = "$trained" ] \
+        && ok "peak.c ran OpenBLAS kernel $got, the one training's first line names" \
+        || fail "peak.c: expected kernel '$trained' (training's), got: $line"
+    line=$(OPENBLAS_CORETYPE=Prescott "$work/peak" 256)
+    [ "$(echo "$line" | awk '{print $4}')" = Prescott ] \
+        && ok "peak.c keeps a user's OPENBLAS_CORETYPE=Prescott" \
+        || fail "peak.c with OPENBLAS_CORETYPE=Prescott: expected kernel Prescott, got: $line"
+else
+    fail "bench/peak.c does not build: $(tail -3 "$work/cc.log")"
+fi
+
+# ---- 2. fma_peak.c measures a clock and a consistent peak ---------------------------------
+if cc -O2 -pthread -o "$work/fma" bench/fma_peak.c 2> "$work/cc.log"; then
+    "$work/fma" 0.3 > "$work/fma.log" 2>&1 || fail "fma_peak exited $?: $(tail -2 "$work/fma.log")"
+    python3 - "$work/fma.log" "$(nproc)" <<'PY' && ok "fma_peak: $(grep '^fma_peak gflops' "$work/fma.log")" || fail "fma_peak: $(cat "$work/fma.log")"
+import re, sys
+text = open(sys.argv[1]).read()
+s = re.search(r"^fma_peak gflops (\S+) clock_mhz (\S+) fma_per_cycle (\S+) isa (\S+) lanes (\d+) cores (\d+)$", text, re.M)
+if not s:
+    sys.exit("no summary line")
+g, mhz, upc, isa, lanes, cores = float(s[1]), float(s[2]), float(s[3]), s[4], int(s[5]), int(s[6])
+if isa == "none":  # no FMA / not x86: the line says so, nothing to check
+    sys.exit(0)
+lat = float(re.search(r"FMA latency ([0-9.]+) cycles measured", text)[1])
+errors = []
+if not 3.5 <= lat <= 5.5: errors.append(f"FMA latency {lat} cycles, expected 3.5-5.5")
+if not 300 <= mhz <= 7000: errors.append(f"clock {mhz} MHz")
+if not 0.5 <= upc <= 4.5: errors.append(f"{upc} FMA/cycle")
+if not 1 <= cores <= int(sys.argv[2]): errors.append(f"{cores} cores of {sys.argv[2]} CPUs")
+expect = cores * mhz * 1e6 * upc * lanes * 2 / 1e9
+if abs(g - expect) > 0.02 * g + 0.5: errors.append(f"peak {g} != cores x clock x FMA/cycle x lanes x 2 = {expect:.1f}")
+if errors:
+    sys.exit("; ".join(errors))
+PY
+else
+    fail "bench/fma_peak.c does not build: $(tail -3 "$work/cc.log")"
+fi
+
+# ---- 3. run.sh: one table row with every column ---------------------------------------------
+BUILD="$BUILD" STEPS=3 TORCH=0 bash bench/run.sh small > "$work/run.log" 2>&1 \
+    || fail "bench/run.sh small exited $?: $(tail -3 "$work/run.log")"
+row=$(grep '^| small (L=4 C=256) |' "$work/run.log")
+if echo "$row" | grep -qE '^\| small \(L=4 C=256\) \| 99\.30 M \| [0-9]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+% \| - \| - \|$' \
+    && grep -q "^torch: not measured: TORCH=0" "$work/run.log" && ! grep -q WARNING "$work/run.log"; then
+    ok "run.sh: $row"
+else
+    fail "run.sh's table row or torch line: $(tail -8 "$work/run.log")"
+fi
+finish
