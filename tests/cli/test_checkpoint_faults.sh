@@ -41,6 +41,7 @@ PY
 }
 # newest DIR: the newest complete-looking checkpoint folder name (step_ and digits), or empty.
 newest() { ls "$1/checkpoints" 2> /dev/null | grep -E '^step_[0-9]+$' | sort | tail -1; }
+newest_step() { local n; n=$(newest "$1"); n=${n#step_}; echo $((10#${n:-0})); }
 # whole_lines FILE: every line of FILE ends with a newline and is a JSON object.
 whole_lines() {
     python3 - "$1" <<'PY'
@@ -71,7 +72,11 @@ kargs=(--set run.steps=100000 --set run.checkpoint_every=1 --set comm.plugin=thr
 RANDOM=20261201                      # the kill moments are reproducible (for a given speed)
 kills=0 in_save=0 resumes=0 bad=0
 k="$work/k"
-for attempt in $(seq 1 25); do
+# (on a slow or loaded machine the 25 attempts may not reach step 10: more attempts follow,
+# at most 40 in all, until they do)
+attempt=0
+while [ $attempt -lt 25 ] || { [ $attempt -lt 40 ] && [ "$(newest_step "$k")" -lt 10 ]; }; do
+    attempt=$((attempt + 1))
     extra=()
     [ -n "$(newest "$k")" ] && extra=(--resume)
     "$CTRAIN" train "$work/t.ini" "${kargs[@]}" --set run.out_dir="$k" "${extra[@]}" \
