@@ -26,7 +26,7 @@
 #   LG_TIERS=L1 LG_GROUPS="sp8k-ce sp8k-zloss" LG_STEPS=2000 LG_GLOBAL_BATCH=256
 #   LG_KEEP_CHECKPOINTS=1 LG_OUT=runs/logit-growth-long2k scripts/logit-growth.sh   (and L2)
 # Global batch: 32 sequences x 16 tokens at every world size (batch_size = 32/N per rank), seed
-# 1337; the long runs 256 x 8 (one sequence per rank at N = 256).
+# 1337; the long runs 256 x 4 (one sequence per rank at N = 256).
 # POLICY in the plan may carry an order, POLICY:ALGO (dbtree or hier, 8 ranks per node).
 # At N = 1 nothing is reduced, so every policy here is the same run (see plan below).
 set -euo pipefail
