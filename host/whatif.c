@@ -445,7 +445,7 @@ int cmd_what_if(int argc, char **argv) {
     whatif_cell *cells = calloc((size_t)n_cells, sizeof *cells);
     int32_t *tokens = NULL, *targets = NULL;
     float *h = NULL;
-    double *lse = NULL, *hbar = NULL;
+    double *lse = NULL, *hbar = NULL, *q = NULL;
     uint64_t *count = NULL;
     if (!cells) {
         ct_error_set(&err, CT_ERR_NOMEM, "out of memory");
@@ -468,7 +468,8 @@ int cmd_what_if(int argc, char **argv) {
     lse = malloc((size_t)n_tok * sizeof *lse);
     hbar = malloc((size_t)C * sizeof *hbar);
     count = calloc((size_t)V, sizeof *count);
-    if (!tokens || !targets || !h || !lse || !hbar || !count) {
+    q = malloc((size_t)V * sizeof *q);
+    if (!tokens || !targets || !h || !lse || !hbar || !count || !q) {
         ct_error_set(&err, CT_ERR_NOMEM, "what-if: out of memory for a batch of %lld tokens",
                      (long long)n_tok);
         goto out_fail;
@@ -502,6 +503,11 @@ int cmd_what_if(int argc, char **argv) {
            "by sequences where N divides %lld, else by tokens\n", (long long)wr.S,
            (long long)wr.T, (long long)n_tok, o.global_batch ? " (--global-batch)" : "",
            (long long)V, (long long)C, wr.bf16 ? "bf16" : "f32", (long long)wr.S);
+    /* the unigram distribution of the train split: the model's q */
+    if ((rc = corpus_counts(&wr, count, &err)) != CT_OK) goto out_fail;
+    double total = 0, hbar2 = 0;
+    for (int64_t v = 0; v < V; v++) total += (double)count[v];
+    for (int64_t v = 0; v < V; v++) q[v] = total > 0 ? (double)count[v] / total : 0.0;
     whatif_batch b = {.n_tok = n_tok, .C = C, .V = V, .h = h, .w = wr.w, .target = targets,
                       .zcoef = wr.zcoef, .bf16 = wr.bf16, .lse = lse};
     for (int64_t k = 0; k < o.batches; k++) {
@@ -520,16 +526,17 @@ int cmd_what_if(int argc, char **argv) {
                               ct_hash64((uint64_t)wr.step, (uint64_t)k), &err);
             if (rc != CT_OK) goto out_fail;
         }
+        hbar2 += hn2 / (double)o.batches;
         for (int32_t i = 0; i < n_cells; i++) {
             whatif_cell *cl = &cells[i];
-            double gscale = cl->ea; /* sum |e| of the last replay of this cell = the batch's */
-            cl->pred += whatif_model_push(cl->N, V, C, (double)n_tok / cl->N, cl->algo,
-                                          (int32_t)o.gpus_per_node, cl->policy, hn2,
-                                          gscale / (double)(V * C));
+            whatif_model_in mi = {cl->N, cl->algo, (int32_t)o.gpus_per_node, cl->policy, V,
+                                  (double)n_tok / cl->N, hn2, q};
+            cl->pred += whatif_model_push(&mi);
         }
     }
+    printf("what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, mean over the "
+           "batches)\n", hbar2);
     if (o.per_row) {
-        if ((rc = corpus_counts(&wr, count, &err)) != CT_OK) goto out_fail;
         if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
             goto out_fail;
     }
@@ -552,6 +559,7 @@ out_free:
     free(lse);
     free(hbar);
     free(count);
+    free(q);
     close_run(&wr);
     return status;
 }
