@@ -535,7 +535,8 @@ int cmd_what_if(int argc, char **argv) {
         }
     }
     printf("what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, mean over the "
-           "batches)\n", hbar2);
+           "batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
+           (long long)o.channels, (long long)o.gpus_per_node);
     if (o.per_row) {
         if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
             goto out_fail;
