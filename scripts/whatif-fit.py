@@ -88,39 +88,43 @@ def predict(r, q, a, tau, b, kstar):
 
 
 def log_err(rows, q, a, tau, b, kstar):
+    """log10(model / replay) per row; rows whose replayed push is not > 0 (noise at small N:
+    the model gives the mean push, always >= 0) are left to the caller (NaN here)."""
     e = []
     for r in rows:
         p = predict(r, q, a, tau, b, kstar)
-        if r["push"] > 0 and p > 0:
-            e.append(math.log10(p) - math.log10(r["push"]))
-        else:
-            e.append(3.0)  # a sign or zero the model cannot give: a large penalty
+        e.append(math.log10(p) - math.log10(r["push"]) if r["push"] > 0 and p > 0 else
+                 (3.0 if r["push"] > 0 else math.nan))
     return np.array(e)
 
 
 def fit(rows, q):
+    """Grid search: tau and kstar on grids, a and b on log grids, minimising the mean squared
+    log10 error over the rows with a positive replayed push."""
+    y = np.array([r["push"] for r in rows])
+    ok = y > 0
+    ly = np.log10(y[ok])
+    grid = np.geomspace(1e-3, 1e2, 51)
     best = None
     for tau in np.geomspace(1e-4, 1e-1, 31):
         for kstar in [64, 96, 128, 192, 256, 384, 512, 768, 1024]:
-            F = np.array([features(r, q, tau, kstar) for r in rows])
-            y = np.array([r["push"] for r in rows])
-            ok = y > 0
-            # linear least squares of relative error: minimise sum ((a s + b z) / y - 1)^2
-            A = F[ok] / y[ok, None]
-            coef, *_ = np.linalg.lstsq(A, np.ones(ok.sum()), rcond=None)
-            a, b = max(coef[0], 1e-6), max(coef[1], 0.0)
-            err = log_err(rows, q, a, tau, b, kstar)
-            score = float(np.mean(err ** 2))
-            if best is None or score < best[0]:
-                best = (score, a, tau, b, kstar)
+            F = np.array([features(r, q, tau, kstar) for r in rows])[ok]
+            P = grid[:, None, None] * F[None, None, :, 0] + grid[None, :, None] * F[None, None, :, 1]
+            with np.errstate(divide="ignore"):
+                E = np.where(P > 0, np.log10(np.maximum(P, 1e-300)) - ly, 3.0)
+            score = np.mean(E ** 2, axis=2)
+            i, j = np.unravel_index(np.argmin(score), score.shape)
+            if best is None or score[i, j] < best[0]:
+                best = (float(score[i, j]), grid[i], tau, grid[j], kstar)
     return best
 
 
 def report(name, rows, q, a, tau, b, kstar):
     err = log_err(rows, q, a, tau, b, kstar)
-    print(f"{name}: {len(rows)} replays; log10(pred/replay): mean {err.mean():+.3f}, rms "
-          f"{math.sqrt(float(np.mean(err ** 2))):.3f}, max |.| {np.abs(err).max():.3f} "
-          f"(factor {10 ** np.abs(err).max():.2f})")
+    ok = ~np.isnan(err)
+    print(f"{name}: {len(rows)} replays, {int(ok.sum())} with a positive push; log10(model/replay) "
+          f"over those: mean {np.mean(err[ok]):+.3f}, rms {math.sqrt(float(np.mean(err[ok] ** 2))):.3f}, "
+          f"max |.| {np.abs(err[ok]).max():.3f} (a factor {10 ** np.abs(err[ok]).max():.2f})")
     for r, e in zip(rows, err):
         p = predict(r, q, a, tau, b, kstar)
         print(f"   N={r['N']:5d} {r['algo']:6s} G={r['G']} T_loc={r['T']:8.4g} replay {r['push']:10.3e} "
