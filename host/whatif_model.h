@@ -22,11 +22,12 @@
 
 #include <stdint.h>
 
-/* The fitted constants (docs/logit-growth.md gives the fit and its held-out error). */
-#define WHATIF_MODEL_A 1.0
-#define WHATIF_MODEL_TAU 4e-3
-#define WHATIF_MODEL_B 1.0
-#define WHATIF_MODEL_KSTAR 256.0
+/* The fitted constants: scripts/whatif-fit.py on 7 ring replays (docs/logit-growth.md gives
+ * the fit, and its error on 16 held-out replays of other orders and batches). */
+#define WHATIF_MODEL_A 6.31
+#define WHATIF_MODEL_TAU 7.943e-4
+#define WHATIF_MODEL_B 0.5012
+#define WHATIF_MODEL_KSTAR 384.0
 
 typedef struct whatif_model_in {
     int32_t       N, algo, gpus_per_node, policy; /* gpus_per_node 0: one node */

@@ -5,7 +5,7 @@ replays held out of the fit. Not for: predicting in production (what-if does tha
 file mirrors its formula to search the constants, and prints its predictions so that they can
 be checked against what-if's `predicted` column once the constants are in the C file).
 
-Usage: scripts/whatif-fit.py --counts ROWS.tsv --fit A.txt B.txt ... --hold C.txt D.txt ...
+Usage: scripts/whatif-fit.py --counts ROWS.tsv --fit A.txt ... --hold C.txt ... [--floor P]
   ROWS.tsv: a `what-if --per-row` file of the same data (its counts give the unigram q)
   *.txt: `ctrain what-if` outputs (only pure_bf16 rows are used; the other policies are
   predicted 0). The fit minimises the squared error of log10(push) over rows with push > 0.
@@ -137,10 +137,13 @@ def main():
     ap.add_argument("--fit", nargs="+", required=True)
     ap.add_argument("--hold", nargs="*", default=[])
     ap.add_argument("--constants", help="a,tau,b,kstar: skip the fit and evaluate these")
+    ap.add_argument("--floor", type=float, default=0.0,
+                    help="replayed pushes below this are noise (the model gives the mean): "
+                         "left out of the fit and the error")
     o = ap.parse_args()
     q = read_counts(o.counts)
-    fit_rows = [r for f in o.fit for r in read_table(f)]
-    hold_rows = [r for f in o.hold for r in read_table(f)]
+    fit_rows = [r for f in o.fit for r in read_table(f) if r["push"] >= o.floor]
+    hold_rows = [r for f in o.hold for r in read_table(f) if r["push"] >= o.floor]
     if o.constants:
         a, tau, b, kstar = map(float, o.constants.split(","))
     else:
