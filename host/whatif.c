@@ -418,8 +418,8 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
     return CT_OK;
 }
 
-static void print_table(const whatif_run *wr, const whatif_opts *o, const whatif_cell *cells,
-                        int32_t n_cells, int64_t n_tok) {
+static void print_table(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
+                        int64_t n_tok) {
     printf("%6s %-7s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy", "tokens/rank",
            "rel_err", "bias", "logit_push", "predicted");
     double K = (double)o->batches;
@@ -430,7 +430,6 @@ static void print_table(const whatif_run *wr, const whatif_opts *o, const whatif
                (double)n_tok / cl->N, cl->rel_err / K, cl->bias / K, cl->push / K,
                cl->pred / K);
     }
-    (void)wr;
 }
 
 int cmd_what_if(int argc, char **argv) {
@@ -541,7 +540,7 @@ int cmd_what_if(int argc, char **argv) {
         if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
             goto out_fail;
     }
-    print_table(&wr, &o, cells, n_cells, n_tok);
+    print_table(&o, cells, n_cells, n_tok);
     status = 0;
     goto out_free;
 out_fail:

@@ -9,8 +9,8 @@
  * in f32, and rank n's gradient row v = bf16(sum over its tokens of dlogits[t, v] * h[t]) (a
  * bf16 local gradient, FSDP's grad_accum_dtype). The sums are formed in f64 where the plugin's
  * sgemm uses f32, so a value can land one bf16 step away from the run's where the f32 result
- * sits next to a rounding boundary (about 1 element in 200; the what-if test bounds the
- * effect on the figures). With bf16 = 0 nothing is rounded to bf16 (an f32 run's logits). */
+ * sits next to a rounding boundary (rarely: the figures agree with the run's probe to < 1%,
+ * tests/cli/test_whatif.sh). With bf16 = 0 nothing is rounded to bf16 (an f32 run's logits). */
 #ifndef CTRAIN_HOST_WHATIF_GRAD_H
 #define CTRAIN_HOST_WHATIF_GRAD_H
 
