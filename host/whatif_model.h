@@ -16,7 +16,10 @@
  *              row's small mass; trees do not (their partial sums grow by doubling).
  *   push = |hbar|^2 / V * (a * sum_v q_v P_v lost_v + b * max(0, 1 - k* / L)),
  * P_v = 1 - exp(-T_tot q_v) the chance that token v is in the batch. The unbiased or f32
- * policies (bf16_fp32acc, bf16_sr, amp) are predicted 0: their error has no sign. */
+ * policies (bf16_fp32acc, bf16_sr, amp) are predicted 0: their error has no sign.
+ * Valid range: fitted and checked at 1..32 tokens per rank (x1.5 rms); at 64..128 tokens per
+ * rank it is off by x6..x30 (its thresholds are sharp where rounding is gradual), so beyond
+ * that the replay, not this, is the answer. */
 #ifndef CTRAIN_HOST_WHATIF_MODEL_H
 #define CTRAIN_HOST_WHATIF_MODEL_H
 
