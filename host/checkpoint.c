@@ -827,3 +827,15 @@ int32_t checkpoint_load_weights(host_rank *r, const char *dir, ct_error *err) {
     close_checkpoint(saved, world, saved_cfg);
     return rc;
 }
+
+int32_t checkpoint_data_position(const char *dir, host_loader_state *ls, int32_t *world,
+                                 ct_error *err) {
+    saved_rank first;
+    int32_t rc = open_saved(dir, 0, &first, err);
+    if (rc == CT_OK) {
+        *ls = first.ls;
+        *world = first.world;
+    }
+    close_saved(&first);
+    return rc;
+}

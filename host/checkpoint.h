@@ -78,4 +78,10 @@ int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct
  * [model] must equal the checkpoint's, as for resume. */
 int32_t checkpoint_load_weights(host_rank *r, const char *dir, ct_error *err);
 
+/* The data position saved with checkpoint folder dir (rank 0's file, verified as resume does)
+ * into *ls, and the world size that saved it into *world: where the run's next step reads
+ * its batch (`ctrain what-if`). */
+int32_t checkpoint_data_position(const char *dir, host_loader_state *ls, int32_t *world,
+                                 ct_error *err);
+
 #endif /* CTRAIN_HOST_CHECKPOINT_H */

@@ -878,3 +878,38 @@ void config_print(const host_config *cfg, FILE *out) {
         }
     }
 }
+
+/* See config.h. */
+int32_t config_load_world1(const char *path, host_config **out, ct_error *err) {
+    *out = NULL;
+    host_config *src = config_new(), *cfg = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (!src) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = config_load_file(src, path, err);
+    FILE *m = rc == CT_OK ? open_memstream(&text, &len) : NULL;
+    if (rc == CT_OK && !m) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    if (rc == CT_OK) {
+        for (int32_t s = 0; s < config_section_count(src); s++) {
+            const char *sec = config_section_name(src, s);
+            if (!strcmp(sec, "comm")) continue;
+            fprintf(m, "[%s]\n", sec);
+            for (int32_t k = 0; k < config_key_count(src, sec); k++) {
+                const char *key = config_key_name(src, sec, k);
+                fprintf(m, "%s = %s\n", key, config_get(src, sec, key));
+            }
+        }
+        fprintf(m, "[comm]\nplugin = local\nworld_size = 1\n");
+        if (fclose(m) != 0) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    }
+    if (rc == CT_OK && !(cfg = config_new())) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    if (rc == CT_OK) rc = config_load_string(cfg, path, text, err);
+    free(text);
+    config_free(src);
+    if (rc != CT_OK) {
+        config_free(cfg);
+        return rc;
+    }
+    *out = cfg;
+    return CT_OK;
+}

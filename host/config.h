@@ -99,4 +99,10 @@ const char *config_range_text(const ct_param_spec *s, int digits, char *buf, siz
  * name when the section is absent. */
 const char *config_section_origin(const host_config *cfg, const char *section);
 
+/* *out = a new configuration: the INI file at path with [comm] replaced by plugin = local,
+ * world_size = 1 (`ctrain sample` and `ctrain what-if` run one rank whatever the run's world
+ * was). Keys keep their file's name as origin prefix, so relative plugin paths still resolve
+ * against the file's folder. On failure *out is NULL and err says why. */
+int32_t config_load_world1(const char *path, host_config **out, ct_error *err);
+
 #endif /* CTRAIN_HOST_CONFIG_H */

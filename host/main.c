@@ -326,7 +326,7 @@ int main(int argc, char **argv) {
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
     /* the commands that run matrix products: OpenBLAS's kernel is chosen before a plugin
      * loads it (may restart this program once) */
-    static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", NULL};
+    static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", "what-if", NULL};
     for (int i = 0; blas_users[i]; i++)
         if (!strcmp(name, blas_users[i])) blas_core_choose(argv);
     for (int i = 0; i < N_COMMANDS; i++)

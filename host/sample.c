@@ -114,21 +114,13 @@ int32_t sample_pick(const float *logits, int64_t V, const sample_opts *o, double
 
 /* ---- the decode loop -------------------------------------------------------------------- */
 
-/* This rank's copy of every unit's gathered parameters (device memory, param_dtype). */
-typedef struct param_copy {
-    void   **unit;   /* (n_units) */
-    uint32_t n;
-} param_copy;
-
-static void copies_free(host_rank *r, param_copy *pc) {
+void sample_params_free(host_rank *r, param_copy *pc) {
     for (uint32_t u = 0; pc->unit && u < pc->n; u++) r->dev.vt->free_mem(r->dev.self, pc->unit[u]);
     free(pc->unit);
     pc->unit = NULL;
 }
 
-/* Gather every unit once (acquire/release, as the forward pass does: collective for sharded
- * strategies) and, on the active rank, copy it. Every rank runs every acquire and release. */
-static int32_t copies_make(host_rank *r, int active, param_copy *pc, ct_error *err) {
+int32_t sample_params_make(host_rank *r, int active, param_copy *pc, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     size_t es = ct_dtype_size(r->policy.param_dtype);
     pc->n = r->mdesc.n_units;
@@ -151,14 +143,11 @@ static int32_t copies_make(host_rank *r, int active, param_copy *pc, ct_error *e
         int32_t rc2 = st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
         if (rc == CT_OK) rc = rc2;
     }
-    if (rc != CT_OK) copies_free(r, pc);
+    if (rc != CT_OK) sample_params_free(r, pc);
     return rc;
 }
 
-/* Logits (V, host) of the last of the n window tokens, recomputed with forward() over the
- * window: row 0 of the rank's (B,T) token buffer holds the window, the rest zeros (causal
- * attention: later positions never reach earlier rows). */
-static int32_t logits_by_forward(host_rank *r, const param_copy *pc, const int32_t *window,
+int32_t sample_forward_window(host_rank *r, const param_copy *pc, const int32_t *window,
                                  int64_t n, int fit, float *logits, ct_error *err) {
     const ct_model_vtable *mv = r->model.vt;
     int64_t rows = fit ? n : r->B * r->T; /* fit: the model is prepared for (1, n) */
@@ -196,7 +185,7 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
         return ct_error_set(err, CT_ERR_INVALID, "the prompt is %lld tokens; the model's context "
                             "is %lld ---> shorten the prompt", (long long)n_prompt, (long long)W);
     param_copy pc = {0};
-    int32_t rc = copies_make(r, active, &pc, err);
+    int32_t rc = sample_params_make(r, active, &pc, err);
     if (rc != CT_OK || !active) return rc;
 
     const ct_model_vtable *mv = r->model.vt;
@@ -233,7 +222,7 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
             rc = mv->decode(r->model.self, &a, err);
             cached = len - start;
         } else {
-            rc = logits_by_forward(r, &pc, seq + start, len - start, o->fit_window, logits, err);
+            rc = sample_forward_window(r, &pc, seq + start, len - start, o->fit_window, logits, err);
         }
         int32_t tok = 0;
         if (rc == CT_OK)
@@ -248,7 +237,7 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
     st->used_cache = use_cache;
     free(seq);
     free(logits);
-    copies_free(r, &pc);
+    sample_params_free(r, &pc);
     return rc;
 }
 

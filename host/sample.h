@@ -57,6 +57,25 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
                         const sample_opts *o, sample_emit_fn emit, void *ctx, sample_stats *st,
                         ct_error *err);
 
+/* This rank's copy of every unit's gathered parameters (device memory, param_dtype). */
+typedef struct param_copy {
+    void   **unit;   /* (n_units) */
+    uint32_t n;
+} param_copy;
+
+/* Gather every unit once (acquire/release, as the forward pass does: collective for sharded
+ * strategies) and, on the active rank, copy it into *pc. Every rank runs every acquire and
+ * release. Free with sample_params_free. */
+int32_t sample_params_make(host_rank *r, int active, param_copy *pc, ct_error *err);
+void sample_params_free(host_rank *r, param_copy *pc);
+
+/* Logits (V, host) of the last of the n window tokens, recomputed with forward() over the
+ * window: row 0 of the rank's (B,T) token buffer holds the window, the rest zeros (causal
+ * attention: later positions never reach earlier rows). fit: the model is first prepared for
+ * (1, n), so the forward's rows are exactly the window's (mean_hidden then averages them). */
+int32_t sample_forward_window(host_rank *r, const param_copy *pc, const int32_t *window,
+                              int64_t n, int fit, float *logits, ct_error *err);
+
 /* JSON string body of n bytes (no quotes): '"', '\\' and control bytes escaped, valid UTF-8
  * copied, every byte of an invalid UTF-8 sequence written as \ufffd. Returns 0 or -1 on a
  * write error. */

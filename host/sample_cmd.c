@@ -106,43 +106,6 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
     return 0;
 }
 
-/* cfg = the INI file at path with [comm] replaced by plugin = local, world_size = 1 (sampling
- * runs one rank whatever the run's world was). Keys keep their file's name as origin prefix,
- * so relative plugin paths still resolve against the file's folder. */
-static int32_t load_world1_config(const char *path, host_config **out, ct_error *err) {
-    *out = NULL;
-    host_config *src = config_new(), *cfg = NULL;
-    char *text = NULL;
-    size_t len = 0;
-    if (!src) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    int32_t rc = config_load_file(src, path, err);
-    FILE *m = rc == CT_OK ? open_memstream(&text, &len) : NULL;
-    if (rc == CT_OK && !m) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    if (rc == CT_OK) {
-        for (int32_t s = 0; s < config_section_count(src); s++) {
-            const char *sec = config_section_name(src, s);
-            if (!strcmp(sec, "comm")) continue;
-            fprintf(m, "[%s]\n", sec);
-            for (int32_t k = 0; k < config_key_count(src, sec); k++) {
-                const char *key = config_key_name(src, sec, k);
-                fprintf(m, "%s = %s\n", key, config_get(src, sec, key));
-            }
-        }
-        fprintf(m, "[comm]\nplugin = local\nworld_size = 1\n");
-        if (fclose(m) != 0) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    }
-    if (rc == CT_OK && !(cfg = config_new())) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    if (rc == CT_OK) rc = config_load_string(cfg, path, text, err);
-    free(text);
-    config_free(src);
-    if (rc != CT_OK) {
-        config_free(cfg);
-        return rc;
-    }
-    *out = cfg;
-    return CT_OK;
-}
-
 /* Streaming text out: the decoded text of every token so far, printed as it grows. A decoder
  * may show an incomplete UTF-8 character as U+FFFD until its last byte arrives, so trailing
  * U+FFFD bytes are held back until the end. */
@@ -243,7 +206,7 @@ int cmd_sample(int argc, char **argv) {
         run_dir[0] = '\0';
     }
     host_wiring w;
-    if ((rc = load_world1_config(cfg_path, &cfg, &err)) != CT_OK) goto out_fail;
+    if ((rc = config_load_world1(cfg_path, &cfg, &err)) != CT_OK) goto out_fail;
     if (!(reg = registry_open(&err))) goto out_fail;
     if ((rc = wiring_resolve(cfg, reg, &w, &err)) != CT_OK) goto out_fail;
     if ((rc = rank_open_model(&r, cfg, &w, &err)) != CT_OK) goto out_fail;

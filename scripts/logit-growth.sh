@@ -19,7 +19,15 @@
 #   LG_OUT=runs/logit-growth-cost; CPU seconds in probe-sp32k-cost.txt
 #   LG_GROUPS="sp32k-ce bytes-ce sp32k-zloss"   which groups of the plan to run
 #   LG_CTRAIN=build/ctrain
-# Global batch: 32 sequences x 16 tokens at every world size (batch_size = 32/N per rank), seed 1337.
+#   LG_GLOBAL_BATCH=32        sequences per step at every world size (batch_size = this / N)
+#   LG_KEEP_CHECKPOINTS=0     1: keep each run's final checkpoint (for `ctrain what-if`)
+#   The long runs (2000 steps, N up to 256, V = 8k, base-sp8k.ini; tiers L1 and L2 are two
+#   lanes that may run at the same time, each in its own shell):
+#   LG_TIERS=L1 LG_GROUPS="sp8k-ce sp8k-zloss" LG_STEPS=2000 LG_GLOBAL_BATCH=256
+#   LG_KEEP_CHECKPOINTS=1 LG_OUT=runs/logit-growth-long2k scripts/logit-growth.sh   (and L2)
+# Global batch: 32 sequences x 16 tokens at every world size (batch_size = 32/N per rank), seed
+# 1337; the long runs 256 x 4 (one sequence per rank at N = 256).
+# POLICY in the plan may carry an order, POLICY:ALGO (dbtree or hier, 8 ranks per node).
 # At N = 1 nothing is reduced, so every policy here is the same run (see plan below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,12 +40,17 @@ tiers=${LG_TIERS:-"1 2 3"}
 seed=${LG_SEED:-1337}
 ctrain=${LG_CTRAIN:-build/ctrain}
 inis=ini/experiments/logit-growth
-global_batch=32
+global_batch=${LG_GLOBAL_BATCH:-32}
+keep_checkpoints=${LG_KEEP_CHECKPOINTS:-0}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # 32 rank threads already fill 2 cores
 
 [ -x "$ctrain" ] || { echo "logit-growth: $ctrain not found ---> run make first" >&2; exit 1; }
 
 prepare_data() {
+    case " $groups " in *" sp8k-"*)
+        [ -s data/sp8k/meta.ini ] || "$ctrain" prepare $(scripts/get-corpus.sh) --out data/sp8k \
+            --tokenizer sentencepiece --vocab-size 8000 ;;
+    esac
     if [ ! -s data/sp32k/meta.ini ]; then
         "$ctrain" prepare $(scripts/get-corpus.sh) --out data/sp32k --tokenizer sentencepiece \
             --vocab-size 32000
@@ -50,19 +63,30 @@ prepare_data() {
 # finished DIR: its metrics.jsonl has a line for the final step
 finished() { [ -s "$1/metrics.jsonl" ] && grep -q "\"step\": $steps," "$1/metrics.jsonl"; }
 
-# run GROUP N POLICY: one training run; POLICY is a precision plugin or ddp_f32
-# (ddp + amp with the bf16 local gradient cast to f32 before the all-reduce).
+# run GROUP N POLICY[:ALGO]: one training run; POLICY is a precision plugin or ddp_f32
+# (ddp + amp with the bf16 local gradient cast to f32 before the all-reduce); ALGO an order of
+# the threads engine (dbtree, hier) with 8 ranks per node.
 run() {
-    local group=$1 n=$2 policy=$3
+    local group=$1 n=$2 policy=${3%%:*} algo=
+    [ "$3" != "$policy" ] && algo=${3#*:}
     local vocab=${group%%-*} loss=${group#*-}
-    local dir=$out/$group/n${n}_$policy
+    local dir=$out/$group/n${n}_$policy${algo:+_$algo}
     if finished "$dir"; then echo "skip  $dir (done)"; return 0; fi
-    rm -rf "$dir"; mkdir -p "$out/$group"
-    local sets=(--set "run.name=n${n}_$policy" --set "run.out_dir=$dir" --set "run.steps=$steps"
+    mkdir -p "$out/$group"
+    # lanes running at the same time never take the same run (DIR.lock holds the lane's pid)
+    if ! mkdir "$dir.lock" 2> /dev/null; then
+        if kill -0 "$(cat "$dir.lock/pid" 2> /dev/null)" 2> /dev/null; then
+            echo "skip  $dir (another lane runs it)"; return 0
+        fi
+    fi
+    echo $$ > "$dir.lock/pid"
+    rm -rf "$dir"
+    local sets=(--set "run.out_dir=$dir" --set "run.steps=$steps"
                 --set "optim.lr=$lr" --set "optim.min_lr=$lr"
                 --set "data.batch_size=$((global_batch / n))" --set "comm.world_size=$n"
-                --set "run.seed=$seed")
+                --set "run.seed=$seed" --set "run.name=n${n}_$policy${algo:+_$algo}")
     [ "$n" -gt 1 ] && sets+=(--set comm.plugin=threads)
+    [ -n "$algo" ] && sets+=(--set "comm.algo=$algo" --set comm.gpus_per_node=8)
     if [ "$policy" = ddp_f32 ]; then
         sets+=(--set strategy.plugin=ddp --set strategy.reduce_dtype=policy --set precision.plugin=amp)
     else
@@ -80,8 +104,9 @@ run() {
     if ! "${timer[@]}" "$ctrain" train "$inis/base-$vocab.ini" "${sets[@]}" < /dev/null > "$dir.log" 2>&1; then
         echo "FAIL  $dir (see $dir.log)"; tail -3 "$dir.log"; return 0
     fi
-    rm -rf "$dir/checkpoints"              # the sweep needs metrics only
+    [ "$keep_checkpoints" = 1 ] || rm -rf "$dir/checkpoints"   # the sweep needs metrics only
     [ -f "$dir.time" ] && mv "$dir.time" "$dir/time.txt"
+    rm -rf "$dir.lock"
     echo "done  $dir $((SECONDS - t0)) s"
 }
 
@@ -112,6 +137,16 @@ plan() {
     for n in 4 16; do for p in amp bf16_fp32acc; do echo "3 sp32k-zloss $n $p"; done; done
     for p in bf16_sr ddp_f32; do echo "3 sp32k-zloss 32 $p"; done
     for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp_f32; do echo "c sp32k-cost 32 $p"; done
+    # the long runs, in the issue's priority order, dealt to two lanes of about equal work
+    # (what fits ~95 minutes of a shared 2-core machine is the first two of each lane)
+    echo "L1 sp8k-ce 1 pure_bf16";          echo "L2 sp8k-ce 256 bf16_fp32acc"
+    echo "L1 sp8k-ce 256 pure_bf16";        echo "L2 sp8k-ce 64 pure_bf16"
+    echo "L1 sp8k-ce 256 amp";              echo "L2 sp8k-ce 64 bf16_fp32acc"
+    echo "L1 sp8k-ce 256 bf16_sr";          echo "L2 sp8k-zloss 256 pure_bf16"
+    echo "L1 sp8k-ce 256 pure_bf16:dbtree"; echo "L2 sp8k-ce 256 pure_bf16:hier"
+    echo "L1 sp8k-zloss 1 pure_bf16";       echo "L2 sp8k-ce 64 amp"
+    echo "L1 sp8k-ce 64 bf16_sr"
+    for p in amp bf16_fp32acc; do echo "L2 sp8k-zloss 256 $p"; done
 }
 
 # probe_table DIR...: per run, the mean over log steps of the reduction-error probe's figures.
@@ -167,11 +202,14 @@ derive() {
 report_group() {
     local group=$1 g=$out/$1 d ref=$out/$1/n1_pure_bf16
     local -a all=() multi=() dn32=() dpure=()
-    for d in "$g"/n1_* "$g"/n4_* "$g"/n16_* "$g"/n32_*; do finished "$d" && all+=("$d"); done
+    for d in "$g"/n1_* "$g"/n4_* "$g"/n16_* "$g"/n32_* "$g"/n64_* "$g"/n256_*; do
+        finished "$d" && all+=("$d")
+    done
     # the probe's plot: pure_bf16 at every N > 1, then the other N = 32 policies (ddp_f32's probe
     # figures are amp's: the probe reduces the policy's way whatever the strategy)
     for d in "$g"/n4_pure_bf16 "$g"/n16_pure_bf16 "$g"/n32_pure_bf16 "$g"/n32_bf16_sr \
-             "$g"/n32_bf16_fp32acc "$g"/n32_amp; do
+             "$g"/n32_bf16_fp32acc "$g"/n32_amp "$g"/n64_pure_bf16 "$g"/n256_pure_bf16 \
+             "$g"/n256_bf16_fp32acc "$g"/n256_amp; do
         finished "$d" && multi+=("$d")
     done
     [ ${#all[@]} -gt 0 ] || return 0
@@ -185,7 +223,7 @@ report_group() {
         [ "$d" = "$ref" ] && continue
         derive "$ref" "$d" "$out/delta/$group/$(basename "$d")"
         case $(basename "$d") in
-            n32_*) dn32+=("$out/delta/$group/$(basename "$d")") ;;
+            n32_* | n256_*) dn32+=("$out/delta/$group/$(basename "$d")") ;;
         esac
         case $(basename "$d") in
             n*_pure_bf16) dpure+=("$out/delta/$group/$(basename "$d")") ;;
@@ -196,7 +234,7 @@ report_group() {
     local probe=(--metric probe/head/rel_err --metric probe/head/bias
                  --metric probe/head/logit_push --metric probe/block.0/rel_err)
     [ ${#dn32[@]} -gt 0 ] && "$ctrain" plot "${dn32[@]}" "${delta[@]}" \
-        --title "$group, N = 32: run minus the N = 1 run" --out "$out/plots/$group-delta-n32.png"
+        --title "$group, largest N: run minus the N = 1 run" --out "$out/plots/$group-delta-n32.png"
     [ ${#dpure[@]} -gt 0 ] && "$ctrain" plot "${dpure[@]}" "${delta[@]}" \
         --title "$group, pure_bf16: run minus the N = 1 run" --out "$out/plots/$group-delta-pure.png"
     [ ${#multi[@]} -gt 0 ] && "$ctrain" plot "${multi[@]}" "${probe[@]}" \

@@ -5,6 +5,8 @@
  * reduce.c runs block by block, rounding every combine to the wire dtype.
  * Not for: the arithmetic of one combine (reduce.h), threads or waiting (world.c).
  * docs/collectives.md states each order, which NCCL version it follows, and its limits.
+ * Also linked into the host for `ctrain what-if` (host/whatif_replay.c replays these programs):
+ * keep orders.c and reduce.c pure (no plugin state, no threads).
  *
  * Work split: every collective's elements are cut into channels (contiguous parts), and each
  * channel part into world_size "units"; rank u reduces unit u of every channel. Which rank

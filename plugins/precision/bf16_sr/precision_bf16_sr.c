@@ -20,6 +20,8 @@
 #include <ctrain/numerics.h>
 #include <ctrain/precision_kit.h>
 
+#include "sr_combine.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,14 +35,6 @@ typedef struct sr_precision {
     uint64_t  cap;             /* capacity of out and in, in elements */
 } sr_precision;
 
-/* One hop: bf16 partial (received) + bf16 own contribution, added in f32 and rounded to bf16
- * with the random bits of (call stream, element, hop). */
-CT_HD uint16_t sr_combine(uint16_t partial, uint16_t own, uint64_t stream, uint64_t element,
-                          int32_t hop, int32_t world_size) {
-    float v = ct_bf16_to_f32(partial) + ct_bf16_to_f32(own);
-    uint64_t bits = ct_hash64(stream, element * (uint64_t)world_size + (uint64_t)hop);
-    return ct_bf16_from_f32_sr(v, (uint32_t)(bits >> 48));
-}
 
 static void *sr_create(const ct_create_args *args, ct_error *err) {
     int32_t accum;

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# test_whatif.sh — `ctrain what-if`: a run trained with the threads engine at N = 16 (pure_bf16,
+# full_shard, probe on, a 1000-token sentencepiece vocabulary) is replayed from its checkpoint of
+# step 2, and the replay of step 3 at N = 16 gives the probe's head figures of step 3 (ring,
+# and a run trained with NCCL's tree at 4 ranks per node against --algo dbtree); the
+# hierarchical order at one rank per node equals the ring; --per-row writes a row per
+# vocabulary entry; every error names its flag and exits 2 (usage) or 1, never a signal.
+#
+# Tolerance: what-if forms the logits and the local gradients in f64 where the gpt plugin's
+# sgemm sums in f32, so a value that sits next to a bf16 rounding boundary may land one bf16
+# step away (measured: rel_err and logit_push agree to < 0.1%, bias to < 1%). The bounds below
+# (1% on rel_err and logit_push, 5% on bias) are well inside what a wrong order or rounding
+# does (one combine rounded to f32 instead of bf16 moves rel_err by > 10%).
+set -u
+cd "$(dirname "$0")/../.."
+. tests/cli/lib.sh
+ct_need_ctrain
+W=$CT_TMP
+
+"$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --text /usr/share/common-licenses/GPL-2 \
+    --text /usr/share/common-licenses/LGPL-2.1 --out "$W/sp" --tokenizer sentencepiece \
+    --vocab-size 1000 --val-fraction 0 > "$W/prepare.log" 2>&1 \
+    || { ct_fail prepare "$(tail -3 "$W/prepare.log")"; ct_summary; exit 1; }
+
+# train OUT [--set ...]: 3 steps at N = 16 (2 sequences of 8 tokens per rank), the probe at
+# step 3, checkpoints at steps 2 and 3
+train() {
+    local out=$1
+    shift
+    cat > "$W/w.ini" <<EOF
+[run]
+name = w
+out_dir = $out
+steps = 3
+seed = 11
+log_every = 3
+eval_every = 0
+checkpoint_every = 2
+keep_checkpoints = 5
+probe = true
+[data]
+train = $W/sp
+batch_size = 2
+seq_len = 8
+[model]
+plugin = gpt
+n_layer = 1
+n_head = 2
+d_model = 16
+vocab_size = 1000
+seq_len = 8
+norm = gain_only_layernorm
+mlp = swiglu
+pos = rope
+qk_norm = true
+tie_embeddings = false
+bias = false
+init = open_lm
+[strategy]
+plugin = full_shard
+[precision]
+plugin = pure_bf16
+[comm]
+plugin = threads
+world_size = 16
+[optim]
+lr = 5e-3
+warmup = 1
+[device]
+threads = 1
+EOF
+    "$CTRAIN" train "$W/w.ini" "$@" > "$out.log" 2>&1 || ct_fail "train $out" "$(tail -3 "$out.log")"
+}
+
+# probe RUN KEY: the probe's value of KEY at step 3
+probe() {
+    python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if d.get("step") == 3 and sys.argv[2] in d: print(repr(d[sys.argv[2]]))' "$1/metrics.jsonl" "$2"
+}
+
+# row ALGO POLICY: the what-if table's row (N, algo, policy, tokens/rank, rel_err, bias, push)
+row() { awk -v a="$1" -v p="$2" '$2 == a && $3 == p' "$CT_TMP/out"; }
+
+# near NAME GOT WANT TOL: |got - want| <= TOL * |want|
+near() {
+    if python3 -c 'import sys; g, w, t = map(float, sys.argv[1:4]); sys.exit(0 if abs(g - w) <= t * abs(w) and w != 0 else 1)' "$2" "$3" "$4"; then
+        ct_pass "$1 (expected $3, got $2, tolerance $4 relative)"
+    else
+        ct_fail "$1" "expected $3 within $4 relative, got $2"
+    fi
+}
+
+# ---- 1. the ring: what-if at N = 16 gives the probe's figures of the run ------------------
+train "$W/ring"
+ct_run "$CTRAIN" what-if "$W/ring/checkpoints/step_00000002" --world-sizes 16 --algo ring,hier \
+    --gpus-per-node 1 --policies pure_bf16,bf16_fp32acc,amp --per-row "$W/rows.tsv"
+if [ "$ct_rc" -ne 0 ]; then
+    ct_fail "what-if ring" "exited $ct_rc: $ct_err"
+else
+    grep -q "replaying the head gradient of step 3" "$CT_TMP/out" && ct_pass "what-if names the step it replays" \
+        || ct_fail "replayed step" "$ct_out"
+    r=$(row ring pure_bf16)
+    near "ring pure_bf16 head rel_err = the probe's" "$(echo "$r" | awk '{print $5}')" "$(probe "$W/ring" probe/head/rel_err)" 0.01
+    near "ring pure_bf16 head bias = the probe's" "$(echo "$r" | awk '{print $6}')" "$(probe "$W/ring" probe/head/bias)" 0.05
+    near "ring pure_bf16 head logit_push = the probe's" "$(echo "$r" | awk '{print $7}')" "$(probe "$W/ring" probe/head/logit_push)" 0.01
+    # hier at one rank per node is the flat ring, figure for figure
+    for p in pure_bf16 bf16_fp32acc amp; do
+        a=$(row ring $p | cut -c8- | awk '{$1=""; print}') b=$(row hier $p | cut -c8- | awk '{$1=""; print}')
+        [ -n "$a" ] && [ "$a" = "$b" ] && ct_pass "hier at gpus_per_node 1 = ring ($p)" \
+            || ct_fail "hier = ring ($p)" "ring '$a', hier '$b'"
+    done
+    # amp's f32 reduction is exact to ~1e-8; the bf16 ring's error is far above it
+    amp=$(row ring amp | awk '{print $5}') pure=$(row ring pure_bf16 | awk '{print $5}')
+    python3 -c 'import sys; a, p = map(float, sys.argv[1:]); sys.exit(0 if a < 1e-6 < p else 1)' "$amp" "$pure" \
+        && ct_pass "amp's error ($amp) is f32's, pure_bf16's ($pure) bf16's" \
+        || ct_fail "amp vs pure_bf16" "amp $amp, pure_bf16 $pure"
+    n=$(grep -c -v '^#\|^world_size' "$W/rows.tsv")
+    [ "$n" -eq 6000 ] && ct_pass "--per-row: 1000 rows for each of 6 replays" \
+        || ct_fail "--per-row rows" "expected 6000, got $n"
+fi
+
+# ---- 2. NCCL's tree: a run trained with dbtree (4 ranks per node) and what-if --algo dbtree -
+train "$W/tree" --set comm.algo=dbtree --set comm.gpus_per_node=4
+ct_run "$CTRAIN" what-if "$W/tree" --world-sizes 16 --algo dbtree --gpus-per-node 4 --policies pure_bf16
+if [ "$ct_rc" -ne 0 ]; then
+    ct_fail "what-if dbtree" "exited $ct_rc: $ct_err"
+else
+    # a run folder replays its newest checkpoint (step 3): compare with a replay of step 2
+    ct_run "$CTRAIN" what-if "$W/tree/checkpoints/step_00000002" --world-sizes 16 --algo dbtree \
+        --gpus-per-node 4 --policies pure_bf16
+    r=$(row dbtree pure_bf16)
+    near "dbtree pure_bf16 head rel_err = the probe's" "$(echo "$r" | awk '{print $5}')" "$(probe "$W/tree" probe/head/rel_err)" 0.01
+    near "dbtree pure_bf16 head logit_push = the probe's" "$(echo "$r" | awk '{print $7}')" "$(probe "$W/tree" probe/head/logit_push)" 0.01
+fi
+
+# ---- 3. errors: each names its flag -------------------------------------------------------
+C2="$W/ring/checkpoints/step_00000002"
+ct_expect_failure "no --world-sizes" "--world-sizes is required" "$CTRAIN" what-if "$C2"
+ct_expect_failure "world size 0" "--world-sizes '0' is not an integer in [1, 65536]" \
+    "$CTRAIN" what-if "$C2" --world-sizes 8,0
+ct_expect_failure "world size not a number" "--world-sizes 'x8'" "$CTRAIN" what-if "$C2" --world-sizes x8
+ct_expect_failure "unknown algo" "--algo: unknown algo 'nvls'" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo ring,nvls
+ct_expect_failure "unknown policy" "--policies: unknown policy 'fp8'" "$CTRAIN" what-if "$C2" --world-sizes 8 --policies fp8
+ct_expect_failure "gpus per node not dividing N" "--world-sizes 12 with --gpus-per-node 8|not a whole number of nodes" \
+    "$CTRAIN" what-if "$C2" --world-sizes 16,12 --algo hier --gpus-per-node 8
+ct_expect_failure "not a run" "$W/sp" "$CTRAIN" what-if "$W/sp" --world-sizes 8
+ct_expect_failure "more ranks than tokens" "--world-sizes 1024: more ranks than the global batch's 256 tokens|--global-batch" \
+    "$CTRAIN" what-if "$C2" --world-sizes 1024
+ct_expect_failure "unknown option" "unknown option '--world'" "$CTRAIN" what-if "$C2" --world 8
+ct_run "$CTRAIN" what-if "$C2" --world-sizes 16 --per-row "$W/no/such/dir/rows.tsv" --policies amp
+[ "$ct_rc" -eq 1 ] && grep -qF -- "--per-row $W/no/such/dir/rows.tsv: cannot write" "$CT_TMP/err" \
+    && [ ! -e "$W/no/such/dir/rows.tsv.tmp" ] && ct_pass "--per-row into a missing folder: error, nothing written" \
+    || ct_fail "--per-row missing folder" "exit $ct_rc: $ct_err"
+ct_summary
