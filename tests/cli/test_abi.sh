@@ -81,25 +81,22 @@ ct_fixture "$old/loss_fx_wide.so" -DFX_NAME=fx_wide -DFX_WIDE_PARAMS \
 ct_expect_success wide_params "mode                 enum    fast       fast|slow" \
     env CTRAIN_PLUGIN_PATH="$old" "$CTRAIN" inspect loss/fx_wide
 
-# ABI 1.1 (the frozen header, before the validate hook and schema flags) keeps loading
-v11="$CT_TMP/v11"; mkdir -p "$v11"
-FX_INCLUDE=tests/abi/v1.1 ct_fixture "$v11/loss_fx_v11.so" -DFX_NAME=fx_v11 \
-    || ct_fail build_v11 "cc failed"
-grep -q '^#define CT_ABI_MINOR 1$' tests/abi/v1.1/ctrain/ctrain.h && ct_pass frozen_header_is_1_1 \
-    || ct_fail frozen_header_is_1_1 "tests/abi/v1.1/ctrain/ctrain.h is not ABI 1.1"
-ct_expect_success v11_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$v11" \
-    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
-    --set loss.plugins=ce,fx_v11 --set loss.fx_v11.coef=0.25
-
-# ABI 1.2 (the frozen header, before row ranges) keeps loading
-v12="$CT_TMP/v12"; mkdir -p "$v12"
-FX_INCLUDE=tests/abi/v1.2 ct_fixture "$v12/loss_fx_v12.so" -DFX_NAME=fx_v12 \
-    || ct_fail build_v12 "cc failed"
-grep -q '^#define CT_ABI_MINOR 2$' tests/abi/v1.2/ctrain/ctrain.h && ct_pass frozen_header_is_1_2 \
-    || ct_fail frozen_header_is_1_2 "tests/abi/v1.2/ctrain/ctrain.h is not ABI 1.2"
-ct_expect_success v12_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$v12" \
-    "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
-    --set loss.plugins=ce,fx_v12 --set loss.fx_v12.coef=0.25
+# frozen_header_loads MINOR: a loss plugin built against the frozen header of ABI 1.MINOR
+# (tests/abi/v1.MINOR) loads and configures in today's host
+frozen_header_loads() {
+    local m=$1 dir="$CT_TMP/v1$1"
+    mkdir -p "$dir"
+    FX_INCLUDE=tests/abi/v1.$m ct_fixture "$dir/loss_fx_v1$m.so" -DFX_NAME=fx_v1$m \
+        || ct_fail build_v1$m "cc failed"
+    grep -q "^#define CT_ABI_MINOR $m\$" tests/abi/v1.$m/ctrain/ctrain.h && ct_pass frozen_header_is_1_$m \
+        || ct_fail frozen_header_is_1_$m "tests/abi/v1.$m/ctrain/ctrain.h is not ABI 1.$m"
+    ct_expect_success v1${m}_in_config "coef = 0.25" env CTRAIN_PLUGIN_PATH="$dir" \
+        "$CTRAIN" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
+        --set loss.plugins=ce,fx_v1$m --set loss.fx_v1$m.coef=0.25
+}
+# ABI 1.1 (before the validate hook and schema flags) and 1.2 (before row ranges) keep loading
+frozen_header_loads 1
+frozen_header_loads 2
 
 # a 1.2 plugin's validate hook runs in validate and train, before anything is created; its error
 # gets the FILE:LINE of the key it names
