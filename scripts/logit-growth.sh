@@ -65,7 +65,8 @@ finished() { [ -s "$1/metrics.jsonl" ] && grep -q "\"step\": $steps," "$1/metric
 
 # run GROUP N POLICY[:ALGO]: one training run; POLICY is a precision plugin or ddp_f32
 # (ddp + amp with the bf16 local gradient cast to f32 before the all-reduce); ALGO an order of
-# the threads engine (dbtree, hier) with 8 ranks per node.
+# the threads engine (dbtree, hier) with 8 ranks per node, under no_shard (all-reduce: NCCL's
+# reduce-scatter, full_shard's reduction, is a ring whatever the algorithm).
 run() {
     local group=$1 n=$2 policy=${3%%:*} algo=
     [ "$3" != "$policy" ] && algo=${3#*:}
@@ -89,6 +90,10 @@ run() {
     [ -n "$algo" ] && sets+=(--set "comm.algo=$algo" --set comm.gpus_per_node=8)
     if [ "$policy" = ddp_f32 ]; then
         sets+=(--set strategy.plugin=ddp --set strategy.reduce_dtype=policy --set precision.plugin=amp)
+    elif [ -n "$algo" ]; then
+        # NCCL's reduce-scatter (full_shard's gradient reduction) is ring-only, and so is the
+        # threads engine's: an order other than the ring needs an all-reduce, i.e. no_shard
+        sets+=(--set strategy.plugin=no_shard --set "precision.plugin=$policy")
     else
         sets+=(--set strategy.plugin=full_shard --set "precision.plugin=$policy")
     fi
