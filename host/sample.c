@@ -286,24 +286,22 @@ int sample_json_string(FILE *f, const char *s, size_t n) {
     return ferror(f) ? -1 : 0;
 }
 
+int32_t sample_ids_push(sample_ids *l, int32_t tok, ct_error *err) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 64;
+        int32_t *g = realloc(l->ids, (size_t)cap * sizeof *g);
+        if (!g) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        l->ids = g;
+        l->cap = cap;
+    }
+    l->ids[l->n++] = tok;
+    return CT_OK;
+}
+
 /* ---- [run] sample_every ----------------------------------------------------------------- */
 
-typedef struct collect {
-    int32_t *ids;
-    int64_t  n, cap;
-} collect;
-
 static int32_t collect_token(void *ctx, int32_t tok, ct_error *err) {
-    collect *c = ctx;
-    if (c->n == c->cap) {
-        int64_t cap = c->cap ? 2 * c->cap : 64;
-        int32_t *g = realloc(c->ids, (size_t)cap * sizeof *g);
-        if (!g) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-        c->ids = g;
-        c->cap = cap;
-    }
-    c->ids[c->n++] = tok;
-    return CT_OK;
+    return sample_ids_push(ctx, tok, err);
 }
 
 /* Append one line {"step": S, "prompt": ..., "text": ...} to OUT/samples.jsonl with one
@@ -381,7 +379,7 @@ int32_t sample_train_hook(host_rank *r, const char *out_dir, int64_t step, ct_er
                           (long long)step);
     sample_opts o = {.n_tokens = n_tokens, .temperature = 1.0, .top_p = 1.0,
                      .seed = ct_hash64((uint64_t)seed ^ SAMPLE_STREAM, (uint64_t)step)};
-    collect c = {0};
+    sample_ids c = {0};
     sample_stats st;
     if (rc == CT_OK) rc = sample_generate(r, active, ids, n_ids, &o, collect_token, &c, &st, err);
     char *text = NULL;

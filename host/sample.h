@@ -39,6 +39,16 @@ int32_t sample_pick(const float *logits, int64_t V, const sample_opts *o, double
 /* Called with every generated token, as soon as it is chosen. */
 typedef int32_t (*sample_emit_fn)(void *ctx, int32_t token, ct_error *err);
 
+/* A growing list of token ids, e.g. what an emit callback collects. Starts zeroed; the owner
+ * frees ids. */
+typedef struct sample_ids {
+    int32_t *ids;
+    int64_t  n, cap;
+} sample_ids;
+
+/* Append tok (CT_ERR_NOMEM: the list is unchanged). */
+int32_t sample_ids_push(sample_ids *l, int32_t tok, ct_error *err);
+
 typedef struct sample_stats {
     int64_t generated;   /* tokens generated */
     int32_t used_cache;  /* 1: the model's decode(), 0: forward() over the window */

@@ -111,8 +111,7 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
  * U+FFFD bytes are held back until the end. */
 typedef struct printer {
     const runtok *tok;
-    int32_t      *ids;
-    int64_t       n, cap;
+    sample_ids    got;     /* the ids so far */
     size_t        printed;
     int           raw_ids; /* --ids: print the ids themselves */
 } printer;
@@ -120,7 +119,7 @@ typedef struct printer {
 static int32_t print_pending(printer *p, int final, ct_error *err) {
     char *text = NULL;
     size_t len = 0;
-    int32_t rc = runtok_decode(p->tok, p->ids, p->n, &text, &len, err);
+    int32_t rc = runtok_decode(p->tok, p->got.ids, p->got.n, &text, &len, err);
     if (rc != CT_OK) return rc;
     size_t end = len;
     while (!final && end >= 3 && !memcmp(text + end - 3, "\xef\xbf\xbd", 3)) end -= 3;
@@ -136,18 +135,12 @@ static int32_t print_pending(printer *p, int final, ct_error *err) {
 static int32_t emit_token(void *ctx, int32_t tok, ct_error *err) {
     printer *p = ctx;
     if (p->raw_ids) {
-        printf("%s%d", p->n++ ? " " : "", (int)tok);
+        printf("%s%d", p->got.n++ ? " " : "", (int)tok);
         fflush(stdout);
         return ferror(stdout) ? ct_error_set(err, CT_ERR_IO, "cannot write to stdout") : CT_OK;
     }
-    if (p->n == p->cap) {
-        int64_t cap = p->cap ? 2 * p->cap : 64;
-        int32_t *g = realloc(p->ids, (size_t)cap * sizeof *g);
-        if (!g) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-        p->ids = g;
-        p->cap = cap;
-    }
-    p->ids[p->n++] = tok;
+    int32_t rc = sample_ids_push(&p->got, tok, err);
+    if (rc != CT_OK) return rc;
     return print_pending(p, 0, err);
 }
 
@@ -265,7 +258,7 @@ int cmd_sample(int argc, char **argv) {
 out_fail:
     fprintf(stderr, "ctrain sample: %s\n", err.message);
 out_free:
-    free(pr.ids);
+    free(pr.got.ids);
     free(prompt);
     runtok_free(tok);
     if (rank_open_ok) rank_close(&r);
