@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/run.sh — CPU training throughput, fp32 + AdamW, B=4, T=256, on (a) L=4 C=256 H=4
-# V=50257 and (b) GPT-2 124M, against three references measured in the same run:
+# V=50257 and (b) GPT-2 124M, against four references measured in the same run:
 #   - the BLAS sgemm peak with the kernel ctrain uses (bench/peak.c, which makes the same
 #     OPENBLAS_CORETYPE decision as `ctrain train`: host/blas_core.c; the kernels are compared),
 #   - the CPU's arithmetic peak (bench/fma_peak.c: clock and FMA rate timed, all cores),
+#   - the GFLOP/s of one GPT-2 124M step's matrix products alone, OpenBLAS's and a hand-written
+#     AVX-512 GEMM's, on one thread and on all (bench/gemm_ceiling.c),
 #   - PyTorch's tokens/s for the same shape, B, T and thread count (bench/torch_gpt2.py, eager
 #     fp32, torch given the same BLAS environment), when `python3 -c 'import torch'` works.
 # Reports; never gates (docs/benchmarks.md). Usage: bench/run.sh [small|gpt2|all] (default
@@ -40,6 +42,14 @@ for i in 1 2 3; do "$work/peak"; done > "$work/peak.log"
 sgemm=$(awk '{if ($2 > m) m = $2} END {print m}' "$work/peak.log")
 peak_kernel=$(awk '{k = $4} END {print k}' "$work/peak.log")
 echo "sgemm: 2048^3 on OpenBLAS's own threads, kernel $peak_kernel${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE set by the user)}: $sgemm GFLOP/s (best of 3 x 6)"
+
+# ---- what the products themselves reach: OpenBLAS and a hand-written AVX-512 GEMM ---------
+# (bench/gemm_ceiling.c: one GPT-2 124M step's products, 1 thread and all threads; ~10 s)
+cc -O2 -fopenmp -o "$work/gemm_ceiling" bench/gemm_ceiling.c host/blas_core.c -Ihost \
+    $(pkg-config --cflags --libs openblas) -ldl
+"$work/gemm_ceiling" "$arith" > "$work/gemm_ceiling.log"
+grep -v '^|\|^gemm_ceiling products_s' "$work/gemm_ceiling.log" | sed 's/^gemm_ceiling: /products: /'
+products=$(awk '/^gemm_ceiling products_s/ {print $7}' "$work/gemm_ceiling.log")
 
 torch_ok=0
 if [ "${TORCH:-1}" != 0 ] && "$python" -c 'import torch' 2>/dev/null; then torch_ok=1; fi
@@ -120,7 +130,7 @@ INI
 [ "$which" = all ] || [ "$which" = small ] && run_shape small 4 256 4
 [ "$which" = all ] || [ "$which" = gpt2 ] && run_shape gpt2 12 768 12
 echo
-echo "fp32 + AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith GFLOP/s"
+echo "fp32 + AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith GFLOP/s; GPT-2 124M's products alone ${products:-?} GFLOP/s (OpenBLAS, $threads threads)"
 echo "| shape | FLOPs/token | tokens/s | GFLOP/s | of sgemm peak | of arith peak | PyTorch tokens/s | ctrain/PyTorch |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

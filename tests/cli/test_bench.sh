@@ -3,7 +3,8 @@
 # reference (bench/peak.c) runs the OpenBLAS kernel `ctrain train` runs, whatever OpenBLAS
 # would choose alone, and keeps a user's OPENBLAS_CORETYPE; the arithmetic peak
 # (bench/fma_peak.c) measures an FMA latency of 3.5-5.5 cycles against its 1-cycle add chain
-# (so its clock is a clock) and a peak that is cores x clock x FMA/cycle x lanes x 2; and
+# (so its clock is a clock) and a peak that is cores x clock x FMA/cycle x lanes x 2; the
+# hand-written GEMM of bench/gemm_ceiling.c matches a double-precision product; and
 # bench/run.sh prints a table row with all its columns for a 3-step run of the small shape.
 # Not for: the figures themselves (they depend on the machine and its load: docs/benchmarks.md).
 set -u
@@ -58,6 +59,18 @@ if errors:
 PY
 else
     fail "bench/fma_peak.c does not build: $(tail -3 "$work/cc.log")"
+fi
+
+# ---- 2b. gemm_ceiling.c's hand-written GEMM computes the product it times ------------------
+if cc -O2 -fopenmp -Wall -Wextra -Werror -o "$work/gemm_ceiling" bench/gemm_ceiling.c \
+    host/blas_core.c -Ihost $(pkg-config --cflags --libs openblas) -ldl 2> "$work/cc.log"; then
+    if "$work/gemm_ceiling" --check > "$work/gc.log" 2>&1; then
+        ok "$(cat "$work/gc.log")"
+    else
+        fail "gemm_ceiling --check: $(tail -2 "$work/gc.log")"
+    fi
+else
+    fail "bench/gemm_ceiling.c does not build: $(tail -3 "$work/cc.log")"
 fi
 
 # ---- 3. run.sh: one table row with every column ---------------------------------------------
