@@ -301,6 +301,49 @@ static void check_gradients(model_rig *r, float *const *g) {
                   w_name, (unsigned long long)w_i, w_fd, w_g, w_tol);
 }
 
+/* hidden_rows (ABI 1.4, optional) after the forward above: its rows average to mean_hidden's
+ * vector (when the plugin has both), and rows past N are refused without a write. */
+static void check_hidden_rows(host_check *c, model_rig *r) {
+    if (!r->vt->hidden_rows) {
+        check_note(c, "no hidden_rows (optional, ABI 1.4): what-if falls back to prefixes");
+        return;
+    }
+    ct_error err = {.struct_size = sizeof err};
+    int64_t C = r->d.d_model;
+    float *h = malloc((size_t)(r->N * C + 1) * sizeof *h), *m = malloc((size_t)C * sizeof *m);
+    if (!h || !m) {
+        check_verdict(c, 0, "hidden_rows: out of memory");
+        goto out;
+    }
+    int32_t rc = r->vt->hidden_rows(r->model.self, 0, r->N, h, &err);
+    if (rc != CT_OK) {
+        check_verdict(c, 0, "hidden_rows of the %lld rows of the latest forward: %s",
+                      (long long)r->N, err.message);
+        goto out;
+    }
+    if (r->vt->mean_hidden && r->vt->mean_hidden(r->model.self, m, &err) == CT_OK) {
+        double worst = 0, big = 0;
+        for (int64_t i = 0; i < r->N * C; i++) big = fmax(big, fabs(h[i]));
+        for (int64_t j = 0; j < C; j++) {
+            double s = 0;
+            for (int64_t i = 0; i < r->N; i++) s += h[i * C + j];
+            worst = fmax(worst, fabs(s / (double)r->N - m[j]));
+        }
+        check_verdict(c, worst <= 1e-6 * big + 1e-30, "hidden_rows' %lld rows average to "
+                      "mean_hidden's vector (worst %.2g, tol 1e-6 of the largest |h| %.3g)",
+                      (long long)r->N, worst, 1e-6 * big);
+    }
+    float sentinel = h[0] = 12345.0f;
+    ct_error e2 = {.struct_size = sizeof e2};
+    rc = r->vt->hidden_rows(r->model.self, r->N, 1, h, &e2);
+    check_verdict(c, rc == CT_ERR_INVALID && h[0] == sentinel, "hidden_rows refuses row %lld of "
+                  "%lld rows without writing (status %d%s%s)", (long long)r->N, (long long)r->N,
+                  (int)rc, e2.message[0] ? ": " : "", e2.message);
+out:
+    free(h);
+    free(m);
+}
+
 void check_model(host_check *c) {
     model_rig r;
     ct_error err = {.struct_size = sizeof err};
@@ -327,6 +370,7 @@ void check_model(host_check *c) {
                       "col %lld is %g", MB, (long long)r.T, (long long)r.V,
                       (long long)(bad / r.V), (long long)(bad % r.V), (double)r.h_logits[bad]);
     if (!finite) goto out;
+    check_hidden_rows(c, &r);
 
     /* backward from zeroed buffers, then from a pre-filled pattern: the difference is the
      * pattern when backward adds */
@@ -381,7 +425,7 @@ void check_model(host_check *c) {
     }
     check_verdict(c, i == CYCLES, "create, describe, prepare, destroy %d times%s%s", CYCLES,
                   i == CYCLES ? "" : ": ", i == CYCLES ? "" : err.message);
-    check_note(c, "not checked yet: bf16 compute and gradients, mean_hidden, a second prepare "
+    check_note(c, "not checked yet: bf16 compute and gradients, a second prepare "
                "with another shape");
 out_g0:
     for (uint32_t u = 0; u < MAXU; u++) free(g0[u]);

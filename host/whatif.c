@@ -212,9 +212,11 @@ static int32_t open_run(whatif_run *wr, const whatif_opts *o, ct_error *err) {
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [data] grad_accum = %lld; what-if "
                             "replays runs of one micro-batch per step ---> replay a run with "
                             "grad_accum = 1", cfg_path, (long long)accum);
-    if (!wr->r.model.vt || !((const ct_model_vtable *)wr->r.model.vt)->mean_hidden)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "the run's model plugin has no mean_hidden "
-                            "(ABI 1.1), which what-if needs for the head's input");
+    const ct_model_vtable *mv = wr->r.model.vt;
+    if (!mv || (!mv->hidden_rows && !mv->mean_hidden))
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "the run's model plugin has neither "
+                            "hidden_rows (ABI 1.4) nor mean_hidden (ABI 1.1), one of which "
+                            "what-if needs for the head's input");
     wr->S = o->global_batch ? o->global_batch : B * wr->world;
     wr->bf16 = wr->r.policy.param_dtype == CT_DTYPE_BF16;
     wr->data = loader_open(train, "train", wr->r.V, wr->S, wr->T, 0, 1, (uint64_t)seed, err);
@@ -251,11 +253,12 @@ static void close_run(whatif_run *wr) {
     config_free(wr->cfg);
 }
 
-/* h (S*T, C): each token's final hidden state. The model's mean_hidden averages the rows of
- * its latest forward, so the forward of a sequence's first t tokens (causal: the same rows as
- * in the whole sequence) gives the mean of h[0..t-1], and h[t-1] = t m_t - (t-1) m_{t-1}
- * (f32 means of f64 sums: the difference is exact to ~1e-7 |h|, then rounded to bf16 as the
- * model stores it in bf16 compute). Costs T(T+1)/2 forward rows per sequence. */
+/* h (S*T, C): each token's final hidden state, rounded to bf16 as the model stores it under
+ * bf16 compute. With the model's hidden_rows (ABI 1.4): one forward per sequence. Without it
+ * (an older plugin): mean_hidden averages the rows of the latest forward, so the forward of a
+ * sequence's first t tokens (causal: the same rows as in the whole sequence) gives the mean of
+ * h[0..t-1], and h[t-1] = t m_t - (t-1) m_{t-1} (f32 means of f64 sums: the difference is exact
+ * to ~1e-7 |h|) — T(T+1)/2 forward rows per sequence instead of T. */
 static int32_t hidden_states(whatif_run *wr, const int32_t *tokens, float *h, ct_error *err) {
     host_rank *r = &wr->r;
     const ct_model_vtable *mv = r->model.vt;
@@ -264,6 +267,14 @@ static int32_t hidden_states(whatif_run *wr, const int32_t *tokens, float *h, ct
     double *prev = calloc((size_t)C, sizeof *prev);
     int32_t rc = m && logits && prev ? CT_OK : ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     for (int64_t s = 0; rc == CT_OK && s < wr->S; s++) {
+        float *hs = h + s * T * C;
+        if (mv->hidden_rows) {
+            rc = sample_forward_window(r, &wr->pc, tokens + s * T, T, 1, logits, err);
+            if (rc == CT_OK) rc = mv->hidden_rows(r->model.self, 0, T, hs, err);
+            for (int64_t i = 0; rc == CT_OK && wr->bf16 && i < T * C; i++)
+                hs[i] = ct_round_bf16(hs[i]);
+            continue;
+        }
         for (int64_t c = 0; c < C; c++) prev[c] = 0;
         for (int64_t t = 1; rc == CT_OK && t <= T; t++) {
             rc = sample_forward_window(r, &wr->pc, tokens + s * T, t, 1, logits, err);
@@ -271,7 +282,7 @@ static int32_t hidden_states(whatif_run *wr, const int32_t *tokens, float *h, ct
             for (int64_t c = 0; rc == CT_OK && c < C; c++) {
                 double sum = (double)m[c] * (double)t;
                 float v = (float)(sum - prev[c]);
-                h[(s * T + t - 1) * C + c] = wr->bf16 ? ct_round_bf16(v) : v;
+                hs[(t - 1) * C + c] = wr->bf16 ? ct_round_bf16(v) : v;
                 prev[c] = sum;
             }
         }
@@ -502,6 +513,11 @@ int cmd_what_if(int argc, char **argv) {
            "by sequences where N divides %lld, else by tokens\n", (long long)wr.S,
            (long long)wr.T, (long long)n_tok, o.global_batch ? " (--global-batch)" : "",
            (long long)V, (long long)C, wr.bf16 ? "bf16" : "f32", (long long)wr.S);
+    printf("what-if: the head's input rows %s\n",
+           ((const ct_model_vtable *)wr.r.model.vt)->hidden_rows
+               ? "from the model's hidden_rows (one forward per sequence)"
+               : "from mean_hidden of every prefix (the model has no hidden_rows, ABI 1.4: T "
+                 "forwards per sequence)");
     /* the unigram distribution of the train split: the model's q */
     if ((rc = corpus_counts(&wr, count, &err)) != CT_OK) goto out_fail;
     double total = 0, hbar2 = 0;

@@ -121,6 +121,36 @@ else
         || ct_fail "--per-row rows" "expected 6000, got $n"
 fi
 
+# ---- 1b. a model without hidden_rows (as an ABI 1.3 plugin): the prefix fallback, same figures
+# The fallback recovers each row from mean_hidden of two prefixes (exact to ~1e-7 |h|) and
+# rounds it to bf16 as hidden_rows' rows are: a row next to a bf16 boundary may land one step
+# away, so the figures agree to well under the probe tolerance above, not bit for bit.
+mkdir -p "$W/old/plugins"
+cp "$CTRAIN" "$W/old/ctrain"
+cp "$(dirname "$CTRAIN")"/plugins/*.so "$W/old/plugins/"
+if cc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fopenmp -DGPT_WITHOUT_HIDDEN_ROWS -Isdk/include \
+    $(pkg-config --cflags openblas) plugins/model/gpt/{gpt,stages,layers,attention,decode}.c \
+    -o "$W/old/plugins/model_gpt.so" $(pkg-config --libs openblas) -lm 2> "$W/old.log"; then
+    cp "$CT_TMP/out" "$W/new.out"
+    grep -q "head's input rows from the model's hidden_rows" "$W/new.out" \
+        && ct_pass "what-if reads the head's input with hidden_rows" \
+        || ct_fail "hidden_rows used" "$(grep "input rows" "$W/new.out")"
+    ct_run "$W/old/ctrain" what-if "$W/ring/checkpoints/step_00000002" --world-sizes 16 \
+        --algo ring --policies pure_bf16,bf16_fp32acc,amp
+    grep -q "from mean_hidden of every prefix" "$CT_TMP/out" \
+        && ct_pass "without hidden_rows what-if says it falls back to prefixes" \
+        || ct_fail "prefix fallback named" "exit $ct_rc: $(grep "input rows" "$CT_TMP/out") $ct_err"
+    for p in pure_bf16 bf16_fp32acc; do
+        a=$(awk -v p=$p '$2 == "ring" && $3 == p' "$W/new.out") b=$(row ring $p)
+        for col in 5 6 7; do
+            near "prefix fallback = hidden_rows ($p, column $col)" \
+                "$(echo "$b" | awk -v c=$col '{print $c}')" "$(echo "$a" | awk -v c=$col '{print $c}')" 0.002
+        done
+    done
+else
+    ct_fail "build gpt without hidden_rows" "$(tail -3 "$W/old.log")"
+fi
+
 # ---- 2. NCCL's tree: a run trained with dbtree (4 ranks per node) and what-if --algo dbtree -
 train "$W/tree" --set comm.algo=dbtree --set comm.gpus_per_node=4
 ct_run "$CTRAIN" what-if "$W/tree" --world-sizes 16 --algo dbtree --gpus-per-node 4 --policies pure_bf16

@@ -42,6 +42,8 @@ CT_TEST(every_required_member_missing_is_named_and_optional_ones_may_be_null) {
          1},
         {CT_KIND_MODEL, sizeof(ct_model_vtable), offsetof(ct_model_vtable, mean_hidden),
          "mean_hidden", 0},
+        {CT_KIND_MODEL, sizeof(ct_model_vtable), offsetof(ct_model_vtable, hidden_rows),
+         "hidden_rows", 0},
         {CT_KIND_STRATEGY, sizeof(ct_strategy_vtable),
          offsetof(ct_strategy_vtable, unit_backward_done), "unit_backward_done", 1},
         {CT_KIND_STRATEGY, sizeof(ct_strategy_vtable), offsetof(ct_strategy_vtable, memory),

@@ -97,17 +97,17 @@ CT_TEST(registry_zero_extends_short_vtables_and_walks_wide_param_specs) {
     host_registry *reg = registry_open_dirs(dirs, &err);
     CT_CHECK_MSG(reg != NULL, "%s", err.message);
     if (!reg) return;
-    /* a model vtable that ends before its last member, decode (OPTIONAL, since 1.2): loads,
-     * the member reads NULL */
+    /* a model vtable that ends before its last member, hidden_rows (OPTIONAL, since 1.4):
+     * loads, the member reads NULL */
     const host_plugin *s = registry_resolve(reg, CT_KIND_MODEL, "short_vt", &err);
     CT_CHECK_MSG(s != NULL, "%s", err.message);
     if (s) {
         const ct_model_vtable *vt = s->vtable;
         CT_CHECK(vt->create != NULL);
         CT_CHECK(vt->backward != NULL);
-        CT_CHECK(vt->prepare_decode != NULL);
-        CT_CHECK(vt->decode == NULL); /* beyond the plugin's struct_size */
-        CT_CHECK_INT(vt->struct_size, offsetof(ct_model_vtable, decode));
+        CT_CHECK(vt->decode != NULL);
+        CT_CHECK(vt->hidden_rows == NULL); /* beyond the plugin's struct_size */
+        CT_CHECK_INT(vt->struct_size, offsetof(ct_model_vtable, hidden_rows));
     }
     /* a loss vtable that ends before forward_backward (REQUIRED): refused, naming it */
     err = new_err();

@@ -338,6 +338,7 @@ static int32_t gpt_cuda_load(gpt *m, ct_error *err) {
     m->cu.forward = (int32_t (*)(gpt *, const ct_stage_args *, ct_error *))fn[2];
     m->cu.backward = (int32_t (*)(gpt *, const ct_stage_args *, ct_error *))fn[3];
     m->cu.mean_hidden = (int32_t (*)(gpt *, float *, ct_error *))fn[4];
+    m->cu.hidden_rows = (int32_t (*)(gpt *, int64_t, int64_t, float *, ct_error *))fn[5];
     return CT_OK;
 }
 #endif
@@ -530,6 +531,21 @@ static int32_t gpt_mean_hidden(void *self, float *out, ct_error *err) {
     return CT_OK;
 }
 
+/* Rows row0 .. row0+n_rows-1 of the latest forward's lnf (N,C), the head's input. */
+static int32_t gpt_hidden_rows(void *self, int64_t row0, int64_t n_rows, float *out,
+                               ct_error *err) {
+    gpt *m = self;
+    if (!m->arena)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: hidden_rows before any forward");
+    if (row0 < 0 || n_rows < 0 || row0 > m->N - n_rows)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: hidden_rows %lld..%lld outside the "
+                            "latest forward's %lld rows", (long long)row0,
+                            (long long)(row0 + n_rows), (long long)m->N);
+    if (m->on_cuda) return m->cu.hidden_rows(m, row0, n_rows, out, err);
+    memcpy(out, m->lnf + row0 * m->C, (size_t)(n_rows * m->C) * sizeof *out);
+    return CT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------
  * The descriptor
  * ------------------------------------------------------------------------------------- */
@@ -543,6 +559,10 @@ static const ct_model_vtable gpt_vtable = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .mean_hidden = gpt_mean_hidden,
+#ifndef GPT_WITHOUT_HIDDEN_ROWS /* -DGPT_WITHOUT_HIDDEN_ROWS: a model without it, as an ABI 1.3
+                                   plugin is (tests/cli/test_whatif.sh: the prefix fallback) */
+    .hidden_rows = gpt_hidden_rows,
+#endif
 #ifndef GPT_WITHOUT_DECODE /* -DGPT_WITHOUT_DECODE: a model without incremental decoding, as
                               an ABI 1.1 plugin is (tests/cli/test_sample.sh: the host's
                               fallback to forward()) */

@@ -1030,6 +1030,19 @@ extern "C" int32_t gpt_cuda_mean_hidden(gpt *m, float *out, ct_error *err) {
     return CT_OK;
 }
 
+extern "C" int32_t gpt_cuda_hidden_rows(gpt *m, int64_t row0, int64_t n_rows, float *out,
+                                        ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (!g || !m->arena)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: hidden_rows before any forward");
+    cudaError_t e = cudaMemcpyAsync(out, m->lnf + row0 * m->C,
+                                    (size_t)(n_rows * m->C) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, g->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g->st);
+    if (e != cudaSuccess) return cuda_fail(err, "hidden_rows read-back", e);
+    return CT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------
  * prepare / free: one device arena for activations and scratch
  * ------------------------------------------------------------------------------------- */

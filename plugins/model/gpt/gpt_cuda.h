@@ -16,7 +16,7 @@ struct gpt;
 
 /* The companion interface (companion.h): bump when an entry below changes. The structure both
  * sides read is struct gpt (gpt.h), checked by size. */
-#define GPT_CUDA_INTERFACE 2
+#define GPT_CUDA_INTERFACE 3
 
 /* Size the device buffers for micro-batches of B x T in dtype (validated by the caller):
  * activations (gpt's res/acts/... fields become device pointers, m->arena the device arena),
@@ -33,6 +33,10 @@ CT_EXPORT int32_t gpt_cuda_backward(struct gpt *m, const ct_stage_args *a, ct_er
 
 /* ct_model_vtable.mean_hidden on the device's buffers (synchronises). */
 CT_EXPORT int32_t gpt_cuda_mean_hidden(struct gpt *m, float *out, ct_error *err);
+/* ct_model_vtable.hidden_rows on the device's buffers (rows checked by the caller;
+ * synchronises). */
+CT_EXPORT int32_t gpt_cuda_hidden_rows(struct gpt *m, int64_t row0, int64_t n_rows, float *out,
+                                       ct_error *err);
 
 /* The entry points above as the plugin holds them after opening the companion (gpt.c,
  * gpt_cuda_load); all NULL on the CPU. Keep in the order of GPT_CUDA_NAMES. */
@@ -42,11 +46,12 @@ typedef struct gpt_cuda_fns {
     int32_t (*forward)(struct gpt *m, const ct_stage_args *a, ct_error *err);
     int32_t (*backward)(struct gpt *m, const ct_stage_args *a, ct_error *err);
     int32_t (*mean_hidden)(struct gpt *m, float *out, ct_error *err);
+    int32_t (*hidden_rows)(struct gpt *m, int64_t row0, int64_t n_rows, float *out, ct_error *err);
 } gpt_cuda_fns;
 
 #define GPT_CUDA_NAMES \
     {"gpt_cuda_prepare", "gpt_cuda_free", "gpt_cuda_forward", "gpt_cuda_backward", \
-     "gpt_cuda_mean_hidden"}
+     "gpt_cuda_mean_hidden", "gpt_cuda_hidden_rows"}
 
 #ifdef __cplusplus
 }

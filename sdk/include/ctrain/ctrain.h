@@ -93,9 +93,10 @@
  *     logits never exist for the whole micro-batch at once: ct_model_desc.head_row_range,
  *     ct_stage_args.row_begin/row_count, ct_loss_batch.row_begin/batch_rows and
  *     ct_loss_vtable.forward_backward_rows (see "Row ranges" below), and the softmax taken
- *     once with the row statistics: ct_device_vtable.row_softmax, ct_loss_batch.probs.
- *     Plugins built for 1.0,
- *     1.1 and 1.2 keep loading.
+ *     once with the row statistics: ct_device_vtable.row_softmax, ct_loss_batch.probs;
+ *     1.4 added ct_model_vtable.hidden_rows (the head's input rows of the latest forward, so
+ *     `ctrain what-if` needs one forward per sequence, not one per prefix). Plugins built for
+ *     1.0, 1.1, 1.2 and 1.3 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -120,7 +121,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 3
+#define CT_ABI_MINOR 4
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -865,6 +866,16 @@ typedef struct ct_model_vtable {
      * row of the same window up to summation order (~1e-6 relative in f32). The pointers in
      * args are valid for the call only (the plugin copies what it keeps). Synchronous. */
     int32_t (*decode)(void *self, const ct_decode_args *args, ct_error *err); /* OPTIONAL */
+
+    /* Since ABI 1.4, optional: rows row0 .. row0+n_rows-1 of the latest forward micro-batch's
+     * final hidden state — the (N,C) rows the output head multiplies, whose mean mean_hidden
+     * gives — into `out` ((n_rows,C) f32, host memory, row-major), as the head read them (so
+     * bf16 values under bf16 compute). row0 >= 0, n_rows >= 0 and row0 + n_rows <= N, else
+     * CT_ERR_INVALID and nothing is written. Synchronises. `ctrain what-if` forms each token's
+     * head gradient from them; without it, it recovers them from mean_hidden of every prefix
+     * (T forwards per sequence instead of one). */
+    /* OPTIONAL: */
+    int32_t (*hidden_rows)(void *self, int64_t row0, int64_t n_rows, float *out, ct_error *err);
 } ct_model_vtable;
 
 /* ---------------------------------------------------------------------------------------
