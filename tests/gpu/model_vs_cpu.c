@@ -215,6 +215,15 @@ static void compare_case(const char *label, const char *const *over, int32_t pdt
             check(e <= tol, name, "mean_hidden rel L2", e, tol);
             free(h1), free(h2);
         }
+        if (micro == 0 && r.vt->hidden_rows && d.vt->hidden_rows) { /* ABI 1.4 */
+            int64_t C = r.d.d_model;
+            float *h1 = calloc((size_t)(N * C), 4), *h2 = calloc((size_t)(N * C), 4);
+            int ok = h1 && h2 && r.vt->hidden_rows(r.self, 0, N, h1, &err) == CT_OK &&
+                     d.vt->hidden_rows(d.self, 0, N, h2, &err) == CT_OK;
+            e = ok ? rel_l2(h2, h1, (uint64_t)(N * C)) : INFINITY;
+            check(e <= tol, name, "hidden_rows rel L2", e, tol);
+            free(h1), free(h2);
+        }
         if (!run_pass(&r, micro, 1, pdt, gdt, N) || !run_pass(&d, micro, 1, pdt, gdt, N)) {
             check(0, name, "backward failed", 0, 0);
             goto out;
