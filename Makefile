@@ -20,7 +20,11 @@ CUDA_HOME ?= /usr/local/cuda
 
 CC      ?= cc
 CXX     ?= c++
-OPT     ?= -O2
+# -O2 plus GCC's loop vectorizer ("cheap": no alias-versioning checks): the element-wise
+# loops outside the hand-vectorized kernels (bf16 casts, the threads engine's reductions, the
+# model's weight conversions) run on SSE2 vectors. The same bits as -O2 (ISO C: no FMA
+# contraction, no reassociation); 16% less CPU time in a 256-rank run (docs/benchmarks.md).
+OPT     ?= -O2 -ftree-vectorize -fvect-cost-model=cheap
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 CSTD    := -std=c11 -D_GNU_SOURCE
 SANFLAGS := $(if $(SANITIZER),-fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all,)
@@ -144,27 +148,34 @@ $(TEST_BIN): $(TEST_OBJ) $(HOST_LIB_OBJ)
 	@echo "  LD      $@"
 	$(Q)$(CXX) $(SANFLAGS) -o $@ $^ $(HOST_LIBS) $(BLAS_LIBS)
 
-$(BUILD)/obj/host/%.o: host/%.c
+# Objects depend on the flags they were built with: a change of OPT, SANITIZER, CC or the
+# warnings rebuilds them (the stamp is rewritten only when the flags differ).
+FLAGS_STAMP := $(BUILD)/.cflags
+FLAGS_NOW   := $(CC) $(CXX) $(CFLAGS_HOST) $(CXXFLAGS_HOST) $(CFLAGS_PLUGIN)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = "$(FLAGS_NOW)" ] || \
+    echo "$(FLAGS_NOW)" > $(FLAGS_STAMP); })
+
+$(BUILD)/obj/host/%.o: host/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_HOST) -c $< -o $@
 
-$(BUILD)/obj/host/%.o: host/%.cc
+$(BUILD)/obj/host/%.o: host/%.cc $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  CXX     $<"
 	$(Q)$(CXX) $(CXXFLAGS_HOST) -c $< -o $@
 
-$(BUILD)/obj/tests/plugins/%.o: tests/plugins/%.c
+$(BUILD)/obj/tests/plugins/%.o: tests/plugins/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_PLUGIN) -c $< -o $@
 
-$(BUILD)/obj/tests/%.o: tests/%.c
+$(BUILD)/obj/tests/%.o: tests/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_HOST) -Itests $(BLAS_CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/plugins/%.o: plugins/%.c
+$(BUILD)/obj/plugins/%.o: plugins/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_PLUGIN) $(CFLAGS_EXTRA) -c $< -o $@
