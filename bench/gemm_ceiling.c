@@ -13,9 +13,11 @@
  */
 #include "blas_core.h"
 
+#define _GNU_SOURCE /* sched_setaffinity */
 #include <assert.h>
 #include <cblas.h>
 #include <immintrin.h>
+#include <sched.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -181,6 +183,10 @@ static double kernel_alone(int threads) {
     double        t0 = 0, t1 = 0;
 #pragma omp parallel num_threads(threads)
     {
+        cpu_set_t one; /* thread t on CPU t: the measurement is of cores, not of the scheduler */
+        CPU_ZERO(&one);
+        CPU_SET(omp_get_thread_num(), &one);
+        sched_setaffinity(0, sizeof one, &one);
         float *a = aligned_alloc(64, sizeof(float) * kc * MR + 64);
         float *b = aligned_alloc(64, sizeof(float) * kc * NR);
         float *c = aligned_alloc(64, sizeof(float) * MR * NR);
