@@ -68,6 +68,20 @@ ct_fixture() {
         "$@" "$ROOT/tests/abi/fixture_plugin.c" -o "$out"
 }
 
+# ct_install_gpt_without DIR DEFINE: a copy of the install in DIR (DIR/ctrain and DIR/plugins,
+# the binary's own plugin folder, searched first) whose gpt model is built from the same sources
+# with -DDEFINE (GPT_WITHOUT_DECODE, GPT_WITHOUT_HIDDEN_ROWS): without an optional member, as an
+# older plugin is. Returns cc's status; its messages are in DIR/build.log.
+ct_install_gpt_without() {
+    local dir=$1 define=$2
+    mkdir -p "$dir/plugins"
+    cp "$CTRAIN" "$dir/ctrain"
+    cp "$(dirname "$CTRAIN")"/plugins/*.so "$dir/plugins/"
+    cc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fopenmp "-D$define" -I"$ROOT/sdk/include" \
+        $(pkg-config --cflags openblas) "$ROOT"/plugins/model/gpt/*.c \
+        -o "$dir/plugins/model_gpt.so" $(pkg-config --libs openblas) -lm 2> "$dir/build.log"
+}
+
 # Stop early (with a summary) when the binary is missing.
 ct_need_ctrain() {
     if [ ! -x "$CTRAIN" ]; then

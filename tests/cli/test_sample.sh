@@ -162,15 +162,9 @@ ct_run "$CTRAIN" sample "$W/on_full_shard" --prompt "The" --greedy --tokens 12; 
     || ct_fail "world-2 checkpoint" "exit $ct_rc, '$a': $ct_err"
 
 # ---- 7. a model without decode (as an ABI 1.1 plugin): the host recomputes with forward() ---
-# the same gpt sources built without the two optional members, in a copy of the install whose
-# plugin folder (the binary's, searched first) holds it instead of the built one
-mkdir -p "$W/old/plugins"
-cp "$CTRAIN" "$W/old/ctrain"
-cp "$BUILD"/plugins/*.so "$W/old/plugins/"
-cc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fopenmp -DGPT_WITHOUT_DECODE -Isdk/include \
-    $(pkg-config --cflags openblas) plugins/model/gpt/{gpt,stages,layers,attention,decode}.c \
-    -o "$W/old/plugins/model_gpt.so" $(pkg-config --libs openblas) -lm 2> "$W/old.log" \
-    || ct_fail "build gpt without decode" "$(tail -3 "$W/old.log")"
+# the same gpt sources built without the two optional members, in a copy of the install
+ct_install_gpt_without "$W/old" GPT_WITHOUT_DECODE \
+    || ct_fail "build gpt without decode" "$(tail -3 "$W/old/build.log")"
 OLD="$W/old/ctrain"
 ct_run "$CTRAIN" sample "$W/run" --prompt "Pack my" --greedy --tokens 80; b=$ct_out
 ct_run "$OLD" sample "$W/run" --prompt "Pack my" --greedy --tokens 80 --stats

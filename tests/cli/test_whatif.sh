@@ -125,12 +125,7 @@ fi
 # The fallback recovers each row from mean_hidden of two prefixes (exact to ~1e-7 |h|) and
 # rounds it to bf16 as hidden_rows' rows are: a row next to a bf16 boundary may land one step
 # away, so the figures agree to well under the probe tolerance above, not bit for bit.
-mkdir -p "$W/old/plugins"
-cp "$CTRAIN" "$W/old/ctrain"
-cp "$(dirname "$CTRAIN")"/plugins/*.so "$W/old/plugins/"
-if cc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fopenmp -DGPT_WITHOUT_HIDDEN_ROWS -Isdk/include \
-    $(pkg-config --cflags openblas) plugins/model/gpt/{gpt,stages,layers,attention,decode}.c \
-    -o "$W/old/plugins/model_gpt.so" $(pkg-config --libs openblas) -lm 2> "$W/old.log"; then
+if ct_install_gpt_without "$W/old" GPT_WITHOUT_HIDDEN_ROWS; then
     cp "$CT_TMP/out" "$W/new.out"
     grep -q "head's input rows from the model's hidden_rows" "$W/new.out" \
         && ct_pass "what-if reads the head's input with hidden_rows" \
@@ -148,7 +143,7 @@ if cc -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -fopenmp -DGPT_WITHOUT_HIDDEN_ROW
         done
     done
 else
-    ct_fail "build gpt without hidden_rows" "$(tail -3 "$W/old.log")"
+    ct_fail "build gpt without hidden_rows" "$(tail -3 "$W/old/build.log")"
 fi
 
 # ---- 2. NCCL's tree: a run trained with dbtree (4 ranks per node) and what-if --algo dbtree -
