@@ -152,6 +152,10 @@ plan() {
     echo "L1 sp8k-zloss 1 pure_bf16";       echo "L2 sp8k-ce 64 amp"
     echo "L1 sp8k-ce 64 bf16_sr"
     for p in amp bf16_fp32acc; do echo "L2 sp8k-zloss 256 $p"; done
+    # z-loss at N = 64 (lane L3), and bf16_sr's z-loss runs (L4: they need the threads
+    # engine's stochastic rounding, ABI 1.5, to fit the machine at N = 256)
+    for p in pure_bf16 amp bf16_fp32acc; do echo "L3 sp8k-zloss 64 $p"; done
+    echo "L4 sp8k-zloss 64 bf16_sr";         echo "L4 sp8k-zloss 256 bf16_sr"
 }
 
 # probe_table DIR...: per run, the mean over log steps of the reduction-error probe's figures.
