@@ -5,7 +5,6 @@
 #include "whatif_replay.h"
 
 #include "../plugins/comm/threads/reduce.h"
-#include "../plugins/precision/bf16_sr/sr_combine.h"
 
 #include <assert.h>
 #include <ctrain/numerics.h>
@@ -58,8 +57,6 @@ int32_t whatif_replay_open(whatif_replay *w, const order_config *oc, int32_t N, 
                            uint64_t max_part, int32_t policy, ct_error *err) {
     memset(w, 0, sizeof *w);
     w->oc = *oc;
-    /* bf16_sr's ring is the plugin's own flat ring, whatever the comm's order */
-    if (policy == WHATIF_BF16_SR) w->oc = (order_config){REDUCE_RING, 1, 0};
     char why[256];
     if (order_check(&w->oc, N, why, sizeof why) != 0)
         return ct_error_set(err, CT_ERR_INVALID, "%s", why);
@@ -108,24 +105,6 @@ static int32_t unit_at(const whatif_replay *w, uint64_t i) {
     return lo;
 }
 
-/* The program's result for element `element` (global index) with stochastic rounding at each
- * combine: slots hold bf16 bits. */
-static uint16_t run_sr(const order_step *prog, int32_t steps, const uint16_t *x, uint64_t m,
-                       uint64_t i, uint64_t stream, uint64_t element, int32_t N) {
-    uint16_t slot[ORDER_MAX_SLOTS];
-    int32_t hop = 0;
-    for (int32_t s = 0; s < steps; s++) {
-        const order_step *st = &prog[s];
-        if (st->op == STEP_LOAD) slot[st->slot] = x[(uint64_t)st->arg * m + i];
-        else if (st->op == STEP_ADD_RANK)
-            slot[st->slot] = sr_combine(slot[st->slot], x[(uint64_t)st->arg * m + i], stream,
-                                        element, ++hop, N);
-        else
-            slot[st->slot] = sr_combine(slot[st->slot], slot[st->arg], stream, element, ++hop, N);
-    }
-    return slot[0];
-}
-
 void whatif_replay_part(whatif_replay *w, uint64_t first, uint64_t m, const uint16_t *x,
                         uint64_t sr_stream, double *p, double *e) {
     int32_t N = w->N, dt = reduce_dtype(w->policy);
@@ -161,19 +140,15 @@ void whatif_replay_part(whatif_replay *w, uint64_t first, uint64_t m, const uint
         assert(steps > 0 && b <= lo && lo < end);
         uint64_t hi = end < first + m ? end : first + m;
         uint64_t off = lo - first, len = hi - lo;
-        if (w->policy == WHATIF_BF16_SR) {
-            for (uint64_t i = off; i < off + len; i++)
-                p[i] = ct_bf16_to_f32(run_sr(w->prog, steps, w->pre, m, i, sr_stream,
-                                             first + i, N)) / post;
-        } else {
-            for (int32_t n = 0; n < N; n++)
-                w->srcs[n] = (const char *)w->pre + ((uint64_t)n * m + off) * es;
-            void *dst = w->out;
-            reduce_run(w->srcs, w->prog, steps, &dst, 1, len, dt, CT_REDUCE_SUM, w->scratch);
-            for (uint64_t i = 0; i < len; i++)
-                p[off + i] = (dt == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)w->out)[i])
-                                                  : ((float *)w->out)[i]) / post;
-        }
+        for (int32_t n = 0; n < N; n++)
+            w->srcs[n] = (const char *)w->pre + ((uint64_t)n * m + off) * es;
+        void *dst = w->out;
+        reduce_sr sr = {sr_stream, lo, N}; /* bf16_sr: every combine rounded stochastically */
+        reduce_run(w->srcs, w->prog, steps, &dst, 1, len, dt, CT_REDUCE_SUM,
+                   w->policy == WHATIF_BF16_SR ? &sr : NULL, w->scratch);
+        for (uint64_t i = 0; i < len; i++)
+            p[off + i] = (dt == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)w->out)[i])
+                                              : ((float *)w->out)[i]) / post;
         lo = hi;
     }
 }

@@ -12,9 +12,10 @@
  *   pure_bf16     the comm's bf16 all-reduce in the given order (every combine rounded to bf16)
  *   amp           the same in f32
  *   bf16_fp32acc  f32 sum in rank order of the bf16 values, rounded to bf16 once
- *   bf16_sr       the bf16 ring (channels 1, one node) with stochastic rounding at every hop
- *                 (sr_combine); its random stream is the caller's, so its bits are the
- *                 plugin's in distribution, not one for one
+ *   bf16_sr       the same bf16 all-reduce with every combine rounded stochastically
+ *                 (ct_bf16_add_sr), as the threads engine runs the policy (ABI 1.5); its
+ *                 random stream is the caller's, so its bits are the plugin's in
+ *                 distribution, not one for one
  * and the exact value is e = (1/N) sum_n x_n in f64. */
 #ifndef CTRAIN_HOST_WHATIF_REPLAY_H
 #define CTRAIN_HOST_WHATIF_REPLAY_H

@@ -50,6 +50,21 @@ for p in bf16_fp32acc bf16_sr; do
     compare_series "$work/mpi_$p" "$work/thr_$p" loss 0 "$p: mpirun -np 2 equals threads N = 2 bit for bit"
 done
 
+# bf16_sr's two paths in whole runs at N = 4: the threads engine's stochastic rounding in one
+# pass (path = auto, ABI 1.5) and the plugin's own ring over send/recv give the same losses bit
+# for bit (full_shard: reduce-scatter; no_shard: all-reduce).
+for st in full_shard no_shard; do
+    for path in auto send_recv; do
+        "$CTRAIN" train "$work/base.ini" --set run.steps=8 --set data.batch_size=2 \
+            --set comm.plugin=threads --set comm.world_size=4 --set strategy.plugin=$st \
+            --set precision.plugin=bf16_sr --set precision.path=$path \
+            --set run.out_dir="$work/sr_${st}_$path" > "$work/sr_${st}_$path.log" 2>&1 \
+            || fail "bf16_sr path $path with $st: $(tail -3 "$work/sr_${st}_$path.log")"
+    done
+    compare_series "$work/sr_${st}_auto" "$work/sr_${st}_send_recv" loss 0 \
+        "bf16_sr with $st at N = 4: the engine's path equals the send/recv ring bit for bit"
+done
+
 # Resharding: full_shard saved at world 2 after 10 of 20 steps, resumed at world 4 (same global
 # batch): continues as the straight world-2 run within the same fp32 tolerance.
 "$CTRAIN" train "$work/base.ini" --set data.batch_size=4 --set comm.plugin=threads \

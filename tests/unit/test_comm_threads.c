@@ -9,6 +9,8 @@
 #include "ct_test.h"
 #include "harness.h"
 
+#include <ctrain/numerics.h>
+
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -610,6 +612,193 @@ CT_TEST(threads_all_gather_all_to_all_broadcast_copy_bits_exactly) {
         }
         world_close(&w);
     }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * stochastic rounding: all_reduce_sr / reduce_scatter_sr (ABI 1.5)
+ * ------------------------------------------------------------------------------------- */
+
+/* x (finite f32) rounded to bf16 stochastically with 16 random bits u: the dropped low half of
+ * the bit pattern plus u carries into the kept half with probability (low half) / 2^16. */
+static double ref_round_bf16_sr(float x, uint32_t u) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    uint32_t kept = bits >> 16, dropped = bits & 0xffffu;
+    if (dropped + u >= 0x10000u) kept++;
+    return ref_bf16_value((uint16_t)kept);
+}
+
+/* The ring of chunk c for element i (its index in the send buffer) with combine k rounded by
+ * the top 16 bits of ct_hash64(stream, i*n + k), the contract in ctrain.h. */
+static double ref_ring_sr(const double *vals, int32_t n, int32_t c, uint64_t stream,
+                          uint64_t i) {
+    double acc = vals[(c + 1) % n];
+    for (int32_t k = 1; k < n; k++) {
+        uint32_t u = (uint32_t)(ct_hash64(stream, i * (uint64_t)n + (uint64_t)k) >> 48);
+        acc = ref_round_bf16_sr((float)acc + (float)vals[(c + 1 + k) % n], u);
+    }
+    return acc;
+}
+
+typedef struct sr_case {
+    reduce_case c;
+    uint64_t    stream;
+    int32_t     all_reduce; /* 1: all_reduce_sr, 0: reduce_scatter_sr */
+} sr_case;
+
+static void job_sr(rank_job *job) {
+    sr_case *sc = job->arg;
+    const ct_comm_vtable *vt = job->w->vt;
+    int32_t r = job->rank;
+    if (sc->all_reduce)
+        job_note(job, vt->all_reduce_sr(job_comm(job), sc->c.send[r], sc->c.recv[r], sc->c.count,
+                                        sc->c.dtype, sc->stream, &job->err));
+    else
+        job_note(job, vt->reduce_scatter_sr(job_comm(job), sc->c.send[r], sc->c.recv[r],
+                                            sc->c.count, sc->c.dtype, sc->stream, &job->err));
+}
+
+/* One _sr call over n ranks of random bf16 data with [comm] `ini`; sc->c.recv holds the
+ * results. 0 when it could not run (the test has failed). */
+static int run_sr(sr_case *sc, int32_t n, const char *ini, uint64_t count, uint64_t seed) {
+    uint64_t send_len = sc->all_reduce ? count : count * (uint64_t)n;
+    sc->c.count = count;
+    sc->c.dtype = CT_DTYPE_BF16;
+    if (!make_buffers(&sc->c, n, send_len, send_len, seed)) {
+        ct_test_fail(__FILE__, __LINE__, "out of memory");
+        return 0;
+    }
+    world_run w;
+    rank_job jobs[MAX_RANKS];
+    int ok = world_open(&w, n, ini);
+    if (ok) {
+        world_run_all(&w, job_sr, sc, jobs);
+        check_all_ok(jobs, n);
+        for (int32_t r = 0; r < n; r++) ok = ok && jobs[r].rc == CT_OK;
+    }
+    world_close(&w);
+    return ok;
+}
+
+/* The ring (one channel) with stochastic rounding equals the written-out ring with the
+ * contract's random bits at every hop, bit for bit, on every rank; returns how many results
+ * differ from the round-to-nearest ring (the rounding must have done something). */
+static int check_sr_ring(int32_t n, uint64_t count, int32_t all_reduce, uint64_t seed) {
+    sr_case sc = {.stream = 0x5eed0000u + seed, .all_reduce = all_reduce};
+    int differs_from_rn = 0, bad = 0;
+    double vals[MAX_RANKS];
+    if (run_sr(&sc, n, "[comm]\nalgo = ring\ntimeout_s = 20\n", count, seed)) {
+        for (int32_t r = 0; r < n; r++) {
+            for (uint64_t j = 0; j < count && bad < 3; j++) { /* count results per rank */
+                uint64_t i = all_reduce ? j : (uint64_t)r * count + j; /* index into send */
+                int32_t c = all_reduce ? ref_chunk_of(i, count, n) : r;
+                for (int32_t q = 0; q < n; q++) vals[q] = ref_bf16_value(sc.c.send[q][i]);
+                double want = ref_ring_sr(vals, n, c, sc.stream, i);
+                differs_from_rn += want != ref_ring_bf16(vals, n, c);
+                if (sc.c.recv[r][j] == ref_bf16_bits(want)) continue;
+                bad++;
+                ct_test_fail(__FILE__, __LINE__, "%s_sr N=%d count=%llu rank %d element %llu: "
+                             "expected %.9g, got %.9g", all_reduce ? "all_reduce" :
+                             "reduce_scatter", (int)n, (unsigned long long)count, (int)r,
+                             (unsigned long long)j, want, ref_bf16_value(sc.c.recv[r][j]));
+            }
+        }
+    }
+    free_buffers(&sc.c, n);
+    return differs_from_rn;
+}
+
+CT_TEST(threads_sr_ring_equals_the_written_out_stochastic_ring_bit_for_bit) {
+    static const int32_t sizes[] = {2, 3, 5, 8, 33};
+    int differs = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int32_t n = sizes[k];
+        for (int32_t ar = 0; ar <= 1; ar++) {
+            differs += check_sr_ring(n, (uint64_t)(7 * n + 3), ar, 21 + (uint64_t)n);
+            differs += check_sr_ring(n, 1, ar, 40 + (uint64_t)n); /* fewer elements than N */
+        }
+    }
+    differs += check_sr_ring(5, 700, 1, 9); /* several blocks of the engine's loop */
+    differs += check_sr_ring(3, 600, 0, 10);
+    CT_CHECK_MSG(differs > 50, "only %d results differ from the round-to-nearest ring", differs);
+}
+
+/* Every order ([comm] algo, channels, nodes), n = 8 ranks: rank 0 holds 1.0 and the others
+ * 2^-10 (an eighth of an ulp of 1 in bf16), so round to nearest loses the small addends once
+ * they meet the 1.0, while stochastic rounding keeps the mean; small integers are exact sums
+ * whatever the rounding, which checks the order's addressing; all ranks get the same bits. */
+CT_TEST(threads_sr_every_order_is_unbiased_exact_on_integers_and_the_same_on_every_rank) {
+    static const char *const inis[] = {
+        "[comm]\nalgo = ring\nchannels = 3\ngpus_per_node = 4\n",
+        "[comm]\nalgo = tree\n",
+        "[comm]\nalgo = dbtree\ngpus_per_node = 2\n",
+        "[comm]\nalgo = hier\ngpus_per_node = 4\n",
+    };
+    enum { N = 8 };
+    const uint64_t count = 6000;
+    for (size_t o = 0; o < sizeof inis / sizeof *inis; o++) {
+        sr_case sw = {.stream = 99 + o, .all_reduce = 1};
+        if (!make_buffers(&sw.c, N, count, count, 2)) break;
+        for (int32_t r = 0; r < N; r++)
+            for (uint64_t i = 0; i < count; i++)
+                sw.c.send[r][i] = ref_bf16_bits(r == 0 ? 1.0 : ldexp(1.0, -10));
+        sw.c.count = count;
+        sw.c.dtype = CT_DTYPE_BF16;
+        world_run w;
+        rank_job jobs[N];
+        if (world_open(&w, N, inis[o])) {
+            world_run_all(&w, job_sr, &sw, jobs);
+            check_all_ok(jobs, N);
+            double mean = 0;
+            int64_t differ = 0;
+            for (uint64_t i = 0; i < count; i++) mean += ref_bf16_value(sw.c.recv[0][i]);
+            mean /= (double)count;
+            for (int32_t r = 1; r < N; r++)
+                differ += memcmp(sw.c.recv[r], sw.c.recv[0], count * sizeof(uint16_t)) != 0;
+            /* N-1 roundings of variance <= (ulp of 2 / 2)^2 = 2^-14 each: 5 standard errors */
+            double tol = 5.0 * sqrt((N - 1) * ldexp(1.0, -14) / (double)count);
+            CT_CHECK_MSG(fabs(mean - (1.0 + (N - 1) * ldexp(1.0, -10))) < tol,
+                         "%s: mean %.7f, exact %.7f, tolerance %.2g", inis[o], mean,
+                         1.0 + (N - 1) * ldexp(1.0, -10), tol);
+            CT_CHECK_INT(differ, 0);
+            /* small integers: every partial sum is a bf16 value */
+            for (int32_t r = 0; r < N; r++)
+                for (uint64_t i = 0; i < count; i++)
+                    sw.c.send[r][i] =
+                        ref_bf16_bits((double)((int64_t)((i * 5 + (uint64_t)r) % 9) - 4));
+            world_run_all(&w, job_sr, &sw, jobs);
+            check_all_ok(jobs, N);
+            int64_t wrong = 0;
+            for (uint64_t i = 0; i < count; i++) {
+                double want = 0;
+                for (int32_t r = 0; r < N; r++) want += ref_bf16_value(sw.c.send[r][i]);
+                for (int32_t r = 0; r < N; r++) wrong += ref_bf16_value(sw.c.recv[r][i]) != want;
+            }
+            CT_CHECK_MSG(wrong == 0, "%s: %lld wrong integer sums", inis[o], (long long)wrong);
+        }
+        world_close(&w);
+        free_buffers(&sw.c, N);
+    }
+}
+
+static void job_sr_f32(rank_job *job) {
+    float x[4] = {1, 2, 3, 4}, y[4];
+    job_note(job, job->w->vt->all_reduce_sr(job_comm(job), x, y, 4, CT_DTYPE_F32, 5, &job->err));
+}
+
+CT_TEST(threads_sr_of_another_dtype_fails_on_every_rank_saying_bf16_only) {
+    enum { N = 3 };
+    world_run w;
+    rank_job jobs[N];
+    if (world_open(&w, N, "[comm]\ntimeout_s = 20\n")) {
+        world_run_all(&w, job_sr_f32, NULL, jobs);
+        for (int32_t r = 0; r < N; r++) {
+            CT_CHECK_INT(jobs[r].rc, CT_ERR_UNSUPPORTED);
+            CT_CHECK_MSG(strstr(jobs[r].err.message, "bf16 sums only") != NULL,
+                         "rank %d: %s", (int)r, jobs[r].err.message);
+        }
+    }
+    world_close(&w);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -8,8 +8,11 @@
 #include "ct_test.h"
 #include "harness.h"
 
+#include <ctrain/precision_kit.h>
+
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,13 +73,15 @@ typedef struct pworld {
 } pworld;
 
 /* Open a world of n ranks with precision plugin `so` configured by `precision_ini` (the body of
- * the [precision] section). The threads engine reads section [threads]: [comm] belongs to the
- * harness's comm_local. 0 on failure (the test has failed). */
-static int pworld_open(pworld *w, int32_t n, const char *so, const char *precision_ini) {
+ * the [precision] section) over the threads engine configured by `threads_ini` (the body of its
+ * section, [threads]: [comm] belongs to the harness's comm_local). 0 on failure (the test has
+ * failed). */
+static int pworld_open_with(pworld *w, int32_t n, const char *so, const char *threads_ini,
+                            const char *precision_ini) {
     memset(w, 0, sizeof *w);
     w->n = n;
     char ini[512];
-    snprintf(ini, sizeof ini, "[threads]\nalgo = ring\ntimeout_s = 30\n[precision]\n%s\n",
+    snprintf(ini, sizeof ini, "[threads]\n%s\ntimeout_s = 30\n[precision]\n%s\n", threads_ini,
              precision_ini);
     w->h = harness_new(ini);
     if (!w->h) return 0;
@@ -104,6 +109,11 @@ static int pworld_open(pworld *w, int32_t n, const char *so, const char *precisi
 out_fail:
     ct_test_fail(__FILE__, __LINE__, "world of %d with %s: %s", (int)n, so, err.message);
     return 0;
+}
+
+/* The same with the threads engine's flat ring (algo = ring, one channel). */
+static int pworld_open(pworld *w, int32_t n, const char *so, const char *precision_ini) {
+    return pworld_open_with(w, n, so, "algo = ring", precision_ini);
 }
 
 static void pworld_close(pworld *w) {
@@ -434,6 +444,80 @@ CT_TEST(bf16_sr_is_reproducible_for_a_fixed_seed_and_changes_with_seed_offset) {
     free_bufs(a, N);
     free_bufs(b, N);
     free_bufs(c, N);
+}
+
+/* One round of the bf16_sr hook `kind` over N ranks of random bf16 data (count per call) by
+ * fresh instances on [threads] `threads_ini` with [precision] `precision_ini`; out[r] gets rank
+ * r's result (count elements). */
+static int sr_round_random(int32_t N, const char *threads_ini, const char *precision_ini,
+                           int32_t kind, uint64_t count, uint16_t **out) {
+    pworld w;
+    int ok = 0;
+    if (pworld_open_with(&w, N, "precision_bf16_sr.so", threads_ini, precision_ini)) {
+        uint64_t len = kind == HOOK_REDUCE_SCATTER ? (uint64_t)N * count : count;
+        uint16_t *send[MAX_RANKS];
+        alloc_bufs(send, N, len);
+        uint64_t state = 12345 + count;
+        for (int32_t r = 0; r < N; r++)
+            for (uint64_t i = 0; i < len; i++) send[r][i] = random_bf16(&state);
+        ok = run_round(&w, kind, count, send, out);
+        free_bufs(send, N);
+    }
+    pworld_close(&w);
+    return ok;
+}
+
+/* The two paths of bf16_sr: the engine's all_reduce_sr / reduce_scatter_sr (path = auto on the
+ * threads engine) and the plugin's own ring over send/recv (path = send_recv) give the same bits
+ * on the flat ring; on another order (algo = tree) auto follows the engine's order, so some
+ * results differ — which shows auto really took the engine's path. */
+CT_TEST(bf16_sr_engine_path_equals_the_send_recv_ring_bit_for_bit_and_follows_the_order) {
+    static const int32_t worlds[] = {2, 3, 5, 8};
+    static const uint64_t counts[] = {1, 7, 300, 1001};
+    int64_t tree_differs = 0;
+    for (int wi = 0; wi < 4; wi++)
+        for (int ci = 0; ci < 4; ci++)
+            for (int32_t kind = HOOK_REDUCE_SCATTER; kind <= HOOK_ALL_REDUCE; kind++) {
+                int32_t N = worlds[wi];
+                uint64_t n = counts[ci];
+                uint16_t *a[MAX_RANKS], *b[MAX_RANKS], *t[MAX_RANKS];
+                alloc_bufs(a, N, n);
+                alloc_bufs(b, N, n);
+                alloc_bufs(t, N, n);
+                if (sr_round_random(N, "algo = ring", "path = auto", kind, n, a) &&
+                    sr_round_random(N, "algo = ring", "path = send_recv", kind, n, b) &&
+                    sr_round_random(N, "algo = tree", "path = auto", kind, n, t)) {
+                    int64_t differ = 0;
+                    for (int32_t r = 0; r < N; r++) {
+                        differ += memcmp(a[r], b[r], n * sizeof(uint16_t)) != 0;
+                        for (uint64_t i = 0; i < n; i++) tree_differs += t[r][i] != b[r][i];
+                    }
+                    CT_CHECK_MSG(differ == 0, "N=%d count=%llu %s: %lld ranks differ between "
+                                 "path auto and send_recv", (int)N, (unsigned long long)n,
+                                 kind == HOOK_ALL_REDUCE ? "all_reduce" : "reduce_scatter",
+                                 (long long)differ);
+                }
+                free_bufs(a, N);
+                free_bufs(b, N);
+                free_bufs(t, N);
+            }
+    CT_CHECK_MSG(tree_differs > 100, "algo = tree changed only %lld results: is path = auto "
+                 "using the engine?", (long long)tree_differs);
+}
+
+/* A comm built before ABI 1.5 has a vtable that ends before all_reduce_sr: the kit must not
+ * read past it (the policy then runs its own ring). */
+CT_TEST(precision_kit_finds_no_sr_collective_in_a_comm_vtable_of_abi_1_4) {
+    ct_comm_vtable vt;
+    memset(&vt, 0xff, sizeof vt); /* "set" everywhere, as garbage past the end would look */
+    vt.struct_size = (uint32_t)offsetof(ct_comm_vtable, all_reduce_sr);
+    ct_comm_ref comm = {&vt, NULL, 0, 2};
+    CT_CHECK(ct_pkit_comm_sr(comm, 1) == NULL);
+    CT_CHECK(ct_pkit_comm_sr(comm, 0) == NULL);
+    vt.struct_size = sizeof vt;
+    vt.all_reduce_sr = NULL;
+    CT_CHECK(ct_pkit_comm_sr(comm, 1) == NULL);
+    CT_CHECK(ct_pkit_comm_sr(comm, 0) != NULL);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
  * the wire dtype after every hop, N-1 roundings per element), so one machine reproduces the
  * numerics of N GPUs. The orders (orders.c): NCCL's ring split into `channels`, NCCL's tree
  * (chain per node, double binary tree across nodes of `gpus_per_node` ranks), a hierarchical
- * ring, and a heap-ordered binary tree for comparison (key algo).
+ * ring, and a heap-ordered binary tree for comparison (key algo). ABI 1.5's all_reduce_sr /
+ * reduce_scatter_sr run the same orders with every combine rounded stochastically
+ * (ct_bf16_add_sr), for the bf16_sr policy.
  * Not for: GPU memory (it reads other ranks' buffers with the CPU) or several processes (mpi).
  *
  * How a collective runs: each rank posts its arguments (kind, count, dtype, op, buffers) in
@@ -250,7 +252,8 @@ static int32_t check_posts(const threads_comm *self, const char *what, int32_t *
     for (int32_t r = 1; r < n; r++) {
         const coll_post *p = &posts[r];
         int differs = p->kind != p0->kind || p->count != p0->count || p->dtype != p0->dtype ||
-                      (is_reduction(p->kind) && p->op != p0->op) ||
+                      (is_reduction(p->kind) && (p->op != p0->op || p->sr != p0->sr ||
+                                                 p->sr_stream != p0->sr_stream)) ||
                       (p->kind == COLL_BROADCAST && p->root != p0->root);
         if (!differs) continue;
         *culprit = r;
@@ -258,7 +261,8 @@ static int32_t check_posts(const threads_comm *self, const char *what, int32_t *
                             "comm threads: %s: rank 0 called %s(count %llu, %s, op %d, root %d) "
                             "but rank %d called %s(count %llu, %s, op %d, root %d) ---> HINT: "
                             "every rank must call the same collectives in the same order with "
-                            "the same count, dtype, op and root",
+                            "the same count, dtype, op and root (and the same stream for the "
+                            "_sr ones)",
                             what, kind_name(p0->kind), (unsigned long long)p0->count,
                             ct_dtype_name(p0->dtype), (int)p0->op, (int)p0->root, (int)r,
                             kind_name(p->kind), (unsigned long long)p->count,
@@ -272,6 +276,11 @@ static int32_t check_posts(const threads_comm *self, const char *what, int32_t *
                             "comm threads: %s: reduce op %d over %s is not supported ---> use "
                             "SUM, MAX or MIN over f32, bf16, f64 or i32",
                             what, (int)p0->op, ct_dtype_name(p0->dtype));
+    if (p0->sr && (p0->dtype != CT_DTYPE_BF16 || p0->op != CT_REDUCE_SUM))
+        return ct_error_set(err, CT_ERR_UNSUPPORTED,
+                            "comm threads: %s_sr over %s: stochastic rounding is for bf16 "
+                            "sums only ---> call %s for other dtypes", what,
+                            ct_dtype_name(p0->dtype), kind_name(p0->kind));
     if (p0->kind == COLL_BROADCAST && (p0->root < 0 || p0->root >= n))
         return ct_error_set(err, CT_ERR_INVALID, "comm threads: %s: root %d is not a rank of "
                             "0..%d", what, (int)p0->root, (int)n - 1);
@@ -321,8 +330,9 @@ static void do_all_reduce(threads_comm *self) {
             self->srcs[r] = at_c(posts[r].send, b, es);
             self->dsts[r] = at(posts[r].recv, b, es);
         }
+        reduce_sr sr = {posts[0].sr_stream, b, n};
         reduce_run(self->srcs, self->prog, steps, self->dsts, n, e - b, posts[0].dtype,
-                   posts[0].op, self->scratch);
+                   posts[0].op, posts[0].sr ? &sr : NULL, self->scratch);
     }
 }
 
@@ -341,8 +351,9 @@ static void do_reduce_scatter(threads_comm *self) {
         for (int32_t r = 0; r < n; r++)
             self->srcs[r] = at_c(posts[r].send, (uint64_t)c * count + b, es);
         void *dst = at(posts[c].recv, b, es);
+        reduce_sr sr = {posts[0].sr_stream, (uint64_t)c * count + b, n};
         reduce_run(self->srcs, self->prog, steps, &dst, 1, e - b, posts[0].dtype, posts[0].op,
-                   self->scratch);
+                   posts[0].sr ? &sr : NULL, self->scratch);
     }
 }
 
@@ -454,37 +465,59 @@ static int32_t run_collective(threads_comm *self, coll_post post, ct_request **r
 
 static int32_t threads_all_reduce(void *p, const void *send, void *recv, uint64_t count,
                                   int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
-    coll_post post = {COLL_ALL_REDUCE, count, dtype, op, 0, send, recv};
+    coll_post post = {.kind = COLL_ALL_REDUCE, .count = count, .dtype = dtype, .op = op,
+                      .send = send, .recv = recv};
     return run_collective(p, post, req, err);
 }
 
 static int32_t threads_reduce_scatter(void *p, const void *send, void *recv, uint64_t count,
                                       int32_t dtype, int32_t op, ct_request **req,
                                       ct_error *err) {
-    coll_post post = {COLL_REDUCE_SCATTER, count, dtype, op, 0, send, recv};
+    coll_post post = {.kind = COLL_REDUCE_SCATTER, .count = count, .dtype = dtype, .op = op,
+                      .send = send, .recv = recv};
     return run_collective(p, post, req, err);
+}
+
+/* ABI 1.5: the same collectives with every combine of the order rounded stochastically
+ * (ct_bf16_add_sr); run_collective's check refuses anything but a bf16 SUM on every rank. */
+static int32_t threads_all_reduce_sr(void *p, const void *send, void *recv, uint64_t count,
+                                     int32_t dtype, uint64_t stream, ct_error *err) {
+    coll_post post = {.kind = COLL_ALL_REDUCE, .count = count, .dtype = dtype, .op = CT_REDUCE_SUM,
+                      .send = send, .recv = recv, .sr = 1, .sr_stream = stream};
+    return run_collective(p, post, NULL, err);
+}
+
+static int32_t threads_reduce_scatter_sr(void *p, const void *send, void *recv, uint64_t count,
+                                         int32_t dtype, uint64_t stream, ct_error *err) {
+    coll_post post = {.kind = COLL_REDUCE_SCATTER, .count = count, .dtype = dtype,
+                      .op = CT_REDUCE_SUM, .send = send, .recv = recv, .sr = 1,
+                      .sr_stream = stream};
+    return run_collective(p, post, NULL, err);
 }
 
 static int32_t threads_all_gather(void *p, const void *send, void *recv, uint64_t count,
                                   int32_t dtype, ct_request **req, ct_error *err) {
-    coll_post post = {COLL_ALL_GATHER, count, dtype, 0, 0, send, recv};
+    coll_post post = {.kind = COLL_ALL_GATHER, .count = count, .dtype = dtype, .send = send,
+                      .recv = recv};
     return run_collective(p, post, req, err);
 }
 
 static int32_t threads_all_to_all(void *p, const void *send, void *recv, uint64_t count,
                                   int32_t dtype, ct_request **req, ct_error *err) {
-    coll_post post = {COLL_ALL_TO_ALL, count, dtype, 0, 0, send, recv};
+    coll_post post = {.kind = COLL_ALL_TO_ALL, .count = count, .dtype = dtype, .send = send,
+                      .recv = recv};
     return run_collective(p, post, req, err);
 }
 
 static int32_t threads_broadcast(void *p, void *buf, uint64_t count, int32_t dtype, int32_t root,
                                  ct_error *err) {
-    coll_post post = {COLL_BROADCAST, count, dtype, 0, root, buf, buf};
+    coll_post post = {.kind = COLL_BROADCAST, .count = count, .dtype = dtype, .root = root,
+                      .send = buf, .recv = buf};
     return run_collective(p, post, NULL, err);
 }
 
 static int32_t threads_barrier(void *p, ct_error *err) {
-    coll_post post = {COLL_BARRIER, 0, CT_DTYPE_F32, 0, 0, NULL, NULL};
+    coll_post post = {.kind = COLL_BARRIER, .dtype = CT_DTYPE_F32};
     return run_collective(p, post, NULL, err);
 }
 
@@ -558,12 +591,14 @@ static const ct_comm_vtable threads_vtable = {
     .recv = threads_recv,
     .wait = threads_wait,
     .abort = threads_abort,
+    .all_reduce_sr = threads_all_reduce_sr,
+    .reduce_scatter_sr = threads_reduce_scatter_sr,
 };
 
 CT_DEFINE_PLUGIN(
     .kind    = CT_KIND_COMM,
     .name    = "threads",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .summary = "N ranks as threads of one process; NCCL ring (or tree) arithmetic",
     .params  = threads_params,
     .devices = CT_DEVICE_CPU,

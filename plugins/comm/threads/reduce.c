@@ -81,6 +81,17 @@ static void combine_block(double *acc, const double *x, uint64_t n, int32_t dtyp
     }
 }
 
+/* combine_block with stochastic rounding: acc[i] = ct_bf16_add_sr(acc[i], x[i]) for the
+ * element sr->element0 + first + i, combine k. acc and x hold bf16 values (exact in double). */
+static void combine_block_sr(double *acc, const double *x, uint64_t n, const reduce_sr *sr,
+                             uint64_t first, int32_t k) {
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t a = ct_bf16_from_f32((float)acc[i]), b = ct_bf16_from_f32((float)x[i]);
+        acc[i] = ct_bf16_to_f32(
+            ct_bf16_add_sr(a, b, sr->stream, sr->element0 + first + i, k, sr->world_size));
+    }
+}
+
 static const void *offset_c(const void *p, uint64_t elems, size_t esize) {
     return (const char *)p + elems * esize;
 }
@@ -89,23 +100,28 @@ static void *offset(void *p, uint64_t elems, size_t esize) { return (char *)p + 
 
 void reduce_run(const void *const *srcs, const order_step *prog, int32_t n_steps,
                 void *const *dsts, int32_t n_dsts, uint64_t n, int32_t dtype, int32_t op,
-                double *scratch) {
+                const reduce_sr *sr, double *scratch) {
     assert(reduce_supported(dtype, op) && n_steps >= 1);
+    assert(!sr || (dtype == CT_DTYPE_BF16 && op == CT_REDUCE_SUM));
     size_t es = ct_dtype_size(dtype);
     double *x = scratch + (size_t)ORDER_MAX_SLOTS * REDUCE_BLOCK; /* (BLOCK) a rank's input */
     for (uint64_t base = 0; base < n; base += REDUCE_BLOCK) {
         uint64_t m = n - base < REDUCE_BLOCK ? n - base : REDUCE_BLOCK;
+        int32_t k = 0; /* combines so far */
         for (int32_t s = 0; s < n_steps; s++) {
             const order_step *st = &prog[s];
             double *slot = scratch + (size_t)st->slot * REDUCE_BLOCK;
             if (st->op == STEP_LOAD) {
                 load_block(offset_c(srcs[st->arg], base, es), dtype, m, slot);
-            } else if (st->op == STEP_ADD_RANK) {
-                load_block(offset_c(srcs[st->arg], base, es), dtype, m, x);
-                combine_block(slot, x, m, dtype, op);
-            } else {
-                combine_block(slot, scratch + (size_t)st->arg * REDUCE_BLOCK, m, dtype, op);
+                continue;
             }
+            const double *y = scratch + (size_t)st->arg * REDUCE_BLOCK; /* ADD_SLOT */
+            if (st->op == STEP_ADD_RANK) {
+                load_block(offset_c(srcs[st->arg], base, es), dtype, m, x);
+                y = x;
+            }
+            if (sr) combine_block_sr(slot, y, m, sr, base, ++k);
+            else combine_block(slot, y, m, dtype, op);
         }
         for (int32_t j = 0; j < n_dsts; j++)
             store_block(scratch, dtype, m, offset(dsts[j], base, es));

@@ -41,14 +41,24 @@ static inline int reduce_supported(int32_t dtype, int32_t op) {
     return dtype_ok && op_ok;
 }
 
+/* Stochastic rounding of a bf16 SUM (ABI 1.5's all_reduce_sr / reduce_scatter_sr): the
+ * program's k-th combine (k = 1, 2, ... in step order, ADD_RANK and ADD_SLOT alike) of the run's
+ * element i is ct_bf16_add_sr(a, b, stream, element0 + i, k, world_size). */
+typedef struct reduce_sr {
+    uint64_t stream;
+    uint64_t element0;   /* the index, in the caller's whole buffer, of the run's element 0 */
+    int32_t  world_size;
+} reduce_sr;
+
 /* Reduce n elements by the program prog (n_steps steps, see orders.h): result[i] = the
  * program run over x[r] = srcs[r][i], each combine rounded to dtype. The result is stored into
  * each of the n_dsts buffers dsts[j][0 .. n-1]. srcs has world_size pointers, already offset to
  * the first element. A dst may be one of the srcs (in place) as long as no other thread reads
  * it meanwhile. scratch holds REDUCE_SCRATCH doubles. The caller has checked
- * reduce_supported(dtype, op). */
+ * reduce_supported(dtype, op). sr: NULL rounds every combine to nearest; otherwise dtype is
+ * bf16, op SUM, and every combine is rounded stochastically as reduce_sr says. */
 void reduce_run(const void *const *srcs, const order_step *prog, int32_t n_steps,
                 void *const *dsts, int32_t n_dsts, uint64_t n, int32_t dtype, int32_t op,
-                double *scratch);
+                const reduce_sr *sr, double *scratch);
 
 #endif /* COMM_THREADS_REDUCE_H */

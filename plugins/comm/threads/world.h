@@ -33,6 +33,8 @@ typedef struct coll_post {
     int32_t     root;  /* broadcast only */
     const void *send;
     void       *recv;
+    int32_t     sr;        /* reductions: 1 = stochastic rounding (all_reduce_sr, ...) */
+    uint64_t    sr_stream; /* its random stream (ABI 1.5) */
 } coll_post;
 
 typedef struct mail mail; /* one buffered message (world.c) */

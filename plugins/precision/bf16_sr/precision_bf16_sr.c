@@ -1,26 +1,32 @@
 /* precision_bf16_sr.c — the `bf16_sr` research policy: pure_bf16's dtypes and a bf16 ring
- * reduction, built here from the comm's send/recv, in which every hop's partial sum is rounded
- * to bf16 stochastically instead of to nearest. Same order as the threads engine's ring (and
- * NCCL's): the partial sum of chunk c is born at rank c+1 (its own value, unrounded), each next
- * rank adds its value in f32 and rounds, rank c adds last. N-1 roundings per element, each
- * unbiased, so the sum's expectation is the exact sum (round-to-nearest instead drops addends
- * smaller than half an ulp of the partial sum every time).
- * Not for: GPUs (the hop's arithmetic runs on the CPU; a CUDA kernel could reuse sr_combine)
- * or f32 wires (other dtypes go to the comm's own collective).
+ * reduction in which every hop's partial sum is rounded to bf16 stochastically instead of to
+ * nearest. N-1 roundings per element, each unbiased, so the sum's expectation is the exact sum
+ * (round-to-nearest instead drops addends smaller than half an ulp of the partial sum every
+ * time).
  *
- * Random bits: ct_hash64 of (seed, call, element, hop), where seed = [run] seed mixed with the
- * key seed_offset, call counts this instance's reductions (every rank calls them in the same
- * order, so ranks agree), element is the index into the full send buffer and hop = 1..N-1. A
- * fixed seed reproduces a run bit for bit; a resumed run restarts the call counter, so its bits
- * differ from the uninterrupted run's (statistically the same).
+ * Two paths (key `path`): where the comm engine offers ABI 1.5's all_reduce_sr /
+ * reduce_scatter_sr (threads), it runs them, so the stochastic rounding happens at every
+ * combine of the engine's own order ([comm] algo, channels, gpus_per_node) in one pass over
+ * shared memory; elsewhere (mpi, local, or path = send_recv) the plugin runs its own ring over
+ * the comm's send/recv, in the order of the threads engine's flat ring (and NCCL's): the partial
+ * sum of chunk c is born at rank c+1 (its own value, unrounded), each next rank adds its value
+ * in f32 and rounds, rank c adds last. With [comm] algo = ring and channels = 1 the two paths
+ * give the same bits (tests/unit/test_research_precision.c).
+ * Not for: GPUs (the hop's arithmetic runs on the CPU; ct_bf16_add_sr is CT_HD, ready for a
+ * CUDA kernel) or f32 wires (other dtypes go to the comm's own collective).
+ *
+ * Random bits: ct_bf16_add_sr (numerics.h) with stream = ct_hash64(seed, call), where seed =
+ * [run] seed mixed with the key seed_offset and call counts this instance's reductions (every
+ * rank calls them in the same order, so ranks agree); element is the index into the full send
+ * buffer and k = 1..N-1 the hop. A fixed seed reproduces a run bit for bit; a resumed run
+ * restarts the call counter, so its bits differ from the uninterrupted run's (statistically
+ * the same).
  *
  * Shape legend: N ranks, n = count.
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
 #include <ctrain/precision_kit.h>
-
-#include "sr_combine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,7 @@
 
 typedef struct sr_precision {
     int32_t  grad_accum_dtype; /* CT_DTYPE_BF16 (as FSDP) or CT_DTYPE_F32 */
+    int32_t  send_recv_only;   /* path = send_recv: never the engine's _sr collectives */
     uint64_t seed;             /* [run] seed mixed with seed_offset */
     uint64_t calls;            /* reductions done so far (the per-call counter) */
     uint16_t *out, *in;        /* (chunk) host scratch: the partial sum sent / received */
@@ -39,8 +46,10 @@ typedef struct sr_precision {
 static void *sr_create(const ct_create_args *args, ct_error *err) {
     int32_t accum;
     int64_t offset = 0;
+    const char *path = NULL;
     if (ct_pkit_get_grad_accum(args, &accum, err) != CT_OK ||
-        args->api->get_int(args->host, args->section, "seed_offset", &offset, err) != CT_OK)
+        args->api->get_int(args->host, args->section, "seed_offset", &offset, err) != CT_OK ||
+        args->api->get_string(args->host, args->section, "path", &path, err) != CT_OK)
         return NULL;
     if (args->device.vt && args->device.type != CT_DEVICE_CPU)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision bf16_sr: the stochastic ring "
@@ -50,6 +59,7 @@ static void *sr_create(const ct_create_args *args, ct_error *err) {
     sr_precision *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_sr: out of memory"), NULL;
     self->grad_accum_dtype = accum;
+    self->send_recv_only = strcmp(path, "send_recv") == 0;
     self->seed = ct_hash64(args->seed, 0x5352000000000000ull ^ (uint64_t)offset);
     return self;
 }
@@ -118,16 +128,18 @@ static int32_t ring_reduce(sr_precision *self, ct_comm_ref comm, const uint16_t 
     int32_t N = comm.world_size, r = comm.rank;
 #define CHUNK(c) ((((c) % N) + N) % N)
     int32_t c0 = CHUNK(r - 1);
-    uint64_t b0 = chunk_begin(all_reduce, count, c0, N), e0 = chunk_begin(all_reduce, count, c0 + 1, N);
+    uint64_t b0 = chunk_begin(all_reduce, count, c0, N);
+    uint64_t e0 = chunk_begin(all_reduce, count, c0 + 1, N);
     memcpy(self->out, send + b0, (size_t)(e0 - b0) * sizeof *self->out);
     uint64_t out_n = e0 - b0;
     for (int32_t s = 0; s <= N - 2; s++) {
         int32_t c = CHUNK(r - 2 - s);
-        uint64_t b = chunk_begin(all_reduce, count, c, N), e = chunk_begin(all_reduce, count, c + 1, N);
+        uint64_t b = chunk_begin(all_reduce, count, c, N);
+        uint64_t e = chunk_begin(all_reduce, count, c + 1, N);
         int32_t rc = ring_exchange(comm, self->out, out_n, self->in, e - b, err);
         if (rc != CT_OK) return rc;
         for (uint64_t j = 0; j < e - b; j++)
-            self->out[j] = sr_combine(self->in[j], send[b + j], stream, b + j, s + 1, N);
+            self->out[j] = ct_bf16_add_sr(self->in[j], send[b + j], stream, b + j, s + 1, N);
         out_n = e - b;
     }
 #undef CHUNK
@@ -143,6 +155,11 @@ static int32_t check_device(ct_device_ref device, ct_error *err) {
     return CT_OK;
 }
 
+/* The engine's stochastic-rounding collective, or NULL: not offered, or path = send_recv. */
+static ct_pkit_sr_fn engine_sr(const sr_precision *self, ct_comm_ref comm, int all_reduce) {
+    return self->send_recv_only ? NULL : ct_pkit_comm_sr(comm, all_reduce);
+}
+
 /* SUM reduce-scatter: send (N*n) bf16, recv (n) bf16 = chunk `rank`, by the stochastic ring. */
 static int32_t sr_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref device,
                                  const void *send, void *recv, uint64_t count, int32_t dtype,
@@ -153,6 +170,8 @@ static int32_t sr_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref device
         return ct_pkit_comm_reduce_scatter(comm, send, recv, count, dtype, err);
     uint64_t stream = ct_hash64(self->seed, self->calls++);
     int32_t rc = check_device(device, err);
+    ct_pkit_sr_fn engine = engine_sr(self, comm, 0);
+    if (engine) return rc == CT_OK ? engine(comm.self, send, recv, count, dtype, stream, err) : rc;
     if (rc == CT_OK) rc = ensure_scratch(self, count, err);
     if (rc == CT_OK) rc = ring_reduce(self, comm, send, count, 0, stream, err);
     if (rc == CT_OK) memcpy(recv, self->out, (size_t)count * sizeof *self->out);
@@ -172,6 +191,8 @@ static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, co
     uint64_t stream = ct_hash64(self->seed, self->calls++);
     uint64_t max_chunk = count / (uint64_t)N + 1;
     int32_t rc = check_device(device, err);
+    ct_pkit_sr_fn engine = engine_sr(self, comm, 1);
+    if (engine) return rc == CT_OK ? engine(comm.self, send, recv, count, dtype, stream, err) : rc;
     if (rc == CT_OK) rc = ensure_scratch(self, max_chunk, err);
     if (rc == CT_OK) rc = ring_reduce(self, comm, send, count, 1, stream, err);
     if (rc != CT_OK) return rc;
@@ -189,8 +210,15 @@ static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, co
     return rc;
 }
 
+static const char *const path_choices[] = {"auto", "send_recv", NULL};
+
 static const ct_param_spec sr_params[] = {
     CT_PKIT_PARAM_GRAD_ACCUM,
+    CT_PARAM_ENUM("path", "auto", path_choices,
+                  "auto: the comm engine's stochastic-rounding collectives where it has them "
+                  "(threads: one pass in the engine's own order), else this plugin's ring over "
+                  "send/recv; send_recv: always the ring (the same bits as threads with algo "
+                  "ring, channels 1)"),
     CT_PARAM_INT("seed_offset", "0", -9.0e18, 9.0e18,
                  "mixed with [run] seed into the rounding's random stream: change it to draw "
                  "other roundings with the same data order"),
@@ -209,7 +237,7 @@ static const ct_precision_vtable sr_vtable = {
 CT_DEFINE_PLUGIN(
     .kind              = CT_KIND_PRECISION,
     .name              = "bf16_sr",
-    .version           = "1.0.0",
+    .version           = "1.1.0",
     .summary           = "pure bf16 with a bf16 ring whose every hop rounds stochastically "
                          "(unbiased sum)",
     .params            = sr_params,

@@ -95,8 +95,10 @@
  *     ct_loss_vtable.forward_backward_rows (see "Row ranges" below), and the softmax taken
  *     once with the row statistics: ct_device_vtable.row_softmax, ct_loss_batch.probs;
  *     1.4 added ct_model_vtable.hidden_rows (the head's input rows of the latest forward, so
- *     `ctrain what-if` needs one forward per sequence, not one per prefix). Plugins built for
- *     1.0, 1.1, 1.2 and 1.3 keep loading.
+ *     `ctrain what-if` needs one forward per sequence, not one per prefix); 1.5 added
+ *     ct_comm_vtable.all_reduce_sr / reduce_scatter_sr (bf16 sums stochastically rounded at
+ *     every combine of the engine's own order, so the bf16_sr policy needs no ring of its own
+ *     where the engine offers them). Plugins built for 1.0 .. 1.4 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -121,7 +123,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 4
+#define CT_ABI_MINOR 5
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -635,6 +637,19 @@ struct ct_comm_vtable {
     /* Tell every other rank that this one is failing (why: one line) so their collectives end
      * with an error naming this rank instead of hanging. Never blocks for long. */
     void (*abort)(void *self, const char *why); /* OPTIONAL */
+
+    /* Since ABI 1.5, OPTIONAL (both or neither): SUM all_reduce / reduce_scatter of bf16
+     * (dtype must be CT_DTYPE_BF16, else CT_ERR_UNSUPPORTED) with stochastic rounding: every
+     * combine of the engine's reduction order is ct_bf16_add_sr (numerics.h) with this call's
+     * `stream`, element = the index into send (reduce_scatter: block * count + j) and k = the
+     * combine's place among that element's world_size-1 combines. Same buffers and aliasing as
+     * all_reduce / reduce_scatter; synchronous. Every rank passes the same stream. For a flat
+     * ring k is the hop, so an engine whose order is the ring gives the bits of the bf16_sr
+     * policy's own ring over send/recv (which it runs where these are NULL). */
+    int32_t (*all_reduce_sr)(void *self, const void *send, void *recv, uint64_t count,
+                             int32_t dtype, uint64_t stream, ct_error *err); /* OPTIONAL */
+    int32_t (*reduce_scatter_sr)(void *self, const void *send, void *recv, uint64_t count,
+                                 int32_t dtype, uint64_t stream, ct_error *err); /* OPTIONAL */
 };
 
 /* ---------------------------------------------------------------------------------------

@@ -77,6 +77,18 @@ CT_HD uint64_t ct_hash64(uint64_t seed, uint64_t counter) {
     return z ^ (z >> 31);
 }
 
+/* One combine of a stochastically rounded bf16 SUM (the contract of ABI 1.5's
+ * ct_comm_vtable.all_reduce_sr / reduce_scatter_sr, and of the bf16_sr policy's own ring): the
+ * k-th combine (k = 1 .. world_size-1, in the order's sequence) of element `element` adds a and
+ * b in f32 and rounds to bf16 with the top 16 bits of ct_hash64(stream, element * world_size +
+ * k). Every engine that follows this gets the same bits for the same order. */
+CT_HD uint16_t ct_bf16_add_sr(uint16_t a, uint16_t b, uint64_t stream, uint64_t element,
+                              int32_t k, int32_t world_size) {
+    float v = ct_bf16_to_f32(a) + ct_bf16_to_f32(b);
+    uint64_t bits = ct_hash64(stream, element * (uint64_t)world_size + (uint64_t)k);
+    return ct_bf16_from_f32_sr(v, (uint32_t)(bits >> 48));
+}
+
 /* Uniform in [0, 1) with 24 bits. */
 CT_HD float ct_uniform01(uint64_t seed, uint64_t counter) {
     return (float)(ct_hash64(seed, counter) >> 40) * (1.0f / 16777216.0f);

@@ -1,9 +1,9 @@
 /* precision_kit.h — header-only helpers for writing a precision plugin: the grad_accum_dtype
  * key the bf16 policies share, filling a policy, the comm's own SUM collectives (the fallback of
- * a custom reduction hook) and grow-only device scratch bound to one rank's device. The
- * built-in precision plugins use it; a third-party policy gets the same key, defaults and
- * messages by including it. Not part of the ABI: nothing here crosses the plugin boundary, and
- * it keeps no state.
+ * a custom reduction hook) and its stochastic-rounding ones (ABI 1.5), and grow-only device
+ * scratch bound to one rank's device. The built-in precision plugins use it; a third-party
+ * policy gets the same key, defaults and messages by including it. Not part of the ABI: nothing
+ * here crosses the plugin boundary, and it keeps no state.
  *
  * `who` arguments start error messages and name the plugin: "precision bf16_avg".
  */
@@ -12,6 +12,7 @@
 
 #include <ctrain/ctrain.h>
 
+#include <stddef.h>
 #include <string.h>
 
 /* --- the grad_accum_dtype key -------------------------------------------------------------- */
@@ -64,6 +65,21 @@ static inline int32_t ct_pkit_comm_reduce_scatter(ct_comm_ref comm, const void *
 static inline int32_t ct_pkit_comm_all_reduce(ct_comm_ref comm, const void *send, void *recv,
                                               uint64_t count, int32_t dtype, ct_error *err) {
     return comm.vt->all_reduce(comm.self, send, recv, count, dtype, CT_REDUCE_SUM, NULL, err);
+}
+
+/* The comm's stochastic-rounding bf16 SUM of ABI 1.5 (all_reduce_sr when all_reduce is 1, else
+ * reduce_scatter_sr; same arguments), or NULL where the engine does not offer it (mpi, local,
+ * or an engine built before 1.5): a policy that rounds stochastically then runs its own
+ * reduction over send/recv. */
+typedef int32_t (*ct_pkit_sr_fn)(void *self, const void *send, void *recv, uint64_t count,
+                                 int32_t dtype, uint64_t stream, ct_error *err);
+static inline ct_pkit_sr_fn ct_pkit_comm_sr(ct_comm_ref comm, int all_reduce) {
+    const ct_comm_vtable *vt = comm.vt;
+    size_t end = all_reduce ? offsetof(ct_comm_vtable, all_reduce_sr) + sizeof vt->all_reduce_sr
+                            : offsetof(ct_comm_vtable, reduce_scatter_sr) +
+                                  sizeof vt->reduce_scatter_sr;
+    if (!vt || vt->struct_size < end) return NULL;
+    return all_reduce ? vt->all_reduce_sr : vt->reduce_scatter_sr;
 }
 
 /* --- device scratch -------------------------------------------------------------------------- */
