@@ -238,8 +238,8 @@ CT_DEFINE_PLUGIN(
     .kind              = CT_KIND_PRECISION,
     .name              = "bf16_sr",
     .version           = "1.1.0",
-    .summary           = "pure bf16 with a bf16 ring whose every hop rounds stochastically "
-                         "(unbiased sum)",
+    .summary           = "pure bf16 with a bf16 reduction whose every combine rounds "
+                         "stochastically (unbiased sum)",
     .params            = sr_params,
     .devices           = CT_DEVICE_CPU,
     .vtable            = &sr_vtable,)
