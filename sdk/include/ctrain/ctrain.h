@@ -85,7 +85,7 @@
  *     CT_DEFINE_PLUGIN writes the entry symbol and the descriptor's fixed fields.
  *   - Members: every vtable member is marked REQUIRED or OPTIONAL below. The host refuses at
  *     load a plugin whose vtable lacks a REQUIRED member (NULL, or beyond its struct_size),
- *     naming the member; an OPTIONAL member may be NULL.
+ *     naming the member; an OPTIONAL member may be NULL (test it with CT_HAS_MEMBER).
  *   - History: 1.1 added ct_model_vtable.mean_hidden; 1.2 added ct_plugin_desc.validate,
  *     ct_param_spec.flags (exclusive bounds), ct_model_vtable.prepare_decode/decode
  *     (incremental decoding), ct_model_desc.flops_per_token_fixed/_per_t and
@@ -131,6 +131,12 @@ extern "C" {
 #else
 #define CT_EXPORT
 #endif
+
+/* Does the vtable `vt` (struct_size first; may be NULL) reach `member` of `type`, and is that
+ * member non-NULL? How a caller tests an OPTIONAL member of a plugin that may have been built
+ * against an older header (a shorter vtable). */
+#define CT_HAS_MEMBER(vt, type, member) \
+    ((vt) && (vt)->struct_size >= offsetof(type, member) + sizeof((vt)->member) && (vt)->member)
 
 /* ---------------------------------------------------------------------------------------
  * Status codes and the caller-owned error struct

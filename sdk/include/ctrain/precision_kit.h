@@ -12,7 +12,6 @@
 
 #include <ctrain/ctrain.h>
 
-#include <stddef.h>
 #include <string.h>
 
 /* --- the grad_accum_dtype key -------------------------------------------------------------- */
@@ -74,12 +73,11 @@ static inline int32_t ct_pkit_comm_all_reduce(ct_comm_ref comm, const void *send
 typedef int32_t (*ct_pkit_sr_fn)(void *self, const void *send, void *recv, uint64_t count,
                                  int32_t dtype, uint64_t stream, ct_error *err);
 static inline ct_pkit_sr_fn ct_pkit_comm_sr(ct_comm_ref comm, int all_reduce) {
-    const ct_comm_vtable *vt = comm.vt;
-    size_t end = all_reduce ? offsetof(ct_comm_vtable, all_reduce_sr) + sizeof vt->all_reduce_sr
-                            : offsetof(ct_comm_vtable, reduce_scatter_sr) +
-                                  sizeof vt->reduce_scatter_sr;
-    if (!vt || vt->struct_size < end) return NULL;
-    return all_reduce ? vt->all_reduce_sr : vt->reduce_scatter_sr;
+    if (all_reduce)
+        return CT_HAS_MEMBER(comm.vt, ct_comm_vtable, all_reduce_sr) ? comm.vt->all_reduce_sr
+                                                                      : NULL;
+    return CT_HAS_MEMBER(comm.vt, ct_comm_vtable, reduce_scatter_sr) ? comm.vt->reduce_scatter_sr
+                                                                      : NULL;
 }
 
 /* --- device scratch -------------------------------------------------------------------------- */

@@ -60,9 +60,8 @@ static inline void ct_skit_copy_struct(void *out, const void *src, size_t size) 
     memcpy(out, &src_size, sizeof src_size);
 }
 
-/* Does the vtable `vt` (struct_size first) reach `member`, and is that member non-NULL? */
-#define CT_SKIT_HAS(vt, type, member) \
-    ((vt) && (vt)->struct_size >= offsetof(type, member) + sizeof((vt)->member) && (vt)->member)
+/* CT_HAS_MEMBER (ctrain.h) under the kit's older name. */
+#define CT_SKIT_HAS(vt, type, member) CT_HAS_MEMBER(vt, type, member)
 
 /* --- device buffers ---------------------------------------------------------------------- */
 
