@@ -738,7 +738,11 @@ CT_TEST(threads_sr_every_order_is_unbiased_exact_on_integers_and_the_same_on_eve
     const uint64_t count = 6000;
     for (size_t o = 0; o < sizeof inis / sizeof *inis; o++) {
         sr_case sw = {.stream = 99 + o, .all_reduce = 1};
-        if (!make_buffers(&sw.c, N, count, count, 2)) break;
+        if (!make_buffers(&sw.c, N, count, count, 2)) {
+            ct_test_fail(__FILE__, __LINE__, "out of memory");
+            free_buffers(&sw.c, N);
+            break;
+        }
         for (int32_t r = 0; r < N; r++)
             for (uint64_t i = 0; i < count; i++)
                 sw.c.send[r][i] = ref_bf16_bits(r == 0 ? 1.0 : ldexp(1.0, -10));

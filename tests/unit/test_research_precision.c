@@ -403,21 +403,37 @@ CT_TEST(bf16_sr_ring_returns_exact_sums_when_they_are_representable) {
     }
 }
 
-/* One reduce-scatter of the swamped data by fresh instances configured with `precision_ini`;
- * out[r] receives rank r's result (count elements). */
-static int sr_once(const char *precision_ini, uint64_t count, uint16_t **out) {
+/* N buffers of n random bf16 values (a fixed stream per n), in swamped_data's shape. */
+static void random_data(uint16_t **x, int32_t N, uint64_t n) {
+    uint64_t state = 12345 + n;
+    for (int32_t r = 0; r < N; r++)
+        for (uint64_t i = 0; i < n; i++) x[r][i] = random_bf16(&state);
+}
+
+/* One round of the bf16_sr hook `kind` over N ranks of data made by `fill` (count per call) by
+ * fresh instances on [threads] `threads_ini` with [precision] `precision_ini`; out[r] gets rank
+ * r's result (count elements). */
+static int sr_round(int32_t N, const char *threads_ini, const char *precision_ini, int32_t kind,
+                    uint64_t count, void (*fill)(uint16_t **, int32_t, uint64_t),
+                    uint16_t **out) {
     pworld w;
-    const int32_t N = 4;
     int ok = 0;
-    if (pworld_open(&w, N, "precision_bf16_sr.so", precision_ini)) {
+    if (pworld_open_with(&w, N, "precision_bf16_sr.so", threads_ini, precision_ini)) {
+        uint64_t len = kind == HOOK_REDUCE_SCATTER ? (uint64_t)N * count : count;
         uint16_t *send[MAX_RANKS];
-        alloc_bufs(send, N, N * count);
-        swamped_data(send, N, N * count);
-        ok = run_round(&w, HOOK_REDUCE_SCATTER, count, send, out);
+        alloc_bufs(send, N, len);
+        fill(send, N, len);
+        ok = run_round(&w, kind, count, send, out);
         free_bufs(send, N);
     }
     pworld_close(&w);
     return ok;
+}
+
+/* One reduce-scatter of the swamped data over 4 ranks on the flat ring. */
+static int sr_once(const char *precision_ini, uint64_t count, uint16_t **out) {
+    return sr_round(4, "algo = ring", precision_ini, HOOK_REDUCE_SCATTER, count, swamped_data,
+                    out);
 }
 
 CT_TEST(bf16_sr_is_reproducible_for_a_fixed_seed_and_changes_with_seed_offset) {
@@ -446,27 +462,6 @@ CT_TEST(bf16_sr_is_reproducible_for_a_fixed_seed_and_changes_with_seed_offset) {
     free_bufs(c, N);
 }
 
-/* One round of the bf16_sr hook `kind` over N ranks of random bf16 data (count per call) by
- * fresh instances on [threads] `threads_ini` with [precision] `precision_ini`; out[r] gets rank
- * r's result (count elements). */
-static int sr_round_random(int32_t N, const char *threads_ini, const char *precision_ini,
-                           int32_t kind, uint64_t count, uint16_t **out) {
-    pworld w;
-    int ok = 0;
-    if (pworld_open_with(&w, N, "precision_bf16_sr.so", threads_ini, precision_ini)) {
-        uint64_t len = kind == HOOK_REDUCE_SCATTER ? (uint64_t)N * count : count;
-        uint16_t *send[MAX_RANKS];
-        alloc_bufs(send, N, len);
-        uint64_t state = 12345 + count;
-        for (int32_t r = 0; r < N; r++)
-            for (uint64_t i = 0; i < len; i++) send[r][i] = random_bf16(&state);
-        ok = run_round(&w, kind, count, send, out);
-        free_bufs(send, N);
-    }
-    pworld_close(&w);
-    return ok;
-}
-
 /* The two paths of bf16_sr: the engine's all_reduce_sr / reduce_scatter_sr (path = auto on the
  * threads engine) and the plugin's own ring over send/recv (path = send_recv) give the same bits
  * on the flat ring; on another order (algo = tree) auto follows the engine's order, so some
@@ -484,9 +479,9 @@ CT_TEST(bf16_sr_engine_path_equals_the_send_recv_ring_bit_for_bit_and_follows_th
                 alloc_bufs(a, N, n);
                 alloc_bufs(b, N, n);
                 alloc_bufs(t, N, n);
-                if (sr_round_random(N, "algo = ring", "path = auto", kind, n, a) &&
-                    sr_round_random(N, "algo = ring", "path = send_recv", kind, n, b) &&
-                    sr_round_random(N, "algo = tree", "path = auto", kind, n, t)) {
+                if (sr_round(N, "algo = ring", "path = auto", kind, n, random_data, a) &&
+                    sr_round(N, "algo = ring", "path = send_recv", kind, n, random_data, b) &&
+                    sr_round(N, "algo = tree", "path = auto", kind, n, random_data, t)) {
                     int64_t differ = 0;
                     for (int32_t r = 0; r < N; r++) {
                         differ += memcmp(a[r], b[r], n * sizeof(uint16_t)) != 0;
