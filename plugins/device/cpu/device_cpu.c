@@ -305,43 +305,99 @@ typedef struct row_figures {
     double max_abs; /* max_j |z_j| */
 } row_figures;
 
-/* One row z (V): its max, its logsumexp (two passes: max, then sum of exp(z - max) in
- * double) and the figures the logit metrics need. A row whose max is +-Inf or NaN gets
- * lse = max (the sum would be NaN). With p non-NULL, also the row's softmax p (V): the
- * exponentials of the sum, kept and scaled by 1/sum (row_softmax), or exp(z - lse) for a row
- * whose max is not finite. */
+/* One row z (V) in three vectorized passes (CT_CPU_CLONES), each in a fixed order so every
+ * clone gives the same bits: element j goes to running value j % CT_CPU_LANES, the lanes are
+ * folded pairwise (lane l with lane l + w for w = 8, 4, 2, 1), then the tail of V % 16
+ * elements in order. Maxima are exact in any order; the sums are double.
+ *   row_moments: max z (a NaN is skipped, as `z > max` is false), max |z|, sum z, sum z^2;
+ *   row_exp_sum: sum_j exp(z_j - max) (ct_exp, within 1 ulp of expf) in double, storing
+ *                each exponential in p when p is non-NULL;
+ *   row_scale:   p *= 1 / sum, in double.
+ * Pass 1 reads z from memory; a row (V floats: 196 KiB at V = 50257) then stays in L2. */
+#define CT_CPU_FOLD(acc, COMBINE)                                                                \
+    for (int w_ = CT_CPU_LANES / 2; w_ >= 1; w_ /= 2)                                           \
+        for (int l_ = 0; l_ < w_; l_++) COMBINE((acc)[l_], (acc)[l_ + w_])
+#define CT_CPU_ADD(a, b) (a) += (b)
+#define CT_CPU_MAX(a, b) (a) = (b) > (a) ? (b) : (a)
+
+CT_CPU_CLONES static float row_moments(const float *z, int64_t V, row_figures *fig) {
+    float mx[CT_CPU_LANES], ma[CT_CPU_LANES];
+    double s[CT_CPU_LANES], sq[CT_CPU_LANES];
+    for (int l = 0; l < CT_CPU_LANES; l++) mx[l] = -INFINITY, ma[l] = 0.0f, s[l] = sq[l] = 0.0;
+    int64_t j = 0;
+    for (; j + CT_CPU_LANES <= V; j += CT_CPU_LANES)
+        for (int l = 0; l < CT_CPU_LANES; l++) {
+            float v = z[j + l], a = fabsf(v);
+            CT_CPU_MAX(mx[l], v);
+            CT_CPU_MAX(ma[l], a);
+            s[l] += v;
+            sq[l] += (double)v * v;
+        }
+    CT_CPU_FOLD(mx, CT_CPU_MAX);
+    CT_CPU_FOLD(ma, CT_CPU_MAX);
+    CT_CPU_FOLD(s, CT_CPU_ADD);
+    CT_CPU_FOLD(sq, CT_CPU_ADD);
+    for (; j < V; j++) {
+        float v = z[j], a = fabsf(v);
+        CT_CPU_MAX(mx[0], v);
+        CT_CPU_MAX(ma[0], a);
+        s[0] += v;
+        sq[0] += (double)v * v;
+    }
+    fig->sum = s[0];
+    fig->sumsq = sq[0];
+    fig->max_abs = ma[0];
+    return mx[0];
+}
+
+/* exp(z - mx) with mx finite; an argument below -100 (z = -Inf, or a difference that
+ * overflowed) is taken as -100, which ct_exp clamps to about 1e-38: ct_exp of -Inf is NaN. */
+static inline float row_exp(float z, float mx) {
+    float d = z - mx;
+    return ct_exp(d < -100.0f ? -100.0f : d);
+}
+
+CT_CPU_CLONES static double row_exp_sum(const float *z, int64_t V, float mx, float *p) {
+    double e[CT_CPU_LANES] = {0};
+    int64_t j = 0;
+    if (p) {
+        for (; j + CT_CPU_LANES <= V; j += CT_CPU_LANES)
+            for (int l = 0; l < CT_CPU_LANES; l++) e[l] += (p[j + l] = row_exp(z[j + l], mx));
+    } else {
+        for (; j + CT_CPU_LANES <= V; j += CT_CPU_LANES)
+            for (int l = 0; l < CT_CPU_LANES; l++) e[l] += row_exp(z[j + l], mx);
+    }
+    CT_CPU_FOLD(e, CT_CPU_ADD);
+    for (; j < V; j++) {
+        float x = row_exp(z[j], mx);
+        if (p) p[j] = x;
+        e[0] += x;
+    }
+    return e[0];
+}
+
+CT_CPU_CLONES static void row_scale(float *p, int64_t V, double inv) {
+    for (int64_t j = 0; j < V; j++) p[j] = (float)((double)p[j] * inv);
+}
+
+/* One row z (V): its max, its logsumexp (max + log of the sum of exp(z - max)) and the
+ * figures the logit metrics need. A row whose max is +-Inf or NaN gets lse = max (the sum
+ * would be NaN). With p non-NULL, also the row's softmax p (V): the exponentials of the sum,
+ * kept and scaled by 1/sum (row_softmax), or expf(z - lse) for a row whose max is not
+ * finite (libm's expf: it gives 0 for -Inf, where ct_exp gives NaN). */
 static inline void row_reduce(const float *z, int64_t V, float *max_out, float *lse_out,
                               row_figures *fig, float *p) {
-    float mx = -INFINITY;
-    double s = 0.0, sq = 0.0, ma = 0.0;
-    for (int64_t j = 0; j < V; j++) {
-        float zj = z[j];
-        if (zj > mx) mx = zj;
-        s += zj;
-        sq += (double)zj * zj;
-        double a = fabs((double)zj);
-        if (a > ma) ma = a;
-    }
-    double e = 0.0;
-    if (isfinite(mx) && p) {
-        for (int64_t j = 0; j < V; j++) {
-            p[j] = expf(z[j] - mx);
-            e += (double)p[j];
-        }
-    } else if (isfinite(mx)) {
-        for (int64_t j = 0; j < V; j++) e += (double)expf(z[j] - mx);
-    }
+    float mx = row_moments(z, V, fig);
     *max_out = mx;
-    *lse_out = isfinite(mx) ? (float)((double)mx + log(e)) : mx;
-    if (p && isfinite(mx)) {
-        const double inv = 1.0 / e;
-        for (int64_t j = 0; j < V; j++) p[j] = (float)((double)p[j] * inv);
-    } else if (p) {
-        for (int64_t j = 0; j < V; j++) p[j] = expf(z[j] - *lse_out);
+    if (!isfinite(mx)) {
+        *lse_out = mx;
+        if (p)
+            for (int64_t j = 0; j < V; j++) p[j] = expf(z[j] - mx);
+        return;
     }
-    fig->sum = s;
-    fig->sumsq = sq;
-    fig->max_abs = ma;
+    double e = row_exp_sum(z, V, mx, p);
+    *lse_out = (float)((double)mx + log(e));
+    if (p) row_scale(p, V, 1.0 / e);
 }
 
 /* row_stats, and with probs non-NULL row_softmax (see ctrain.h). */

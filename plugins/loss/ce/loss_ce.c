@@ -117,7 +117,11 @@ static int32_t ce_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
         float lse = b->row_lse[i];
         if (b->probs) { /* the device's softmax, taken with the row statistics */
             const float *pr = b->probs + i * V;
-            for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit_p(pr[j], j == t);
+            /* every j as a non-target (p - 0 is p: the same bits), then the target's own term
+             * on its old value: one branch-free loop the compiler vectorizes */
+            const float dz_t = dz[t];
+            for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit_p(pr[j], 0);
+            dz[t] = dz_t + g * ct_ce_dlogit_p(pr[t], 1);
         } else {
             for (int64_t j = 0; j < V; j++) dz[j] += g * ct_ce_dlogit(z[j], lse, j == t);
         }
