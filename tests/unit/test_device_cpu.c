@@ -382,6 +382,78 @@ out:
     harness_free(f.h);
 }
 
+/* The row's sums in the order device_cpu.c documents (element j to lane j % 16, lanes folded
+ * pairwise for w = 8, 4, 2, 1, then the tail in order), written out in scalar code: the
+ * plugin's vectorized clones must give exactly these bits on any machine. The exponential is
+ * ct_exp with its argument taken as -100 below -100 (so -Inf gives ~1e-38, not NaN). */
+static float ref_exp(float x, float mx) {
+    float d = x - mx;
+    return ct_exp(d < -100.0f ? -100.0f : d);
+}
+
+/* mx a number: sum exp(z - mx); mx NaN: sum z; squares: sum z^2 */
+static double lanes_sum(const float *z, int V, float mx, int squares) {
+    double acc[16] = {0};
+    int j = 0;
+    for (; j + 16 <= V; j += 16)
+        for (int l = 0; l < 16; l++) {
+            float x = z[j + l];
+            acc[l] += squares ? (double)x * x : mx == mx ? (double)ref_exp(x, mx) : (double)x;
+        }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    for (; j < V; j++) {
+        float x = z[j];
+        acc[0] += squares ? (double)x * x : mx == mx ? (double)ref_exp(x, mx) : (double)x;
+    }
+    return acc[0];
+}
+
+CT_TEST(device_cpu_row_softmax_sums_in_its_documented_order_and_takes_minus_inf_as_zero) {
+    fixture f;
+    if (!fixture_open(&f)) goto out;
+    ct_error err = {.struct_size = sizeof err};
+    enum { N = 3, V = 1037 }; /* V % 16 = 13: a tail */
+    float z[N * V], p[N * V], mx[N], lse[N];
+    for (int i = 0; i < N * V; i++) z[i] = (float)uniform(-6, 6);
+    z[2 * V + 500] = -INFINITY; /* a -Inf logit in a row whose max is finite */
+    ct_logit_stats st = {.struct_size = sizeof st};
+    CT_CHECK_INT(f.d.vt->row_softmax(f.d.self, z, N, V, mx, lse, p, &st, &err), CT_OK);
+    double lse_sum = 0;
+    for (int i = 0; i < N; i++) {
+        const float *r = z + i * V;
+        float m = r[0];
+        for (int j = 1; j < V; j++) m = r[j] > m ? r[j] : m;
+        double e = lanes_sum(r, V, m, 0);
+        float want = (float)((double)m + log(e));
+        CT_CHECK_MSG(mx[i] == m && memcmp(&lse[i], &want, 4) == 0,
+                     "row %d: max %a lse %a, the documented order gives %a %a", i, mx[i],
+                     lse[i], m, want);
+        lse_sum += lse[i];
+        for (int j = 0; j < V; j += 97) {
+            float pe = (float)((double)ref_exp(r[j], m) * (1.0 / e));
+            CT_CHECK_MSG(memcmp(&p[i * V + j], &pe, 4) == 0, "p[%d][%d] = %a, expected %a", i,
+                         j, p[i * V + j], pe);
+        }
+    }
+    CT_CHECK(st.sum_lse == lse_sum || fabs(st.sum_lse - lse_sum) <= 1e-12 * fabs(lse_sum));
+    CT_CHECK(isinf(st.sum_logit) && st.sum_logit < 0); /* sum z of the -Inf row */
+    /* exp(-Inf - max) is 0 to f32 precision (ct_exp alone would give NaN), lse stays finite */
+    CT_CHECK_MSG(p[2 * V + 500] < 1e-37f && p[2 * V + 500] >= 0.0f, "p of the -Inf logit: %g",
+                 p[2 * V + 500]);
+    CT_CHECK(isfinite(lse[2]));
+    st = (ct_logit_stats){.struct_size = sizeof st};
+    CT_CHECK_INT(f.d.vt->row_softmax(f.d.self, z, 2, V, mx, lse, p, &st, &err), CT_OK);
+    CT_CHECK_MSG(st.sum_logit == lanes_sum(z, V, NAN, 0) + lanes_sum(z + V, V, NAN, 0),
+                 "sum of logits %.17g, the documented order gives %.17g", st.sum_logit,
+                 lanes_sum(z, V, NAN, 0) + lanes_sum(z + V, V, NAN, 0));
+    double norms = sqrt(lanes_sum(z, V, 0, 1)) + sqrt(lanes_sum(z + V, V, 0, 1));
+    CT_CHECK_MSG(st.sum_row_norm == norms, "sum of row norms %.17g, expected %.17g",
+                 st.sum_row_norm, norms);
+out:
+    harness_free(f.h);
+}
+
 CT_TEST(device_cpu_rejects_negative_threads_through_the_schema) {
     ct_harness *h = harness_new("[device]\nthreads = -1\n");
     if (!h) return;
