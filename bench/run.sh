@@ -10,7 +10,9 @@
 #     fp32, torch given the same BLAS environment), when `python3 -c 'import torch'` works.
 # Reports; never gates (docs/benchmarks.md). Usage: bench/run.sh [small|gpt2|all] (default
 # all). Env: STEPS (default 6), BUILD, TORCH (0: skip the PyTorch runs), PYTHON (default
-# python3: the interpreter that has torch).
+# python3: the interpreter that has torch), PERF (1: training runs under `perf record` and a
+# line says what share of its steps the sgemm micro-kernel took and how fast it ran:
+# bench/kernel_share.py; needs perf, costs ~1% of the tokens/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -51,6 +53,11 @@ cc -O2 -fopenmp -o "$work/gemm_ceiling" bench/gemm_ceiling.c host/blas_core.c -I
 grep -v '^|\|^gemm_ceiling products_s' "$work/gemm_ceiling.log" | sed 's/^gemm_ceiling: /products: /'
 products=$(awk '/^gemm_ceiling products_s/ {print $7}' "$work/gemm_ceiling.log")
 
+perf_ok=0
+if [ "${PERF:-0}" = 1 ]; then
+    if perf record -q -o "$work/probe.perf" -- true 2>/dev/null; then perf_ok=1
+    else echo "perf: not measured: 'perf record' does not run here (install linux-perf; check kernel.perf_event_paranoid)"; fi
+fi
 torch_ok=0
 if [ "${TORCH:-1}" != 0 ] && "$python" -c 'import torch' 2>/dev/null; then torch_ok=1; fi
 if [ "$torch_ok" = 0 ]; then
@@ -98,7 +105,9 @@ plugin = ddp
 lr = 1e-4
 INI
     echo "== $label: L=$L C=$C H=$H, load average $(load)"
-    "$BUILD/ctrain" train "$work/$label.ini" > "$work/$label.log"
+    local perf_cmd=()
+    [ "$perf_ok" = 1 ] && perf_cmd=(perf record -q -o "$work/$label.perf" --)
+    "${perf_cmd[@]}" "$BUILD/ctrain" train "$work/$label.ini" > "$work/$label.log"
     grep "^mfu: " "$work/$label.log" | sed "s/^/$label: /"
     local kernel
     kernel=$(sed -n 's/^mfu: .*BLAS: .*, kernel \([A-Za-z0-9_]*\).*/\1/p' "$work/$label.log" | head -1)
@@ -106,6 +115,7 @@ INI
         echo "$label: WARNING: training ran OpenBLAS's '${kernel:-?}' kernel, the sgemm reference '$peak_kernel': the % of sgemm peak compares different kernels"
     fi
     read -r tps gflops step fpt < <(median_step "$work/$label/metrics.jsonl")
+    [ "$perf_ok" = 1 ] && python3 bench/kernel_share.py "$label" "$work/$label.perf" "$tps" "$fpt" "$arith"
     local ttps="-" ratio="-"
     if [ "$torch_ok" = 1 ]; then
         # the same BLAS setting as ctrain (torch links MKL, which ignores it: its line says) and

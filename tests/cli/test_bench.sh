@@ -5,7 +5,8 @@
 # (bench/fma_peak.c) measures an FMA latency of 3.5-5.5 cycles against its 1-cycle add chain
 # (so its clock is a clock) and a peak that is cores x clock x FMA/cycle x lanes x 2; the
 # hand-written GEMM of bench/gemm_ceiling.c matches a double-precision product; and
-# bench/run.sh prints a table row with all its columns for a 3-step run of the small shape.
+# bench/run.sh prints a table row with all its columns for a 3-step run of the small shape, and
+# with PERF=1 the micro-kernel's share of the steps (bench/kernel_share.py) or why not.
 # Not for: the figures themselves (they depend on the machine and its load: docs/benchmarks.md).
 set -u
 cd "$(dirname "$0")/../.."
@@ -73,9 +74,18 @@ else
     fail "bench/gemm_ceiling.c does not build: $(tail -3 "$work/cc.log")"
 fi
 
-# ---- 3. run.sh: one table row with every column ---------------------------------------------
-BUILD="$BUILD" STEPS=3 TORCH=0 bash bench/run.sh small > "$work/run.log" 2>&1 \
+# ---- 3. run.sh: one table row with every column, and PERF=1's line -------------------------
+BUILD="$BUILD" STEPS=3 TORCH=0 PERF=1 bash bench/run.sh small > "$work/run.log" 2>&1 \
     || fail "bench/run.sh small exited $?: $(tail -3 "$work/run.log")"
+# with perf: the micro-kernel's share and rate as numbers in range; without: a line says why
+share=$(grep '^small: perf: ' "$work/run.log" || true)
+if echo "$share" | grep -qE 'took ([1-9][0-9]?|100)\.[0-9]% of the steps.* ran [0-9.]+ GFLOP/s, so the kernel ran [0-9.]+ GFLOP/s = [0-9.]+% of the arithmetic peak'; then
+    ok "run.sh PERF=1: ${share#small: }"
+elif grep -q "^perf: not measured: 'perf record' does not run here" "$work/run.log"; then
+    ok "run.sh PERF=1: perf does not run here, and run.sh says so"
+else
+    fail "run.sh PERF=1: no kernel-share line nor a reason: $(grep perf "$work/run.log" | tail -3)"
+fi
 row=$(grep '^| small (L=4 C=256) |' "$work/run.log")
 if echo "$row" | grep -qE '^\| small \(L=4 C=256\) \| 99\.30 M \| [0-9]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+% \| - \| - \|$' \
     && grep -q "^torch: not measured: TORCH=0" "$work/run.log" && ! grep -q WARNING "$work/run.log"; then
