@@ -111,6 +111,30 @@ out:
     harness_free(f.h);
 }
 
+CT_TEST(device_cpu_zero_of_a_large_buffer_clears_exactly_its_bytes) {
+    fixture f;
+    if (!fixture_open(&f)) goto out;
+    ct_error err = {.struct_size = sizeof err};
+    /* over the threaded size, not a whole number of pages, from an address that is not a
+     * page's: every byte of [1, 1 + n) cleared by two threads or one, the guards left alone */
+    const size_t n = (3u << 20) + 4095;
+    unsigned char *buf = malloc(n + 2);
+    if (!buf) goto out;
+    for (int k = 0; k < 2; k++) {
+        memset(buf, 0xab, n + 2);
+        const ct_device_ref *d = k ? &f.d1 : &f.d;
+        CT_CHECK_INT(d->vt->zero(d->self, buf + 1, n, &err), CT_OK);
+        size_t nonzero = 0;
+        for (size_t i = 1; i <= n; i++) nonzero += buf[i] != 0;
+        CT_CHECK_MSG(nonzero == 0 && buf[0] == 0xab && buf[n + 1] == 0xab,
+                     "threads %d: %zu bytes not cleared, guards %#x %#x", k ? 1 : 2, nonzero,
+                     buf[0], buf[n + 1]);
+    }
+    free(buf);
+out:
+    harness_free(f.h);
+}
+
 CT_TEST(device_cpu_scale_and_axpy_match_the_elementwise_formula) {
     fixture f;
     if (!fixture_open(&f)) goto out;
