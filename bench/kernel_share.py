@@ -7,7 +7,9 @@ Usage: kernel_share.py LABEL PERF_DATA TOKENS_PER_S FLOPS_PER_TOKEN ARITH_GFLOPS
 Reads `perf report` of PERF_DATA (a `perf record` of `ctrain train`, no call graphs needed) and
 prints one line: the share s of the training steps' samples in OpenBLAS's micro-kernel
 (`sgemm_kernel_*`: the FMAs of every product; packing, `sgemm_*copy_*`, is not in it), and the
-rate the kernel ran at, R / s, where R = TOKENS_PER_S x FLOPS_PER_TOKEN is training's rate:
+rate the kernel ran at, R / s, where R = TOKENS_PER_S x FLOPS_PER_TOKEN is training's rate
+over the same steps as the samples (every step, warm-up included: run.sh passes the harmonic
+mean of the steps' tokens/s, not the table's median step):
 every FLOP counted in FLOPS_PER_TOKEN is a product's (the model's linear layers, the head and
 attention's scores and P V all call sgemm), so the kernel did them in s of the CPU time. A
 step's fraction of the arithmetic peak is s times the kernel's own fraction: it cannot pass
@@ -54,7 +56,7 @@ def main():
     rate = tps * fpt / 1e9
     print(f"{label}: perf: the sgemm micro-kernel took {100 * share:.1f}% of the steps' "
           f"{steps} samples ({outside} of start-up and the final checkpoint left out); training "
-          f"ran {rate:.1f} GFLOP/s, so the kernel ran {rate / share:.1f} GFLOP/s = "
+          f"ran {rate:.1f} GFLOP/s over all its steps, so the kernel ran {rate / share:.1f} GFLOP/s = "
           f"{100 * rate / share / arith:.1f}% of the arithmetic peak while training "
           f"(perf's own cost included)")
 

@@ -65,14 +65,17 @@ if [ "$torch_ok" = 0 ]; then
 fi
 python3 bench/make_random_shard.py "$work/train.bin" 50257 400000
 
-# the step of median tokens/s after 2 warm-up steps: "tokens/s GFLOP/s step"
+# the step of median tokens/s after 2 warm-up steps, and the rate over every step (equal
+# tokens a step: the harmonic mean; what perf's samples of the whole run compare with):
+# "tokens/s GFLOP/s step FLOPs/token all-steps-tokens/s"
 median_step() {
     python3 - "$1" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rest = sorted(rows[2:], key=lambda r: r["tokens_per_s"])
 mid = rest[len(rest) // 2]
-print(f"{mid['tokens_per_s']:.1f} {mid['model_tflops'] * 1e3:.2f} {mid['step']} {rows[0]['flops_per_token']:.0f}")
+every = len(rows) / sum(1.0 / r["tokens_per_s"] for r in rows)
+print(f"{mid['tokens_per_s']:.1f} {mid['model_tflops'] * 1e3:.2f} {mid['step']} {rows[0]['flops_per_token']:.0f} {every:.1f}")
 PY
 }
 
@@ -114,8 +117,8 @@ INI
     if [ "$kernel" != "$peak_kernel" ]; then
         echo "$label: WARNING: training ran OpenBLAS's '${kernel:-?}' kernel, the sgemm reference '$peak_kernel': the % of sgemm peak compares different kernels"
     fi
-    read -r tps gflops step fpt < <(median_step "$work/$label/metrics.jsonl")
-    [ "$perf_ok" = 1 ] && python3 bench/kernel_share.py "$label" "$work/$label.perf" "$tps" "$fpt" "$arith"
+    read -r tps gflops step fpt tps_every < <(median_step "$work/$label/metrics.jsonl")
+    [ "$perf_ok" = 1 ] && python3 bench/kernel_share.py "$label" "$work/$label.perf" "$tps_every" "$fpt" "$arith"
     local ttps="-" ratio="-"
     if [ "$torch_ok" = 1 ]; then
         # the same BLAS setting as ctrain (torch links MKL, which ignores it: its line says) and
