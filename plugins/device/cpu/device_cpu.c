@@ -217,10 +217,18 @@ static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dty
 #define CT_CPU_CLONES
 #endif
 
-/* Sum of squares of x[0..n) in double, in a fixed order: 16 running sums (element i goes to
- * sum i % 16: enough independent additions to hide their latency), folded pairwise (sum l +=
- * sum l + w for w = 8, 4, 2, 1), then the tail of n % 16 elements in order. */
+/* The fixed order of every vectorized sum and max here: CT_CPU_LANES running values (element
+ * i goes to value i % 16: enough independent operations to hide their latency), folded
+ * pairwise by CT_CPU_FOLD (value l combined with value l + w for w = 8, 4, 2, 1), then the
+ * tail of n % 16 elements in order. */
 #define CT_CPU_LANES 16
+#define CT_CPU_FOLD(acc, COMBINE)                                                                \
+    for (int w_ = CT_CPU_LANES / 2; w_ >= 1; w_ /= 2)                                           \
+        for (int l_ = 0; l_ < w_; l_++) COMBINE((acc)[l_], (acc)[l_ + w_])
+#define CT_CPU_ADD(a, b) (a) += (b)
+#define CT_CPU_MAX(a, b) (a) = (b) > (a) ? (b) : (a)
+
+/* Sum of squares of x[0..n) in double, in that order. */
 #define CT_CPU_SUMSQ_SPAN(NAME, TYPE, LOAD)                                                      \
     CT_CPU_CLONES static double NAME(const TYPE *x, uint64_t n) {                                \
         double acc[CT_CPU_LANES] = {0};                                                         \
@@ -230,8 +238,7 @@ static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dty
                 double v = (double)LOAD(x[i + (uint64_t)l]);                                    \
                 acc[l] += v * v;                                                                \
             }                                                                                   \
-        for (int w = CT_CPU_LANES / 2; w >= 1; w /= 2)                                          \
-            for (int l = 0; l < w; l++) acc[l] += acc[l + w];                                   \
+        CT_CPU_FOLD(acc, CT_CPU_ADD);                                                           \
         double s = acc[0];                                                                      \
         for (; i < n; i++) {                                                                    \
             double v = (double)LOAD(x[i]);                                                      \
@@ -319,21 +326,14 @@ typedef struct row_figures {
     double max_abs; /* max_j |z_j| */
 } row_figures;
 
-/* One row z (V) in three vectorized passes (CT_CPU_CLONES), each in a fixed order so every
- * clone gives the same bits: element j goes to running value j % CT_CPU_LANES, the lanes are
- * folded pairwise (lane l with lane l + w for w = 8, 4, 2, 1), then the tail of V % 16
- * elements in order. Maxima are exact in any order; the sums are double.
+/* One row z (V) in three vectorized passes (CT_CPU_CLONES), each in the fixed order of the
+ * lanes above (element j to running value j % 16, CT_CPU_FOLD, then the tail in order), so
+ * every clone gives the same bits. Maxima are exact in any order; the sums are double.
  *   row_moments: max z (a NaN is skipped, as `z > max` is false), max |z|, sum z, sum z^2;
  *   row_exp_sum: sum_j exp(z_j - max) (ct_exp, within 1 ulp of expf) in double, storing
  *                each exponential in p when p is non-NULL;
  *   row_scale:   p *= 1 / sum, in double.
  * Pass 1 reads z from memory; a row (V floats: 196 KiB at V = 50257) then stays in L2. */
-#define CT_CPU_FOLD(acc, COMBINE)                                                                \
-    for (int w_ = CT_CPU_LANES / 2; w_ >= 1; w_ /= 2)                                           \
-        for (int l_ = 0; l_ < w_; l_++) COMBINE((acc)[l_], (acc)[l_ + w_])
-#define CT_CPU_ADD(a, b) (a) += (b)
-#define CT_CPU_MAX(a, b) (a) = (b) > (a) ? (b) : (a)
-
 CT_CPU_CLONES static float row_moments(const float *z, int64_t V, row_figures *fig) {
     float mx[CT_CPU_LANES], ma[CT_CPU_LANES];
     double s[CT_CPU_LANES], sq[CT_CPU_LANES];
