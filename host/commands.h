@@ -15,6 +15,7 @@
     X(train,    "CONFIG.ini [--set s.k=v]... [--resume | --resume-from DIR] [--stop-after N]", "train a model") \
     X(sample,   "RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--greedy]", "generate text from a run's newest checkpoint (see --help)") \
     X(prepare,  "TEXT... [options]",        "make token shards from text (see --help)")      \
+    X(tokenize, "TOKENIZER FILE... [--decode] [--count] [--stats]", "the ids of text files under a tokenizer, or the text of ids (see --help)") \
     X(plot,     "RUN_DIR... --metric NAME... --out FILE.png [--title T] [--logy]", "draw metrics of runs against step (gnuplot)") \
     X(compare,  "RUN_DIR... [--csv]",       "a table of the runs' logit-norm figures, losses, tokens/s") \
     X(check_plugin, "FILE.so [--set key=value]...", "prove a plugin keeps its kind's contract (finite differences, references)") \

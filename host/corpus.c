@@ -5,6 +5,7 @@
 #include "corpus.h"
 
 #include "files.h"
+#include "utf8.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -244,22 +245,6 @@ static int put(char **out, size_t *len, size_t *cap, const char *s, size_t n) {
     return 0;
 }
 
-static size_t utf8(unsigned cp, char *b) {
-    if (cp < 0x80) { b[0] = (char)cp; return 1; }
-    if (cp < 0x800) { b[0] = (char)(0xc0 | cp >> 6); b[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        b[0] = (char)(0xe0 | cp >> 12);
-        b[1] = (char)(0x80 | ((cp >> 6) & 63));
-        b[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    b[0] = (char)(0xf0 | cp >> 18);
-    b[1] = (char)(0x80 | ((cp >> 12) & 63));
-    b[2] = (char)(0x80 | ((cp >> 6) & 63));
-    b[3] = (char)(0x80 | (cp & 63));
-    return 4;
-}
-
 /* A string at c->p (the opening quote); decoded into out when out is not NULL. */
 static int json_string(json_cursor *c, char **out, size_t *len, size_t *cap, const char **why) {
     if (c->p >= c->end || *c->p != '"') return *why = "not a string", -1;
@@ -299,7 +284,7 @@ static int json_string(json_cursor *c, char **out, size_t *len, size_t *cap, con
                 c->p += 6;
                 u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
             }
-            n = utf8(u, b);
+            n = utf8_put(u, b);
             break;
         }
         default: return *why = "bad escape", -1;

@@ -1,10 +1,12 @@
 /* runtok.c — the run's tokenizer: recorded at train start, loaded for sampling (runtok.h). */
 #include "runtok.h"
 
+#include "bpe.h"
 #include "data.h"
+#include "readall.h"
+#include "tokenizer.h"
 
 #include "files.h"
-#include "tokenizer.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,55 +16,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define RUNTOK_MAX_MODEL (1u << 30) /* a sentencepiece model larger than this is refused */
+#define RUNTOK_MAX_MODEL (1u << 30) /* a tokenizer model larger than this is refused */
+
+enum { KIND_BYTES, KIND_SP, KIND_BPE };
 
 struct runtok {
-    int           bytes; /* 1: byte tokens, V = 256 */
+    int             kind;
+    int32_t         eot;          /* -1 when none */
+    char            model[PATH_MAX];
     host_tokenizer *sp;
+    bpe_model      *bpe;
 };
 
+/* The model files a run folder may hold; a new run removes the ones that are not its own. */
+static const char *const model_names[] = {"tokenizer.model", "tokenizer.json",
+                                          "tokenizer.tiktoken", NULL};
+
 /* FNV-1a 64 of a whole buffer: data.h's, the checksum meta.ini records (tokenizer_fnv64). */
-static uint64_t fnv1a64(const unsigned char *p, size_t n) {
+static uint64_t fnv1a64(const char *p, size_t n) {
     return fnv64_update(HOST_FNV64_OFFSET, p, n);
 }
 
-/* The whole of a regular file into *buf (malloc'ed), *n bytes. */
-static int32_t slurp(const char *path, const char *what, const char *hint, unsigned char **buf,
-                     size_t *n, ct_error *err) {
-    int fd;
-    struct stat st;
-    *buf = NULL;
-    int32_t rc = open_regular(path, what, hint, &fd, &st, err);
-    if (rc != CT_OK) return rc;
-    if ((uint64_t)st.st_size > RUNTOK_MAX_MODEL) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_INVALID, "%s %s is larger than 1 GiB ---> %s", what,
-                            path, hint);
-    }
-    *n = (size_t)st.st_size;
-    *buf = malloc(*n ? *n : 1);
-    size_t got = 0;
-    while (*buf && got < *n) {
-        ssize_t k = read(fd, *buf + got, *n - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    int saved = errno;
-    close(fd);
-    if (!*buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", path);
-    if (got != *n) {
-        free(*buf);
-        *buf = NULL;
-        return ct_error_set(err, CT_ERR_IO, "cannot read %s %s: %s", what, path,
-                            got < *n && saved ? strerror(saved) : "file shrank while read");
-    }
-    return CT_OK;
-}
-
 int32_t runtok_checksum(const char *path, uint64_t *out, ct_error *err) {
-    unsigned char *buf;
+    char *buf;
     size_t n;
-    int32_t rc = slurp(path, "tokenizer model", "check the file", &buf, &n, err);
+    int32_t rc = read_all(path, "tokenizer model", "check the file", RUNTOK_MAX_MODEL, &buf, &n,
+                          err);
     if (rc != CT_OK) return rc;
     *out = fnv1a64(buf, n);
     free(buf);
@@ -118,16 +97,32 @@ static void folder_of(const char *path, char *buf, size_t n) {
     else snprintf(buf, n, "%.*s", (int)(slash - path), path);
 }
 
+/* Remove the run folder's model files other than `keep` (NULL: all). */
+static void remove_stale_models(const char *out_dir, const char *keep) {
+    char path[PATH_MAX];
+    for (int i = 0; model_names[i]; i++)
+        if ((!keep || strcmp(keep, model_names[i])) &&
+            snprintf(path, sizeof path, "%s/%s", out_dir, model_names[i]) < (int)sizeof path)
+            unlink(path);
+}
+
+/* The model file a meta.ini or tokenizer.ini names: one of model_names, nothing else (never a
+ * path that leaves the folder). */
+static const char *model_name_ok(const char *name) {
+    for (int i = 0; name && model_names[i]; i++)
+        if (!strcmp(name, model_names[i])) return model_names[i];
+    return NULL;
+}
+
 int32_t runtok_record(const host_config *cfg, const char *out_dir, int required, int *found,
                       ct_error *err) {
     *found = 0;
     const char *train = NULL;
     config_get_string(cfg, "data", "train", &train, NULL);
-    char dir[PATH_MAX], meta_path[PATH_MAX], ini_path[PATH_MAX], model_out[PATH_MAX];
+    char dir[PATH_MAX], meta_path[PATH_MAX], ini_path[PATH_MAX];
     folder_of(train ? train : "", dir, sizeof dir);
     int32_t rc = join(meta_path, sizeof meta_path, dir, "meta.ini", err);
     if (rc == CT_OK) rc = join(ini_path, sizeof ini_path, out_dir, "tokenizer.ini", err);
-    if (rc == CT_OK) rc = join(model_out, sizeof model_out, out_dir, "tokenizer.model", err);
     if (rc != CT_OK) return rc;
     /* shards without a meta.ini (llm.c's), or whose meta.ini names no tokenizer (written by a
      * tool that records shards only), leave the run without one: sample says so later */
@@ -142,7 +137,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
         int had_meta = meta != NULL;
         config_free(meta);
         unlink(ini_path); /* a tokenizer of an earlier run in this folder is not this one's */
-        unlink(model_out);
+        remove_stale_models(out_dir, NULL);
         if (required)
             return ct_error_set(err, CT_ERR_INVALID, "%s: [run] sample_every needs the data's "
                                 "tokenizer, but %s %s ---> make the shards with `ctrain prepare` "
@@ -152,20 +147,31 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
         return CT_OK;
     }
     const char *vocab = rc == CT_OK ? config_get(meta, "data", "vocab_size") : NULL;
-    unsigned char *model = NULL;
+    const char *eot = rc == CT_OK ? config_get(meta, "data", "eot_token") : NULL;
+    char *model = NULL;
     size_t model_n = 0;
-    char text[PATH_MAX + 512];
-    if (rc == CT_OK && (!kind || (strcmp(kind, "bytes") && strcmp(kind, "sentencepiece"))))
-        rc = ct_error_set(err, CT_ERR_INVALID, "%s: [data] tokenizer is %s, not bytes or "
-                          "sentencepiece ---> make the shards again with `ctrain prepare`",
-                          meta_path, kind ? kind : "missing");
-    if (rc == CT_OK && !strcmp(kind, "sentencepiece")) {
-        const char *name = config_get(meta, "data", "tokenizer_model");
+    char text[PATH_MAX + 512], eot_line[64] = "";
+    if (eot) snprintf(eot_line, sizeof eot_line, "eot_token = %.20s\n", eot);
+    int with_model = rc == CT_OK && kind &&
+                     (!strcmp(kind, "sentencepiece") || !strcmp(kind, "bpe"));
+    if (rc == CT_OK && !with_model && strcmp(kind, "bytes"))
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: [data] tokenizer is %s, not bytes, "
+                          "sentencepiece or bpe ---> make the shards again with `ctrain "
+                          "prepare`", meta_path, kind);
+    if (with_model) {
+        const char *given = config_get(meta, "data", "tokenizer_model");
+        const char *name = model_name_ok(given ? given : "tokenizer.model");
         const char *sum = config_get(meta, "data", "tokenizer_fnv64");
-        char src[PATH_MAX];
-        rc = join(src, sizeof src, dir, name ? name : "tokenizer.model", err);
-        if (rc == CT_OK) rc = slurp(src, "tokenizer model", "make the shards again with `ctrain prepare`", &model,
-                   &model_n, err);
+        char src[PATH_MAX], dst[PATH_MAX];
+        if (!name)
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: [data] tokenizer_model = %s is not one of "
+                              "tokenizer.model, tokenizer.json, tokenizer.tiktoken ---> make the "
+                              "shards again with `ctrain prepare`", meta_path, given);
+        if (rc == CT_OK) rc = join(src, sizeof src, dir, name, err);
+        if (rc == CT_OK) rc = join(dst, sizeof dst, out_dir, name, err);
+        if (rc == CT_OK)
+            rc = read_all(src, "tokenizer model", "make the shards again with `ctrain prepare`",
+                          RUNTOK_MAX_MODEL, &model, &model_n, err);
         if (rc == CT_OK && sum) {
             char got[32];
             snprintf(got, sizeof got, "%016llx", (unsigned long long)fnv1a64(model, model_n));
@@ -175,16 +181,20 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
                                   "the shards again with `ctrain prepare`", src, got, meta_path,
                                   sum);
         }
-        if (rc == CT_OK) rc = write_file(model_out, model, model_n, err);
-        if (rc == CT_OK)
+        if (rc == CT_OK) rc = write_file(dst, model, model_n, err);
+        if (rc == CT_OK) {
+            remove_stale_models(out_dir, name);
             snprintf(text, sizeof text, "; written by `ctrain train`: the tokenizer of the run's "
-                     "data\n[tokenizer]\nkind = sentencepiece\nmodel = tokenizer.model\n"
-                     "model_fnv1a64 = %016llx\nvocab_size = %s\nsource = %s\n",
-                     (unsigned long long)fnv1a64(model, model_n), vocab ? vocab : "0", meta_path);
+                     "data\n[tokenizer]\nkind = %s\nmodel = %s\nmodel_fnv1a64 = %016llx\n"
+                     "vocab_size = %.20s\n%ssource = %s\n", kind, name,
+                     (unsigned long long)fnv1a64(model, model_n), vocab ? vocab : "0", eot_line,
+                     meta_path);
+        }
     } else if (rc == CT_OK) {
-        unlink(model_out);
+        remove_stale_models(out_dir, NULL);
         snprintf(text, sizeof text, "; written by `ctrain train`: the tokenizer of the run's "
-                 "data\n[tokenizer]\nkind = bytes\nvocab_size = 256\nsource = %s\n", meta_path);
+                 "data\n[tokenizer]\nkind = bytes\nvocab_size = 256\n%ssource = %s\n", eot_line,
+                 meta_path);
     }
     if (rc == CT_OK) rc = write_file(ini_path, text, strlen(text), err);
     if (rc == CT_OK) *found = 1;
@@ -193,27 +203,45 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
     return rc;
 }
 
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Load the model file of kind KIND_SP or KIND_BPE into t. */
+static int32_t load_model(runtok *t, const char *path, ct_error *err) {
+    snprintf(t->model, sizeof t->model, "%s", path);
+    if (t->kind == KIND_SP) {
+        t->sp = tokenizer_load(path, err);
+        if (!t->sp) return err->code;
+        t->eot = tokenizer_eos_id(t->sp);
+        return CT_OK;
+    }
+    int32_t rc = bpe_load(path, &t->bpe, err);
+    if (rc == CT_OK) t->eot = bpe_eot_id(t->bpe);
+    return rc;
+}
+
 runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err) {
     runtok *t = calloc(1, sizeof *t);
     if (!t) return ct_error_set(err, CT_ERR_NOMEM, "out of memory"), NULL;
+    t->eot = -1;
     if (spec && !strcmp(spec, "bytes")) {
-        t->bytes = 1;
+        t->kind = KIND_BYTES;
         return t;
     }
     if (spec) {
-        t->sp = tokenizer_load(spec, err);
-        if (!t->sp) goto out_free;
+        t->kind = ends_with(spec, ".model") ? KIND_SP : KIND_BPE;
+        if (load_model(t, spec, err) != CT_OK) goto out_free;
         return t;
     }
     char ini[PATH_MAX], model[PATH_MAX];
-    if (join(ini, sizeof ini, run_dir, "tokenizer.ini", err) != CT_OK ||
-        join(model, sizeof model, run_dir, "tokenizer.model", err) != CT_OK)
-        goto out_free;
+    if (join(ini, sizeof ini, run_dir, "tokenizer.ini", err) != CT_OK) goto out_free;
     if (access(ini, F_OK) != 0) {
         ct_error_set(err, CT_ERR_INVALID, "the run %s records no tokenizer (%s does not exist: "
                      "its [data] train had no meta.ini from `ctrain prepare`) ---> pass "
-                     "--tokenizer bytes or --tokenizer FILE.model, or --ids to give and get "
-                     "token ids", run_dir, ini);
+                     "--tokenizer bytes, --tokenizer FILE.model or --tokenizer tokenizer.json, or "
+                     "--ids to give and get token ids", run_dir, ini);
         goto out_free;
     }
     host_config *c = config_new();
@@ -223,22 +251,33 @@ runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err) {
     }
     int32_t rc = config_load_file(c, ini, err);
     const char *kind = rc == CT_OK ? config_get(c, "tokenizer", "kind") : NULL;
+    const char *eot = rc == CT_OK ? config_get(c, "tokenizer", "eot_token") : NULL;
     if (rc == CT_OK && kind && !strcmp(kind, "bytes")) {
-        t->bytes = 1;
-    } else if (rc == CT_OK && kind && !strcmp(kind, "sentencepiece")) {
+        t->kind = KIND_BYTES;
+        t->eot = eot && !strcmp(eot, "256") ? 256 : -1;
+    } else if (rc == CT_OK && kind && (!strcmp(kind, "sentencepiece") || !strcmp(kind, "bpe"))) {
+        t->kind = !strcmp(kind, "bpe") ? KIND_BPE : KIND_SP;
+        const char *given = config_get(c, "tokenizer", "model");
+        const char *name = model_name_ok(given ? given : "tokenizer.model");
         const char *sum = config_get(c, "tokenizer", "model_fnv1a64");
+        if (!name)
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: [tokenizer] model = %s is not one of "
+                              "tokenizer.model, tokenizer.json, tokenizer.tiktoken ---> pass "
+                              "--tokenizer", ini, given);
+        if (rc == CT_OK) rc = join(model, sizeof model, run_dir, name, err);
         uint64_t h = 0;
-        rc = runtok_checksum(model, &h, err);
+        if (rc == CT_OK) rc = runtok_checksum(model, &h, err);
         char got[32];
         snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
         if (rc == CT_OK && (!sum || strcmp(sum, got)))
             rc = ct_error_set(err, CT_ERR_INVALID, "%s has checksum %s, but %s records %s ---> "
-                              "copy the run folder whole, or pass --tokenizer FILE.model",
-                              model, got, ini, sum ? sum : "none");
-        if (rc == CT_OK && !(t->sp = tokenizer_load(model, err))) rc = err->code;
+                              "copy the run folder whole, or pass --tokenizer FILE", model, got,
+                              ini, sum ? sum : "none");
+        if (rc == CT_OK) rc = load_model(t, model, err);
     } else if (rc == CT_OK) {
-        rc = ct_error_set(err, CT_ERR_INVALID, "%s: [tokenizer] kind is %s, not bytes or "
-                          "sentencepiece ---> pass --tokenizer", ini, kind ? kind : "missing");
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: [tokenizer] kind is %s, not bytes, "
+                          "sentencepiece or bpe ---> pass --tokenizer", ini,
+                          kind ? kind : "missing");
     }
     config_free(c);
     if (rc == CT_OK) return t;
@@ -250,16 +289,29 @@ out_free:
 void runtok_free(runtok *t) {
     if (!t) return;
     if (t->sp) tokenizer_free(t->sp);
+    bpe_free(t->bpe);
     free(t);
 }
 
-int64_t runtok_vocab(const runtok *t) { return t->bytes ? 256 : tokenizer_vocab_size(t->sp); }
+int64_t runtok_vocab(const runtok *t) {
+    return t->kind == KIND_SP ? tokenizer_vocab_size(t->sp)
+           : t->kind == KIND_BPE ? bpe_vocab_size(t->bpe) : t->eot == 256 ? 257 : 256;
+}
 
-const char *runtok_kind(const runtok *t) { return t->bytes ? "bytes" : "sentencepiece"; }
+const char *runtok_kind(const runtok *t) {
+    return t->kind == KIND_SP ? "sentencepiece" : t->kind == KIND_BPE ? "bpe" : "bytes";
+}
+
+int32_t runtok_eot(const runtok *t) { return t->eot; }
+
+const char *runtok_model_path(const runtok *t) { return t->kind == KIND_BYTES ? NULL : t->model; }
+
+bpe_model *runtok_bpe(const runtok *t) { return t->bpe; }
 
 int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **ids, int64_t *n,
                       ct_error *err) {
-    if (!t->bytes) return tokenizer_encode(t->sp, text, len, ids, n, err);
+    if (t->kind == KIND_SP) return tokenizer_encode(t->sp, text, len, ids, n, err);
+    if (t->kind == KIND_BPE) return bpe_encode(t->bpe, text, len, ids, n, err);
     *ids = malloc((len ? len : 1) * sizeof **ids);
     if (!*ids) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
@@ -269,21 +321,33 @@ int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **i
 
 int32_t runtok_decode(const runtok *t, const int32_t *ids, int64_t n, char **text, size_t *len,
                       ct_error *err) {
-    if (!t->bytes) return tokenizer_decode(t->sp, ids, n, text, len, err);
-    *text = malloc((size_t)n + 1);
-    if (!*text) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    if (t->kind == KIND_SP) return tokenizer_decode(t->sp, ids, n, text, len, err);
+    if (t->kind == KIND_BPE) return bpe_decode(t->bpe, ids, n, text, len, err);
+    size_t eot_len = strlen(BPE_EOT_TEXT), total = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] > 255) {
-            free(*text);
-            *text = NULL;
-            return ct_error_set(err, CT_ERR_INVALID, "token %d is not a byte (the bytes "
-                                "tokenizer has 256 tokens) ---> the model's vocabulary is larger "
-                                "than its tokenizer's: pass --tokenizer FILE.model or --ids",
-                                (int)ids[i]);
+        if (ids[i] == 256 && t->eot == 256) {
+            total += eot_len;
+            continue;
         }
-        (*text)[i] = (char)ids[i];
+        if (ids[i] < 0 || ids[i] > 255)
+            return ct_error_set(err, CT_ERR_INVALID, "token %d is not a byte (the bytes "
+                                "tokenizer has 256 tokens%s) ---> the model's vocabulary is "
+                                "larger than its tokenizer's: pass --tokenizer FILE or --ids",
+                                (int)ids[i], t->eot == 256 ? " and <|endoftext|> 256" : "");
+        total++;
     }
-    (*text)[n] = '\0';
-    *len = (size_t)n;
+    *text = malloc(total + 1);
+    if (!*text) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    size_t o = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] == 256) {
+            memcpy(*text + o, BPE_EOT_TEXT, eot_len);
+            o += eot_len;
+        } else {
+            (*text)[o++] = (char)ids[i];
+        }
+    }
+    (*text)[o] = '\0';
+    *len = o;
     return CT_OK;
 }

@@ -1,11 +1,13 @@
 /* runtok.h — the tokenizer a run was trained with, kept with the run: recorded at the start of
  * `ctrain train` from the meta.ini that `ctrain prepare` wrote beside the shards (the
- * sentencepiece model copied into the run folder, checked by its content checksum), and loaded
- * back by `ctrain sample` and [run] sample_every to turn text into tokens and back.
- * Not for: training sentencepiece models or reading shards (tokenizer.h, prepare.c, data.c).
+ * sentencepiece model or BPE file copied into the run folder, checked by its content
+ * checksum), and loaded back by `ctrain sample`, [run] sample_every and `ctrain export` to turn
+ * text into tokens and back. Not for: training sentencepiece models, BPE itself or reading
+ * shards (tokenizer.h, bpe.h, prepare.c, data.c).
  *
- * Run folder files: OUT/tokenizer.ini ([tokenizer] kind = bytes | sentencepiece, model,
- * model_fnv1a64, vocab_size, source) and, for sentencepiece, OUT/tokenizer.model.
+ * Run folder files: OUT/tokenizer.ini ([tokenizer] kind = bytes | sentencepiece | bpe, model,
+ * model_fnv1a64, vocab_size, eot_token, source) and the model file it names: tokenizer.model
+ * (sentencepiece), tokenizer.json or tokenizer.tiktoken (bpe).
  */
 #ifndef CTRAIN_HOST_RUNTOK_H
 #define CTRAIN_HOST_RUNTOK_H
@@ -29,14 +31,21 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
 
 typedef struct runtok runtok;
 
-/* The run's tokenizer: `spec` "bytes" or a .model file overrides; else OUT/tokenizer.ini of
- * run_dir (checksum of OUT/tokenizer.model verified). Errors name the file and what to do. */
+/* The run's tokenizer: `spec` overrides ("bytes", a sentencepiece .model file, or a BPE file
+ * as bpe_load takes it); else OUT/tokenizer.ini of run_dir (the checksum of its model file
+ * verified). Errors name the file and what to do. */
 runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err);
 void runtok_free(runtok *t);
 /* Tokens of the vocabulary (256 for bytes). */
 int64_t runtok_vocab(const runtok *t);
-/* "bytes" or "sentencepiece". */
+/* "bytes", "sentencepiece" or "bpe". */
 const char *runtok_kind(const runtok *t);
+/* The end-of-text token the data put before documents, -1 when none. */
+int32_t runtok_eot(const runtok *t);
+/* The model file (sentencepiece and bpe; NULL for bytes), e.g. for copying it into an export. */
+const char *runtok_model_path(const runtok *t);
+/* The BPE model (bpe only; NULL otherwise). */
+struct bpe_model *runtok_bpe(const runtok *t);
 /* len bytes of text -> *ids (malloc'ed, *n of them). */
 int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **ids, int64_t *n,
                       ct_error *err);

@@ -4,6 +4,7 @@
 #include "sample.h"
 
 #include "optim.h"
+#include "json.h"
 #include "runtok.h"
 
 #include <ctrain/numerics.h>
@@ -241,51 +242,6 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
     return rc;
 }
 
-/* ---- JSON ------------------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one (overlong
- * forms, surrogates and code points above U+10FFFF are not). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
-int sample_json_string(FILE *f, const char *s, size_t n) {
-    const unsigned char *b = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = b[i];
-        size_t len = utf8_len(b + i, n - i);
-        if (len == 0) {
-            fputs("\\ufffd", f);
-            i++;
-            continue;
-        }
-        if (len > 1) fwrite(b + i, 1, len, f);
-        else if (c == '"') fputs("\\\"", f);
-        else if (c == '\\') fputs("\\\\", f);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c == '\r') fputs("\\r", f);
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
-        else fputc((int)c, f);
-        i += len;
-    }
-    return ferror(f) ? -1 : 0;
-}
-
 int32_t sample_ids_push(sample_ids *l, int32_t tok, ct_error *err) {
     if (l->n == l->cap) {
         int64_t cap = l->cap ? 2 * l->cap : 64;
@@ -316,9 +272,9 @@ static int32_t append_sample(const char *out_dir, int64_t step, const char *prom
     FILE *m = open_memstream(&line, &line_len);
     if (!m) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     fprintf(m, "{\"step\": %lld, \"prompt\": \"", (long long)step);
-    int bad = sample_json_string(m, prompt, strlen(prompt));
+    int bad = json_put_string(m, prompt, strlen(prompt));
     fputs("\", \"text\": \"", m);
-    bad |= sample_json_string(m, text, text_len);
+    bad |= json_put_string(m, text, text_len);
     fputs("\"}\n", m);
     bad |= fclose(m) != 0;
     if (bad) {

@@ -86,11 +86,6 @@ void sample_params_free(host_rank *r, param_copy *pc);
 int32_t sample_forward_window(host_rank *r, const param_copy *pc, const int32_t *window,
                               int64_t n, int fit, float *logits, ct_error *err);
 
-/* JSON string body of n bytes (no quotes): '"', '\\' and control bytes escaped, valid UTF-8
- * copied, every byte of an invalid UTF-8 sequence written as \ufffd. Returns 0 or -1 on a
- * write error. */
-int sample_json_string(FILE *f, const char *s, size_t n);
-
 /* [run] sample_every = K: every rank calls this after every step; after steps K, 2K, ... rank
  * 0 prints a sample of [run] sample_tokens tokens after [run] sample_prompt (an empty prompt
  * is the text "\n") drawn at temperature 1 from a stream keyed by [run] seed and the step,

@@ -6,6 +6,7 @@
  * escaping of sample texts (quotes, control bytes, invalid UTF-8).
  */
 #include "ct_test.h"
+#include "json.h"
 #include "sample.h"
 
 #include <ctrain/numerics.h>
@@ -149,7 +150,7 @@ CT_TEST(sample_text_is_escaped_as_valid_json) {
     FILE *m = open_memstream(&buf, &n);
     CT_CHECK(m != NULL);
     if (!m) return;
-    CT_CHECK_INT(sample_json_string(m, in, sizeof in - 1), 0);
+    CT_CHECK_INT(json_put_string(m, in, sizeof in - 1), 0);
     fclose(m);
     CT_CHECK_MSG(strcmp(buf, want) == 0, "expected '%s', got '%s'", want, buf);
     free(buf);
