@@ -932,6 +932,7 @@ static int cut_ok(const unsigned char *t, size_t p) {
 
 size_t bpe_cut_before(const char *text, size_t len, size_t lo, size_t hi) {
     const unsigned char *t = (const unsigned char *)text;
+    if (len < 3) return 0;
     if (lo < 2) lo = 2;
     if (hi >= len) hi = len - 1;
     for (size_t p = hi; p >= lo && p <= hi; p--)
@@ -941,9 +942,10 @@ size_t bpe_cut_before(const char *text, size_t len, size_t lo, size_t hi) {
 
 size_t bpe_cut_after(const char *text, size_t len, size_t lo, size_t hi) {
     const unsigned char *t = (const unsigned char *)text;
+    if (len < 3) return 0;
     if (lo < 2) lo = 2;
     if (hi >= len) hi = len - 1;
-    for (size_t p = lo; p <= hi && p < len; p++)
+    for (size_t p = lo; p <= hi; p++)
         if (cut_ok(t, p)) return p;
     return 0;
 }

@@ -1,15 +1,18 @@
 /* prepare.c — the `ctrain prepare` subcommand: stream text (files, folders, .gz, JSON Lines;
- * corpus.c reads them) through a tokenizer (bytes, or a sentencepiece model trained on an even
- * sample of the text or given) on all cores, in units written back in input order; split each
+ * corpus.c reads them) through a tokenizer (bytes, a sentencepiece model trained on an even
+ * sample of the text or given, or a byte-level BPE file) on all cores, in units written back in input order; split each
  * file's tail off as validation data; write llm.c shards piece by piece and meta.ini (counts,
  * max token and hash per shard); print a summary with the unigram entropy of the train tokens.
  * Not for: the shard format itself or loading batches (data.c), reading inputs (corpus.c).
  */
 #include "prepare.h"
 
+#include "bpe.h"
+#include "bpe_write.h"
 #include "corpus.h"
 #include "data.h"
 #include "files.h"
+#include "folders.h"
 #include "runtok.h"
 #include "tokenizer.h"
 
@@ -41,32 +44,11 @@ prepare_options prepare_default_options(void) {
 }
 
 #define TEXT_HINT "give --text files that are regular files of text"
+#define SP_WHAT "sentencepiece model"
+#define SP_HINT "give --sp-model a .model file made by sentencepiece"
+#define BPE_HINT "give --tokenizer-file a *.tiktoken, tokenizer.json or vocab.json file"
 #define UNIT_BYTES   (2u << 20)  /* text per tokenizing task (tests may set less) */
 #define SAMPLE_BLOCK (1u << 20)  /* sentencepiece's sample is taken in blocks of this much */
-
-/* mkdir -p */
-static int32_t make_folder(const char *dir, ct_error *err) {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
-        return ct_error_set(err, CT_ERR_INVALID, "output folder name too long: %s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        goto fail;
-    }
-    if (access(dir, W_OK) != 0) goto fail;
-    return CT_OK;
-fail:
-    return ct_error_set(err, CT_ERR_IO, "output folder %s is not writable: %s ---> choose "
-                        "another --out folder", dir, strerror(errno));
-}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -118,11 +100,43 @@ typedef struct work_unit {
     size_t    n_docs, doc_cap;
     uint16_t *tok;
     size_t    n_tok, tok_cap;
-    const host_tokenizer *tk; /* NULL: bytes */
+    const host_tokenizer *tk; /* sentencepiece; NULL otherwise */
+    const bpe_model *bpe;     /* bpe; NULL otherwise (both NULL: bytes) */
     int32_t   eot;            /* the token before each document (documents only) */
     int32_t   rc;
     ct_error  err;
 } work_unit;
+
+/* The next piece of plain text for BPE: about `target` bytes, cut where GPT-2's pattern ends
+ * a piece whatever the context (bpe_cut_before), so the pieces' ids are the whole file's; the
+ * cut is searched back to the start of the piece, then forward (more text read) until one is
+ * found or the file ends. */
+static int32_t fill_bpe_unit(text_stream *ts, work_unit *u, size_t target, ct_error *err) {
+    u->len = 0;
+    u->n_docs = 0;
+    int32_t rc = fill_more(ts, target + 1, err);
+    if (rc != CT_OK) return rc;
+    size_t len = ts->len - ts->head, pos = len; /* all that is left, when that is no more */
+    if (len > target && !(pos = bpe_cut_before(ts->buf + ts->head, len, 2, target))) {
+        for (size_t from = target + 1;;) {
+            if (from < len && (pos = bpe_cut_after(ts->buf + ts->head, len, from, len - 1)))
+                break;
+            if (ts->eof) {
+                pos = len;
+                break;
+            }
+            from = len > from ? len : from;
+            if ((rc = fill_more(ts, 2 * len, err)) != CT_OK) return rc;
+            len = ts->len - ts->head;
+        }
+    }
+    if (grow((void **)&u->text, &u->cap, pos + 1, 1))
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", ts->path);
+    memcpy(u->text, ts->buf + ts->head, pos);
+    u->len = pos;
+    ts->head += pos;
+    return CT_OK;
+}
 
 /* The next piece of plain text, cut as tokenizer_encode cuts a whole file: windows of
  * TOKENIZER_CHUNK_BYTES ending just after their last newline, until `target` bytes. */
@@ -195,14 +209,15 @@ static int push_tokens(work_unit *u, const int32_t *ids, const char *bytes, size
 }
 
 static int32_t encode_into(work_unit *u, const char *text, size_t len) {
-    if (!u->tk) {
+    if (!u->tk && !u->bpe) {
         if (push_tokens(u, NULL, text, len))
             return ct_error_set(&u->err, CT_ERR_NOMEM, "out of memory tokenizing");
         return CT_OK;
     }
     int32_t *ids = NULL;
     int64_t n = 0;
-    int32_t rc = tokenizer_encode(u->tk, text, len, &ids, &n, &u->err);
+    int32_t rc = u->bpe ? bpe_encode(u->bpe, text, len, &ids, &n, &u->err)
+                        : tokenizer_encode(u->tk, text, len, &ids, &n, &u->err);
     if (rc == CT_OK && push_tokens(u, ids, NULL, (size_t)n))
         rc = ct_error_set(&u->err, CT_ERR_NOMEM, "out of memory tokenizing");
     free(ids);
@@ -411,8 +426,9 @@ static void progress_show(progress *p, uint64_t bytes, int64_t tokens, int final
 typedef struct prep_ctx {
     const prepare_options *o;
     const corpus_files    *files;
-    host_tokenizer        *tok;
-    int32_t                eot;      /* -1 for plain text */
+    host_tokenizer        *tok;      /* sentencepiece */
+    bpe_model             *bpe;      /* bpe */
+    int32_t                eot;      /* -1 for plain text (but with bpe) */
     int32_t                threads;
     size_t                 unit_bytes;
     work_unit             *units;    /* threads of them */
@@ -422,6 +438,7 @@ typedef struct prep_ctx {
 static int32_t fill_unit(prep_ctx *c, text_stream *ts, work_unit *u, size_t target,
                          ct_error *err) {
     return c->o->jsonl_field ? fill_doc_unit(ts, u, target, c->o->jsonl_field, err)
+           : c->bpe          ? fill_bpe_unit(ts, u, target, err)
                              : fill_text_unit(ts, u, target, err);
 }
 
@@ -445,7 +462,8 @@ static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_er
     for (int32_t f = 0; f < c->files->n && rc == CT_OK; f++) {
         const char *path = c->files->paths[f];
         size_t plen = strlen(path);
-        int known = !c->tok && !o->jsonl_field && !(plen >= 3 && !strcmp(path + plen - 3, ".gz"));
+        int known = !c->tok && !c->bpe && !o->jsonl_field &&
+                    !(plen >= 3 && !strcmp(path + plen - 3, ".gz"));
         r.pos = 0;
         r.n_train = o->val_fraction == 0 ? INT64_MAX /* all to train: nothing to spill */
                   : known ? c->files->bytes[f] -
@@ -456,6 +474,10 @@ static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_er
             break;
         }
         int done = 0;
+        if (c->bpe && !o->jsonl_field) { /* a plain text file is one document */
+            uint16_t eot = (uint16_t)c->eot;
+            rc = route(&r, &eot, 1, err);
+        }
         while (!done && rc == CT_OK) {
             int32_t nu = 0;
             while (nu < c->threads) {
@@ -605,11 +627,12 @@ static void meta_put(FILE *f, const char *key, const char *value) {
     fputs(cut ? "...\n" : "\n", f);
 }
 
-/* FNV-1a 64 of a whole file, and copy it to `to` when `to` is not NULL (atomically). */
-static int32_t hash_copy_file(const char *from, const char *to, uint64_t *fnv, ct_error *err) {
+/* FNV-1a 64 of a whole file, and copy it to `to` when `to` is not NULL (atomically). `what`
+ * and `hint` name the file and what to do in messages. */
+static int32_t hash_copy_file(const char *from, const char *to, const char *what,
+                              const char *hint, uint64_t *fnv, ct_error *err) {
     int in;
-    int32_t rc = open_regular(from, "sentencepiece model", "give --sp-model a .model file "
-                              "made by sentencepiece", &in, NULL, err);
+    int32_t rc = open_regular(from, what, hint, &in, NULL, err);
     if (rc != CT_OK) return rc;
     char *tmp = NULL;
     int out = -1;
@@ -656,7 +679,7 @@ static void write_split_meta(FILE *f, const split_out *s) {
 
 static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
                           const split_out *train, const split_out *val, int32_t eot,
-                          uint64_t model_fnv, ct_error *err) {
+                          const char *model_name, uint64_t model_fnv, ct_error *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/meta.ini", o->out_dir);
     char *tmp;
@@ -665,11 +688,11 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
     fprintf(f, "; written by `ctrain prepare`: what the shards beside this file hold\n[data]\n");
     fprintf(f, "tokenizer = %s\n", o->tokenizer);
-    if (sp) {
-        fprintf(f, "tokenizer_model = tokenizer.model\ntokenizer_fnv64 = %016llx\n",
+    if (model_name)
+        fprintf(f, "tokenizer_model = %s\ntokenizer_fnv64 = %016llx\n", model_name,
                 (unsigned long long)model_fnv);
-        if (!o->sp_model) fprintf(f, "sentencepiece_type = %s\n", o->sp_model_type);
-    }
+    if (sp && !o->sp_model) fprintf(f, "sentencepiece_type = %s\n", o->sp_model_type);
+    if (o->tokenizer_file) meta_put(f, "tokenizer_source", o->tokenizer_file);
     fprintf(f, "vocab_size = %d\n", s->vocab_size);
     fprintf(f, "max_token = %d\n", s->max_token);
     if (eot >= 0) fprintf(f, "eot_token = %d\n", eot);
@@ -713,10 +736,16 @@ static int32_t check_options(const prepare_options *o, ct_error *err) {
     if (o->jsonl_field && !*o->jsonl_field)
         return ct_error_set(err, CT_ERR_INVALID, "--jsonl-field is empty ---> name the key "
                             "that holds each record's text, e.g. --jsonl-field text");
-    if (strcmp(o->tokenizer, "bytes") == 0) return CT_OK;
+    int bpe = !strcmp(o->tokenizer, "bpe");
+    if (bpe != (o->tokenizer_file != NULL))
+        return ct_error_set(err, CT_ERR_INVALID, bpe ? "--tokenizer bpe needs --tokenizer-file "
+                            "FILE ---> give GPT-2's gpt2.tiktoken, a tokenizer.json or a "
+                            "vocab.json (merges.txt beside it)" : "--tokenizer-file is for "
+                            "--tokenizer bpe ---> add --tokenizer bpe");
+    if (bpe || strcmp(o->tokenizer, "bytes") == 0) return CT_OK;
     if (strcmp(o->tokenizer, "sentencepiece") != 0)
-        return ct_error_set(err, CT_ERR_INVALID, "--tokenizer '%s' is not bytes or "
-                            "sentencepiece", o->tokenizer);
+        return ct_error_set(err, CT_ERR_INVALID, "--tokenizer '%s' is not bytes, sentencepiece "
+                            "or bpe", o->tokenizer);
     if (o->sp_model) return CT_OK;
     if (o->vocab_size < SP_VOCAB_MIN || o->vocab_size > SP_VOCAB_MAX)
         return ct_error_set(err, CT_ERR_INVALID, "--vocab-size %d is outside [%d, %d] ---> "
@@ -740,7 +769,7 @@ static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *mode
         struct stat a, b;
         int same = stat(o->sp_model, &a) == 0 && stat(model, &b) == 0 && a.st_dev == b.st_dev &&
                    a.st_ino == b.st_ino;
-        rc = hash_copy_file(o->sp_model, same ? NULL : model, model_fnv, err);
+        rc = hash_copy_file(o->sp_model, same ? NULL : model, SP_WHAT, SP_HINT, model_fnv, err);
         if (rc != CT_OK) return rc;
     } else {
         char sample[PATH_MAX];
@@ -756,7 +785,7 @@ static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *mode
                              o->sp_max_sentences, err);
         unlink(sample);
         if (rc != CT_OK) return rc;
-        if ((rc = hash_copy_file(model, NULL, model_fnv, err)) != CT_OK) return rc;
+        if ((rc = hash_copy_file(model, NULL, SP_WHAT, SP_HINT, model_fnv, err)) != CT_OK) return rc;
     }
     c->tok = tokenizer_load(model, err);
     if (!c->tok) return err->code;
@@ -775,11 +804,47 @@ static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *mode
     return CT_OK;
 }
 
+/* The BPE tokenizer of --tokenizer-file, kept beside the shards as DIR/tokenizer.tiktoken or
+ * DIR/tokenizer.json (vocab.json with merges.txt written as the tokenizer.json of the same
+ * ids); its name and checksum into *model_name, *model_fnv; vocabulary and <|endoftext|>
+ * into *out and *c. */
+static int32_t setup_bpe(prep_ctx *c, prepare_summary *out, const char **model_name,
+                         uint64_t *model_fnv, ct_error *err) {
+    const prepare_options *o = c->o;
+    int32_t rc = bpe_load(o->tokenizer_file, &c->bpe, err);
+    if (rc != CT_OK) return rc;
+    out->vocab_size = bpe_vocab_size(c->bpe);
+    c->eot = bpe_eot_id(c->bpe);
+    if (out->vocab_size > SP_VOCAB_MAX + 1)
+        return ct_error_set(err, CT_ERR_INVALID, "%s has %d tokens; shards store tokens as "
+                            "uint16 (at most 65536) ---> use a tokenizer of at most 65536 "
+                            "tokens (GPT-2's has 50257)", o->tokenizer_file, out->vocab_size);
+    if (c->eot < 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s has no %s token to put before each "
+                            "document ---> give a tokenizer that has one (GPT-2's)",
+                            o->tokenizer_file, BPE_EOT_TEXT);
+    bpe_format f = bpe_model_format(c->bpe);
+    *model_name = f == BPE_TIKTOKEN ? "tokenizer.tiktoken" : "tokenizer.json";
+    char dst[PATH_MAX];
+    if ((size_t)snprintf(dst, sizeof dst, "%s/%s", o->out_dir, *model_name) >= sizeof dst)
+        return ct_error_set(err, CT_ERR_INVALID, "--out %s: path too long", o->out_dir);
+    if (f == BPE_HF_VOCAB) {
+        if ((rc = bpe_write_tokenizer_json(c->bpe, dst, err)) != CT_OK) return rc;
+        return hash_copy_file(dst, NULL, "tokenizer file", BPE_HINT, model_fnv, err);
+    }
+    struct stat a, b;
+    int same = stat(o->tokenizer_file, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev &&
+               a.st_ino == b.st_ino;
+    return hash_copy_file(o->tokenizer_file, same ? NULL : dst, "tokenizer file", BPE_HINT,
+                          model_fnv, err);
+}
+
 int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *err) {
     memset(out, 0, sizeof *out);
     int32_t rc = check_options(o, err);
     if (rc != CT_OK) return rc;
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
+    int bpe = strcmp(o->tokenizer, "bpe") == 0;
 
     /* Every file readable and the text not empty, before any slow work. */
     corpus_files files;
@@ -790,7 +855,8 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
                           o->n_texts > 1 || files.n > 1 ? ", ..." : "");
         goto out_free_files;
     }
-    if ((rc = make_folder(o->out_dir, err)) != CT_OK) goto out_free_files;
+    if ((rc = folder_make(o->out_dir, "choose another --out folder", err)) != CT_OK)
+        goto out_free_files;
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     prep_ctx c = {.o = o, .files = &files, .eot = -1,
@@ -804,14 +870,18 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
         goto out_free_files;
     }
     uint64_t model_fnv = 0;
+    const char *model_name = sp ? "tokenizer.model" : NULL;
     if (sp) {
         if ((rc = setup_tokenizer(&c, out, &model_fnv, err)) != CT_OK) goto out_free;
+    } else if (bpe) {
+        if ((rc = setup_bpe(&c, out, &model_name, &model_fnv, err)) != CT_OK) goto out_free;
     } else {
         out->vocab_size = o->jsonl_field ? 257 : 256;
         c.eot = o->jsonl_field ? 256 : -1;
     }
     for (int32_t i = 0; i < c.threads; i++) {
         c.units[i].tk = c.tok;
+        c.units[i].bpe = c.bpe;
         c.units[i].eot = c.eot;
         c.units[i].err.struct_size = sizeof c.units[i].err;
     }
@@ -841,7 +911,7 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
         if (train.rec[i].max > out->max_token) out->max_token = train.rec[i].max;
     for (size_t i = 0; i < val.n_rec; i++)
         if (val.rec[i].max > out->max_token) out->max_token = val.rec[i].max;
-    if ((rc = write_meta(o, out, &train, &val, c.eot, model_fnv, err)) != CT_OK) goto out_free;
+    if ((rc = write_meta(o, out, &train, &val, c.eot, model_name, model_fnv, err)) != CT_OK) goto out_free;
     if (!o->quiet)
         printf("prepare: %s: %lld train tokens (%d shards), %lld val tokens, tokenizer %s "
                "vocab_size %d, unigram entropy %.4f nats/token\n", o->out_dir,
@@ -861,6 +931,7 @@ out_free:
     }
     free(c.units);
     tokenizer_free(c.tok);
+    bpe_free(c.bpe);
 out_free_files:
     corpus_files_free(&files);
     return rc;
@@ -878,10 +949,15 @@ static void usage(FILE *f) {
             "                          sorted by name); --text is optional\n"
             "  --out DIR               output folder (created when missing)\n"
             "  --val-fraction F        tail of each file kept for validation (default 0.05)\n"
-            "  --tokenizer T           bytes (vocab 256, default) or sentencepiece\n"
+            "  --tokenizer T           bytes (vocab 256, default), sentencepiece or bpe\n"
+            "  --tokenizer-file FILE   bpe: a byte-level BPE (GPT-2's family): NAME.tiktoken,\n"
+            "                          tokenizer.json, or vocab.json with merges.txt beside\n"
+            "                          it; <|endoftext|> before every document (each plain\n"
+            "                          text file, each JSON Lines record)\n"
             "  --jsonl-field NAME      inputs are JSON Lines: one document per line, its text\n"
             "                          the string NAME; an end-of-text token before each\n"
-            "                          (bytes: 256, vocab 257; sentencepiece: its </s>)\n"
+            "                          (bytes: 256, vocab 257; sentencepiece: its </s>;\n"
+            "                          bpe: <|endoftext|>)\n"
             "  --vocab-size K          sentencepiece vocabulary, %d..%d (default 8192)\n"
             "  --sp-model FILE         use this sentencepiece .model instead of training one\n"
             "  --sp-type T             model type to train: bpe (default) or unigram\n"
@@ -890,6 +966,8 @@ static void usage(FILE *f) {
             "  --sp-max-sentences N    lines of the sample used to train (default 2000000)\n"
             "  --shard-tokens N        tokens per shard file (default 100000000)\n"
             "  --threads N             tokenizing threads (default: one per core)\n"
+            "  --unit-bytes N          text per tokenizing task (default 2097152); the tokens\n"
+            "                          do not depend on it\n"
             "  --quiet                 print nothing on success (no progress line)\n",
             SP_VOCAB_MIN, SP_VOCAB_MAX);
 }
@@ -947,6 +1025,7 @@ int cmd_prepare(int argc, char **argv) {
         int64_t v;
         if (!strcmp(name, "--out")) o.out_dir = value;
         else if (!strcmp(name, "--tokenizer")) o.tokenizer = value;
+        else if (!strcmp(name, "--tokenizer-file")) o.tokenizer_file = value;
         else if (!strcmp(name, "--sp-type")) o.sp_model_type = value;
         else if (!strcmp(name, "--jsonl-field")) o.jsonl_field = value;
         else if (!strcmp(name, "--sp-model")) {
@@ -972,6 +1051,14 @@ int cmd_prepare(int argc, char **argv) {
         } else if (!strcmp(name, "--shard-tokens")) {
             if (parse_int(name, value, &v)) goto out_free_texts;
             o.shard_tokens = v;
+        } else if (!strcmp(name, "--unit-bytes")) {
+            if (parse_int(name, value, &v)) goto out_free_texts;
+            if (v < 1 || v > (1ll << 30)) {
+                fprintf(stderr, "ctrain prepare: --unit-bytes %lld is outside [1, 2^30]\n",
+                        (long long)v);
+                goto out_free_texts;
+            }
+            o.unit_bytes = v;
         } else if (!strcmp(name, "--threads")) {
             if (parse_int(name, value, &v)) goto out_free_texts;
             o.threads = v < 0 || v > 1024 ? -1 : (int32_t)v;
@@ -985,6 +1072,11 @@ int cmd_prepare(int argc, char **argv) {
             fprintf(stderr, "ctrain prepare: unknown option %s (see --help)\n", name);
             goto out_free_texts;
         }
+    }
+    if (vocab_given && !strcmp(o.tokenizer, "bpe")) {
+        fprintf(stderr, "ctrain prepare: --vocab-size: a BPE tokenizer's vocabulary is its "
+                "file's ---> leave --vocab-size out\n");
+        goto out_free_texts;
     }
     if (vocab_given && !strcmp(o.tokenizer, "bytes") && o.vocab_size != 256) {
         fprintf(stderr, "ctrain prepare: --vocab-size %d: the bytes tokenizer has exactly 256 "

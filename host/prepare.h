@@ -1,16 +1,21 @@
 /* prepare.h — `ctrain prepare`: text files in, llm.c token shards + meta.ini (+ the trained
- * sentencepiece model) out, streamed (memory does not grow with the corpus) and tokenized on
- * all cores. Not for: reading shards back (data.h) or reading the inputs (corpus.h).
+ * sentencepiece model or the BPE tokenizer) out, streamed (memory does not grow with the
+ * corpus) and tokenized on all cores. Not for: reading shards back (data.h) or reading the
+ * inputs (corpus.h).
  *
  * Output folder layout:
  *   DIR/train_000000.bin ...  train tokens, shard_tokens per shard (the last one shorter)
  *   DIR/val_000000.bin ...    validation tokens (the last val_fraction of each text file)
- *   DIR/tokenizer.model       (sentencepiece only) the model the tokens come from
+ *   DIR/tokenizer.model       (sentencepiece) the model the tokens come from
+ *   DIR/tokenizer.tiktoken    (bpe) the ranks file given, or
+ *   DIR/tokenizer.json        (bpe) the tokenizer.json given, or the one vocab.json with
+ *                             merges.txt make (the same ids)
  *   DIR/meta.ini              [data] tokenizer, vocab_size, max_token, token and shard
  *                             counts, entropy; [shard NAME] tokens, bytes, max_token, fnv64
  * Each input file's tokens go to train, its last val_fraction (of its tokens) to val. JSON
  * Lines input puts the end-of-text token before every document: 256 with bytes (vocabulary
- * 257), the model's </s> with sentencepiece.
+ * 257), the model's </s> with sentencepiece, <|endoftext|> with bpe. With bpe every plain text
+ * file is a document too (<|endoftext|> before it, as llm.c's and nanoGPT's scripts do).
  */
 #ifndef CTRAIN_HOST_PREPARE_H
 #define CTRAIN_HOST_PREPARE_H
@@ -23,7 +28,8 @@ typedef struct prepare_options {
     int32_t     n_texts;
     const char *out_dir;           /* created when missing */
     double      val_fraction;      /* [0, 0.5]: the tail of each file that goes to val */
-    const char *tokenizer;         /* "bytes" (V = 256) or "sentencepiece" */
+    const char *tokenizer;         /* "bytes" (V = 256), "sentencepiece" or "bpe" */
+    const char *tokenizer_file;    /* bpe: a *.tiktoken, tokenizer.json or vocab.json (bpe.h) */
     int32_t     vocab_size;        /* sentencepiece only: 260..65535 */
     const char *sp_model_type;     /* "bpe" or "unigram" */
     const char *sp_model;          /* an existing .model to use instead of training; NULL */
