@@ -1,16 +1,18 @@
 /* export.c — `ctrain export RUN_DIR|CHECKPOINT_DIR --format safetensors|llmc --out PATH
- * [--target auto|hf-gpt2|hf-llama|ctrain]`: a checkpoint's master weights, reassembled from
- * whatever world size and strategy saved them (checkpoint_read_master), written for other
- * programs: a folder with model.safetensors, config.json (Hugging Face GPT-2 or Llama, or
- * ctrain's own names) and tokenizer.model when the run's data has a sentencepiece model; or an
- * llm.c fp32 GPT-2 model file. And `ctrain logits` (debug): the logits of a configured model
+ * [--target auto|hf-gpt2|hf-llama|ctrain] [--dtype f32|bf16]`: a checkpoint's master weights,
+ * reassembled from whatever world size and strategy saved them (checkpoint_read_master),
+ * written for other programs: a folder (created with its parents) with model.safetensors,
+ * config.json (Hugging Face GPT-2 or Llama with the tokenizer's bos/eos ids, or ctrain's own
+ * names) and the run's tokenizer (export_tokenizer.c); or an llm.c fp32 GPT-2 model file. And `ctrain logits` (debug): the logits of a configured model
  * (e.g. with [model] init_from = an export) on given tokens, as raw f32, for tests.
  * Not for: the tensor tables (export_layout.c) or the file formats (safetensors.c, llmc.c). */
 #include "checkpoint.h"
 #include "commands.h"
 #include "contract.h"
 #include "export_layout.h"
+#include "export_tokenizer.h"
 #include "files.h"
+#include "folders.h"
 #include "host_schema.h"
 #include "hostapi.h"
 #include "init.h"
@@ -41,38 +43,6 @@ static int32_t fill_entry(void *ctx, int32_t i, float *buf, ct_error *err) {
     return CT_OK;
 }
 
-/* The run's tokenizer from the meta.ini `ctrain prepare` wrote beside [data] train: "bytes",
- * "sentencepiece" (its model's path into sp) or "unknown". */
-static const char *tokenizer_of(const host_config *cfg, char *sp, size_t cap) {
-    const char *train = config_get(cfg, "data", "train");
-    sp[0] = 0;
-    if (!train || !*train) return "unknown";
-    char dir[PATH_MAX], meta[PATH_MAX];
-    struct stat st;
-    if (stat(train, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(dir, sizeof dir, "%s", train);
-    else {
-        snprintf(dir, sizeof dir, "%s", train);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(dir, sizeof dir, ".");
-    }
-    if ((size_t)snprintf(meta, sizeof meta, "%s/meta.ini", dir) >= sizeof meta) return "unknown";
-    host_config *m = config_new();
-    ct_error e = {.struct_size = sizeof e};
-    const char *kind = "unknown";
-    if (m && config_load_file(m, meta, &e) == CT_OK) {
-        const char *t = config_get(m, "data", "tokenizer");
-        const char *model = config_get(m, "data", "tokenizer_model");
-        if (t && !strcmp(t, "bytes")) kind = "bytes";
-        else if (t && !strcmp(t, "sentencepiece") && model) {
-            kind = "sentencepiece";
-            if ((size_t)snprintf(sp, cap, "%s/%s", dir, model) >= cap) sp[0] = 0;
-        }
-    }
-    config_free(m);
-    return kind;
-}
-
 static int32_t write_text(const char *path, const char *text, ct_error *err) {
     outfile o;
     int32_t rc = outfile_open(&o, path, err);
@@ -81,12 +51,24 @@ static int32_t write_text(const char *path, const char *text, ct_error *err) {
     return outfile_commit(&o, err);
 }
 
+/* A special token's id for config.json: the number, or null. */
+static const char *id_text(int32_t id, char *buf, size_t cap) {
+    if (id < 0) return "null";
+    snprintf(buf, cap, "%d", (int)id);
+    return buf;
+}
+
 /* config.json: Hugging Face's keys for hf-gpt2 and hf-llama; every option for ctrain. */
-static int32_t write_config_json(const char *path, const layout *l, const char *tokenizer,
-                                 ct_error *err) {
+static int32_t write_config_json(const char *path, const layout *l, const export_tok *tk,
+                                 const char *dtype, ct_error *err) {
     const model_shape *s = &l->s;
-    char j[4096];
+    const char *tokenizer = tk->kind;
+    char j[4096], bos[16], eos[16], ids[160];
     int n;
+    /* bos, eos (and no pad) of the run's tokenizer, then the dtype and the tokenizer's kind */
+    snprintf(ids, sizeof ids, "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n"
+             "  \"pad_token_id\": null,\n  \"torch_dtype\": \"%s\",\n",
+             id_text(tk->bos, bos, sizeof bos), id_text(tk->eos, eos, sizeof eos), dtype);
     if (l->target == LAYOUT_HF_GPT2)
         n = snprintf(j, sizeof j,
                      "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
@@ -96,9 +78,9 @@ static int32_t write_config_json(const char *path, const layout *l, const char *
                      "  \"layer_norm_epsilon\": %.9g,\n  \"resid_pdrop\": 0.0,\n"
                      "  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
                      "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
-                     "  \"torch_dtype\": \"float32\",\n  \"ctrain_tokenizer\": \"%s\"\n}\n",
+                     "%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
                      (long long)s->V, (long long)s->T, (long long)s->T, (long long)s->C,
-                     (long long)s->L, (long long)s->NH, s->eps, tokenizer);
+                     (long long)s->L, (long long)s->NH, s->eps, ids, tokenizer);
     else if (l->target == LAYOUT_HF_LLAMA)
         n = snprintf(j, sizeof j,
                      "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -109,10 +91,10 @@ static int32_t write_config_json(const char *path, const layout *l, const char *
                      "  \"max_position_embeddings\": %lld,\n  \"rms_norm_eps\": %.9g,\n"
                      "  \"rope_theta\": %.9g,\n  \"attention_bias\": false,\n"
                      "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n"
-                     "  \"torch_dtype\": \"float32\",\n  \"ctrain_tokenizer\": \"%s\"\n}\n",
+                     "%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
                      (long long)s->V, (long long)s->C, (long long)s->F, (long long)s->L,
                      (long long)s->NH, (long long)s->NH, (long long)s->HD, (long long)s->T,
-                     s->eps, s->theta, s->tie ? "true" : "false", tokenizer);
+                     s->eps, s->theta, s->tie ? "true" : "false", ids, tokenizer);
     else
         n = snprintf(j, sizeof j,
                      "{\n  \"format\": \"ctrain\",\n  \"model_type\": \"ctrain-gpt\",\n"
@@ -123,11 +105,11 @@ static int32_t write_config_json(const char *path, const layout *l, const char *
                      "  \"norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n"
                      "  \"rope\": \"rotate_half (element d with d + head_dim/2)\",\n"
                      "  \"weights\": \"row-major (out, in); attn.qkv rows q|k|v; swiglu mlp.fc "
-                     "rows gate|up\",\n  \"ctrain_tokenizer\": \"%s\"\n}\n",
+                     "rows gate|up\",\n%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
                      (long long)s->V, (long long)s->T, (long long)s->C, (long long)s->L,
                      (long long)s->NH, (long long)s->F, s->norm, s->mlp, s->pos,
                      s->qk_norm ? "true" : "false", s->tie ? "true" : "false",
-                     s->bias ? "true" : "false", s->eps, s->theta, tokenizer);
+                     s->bias ? "true" : "false", s->eps, s->theta, ids, tokenizer);
     if (n < 0 || (size_t)n >= sizeof j)
         return ct_error_set(err, CT_ERR_INTERNAL, "config.json does not fit its buffer");
     return write_text(path, j, err);
@@ -157,16 +139,18 @@ static const host_plugin *resolve_model(host_config *cfg, host_registry *reg, ct
 
 static int usage(const char *why) {
     fprintf(stderr, "ctrain export: %s ---> usage: ctrain export RUN_DIR|CHECKPOINT_DIR --format "
-            "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain]\n", why);
+            "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain] "
+            "[--dtype f32|bf16]\n", why);
     return 2;
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *src = NULL, *format = NULL, *out = NULL, *target_name = "auto";
+    const char *src = NULL, *format = NULL, *out = NULL, *target_name = "auto", *dtype = "f32";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target_name = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
         else if (argv[i][0] != '-' && !src) src = argv[i];
         else {
             char why[300];
@@ -182,6 +166,9 @@ int cmd_export(int argc, char **argv) {
     if (target == -2 || target == LAYOUT_LLMC)
         return usage("--target is auto, hf-gpt2, hf-llama or ctrain");
     if (llmc && target != LAYOUT_AUTO) return usage("--target is for --format safetensors");
+    int bf16 = !strcmp(dtype, "bf16");
+    if (!bf16 && strcmp(dtype, "f32") != 0) return usage("--dtype is f32 or bf16");
+    if (llmc && bf16) return usage("--dtype bf16 is for --format safetensors (llm.c files are f32)");
     if (llmc) target = LAYOUT_LLMC;
 
     ct_error err = {.struct_size = sizeof err};
@@ -231,20 +218,23 @@ int cmd_export(int argc, char **argv) {
         status = 1;
         goto out_free;
     }
-    char sp[PATH_MAX];
-    const char *tok = tokenizer_of(m.cfg, sp, sizeof sp);
     if (llmc) {
-        if (llmc_write(out, &lay, m.units, &err) != CT_OK) goto out_err;
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", out);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) *slash = '\0';
+        if ((slash && slash != parent &&
+             folder_make(parent, "check --out", &err) != CT_OK) ||
+            llmc_write(out, &lay, m.units, &err) != CT_OK)
+            goto out_err;
         printf("exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to %s\n",
                (long long)m.step, m.dir, m.world, out);
         status = 0;
         goto out_free;
     }
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-        ct_error_set(&err, CT_ERR_IO, "cannot create folder %s: %s ---> check --out", out,
-                     strerror(errno));
-        goto out_err;
-    }
+    if (folder_make(out, "check --out", &err) != CT_OK) goto out_err;
+    export_tok tok;
+    if (export_tokenizer(m.dir, m.cfg, lay.s.V, lay.s.T, out, &tok, &err) != CT_OK) goto out_err;
     char path[PATH_MAX], step_text[32];
     st_out *t = calloc((size_t)lay.n + 1, sizeof *t);
     if (!t) {
@@ -258,22 +248,23 @@ int cmd_export(int argc, char **argv) {
         t[i].shape[1] = lay.e[i].shape[1];
     }
     snprintf(step_text, sizeof step_text, "%lld", (long long)m.step);
-    const char *tok_text = !strcmp(tok, "bytes") ? "bytes (token = byte value 0..255)" : tok;
+    const char *tok_text = !strcmp(tok.kind, "bytes") ? "bytes (token = byte value 0..255)"
+                                                      : tok.kind;
     const char *meta[] = {"format", "pt", "ctrain.layout", layout_target_name(lay.target),
                           "ctrain.step", step_text, "ctrain.tokenizer", tok_text};
     fill_ctx fc = {&lay, m.units};
     int32_t rc = CT_OK;
     if (snprintf(path, sizeof path, "%s/model.safetensors", out) >= (int)sizeof path)
         rc = ct_error_set(&err, CT_ERR_INVALID, "--out %s: path too long", out);
-    if (rc == CT_OK) rc = st_write(path, t, lay.n, meta, 4, fill_entry, &fc, &err);
+    if (rc == CT_OK)
+        rc = st_write(path, t, lay.n, meta, 4, bf16 ? "BF16" : "F32", fill_entry, &fc, &err);
     free(t);
     if (rc == CT_OK && snprintf(path, sizeof path, "%s/config.json", out) < (int)sizeof path)
-        rc = write_config_json(path, &lay, tok, &err);
-    if (rc == CT_OK && sp[0] && snprintf(path, sizeof path, "%s/tokenizer.model", out) < (int)sizeof path)
-        rc = outfile_copy(sp, path, &err);
+        rc = write_config_json(path, &lay, &tok, bf16 ? "bfloat16" : "float32", &err);
     if (rc != CT_OK) goto out_err;
-    printf("exported step %lld of %s (saved at world size %d) as %s safetensors to %s\n",
-           (long long)m.step, m.dir, m.world, layout_target_name(lay.target), out);
+    printf("exported step %lld of %s (saved at world size %d) as %s safetensors (%s) to %s, "
+           "tokenizer: %s\n", (long long)m.step, m.dir, m.world, layout_target_name(lay.target),
+           bf16 ? "bf16" : "f32", out, tok.kind);
     status = 0;
     goto out_free;
 out_err:

@@ -304,6 +304,10 @@ const char *runtok_kind(const runtok *t) {
 
 int32_t runtok_eot(const runtok *t) { return t->eot; }
 
+int32_t runtok_bos(const runtok *t) {
+    return t->kind == KIND_SP ? tokenizer_bos_id(t->sp) : t->eot;
+}
+
 const char *runtok_model_path(const runtok *t) { return t->kind == KIND_BYTES ? NULL : t->model; }
 
 bpe_model *runtok_bpe(const runtok *t) { return t->bpe; }

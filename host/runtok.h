@@ -40,8 +40,10 @@ void runtok_free(runtok *t);
 int64_t runtok_vocab(const runtok *t);
 /* "bytes", "sentencepiece" or "bpe". */
 const char *runtok_kind(const runtok *t);
-/* The end-of-text token the data put before documents, -1 when none. */
+/* The end-of-text token the data put before documents (sentencepiece: </s>), -1 when none. */
 int32_t runtok_eot(const runtok *t);
+/* The beginning-of-text token: sentencepiece's <s>, else the end-of-text one; -1 when none. */
+int32_t runtok_bos(const runtok *t);
 /* The model file (sentencepiece and bpe; NULL for bytes), e.g. for copying it into an export. */
 const char *runtok_model_path(const runtok *t);
 /* The BPE model (bpe only; NULL otherwise). */

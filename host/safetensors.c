@@ -5,6 +5,8 @@
 #include "files.h"
 #include "outfile.h"
 
+#include <ctrain/numerics.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -301,18 +303,41 @@ const char *st_meta(const st_file *f, const char *key) {
     return NULL;
 }
 
+int st_dtype_readable(const char *dtype) {
+    return !strcmp(dtype, "F32") || !strcmp(dtype, "BF16") || !strcmp(dtype, "F16");
+}
+
+/* IEEE binary16 -> f32, exactly (subnormals, Inf and NaN included). */
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u, m = h & 1023u;
+    if (e == 31) return ct_f32_from_bits(sign | 0x7f800000u | m << 13);
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* subnormal: m * 2^-24, exact in f32 */
+        return sign ? -v : v;
+    }
+    return ct_f32_from_bits(sign | (e + 112) << 23 | m << 13);
+}
+
 int32_t st_read_f32(const st_file *f, const st_tensor *t, float *out, ct_error *err) {
-    if (strcmp(t->dtype, "F32") != 0)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: tensor %s is %s; ctrain reads F32 "
-                            "only ---> convert the file to float32", f->path, t->name, t->dtype);
+    if (!st_dtype_readable(t->dtype))
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: tensor %s is %s; ctrain reads F32, "
+                            "BF16 and F16 ---> convert the file to one of them", f->path,
+                            t->name, t->dtype);
     uint64_t n = t->end - t->begin, done = 0;
+    int half = strcmp(t->dtype, "F32") != 0;
+    char *dst = half ? (char *)out + n : (char *)out; /* 2-byte values land in the upper half */
     while (done < n) {
-        ssize_t k = pread(f->fd, (char *)out + done, n - done, (off_t)(f->data_start + t->begin + done));
+        ssize_t k = pread(f->fd, dst + done, n - done, (off_t)(f->data_start + t->begin + done));
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
             return ct_error_set(err, CT_ERR_IO, "cannot read tensor %s of %s: %s", t->name,
                                 f->path, k < 0 ? strerror(errno) : "file shrank");
         done += (uint64_t)k;
+    }
+    if (half) { /* widen in place, front to back: element i's f32 never overwrites a later half */
+        const uint16_t *h = (const uint16_t *)dst;
+        int bf16 = !strcmp(t->dtype, "BF16");
+        for (uint64_t i = 0; i < n / 2; i++) out[i] = bf16 ? ct_bf16_to_f32(h[i]) : f16_to_f32(h[i]);
     }
     return CT_OK;
 }
@@ -364,7 +389,9 @@ static void sb_json(sbuf *b, const char *s) {
 }
 
 int32_t st_write(const char *path, const st_out *t, int32_t n, const char *const *meta,
-                 int32_t n_meta, st_fill_fn fill, void *ctx, ct_error *err) {
+                 int32_t n_meta, const char *dtype, st_fill_fn fill, void *ctx, ct_error *err) {
+    int bf16 = !strcmp(dtype, "BF16");
+    uint64_t es = bf16 ? 2 : 4;
     sbuf h = {0};
     uint64_t off = 0, max_numel = 1;
     sb_printf(&h, "{");
@@ -382,14 +409,14 @@ int32_t st_write(const char *path, const st_out *t, int32_t n, const char *const
         uint64_t numel = 1;
         sb_printf(&h, "%s", (i || n_meta > 0) ? "," : "");
         sb_json(&h, t[i].name);
-        sb_printf(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", bf16 ? "BF16" : "F32");
         for (int32_t d = 0; d < t[i].ndim; d++) {
             sb_printf(&h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
             numel *= (uint64_t)t[i].shape[d];
         }
         sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                  (unsigned long long)(off + 4 * numel));
-        off += 4 * numel;
+                  (unsigned long long)(off + es * numel));
+        off += es * numel;
         if (numel > max_numel) max_numel = numel;
     }
     sb_printf(&h, "}");
@@ -411,7 +438,11 @@ int32_t st_write(const char *path, const st_out *t, int32_t n, const char *const
             uint64_t numel = 1;
             for (int32_t d = 0; d < t[i].ndim; d++) numel *= (uint64_t)t[i].shape[d];
             rc = fill(ctx, i, buf, err);
-            if (rc == CT_OK) outfile_write(&o, buf, numel * sizeof(float)); /* little-endian host */
+            if (rc == CT_OK && bf16) { /* narrowed in place, front to back */
+                uint16_t *h16 = (uint16_t *)buf;
+                for (uint64_t k = 0; k < numel; k++) h16[k] = ct_bf16_from_f32(buf[k]);
+            }
+            if (rc == CT_OK) outfile_write(&o, buf, numel * es); /* little-endian host */
         }
         if (rc == CT_OK) rc = outfile_commit(&o, err);
         else outfile_abort(&o);

@@ -2,7 +2,8 @@
  * uint64 little-endian N, then N bytes of JSON {"NAME": {"dtype": "F32", "shape": [..],
  * "data_offsets": [BEGIN, END]}, ..., "__metadata__": {"KEY": "VALUE", ...}} (written padded
  * with spaces to a multiple of 8), then the tensors' raw little-endian bytes, offsets relative
- * to the end of the header. Only F32 tensors are read or written.
+ * to the end of the header. Tensors are read from F32, BF16 or F16 (converted to f32 exactly)
+ * and written as F32 or BF16 (rounded to nearest even).
  * Not for: which tensors a model has or what they are called (export_layout.h). */
 #ifndef CTRAIN_HOST_SAFETENSORS_H
 #define CTRAIN_HOST_SAFETENSORS_H
@@ -41,7 +42,10 @@ int32_t st_open(const char *path, st_file *f, ct_error *err);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_meta(const st_file *f, const char *key); /* NULL when absent */
-/* Read an F32 tensor's elements into out (numel floats). */
+/* 1 when st_read_f32 reads a tensor of this dtype: "F32", "BF16", "F16". */
+int st_dtype_readable(const char *dtype);
+/* Read a tensor's elements into out (numel floats), converted from BF16 or F16 when it is
+ * stored so (exactly: every value of both is an f32). CT_ERR_UNSUPPORTED for other dtypes. */
 int32_t st_read_f32(const st_file *f, const st_tensor *t, float *out, ct_error *err);
 
 /* One tensor to write: its name, shape, and a function that fills its numel floats. */
@@ -53,8 +57,9 @@ typedef struct st_out {
 typedef int32_t (*st_fill_fn)(void *ctx, int32_t i, float *buf, ct_error *err);
 
 /* Write `path` atomically (outfile.h): n tensors in order, each filled by fill(ctx, i, buf)
- * into a buffer of its numel floats, and the metadata pairs meta[2k] = meta[2k+1]. */
+ * into a buffer of its numel floats and stored as `dtype` ("F32", or "BF16": rounded to
+ * nearest even), and the metadata pairs meta[2k] = meta[2k+1]. */
 int32_t st_write(const char *path, const st_out *t, int32_t n, const char *const *meta,
-                 int32_t n_meta, st_fill_fn fill, void *ctx, ct_error *err);
+                 int32_t n_meta, const char *dtype, st_fill_fn fill, void *ctx, ct_error *err);
 
 #endif /* CTRAIN_HOST_SAFETENSORS_H */

@@ -119,6 +119,8 @@ extern "C" int32_t tokenizer_vocab_size(const host_tokenizer *tok) {
 
 extern "C" int32_t tokenizer_eos_id(const host_tokenizer *tok) { return tok->sp.eos_id(); }
 
+extern "C" int32_t tokenizer_bos_id(const host_tokenizer *tok) { return tok->sp.bos_id(); }
+
 extern "C" int32_t tokenizer_encode(const host_tokenizer *tok, const char *text, size_t len,
                                     int32_t **ids, int64_t *n, ct_error *err) {
     *ids = nullptr;

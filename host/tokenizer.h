@@ -41,6 +41,8 @@ int32_t tokenizer_vocab_size(const host_tokenizer *tok);
 /* The end-of-sentence id (</s>, 2 in the models tokenizer_train makes), or -1 when the model
  * has none. prepare puts it before every JSON Lines document. */
 int32_t tokenizer_eos_id(const host_tokenizer *tok);
+/* The beginning-of-sentence id (<s>, 1 in the models tokenizer_train makes), or -1. */
+int32_t tokenizer_bos_id(const host_tokenizer *tok);
 
 /* Encode len bytes of text. *ids is malloc'ed (the caller frees it), *n its length. */
 int32_t tokenizer_encode(const host_tokenizer *tok, const char *text, size_t len, int32_t **ids,
