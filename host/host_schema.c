@@ -20,6 +20,9 @@ static const ct_param_spec run_specs[] = {
     CT_PARAM_BOOL("log_param_norms", "false",
                   "add every tensor's gradient norm to metrics.jsonl at log steps "
                   "(grad_norm/<tensor>)"),
+    CT_PARAM_BOOL("tensorboard", "false",
+                  "also write every scalar of metrics.jsonl, at the same steps, as TensorBoard "
+                  "event files in OUT/tb/ (`tensorboard --logdir OUT/tb`)"),
     CT_PARAM_INT("keep_checkpoints", "2", 1, 1e9, "checkpoints kept on disk (oldest removed)"),
     CT_PARAM_FLOAT("checkpoint_minutes", "0", 0, 1e6, "also checkpoint when this many minutes "
                    "have passed since the last save (rank 0's clock; every rank saves at the "
@@ -67,7 +70,11 @@ static const ct_param_spec optim_specs[] = {
 static const ct_param_spec model_specs[] = {
     CT_PARAM_STRING("plugin", "gpt", "model plugin (name or path to a .so)"),
     CT_PARAM_STRING("init_from", "", "start from these weights instead of the random init: a "
-                    "safetensors file of `ctrain export` or an llm.c fp32 model file; empty = none"),
+                    "Hugging Face folder (config.json and safetensors, sharded or not), a "
+                    "safetensors file of `ctrain export`, or an llm.c fp32 model file; empty = none"),
+    CT_PARAM_BOOL("from_config", "false", "take every architecture key [model] leaves out from "
+                  "init_from's config.json (Hugging Face GPT-2 or Llama); false: config.json is "
+                  "only checked against [model]"),
     CT_PARAM_END,
 };
 

@@ -1,37 +1,50 @@
-/* import.c — [model] init_from (see import.h). */
+/* import.c — [model] init_from (see import.h): a Hugging Face folder or a weights file, its
+ * config.json checked (hf_config.c), every tensor found in one of the safetensors files
+ * (the shards of an index too) and checked before any is used. */
 #include "import.h"
 
 #include "export_layout.h"
 #include "files.h"
+#include "hf_config.h"
+#include "json.h"
 #include "llmc.h"
 #include "safetensors.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#define INDEX_NAME "model.safetensors.index.json"
+#define INDEX_MAX (64u << 20)  /* a safetensors index larger than this is refused */
+#define MAX_SHARDS 4096
+
 struct ct_import {
-    char     path[4096];
+    char     path[4096];   /* init_from as given */
     int      is_llmc;
-    st_file  st;
-    int      fd;          /* llm.c file */
-    uint64_t *llmc_off;   /* (n entries) byte offset of each entry in the llm.c file */
+    st_file *st;           /* (n_st) the safetensors files: one, or an index's shards */
+    int32_t  n_st;
+    int      fd;           /* llm.c file */
+    uint64_t *llmc_off;    /* (n entries) byte offset of each entry in the llm.c file */
     layout   lay;
     const st_tensor **src; /* (n entries) the safetensors tensor of each entry */
+    int32_t *src_file;     /* (n entries) which of st holds it */
 };
 
 void import_close(ct_import *im) {
     if (!im) return;
     if (im->is_llmc) {
         if (im->fd >= 0) close(im->fd);
-    } else {
-        st_close(&im->st);
     }
+    for (int32_t i = 0; i < im->n_st; i++) st_close(&im->st[i]);
+    free(im->st);
     layout_free(&im->lay);
     free(im->llmc_off);
     free(im->src);
+    free(im->src_file);
     free(im);
 }
 
@@ -66,23 +79,114 @@ static void shape_text(char *buf, size_t cap, int32_t ndim, const int64_t *shape
     if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
-/* Tensors a Hugging Face GPT-2 file may hold that are not parameters (or are tied). */
-static int gpt2_ignorable(const char *name) {
-    size_t n = strlen(name);
-    return !strcmp(name, "lm_head.weight") ||
-           (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
-           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Tensors a Hugging Face file may hold that are not parameters (buffers) or are tied. */
+static int ignorable(int32_t target, int tied, const char *name) {
+    if (target == LAYOUT_HF_GPT2)
+        return !strcmp(name, "lm_head.weight") || ends_with(name, ".attn.bias") ||
+               ends_with(name, ".attn.masked_bias");
+    if (target == LAYOUT_HF_LLAMA)
+        return ends_with(name, ".rotary_emb.inv_freq") || (tied && !strcmp(name, "lm_head.weight"));
+    return 0;
+}
+
+/* The tensor `name` in any of the files; *file set. */
+static const st_tensor *find_tensor(const ct_import *im, const char *name, int32_t *file) {
+    for (int32_t f = 0; f < im->n_st; f++) {
+        const st_tensor *t = st_find(&im->st[f], name);
+        if (t) return *file = f, t;
+    }
+    return NULL;
+}
+
+static int32_t add_file(ct_import *im, const char *path, ct_error *err) {
+    st_file *st = realloc(im->st, (size_t)(im->n_st + 1) * sizeof *st);
+    if (!st) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    im->st = st;
+    int32_t rc = st_open(path, &im->st[im->n_st], err);
+    if (rc == CT_OK) im->n_st++;
+    return rc;
+}
+
+/* The shards an index names (its weight_map's files, plain names in its folder), each opened
+ * once, and every tensor of the map found in its shard. */
+static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
+    json_doc *doc = NULL;
+    const char *hint = "give the folder save_pretrained wrote, whole";
+    int32_t rc = json_read_file(index, "safetensors index", hint, INDEX_MAX, &doc, err);
+    if (rc != CT_OK) return rc;
+    const json_value *map = json_get(json_root(doc), "weight_map");
+    char dir[PATH_MAX], path[2 * PATH_MAX];
+    const char *slash = strrchr(index, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - index) : 1, slash ? index : ".");
+    char **names = calloc(MAX_SHARDS, sizeof *names);
+    int32_t n_names = 0;
+    if (!names) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    if (rc == CT_OK && (!map || map->type != JSON_OBJECT || map->n == 0))
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s has no weight_map object ---> %s", index, hint);
+    for (size_t i = 0; rc == CT_OK && i < map->n; i++) {
+        const char *file = json_string(&map->items[i]);
+        if (!file || !*file || strchr(file, '/') || !strcmp(file, "..") || !ends_with(file, ".safetensors")) {
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: weight_map[\"%s\"] is not a .safetensors "
+                              "file of the index's folder ---> %s", index, map->keys[i], hint);
+            break;
+        }
+        int32_t k = 0;
+        while (k < n_names && strcmp(names[k], file)) k++;
+        if (k == n_names) {
+            if (n_names == MAX_SHARDS) {
+                rc = ct_error_set(err, CT_ERR_INVALID, "%s names more than %d shards", index,
+                                  MAX_SHARDS);
+                break;
+            }
+            if (!(names[n_names++] = strdup(file))) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+            snprintf(path, sizeof path, "%s/%s", dir, file);
+            if (rc == CT_OK) rc = add_file(im, path, err);
+        }
+        if (rc == CT_OK && !st_find(&im->st[k], map->keys[i]))
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s maps %s to %s, which does not hold it ---> "
+                              "%s", index, map->keys[i], file, hint);
+    }
+    for (int32_t k = 0; names && k < n_names; k++) free(names[k]);
+    free(names);
+    json_free(doc);
+    return rc;
+}
+
+/* The weights of init_from: a folder's model.safetensors or index, a file, or an index file. */
+static int32_t open_weights(ct_import *im, ct_error *err) {
+    struct stat st;
+    char path[PATH_MAX + 64];
+    if (stat(im->path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(path, sizeof path, "%s/model.safetensors", im->path);
+        if (access(path, F_OK) == 0) return add_file(im, path, err);
+        snprintf(path, sizeof path, "%s/" INDEX_NAME, im->path);
+        if (access(path, F_OK) == 0) return open_index(im, path, err);
+        snprintf(path, sizeof path, "%s/pytorch_model.bin", im->path);
+        return ct_error_set(err, CT_ERR_INVALID, "folder %s holds neither model.safetensors nor "
+                            INDEX_NAME "%s ---> save the model with safetensors (save_pretrained's "
+                            "default) or give the weights file", im->path,
+                            access(path, F_OK) == 0 ? " (only pytorch_model.bin, which ctrain "
+                            "does not read)" : "");
+    }
+    if (ends_with(im->path, ".index.json")) return open_index(im, im->path, err);
+    return add_file(im, im->path, err);
 }
 
 static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_model_desc *d,
-                                ct_error *err) {
-    int32_t rc = st_open(im->path, &im->st, err);
+                                int say, ct_error *err) {
+    int32_t rc = open_weights(im, err);
     if (rc != CT_OK) return rc;
-    const char *named = st_meta(&im->st, "ctrain.layout");
+    const char *named = st_meta(&im->st[0], "ctrain.layout");
+    int32_t f;
     int32_t target = named ? layout_target_from_name(named)
-                     : st_find(&im->st, "transformer.wte.weight")    ? LAYOUT_HF_GPT2
-                     : st_find(&im->st, "model.embed_tokens.weight") ? LAYOUT_HF_LLAMA
-                                                                     : LAYOUT_CTRAIN;
+                     : find_tensor(im, "transformer.wte.weight", &f)    ? LAYOUT_HF_GPT2
+                     : find_tensor(im, "model.embed_tokens.weight", &f) ? LAYOUT_HF_LLAMA
+                                                                        : LAYOUT_CTRAIN;
     if (target < 0 || target == LAYOUT_LLMC)
         return ct_error_set(err, CT_ERR_INVALID, "%s: metadata ctrain.layout = '%s' is not "
                             "ctrain, hf-gpt2 or hf-llama ---> the file was not written by "
@@ -94,47 +198,64 @@ static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_
                             "one: %s", im->path, layout_target_name(target), why);
     }
     im->src = calloc((size_t)im->lay.n + 1, sizeof *im->src);
-    char *used = calloc((size_t)im->st.n + 1, 1);
-    if (!im->src || !used) {
+    im->src_file = calloc((size_t)im->lay.n + 1, sizeof *im->src_file);
+    char **used = calloc((size_t)im->n_st, sizeof *used);
+    for (int32_t k = 0; used && k < im->n_st; k++)
+        if (!(used[k] = calloc((size_t)im->st[k].n + 1, 1))) {
+            for (int32_t j = 0; j < k; j++) free(used[j]);
+            free(used);
+            used = NULL;
+        }
+    if (!im->src || !im->src_file || !used) {
         free(used);
         return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     }
-    char list[200] = "", line[480], a[64], b[64];
-    int bad = 0, dropped = 0;
+    char list[200] = "", line[480], a[64], b[64], dtypes[64] = "";
+    int bad = 0, dropped = 0, converted = 0;
     for (int32_t i = 0; i < im->lay.n; i++) {
         const layout_entry *e = &im->lay.e[i];
-        const st_tensor *t = st_find(&im->st, e->name);
+        const st_tensor *t = find_tensor(im, e->name, &im->src_file[i]);
         shape_text(a, sizeof a, e->ndim, e->shape);
         if (!t) {
             snprintf(line, sizeof line, "%s %s missing", e->name, a);
             note(list, sizeof list, &bad, &dropped, line, im->path);
             continue;
         }
-        used[t - im->st.t] = 1;
+        used[im->src_file[i]][t - im->st[im->src_file[i]].t] = 1;
         int same = t->ndim == e->ndim;
         for (int32_t k = 0; same && k < e->ndim; k++) same = t->shape[k] == e->shape[k];
         if (!same) {
             shape_text(b, sizeof b, t->ndim, t->shape);
             snprintf(line, sizeof line, "%s expected %s, found %s", e->name, a, b);
             note(list, sizeof list, &bad, &dropped, line, im->path);
-        } else if (strcmp(t->dtype, "F32") != 0) {
-            snprintf(line, sizeof line, "%s is %s, expected F32", e->name, t->dtype);
+        } else if (!st_dtype_readable(t->dtype)) {
+            snprintf(line, sizeof line, "%s is %s, not F32, BF16 or F16", e->name, t->dtype);
             note(list, sizeof list, &bad, &dropped, line, im->path);
+        } else if (strcmp(t->dtype, "F32")) {
+            converted++;
+            if (!strstr(dtypes, t->dtype) && strlen(dtypes) + strlen(t->dtype) + 3 < sizeof dtypes)
+                snprintf(dtypes + strlen(dtypes), sizeof dtypes - strlen(dtypes), "%s%s",
+                         *dtypes ? " and " : "", t->dtype);
         }
         im->src[i] = t;
     }
-    for (int32_t j = 0; j < im->st.n; j++)
-        if (!used[j] && !(target == LAYOUT_HF_GPT2 && gpt2_ignorable(im->st.t[j].name))) {
-            snprintf(line, sizeof line, "%s unexpected (this model has no such tensor)",
-                     im->st.t[j].name);
-            note(list, sizeof list, &bad, &dropped, line, im->path);
-        }
+    for (int32_t k = 0; k < im->n_st; k++)
+        for (int32_t j = 0; j < im->st[k].n; j++)
+            if (!used[k][j] && !ignorable(target, im->lay.s.tie, im->st[k].t[j].name)) {
+                snprintf(line, sizeof line, "%s unexpected (this model has no such tensor)",
+                         im->st[k].t[j].name);
+                note(list, sizeof list, &bad, &dropped, line, im->path);
+            }
+    for (int32_t k = 0; k < im->n_st; k++) free(used[k]);
     free(used);
     if (bad)
         return ct_error_set(err, CT_ERR_INVALID, "%s (%s layout): %d tensor%s do not match this "
                             "model: %s%s ---> set [model] to the shape the file was exported "
                             "from", im->path, layout_target_name(target), bad, bad > 1 ? "s" : "",
                             list, dropped ? " (and more: the whole list is above)" : "");
+    if (say && converted)
+        fprintf(stderr, "ctrain: init_from %s: %d tensor%s stored as %s, converted to f32 on "
+                "load (exactly)\n", im->path, converted, converted > 1 ? "s" : "", dtypes);
     return CT_OK;
 }
 
@@ -161,16 +282,25 @@ static int32_t open_llmc(ct_import *im, const host_config *cfg, const ct_model_d
     return CT_OK;
 }
 
-int32_t import_open(const char *path, const host_config *cfg, const ct_model_desc *d,
+int32_t import_open(const char *path, const host_config *cfg, const ct_model_desc *d, int say,
                     ct_import **out, ct_error *err) {
     *out = NULL;
     ct_import *im = calloc(1, sizeof *im);
     if (!im) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     im->fd = -1;
-    im->st.fd = -1;
     snprintf(im->path, sizeof im->path, "%s", path);
-    im->is_llmc = llmc_is_model_file(path);
-    int32_t rc = im->is_llmc ? open_llmc(im, cfg, d, err) : open_safetensors(im, cfg, d, err);
+    /* the architecture first: a config.json that disagrees says which key, not which tensor */
+    char config[PATH_MAX];
+    int32_t rc = CT_OK;
+    if (hf_config_path(path, config, sizeof config)) {
+        hf_arch a;
+        rc = hf_config_read(config, &a, err);
+        if (rc == CT_OK) rc = hf_config_check(&a, cfg, err);
+    }
+    struct stat st;
+    im->is_llmc = stat(path, &st) == 0 && S_ISREG(st.st_mode) && llmc_is_model_file(path);
+    if (rc == CT_OK)
+        rc = im->is_llmc ? open_llmc(im, cfg, d, err) : open_safetensors(im, cfg, d, say, err);
     if (rc != CT_OK) {
         import_close(im);
         return rc;
@@ -202,7 +332,7 @@ int32_t import_unit(ct_import *im, uint32_t u, float *full, ct_error *err) {
                 else done += (uint64_t)k;
             }
         } else {
-            rc = st_read_f32(&im->st, im->src[i], buf, err);
+            rc = st_read_f32(&im->st[im->src_file[i]], im->src[i], buf, err);
         }
         if (rc == CT_OK) layout_put(e, buf, full);
     }

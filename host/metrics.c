@@ -140,6 +140,7 @@ static int32_t keep_steps(const char *path, int64_t keep, ct_error *err) {
 int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_through_step,
                           ct_error *err) {
     mf->fd = -1;
+    mf->tb.fd = -1;
     mf->length = 0;
     int len = snprintf(mf->path, sizeof mf->path, "%s/metrics.jsonl", dir);
     if (len < 0 || (size_t)len >= sizeof mf->path)
@@ -160,6 +161,28 @@ int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_throug
     return CT_OK;
 }
 
+int32_t metrics_file_tensorboard(metrics_file *mf, const char *dir, int64_t keep_through_step,
+                                 ct_error *err) {
+    char tb[4200];
+    if ((size_t)snprintf(tb, sizeof tb, "%s/tb", dir) >= sizeof tb)
+        return ct_error_set(err, CT_ERR_INVALID, "path too long: %s/tb ---> use a shorter [run] "
+                            "out_dir", dir);
+    return tb_open(&mf->tb, tb, keep_through_step, err);
+}
+
+/* The table's scalars (as metrics_write_json writes them) as one TensorBoard event. */
+static int32_t tensorboard_write(metrics_file *mf, const host_metric_table *t, int64_t step,
+                                 ct_error *err) {
+    if (mf->tb.fd < 0 || t->n == 0) return CT_OK;
+    const char *tags[HOST_METRICS_MAX];
+    double values[HOST_METRICS_MAX];
+    for (int32_t i = 0; i < t->n; i++) {
+        tags[i] = t->items[i].name;
+        values[i] = metrics_value(t, t->items[i].name);
+    }
+    return tb_write_scalars(&mf->tb, step, tags, values, t->n, err);
+}
+
 int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t step,
                            ct_error *err) {
     char *buf = NULL;
@@ -178,7 +201,7 @@ int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t
     free(buf);
     if (rc == 0) {
         mf->length += (off_t)n;
-        return CT_OK;
+        return tensorboard_write(mf, t, step, err);
     }
     /* cut the partial line off again: the file keeps whole lines only */
     if (ftruncate(mf->fd, mf->length) != 0 && errno != EINVAL)
@@ -189,7 +212,8 @@ int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t
 }
 
 int32_t metrics_file_close(metrics_file *mf, ct_error *err) {
-    if (mf->fd < 0) return CT_OK;
+    int32_t tb_rc = tb_close(&mf->tb, err);
+    if (mf->fd < 0) return tb_rc;
     int bad = fsync(mf->fd) != 0 && errno != EINVAL && errno != EROFS;
     int saved = errno;
     if (close(mf->fd) != 0 && !bad) bad = 1, saved = errno;
@@ -197,5 +221,5 @@ int32_t metrics_file_close(metrics_file *mf, ct_error *err) {
     if (bad)
         return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " METRICS_HINT, mf->path,
                             strerror(saved));
-    return CT_OK;
+    return tb_rc;
 }

@@ -1,10 +1,13 @@
 /* metrics.h — per-rank metric tables: plugins and the loop add named scalars during a log
  * interval; at a log step the loop combines them over ranks and writes one JSON line to
- * OUT/metrics.jsonl with checked writes (a line is on disk whole or not at all).
+ * OUT/metrics.jsonl with checked writes (a line is on disk whole or not at all), and with
+ * [run] tensorboard the same scalars at the same step to OUT/tb/ (tensorboard.h).
  * Not for: the console line (train.c prints it), reading the file back (jsonl.c) or plotting
  * (plot.c). */
 #ifndef CTRAIN_HOST_METRICS_H
 #define CTRAIN_HOST_METRICS_H
+
+#include "tensorboard.h"
 
 #include <ctrain/ctrain.h>
 #include <stdint.h>
@@ -43,9 +46,10 @@ void metrics_write_json(const host_metric_table *t, int64_t step, FILE *out);
 
 /* OUT/metrics.jsonl, open for appending whole lines. */
 typedef struct metrics_file {
-    int   fd;         /* -1 when closed */
-    off_t length;     /* bytes of whole lines written so far */
-    char  path[4096];
+    int       fd;         /* -1 when closed */
+    off_t     length;     /* bytes of whole lines written so far */
+    char      path[4096];
+    tb_writer tb;         /* OUT/tb/'s event file; fd -1 without [run] tensorboard */
 } metrics_file;
 
 /* Open DIR/metrics.jsonl. keep_through_step < 0: a new, empty file. Otherwise (a resume) the
@@ -55,9 +59,15 @@ typedef struct metrics_file {
 int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_through_step,
                           ct_error *err);
 
+/* Also write every line's scalars to a new TensorBoard event file in DIR/tb (after a resume
+ * from keep_through_step >= 0, TensorBoard is told to drop the later steps of earlier files). */
+int32_t metrics_file_tensorboard(metrics_file *mf, const char *dir, int64_t keep_through_step,
+                                 ct_error *err);
+
 /* Append the table's JSON line (metrics_write_json's format) with one checked write and no
- * buffering left behind. On failure (a full disk, an I/O error) the partial line is cut off
- * again so the file holds whole lines only, and err names the file and strerror. */
+ * buffering left behind, then its scalars as one TensorBoard event when that is on. On failure
+ * (a full disk, an I/O error) the partial line is cut off again so the file holds whole lines
+ * only, and err names the file and strerror. */
 int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t step,
                            ct_error *err);
 

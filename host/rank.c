@@ -102,7 +102,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     if (config_get_bool(r->cfg, "optim", "decay_all", &da, NULL) == CT_OK) decay_all = da;
     const char *init_from = config_get(r->cfg, "model", "init_from");
     ct_import *im = NULL; /* [model] init_from: its values replace the random ones */
-    if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, &im, err)) != CT_OK)
+    if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, 0, &im, err)) != CT_OK)
         return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
@@ -375,7 +375,7 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     if (rc == CT_OK && init_from && *init_from) { /* the whole file checked against the model */
         ct_import *im = NULL;
         *failed = "init_from";
-        rc = import_open(init_from, cfg, &r->mdesc, &im, err);
+        rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
         import_close(im);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);

@@ -199,10 +199,18 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
 
     /* rank 0 writes OUT/metrics.jsonl; after a resume it keeps the rows up to the checkpoint's
      * step only, so the steps run again are not logged twice */
-    metrics_file mfile = {.fd = -1}, *mf = NULL;
+    metrics_file mfile = {.fd = -1, .tb.fd = -1}, *mf = NULL;
     if (r->rank == 0) {
+        int32_t tensorboard = 0;
+        config_get_bool(cfg, "run", "tensorboard", &tensorboard, NULL);
         rc = metrics_file_open(&mfile, sh->out_dir, resumed ? start : -1, err);
-        if (rc != CT_OK) return rc;
+        if (rc == CT_OK && tensorboard)
+            rc = metrics_file_tensorboard(&mfile, sh->out_dir, resumed ? start : -1, err);
+        if (rc != CT_OK) {
+            ct_error scratch = {.struct_size = sizeof scratch};
+            metrics_file_close(&mfile, &scratch);
+            return rc;
+        }
         mf = &mfile;
     }
 

@@ -6,6 +6,7 @@
 #include "wiring.h"
 
 #include "data.h"
+#include "hf_config.h"
 #include "host_schema.h"
 #include "launcher.h"
 #include "preflight.h"
@@ -230,6 +231,8 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
             default: break;
             }
         }
+        /* [model] from_config: the keys config.json sets, before defaults fill the rest */
+        if (h->kind == CT_KIND_MODEL && (rc = hf_config_fill(cfg, err)) != CT_OK) return rc;
         ct_param_spec *specs = merge_specs(h->specs, p);
         if (!specs) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         char owner[128];

@@ -155,9 +155,19 @@ export_to "$work/iq/checkpoints/step_00000000" "$work/iq0" --format safetensors
 claim "ctrain layout: export -> import -> export is bit-identical" check same "$work/qx/model.safetensors" "$work/iq0/model.safetensors"
 
 # --- 6. import refusals: validate names the key and every mismatching tensor ---------------
-sed "/^\[model\]/a init_from = $work/g/model.safetensors" "$work/t.ini" > "$work/m.ini"
+# the export's folder: its config.json disagrees first, naming the key and both values
+sed "/^\[model\]/a init_from = $work/g" "$work/t.ini" > "$work/m.ini"
 sed -i 's/^d_model = 16/d_model = 32/' "$work/m.ini"
 line=$(grep -n '^init_from' "$work/m.ini" | cut -d: -f1)
+"$CTRAIN" validate "$work/m.ini" > "$work/m.out" 2> "$work/m.err"; rc=$?
+if [ $rc != 0 ] && grep -qF "$work/m.ini:$line: [model] init_from" "$work/m.err" \
+    && grep -qF "d_model = 16 in config.json (n_embd), [model] d_model = 32 ($work/m.ini:" "$work/m.err" \
+    && grep -qF "set [model] d_model = 16, or set [model] from_config = true" "$work/m.err"; then
+    ok "validate: a config.json that disagrees names FILE:LINE, the key, both values and what to set"
+else fail "config.json mismatch: rc $rc: $(cat "$work/m.err")"; fi
+# the weights file alone (no config.json beside it): the tensors say it
+mkdir -p "$work/gonly" && cp "$work/g/model.safetensors" "$work/gonly/"
+sed -i "s|^init_from = .*|init_from = $work/gonly/model.safetensors|" "$work/m.ini"
 "$CTRAIN" validate "$work/m.ini" > "$work/m.out" 2> "$work/m.err"; rc=$?
 if [ $rc != 0 ] && grep -qF "$work/m.ini:$line: [model] init_from" "$work/m.err" \
     && grep -qF "transformer.wte.weight expected [256, 32], found [256, 16]" "$work/m.err"; then
@@ -181,10 +191,10 @@ t = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 st("long.safetensors", {"a": t}, b"\0" * 8, hlen=1 << 20)
 st("outside.safetensors", {"a": dict(t, data_offsets=[0, 64])}, b"\0" * 8)
 open(f"{d}/dup.safetensors", "wb").write(struct.pack("<Q", 2 * 71 + 3) + b'{"a":' + json.dumps(t).encode().ljust(66) + b',"a":' + json.dumps(t).encode().ljust(66) + b'}' + b"\0" * 8)
-st("f16.safetensors", {"transformer.wte.weight": {"dtype": "F16", "shape": [256, 16], "data_offsets": [0, 8192]}}, b"\0" * 8192)
+st("i64.safetensors", {"transformer.wte.weight": {"dtype": "I64", "shape": [256, 16], "data_offsets": [0, 32768]}}, b"\0" * 32768)
 PY
 for c in "long|header length 1048576 does not fit the file" "outside|do not hold its shape in F32 or lie outside the file" \
-         "dup|a tensor name appears twice" "f16|transformer.wte.weight is F16, expected F32"; do
+         "dup|a tensor name appears twice" "i64|transformer.wte.weight is I64, not F32, BF16 or F16"; do
     f=${c%%|*}; needle=${c#*|}
     "$CTRAIN" validate "$work/t.ini" --set model.init_from="$work/$f.safetensors" > /dev/null 2> "$work/m.err"; rc=$?
     [ $rc = 1 ] && grep -qF -- "$needle" "$work/m.err" && ok "validate: init_from $f.safetensors refused: $needle" \
