@@ -1,6 +1,8 @@
 # ctrain — build everything this machine can build, out of tree into build/.
 #   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
+#   make test-interop  the transformers round trips (tests/cli/test_interop.sh) in a
+#                   project-local venv (.venv-interop: torch, transformers, ... from PyPI)
 #   make run        train the tiny default model on real text (CPU)
 #   make bench      throughput benchmarks (report, never gate)
 #   make install PREFIX=/usr/local [DESTDIR=]
@@ -134,7 +136,7 @@ endef
 $(foreach d,$(TEST_PLUGIN_DIRS),$(eval $(call TEST_PLUGIN_template,$(d))))
 
 # ---- top-level targets -------------------------------------------------------------------
-.PHONY: all test run bench install asan ubsan check-abi deps clean examples fuzz
+.PHONY: all test test-interop run bench install asan ubsan check-abi deps clean examples fuzz
 all: $(BUILD)/ctrain $(PLUGINS) $(COMPANIONS) $(TEST_BIN) $(TEST_PLUGINS)
 	@$(if $(SKIPPED_CUDA),echo "note: nvcc not found: skipped CUDA plugins: $(SKIPPED_CUDA)",true)
 
@@ -192,6 +194,14 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory check-abi
 	$(Q)BUILD=$(BUILD) tests/run.sh
+
+# The transformers/torch round trips need torch (large): installed into a project-local venv,
+# never the system's Python; `make test` runs the same suite when that venv (or python3) has them.
+INTEROP_VENV ?= .venv-interop
+test-interop: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)scripts/interop-venv.sh $(INTEROP_VENV)
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_interop.sh
 
 # The INI fuzzer of tests/cli/test_fuzz_ini.sh at length (make test runs 300 of them).
 FUZZ_N ?= 5000

@@ -3,7 +3,7 @@
  *
  * The messages (tensorflow/core/util/event.proto, framework/summary.proto):
  *   Event      { double wall_time = 1; int64 step = 2; string file_version = 3;
- *                Summary summary = 5; SessionLog session_log = 6; }
+ *                Summary summary = 5; SessionLog session_log = 7; }
  *   Summary    { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
  *   SessionLog { SessionStatus status = 1; }   START = 1
  */
@@ -11,6 +11,7 @@
 
 #include "folders.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -129,6 +130,23 @@ static int32_t append(tb_writer *w, const pbuf *b, ct_error *err) {
     return CT_OK;
 }
 
+/* The seconds in the new file's name: now, or one more than the folder's newest event file,
+ * so the names sort in the order written (TensorBoard reads a folder's files by name, and a
+ * resumed run's START must come after the events it drops). */
+static long long file_seconds(const char *dir) {
+    long long t = (long long)time(NULL);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *prefix = "events.out.tfevents.";
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        long long s = strtoll(e->d_name + strlen(prefix), NULL, 10);
+        if (s >= t) t = s + 1;
+    }
+    if (d) closedir(d);
+    return t;
+}
+
 int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *err) {
     w->fd = -1;
     w->length = 0;
@@ -142,7 +160,7 @@ int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *er
               *c == '-' || *c == '_' || *c == '.'))
             *c = '_';
     int len = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", dir,
-                       (long long)time(NULL), host, (int)getpid());
+                       file_seconds(dir), host, (int)getpid());
     if (len < 0 || (size_t)len >= sizeof w->path)
         return ct_error_set(err, CT_ERR_INVALID, "path too long: %s/events.out.tfevents... "
                             "---> use a shorter [run] out_dir", dir);
@@ -160,7 +178,7 @@ int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *er
         put_event_head(&msg, resume_step + 1);
         put_varint(&log, 1 << 3 | 0);
         put_varint(&log, 1); /* START */
-        put_bytes_field(&msg, 6, log.p, log.n);
+        put_bytes_field(&msg, 7, log.p, log.n);
         msg.oom |= log.oom;
         put_record(&rec, &msg);
         free(log.p);

@@ -25,7 +25,8 @@ uint32_t tb_crc32c(const void *p, size_t n);
 uint32_t tb_masked_crc(uint32_t crc);
 
 /* A new event file DIR/events.out.tfevents.<seconds>.<host>.<pid> (DIR created with its
- * parents), starting with the file_version record; with resume_step >= 0 also a SessionLog
+ * parents; the seconds after any earlier file's there, so names sort in the order written),
+ * starting with the file_version record; with resume_step >= 0 also a SessionLog
  * START at step resume_step + 1. CT_ERR_IO naming the file. */
 int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *err);
 
