@@ -93,6 +93,25 @@ static int64_t count(reader *r, const char *from, double dflt) {
     return (int64_t)v;
 }
 
+/* What a family fixes: its norm, MLP, positions and biases (and no qk_norm). */
+typedef struct arch_kind {
+    const char *family, *norm, *mlp_from, *mlp, *pos, *bias_from, *bias;
+} arch_kind;
+
+/* The five sizes (n_layer, n_head, d_model, vocab_size, seq_len) from config.json's keys
+ * from[], the context possibly smaller with ctx_at_most, then the family's fixed settings. */
+static void add_shape(reader *r, const char *const from[5], const int64_t sizes[5],
+                      int ctx_at_most, const arch_kind *k) {
+    static const char *const keys[] = {"n_layer", "n_head", "d_model", "vocab_size", "seq_len"};
+    for (int i = 0; i < 5; i++)
+        add(r, keys[i], from[i], i == 4 && ctx_at_most, "%lld", (long long)sizes[i]);
+    add(r, "norm", k->family, 0, "%s", k->norm);
+    add(r, "mlp", k->mlp_from, 0, "%s", k->mlp);
+    add(r, "pos", k->family, 0, "%s", k->pos);
+    add(r, "bias", k->bias_from, 0, "%s", k->bias);
+    add(r, "qk_norm", k->family, 0, "false");
+}
+
 /* GPT2Config's keys and defaults. */
 static void read_gpt2(reader *r) {
     int64_t L = count(r, "n_layer", 12), NH = count(r, "n_head", 12), C = count(r, "n_embd", 768);
@@ -121,17 +140,13 @@ static void read_gpt2(reader *r) {
     if (!flag(r, "tie_word_embeddings", 1))
         refuse(r, "tie_word_embeddings = false: a GPT-2 file's output head is its token "
                "embedding");
-    add(r, "n_layer", "n_layer", 0, "%lld", (long long)L);
-    add(r, "n_head", "n_head", 0, "%lld", (long long)NH);
-    add(r, "d_model", "n_embd", 0, "%lld", (long long)C);
-    add(r, "vocab_size", "vocab_size", 0, "%lld", (long long)V);
-    add(r, "seq_len", "n_positions", 0, "%lld", (long long)T);
-    add(r, "norm", "(GPT-2)", 0, "layernorm");
-    add(r, "mlp", "activation_function", 0, "gelu");
-    add(r, "pos", "(GPT-2)", 0, "learned");
-    add(r, "bias", "(GPT-2)", 0, "true");
+    static const char *const from[] = {"n_layer", "n_head", "n_embd", "vocab_size",
+                                       "n_positions"};
+    const int64_t sizes[] = {L, NH, C, V, T};
+    static const arch_kind gpt2 = {"(GPT-2)", "layernorm", "activation_function", "gelu",
+                                   "learned", "(GPT-2)", "true"};
+    add_shape(r, from, sizes, 0, &gpt2);
     add(r, "tie_embeddings", "tie_word_embeddings", 0, "true");
-    add(r, "qk_norm", "(GPT-2)", 0, "false");
     add(r, "norm_eps", "layer_norm_epsilon", 0, "%.9g", eps);
 }
 
@@ -182,18 +197,14 @@ static void read_llama(reader *r) {
                  (long long)C, (long long)C, (long long)want_f);
         refuse(r, why);
     }
-    add(r, "n_layer", "num_hidden_layers", 0, "%lld", (long long)L);
-    add(r, "n_head", "num_attention_heads", 0, "%lld", (long long)NH);
-    add(r, "d_model", "hidden_size", 0, "%lld", (long long)C);
-    add(r, "vocab_size", "vocab_size", 0, "%lld", (long long)V);
-    add(r, "seq_len", "max_position_embeddings", 1, "%lld", (long long)T);
-    add(r, "norm", "(Llama)", 0, "rmsnorm");
-    add(r, "mlp", "hidden_act", 0, "swiglu");
-    add(r, "pos", "(Llama)", 0, "rope");
-    add(r, "bias", "attention_bias, mlp_bias", 0, "false");
+    static const char *const from[] = {"num_hidden_layers", "num_attention_heads", "hidden_size",
+                                       "vocab_size", "max_position_embeddings"};
+    const int64_t sizes[] = {L, NH, C, V, T};
+    static const arch_kind llama = {"(Llama)", "rmsnorm", "hidden_act", "swiglu", "rope",
+                                    "attention_bias, mlp_bias", "false"};
+    add_shape(r, from, sizes, 1, &llama);
     add(r, "tie_embeddings", "tie_word_embeddings", 0, "%s",
         flag(r, "tie_word_embeddings", 0) ? "true" : "false");
-    add(r, "qk_norm", "(Llama)", 0, "false");
     add(r, "norm_eps", "rms_norm_eps", 0, "%.9g", eps);
     add(r, "rope_theta", "rope_theta", 0, "%.9g", theta);
 }

@@ -323,6 +323,26 @@ int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **i
     return CT_OK;
 }
 
+int32_t runtok_parse_ids(const char *s, const char *what, int32_t **ids, int64_t *n,
+                         ct_error *err) {
+    size_t cap = strlen(s) / 2 + 1;
+    *n = 0;
+    if (!(*ids = malloc(cap * sizeof **ids))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    for (const char *p = s; *p;) {
+        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX)
+            return ct_error_set(err, CT_ERR_INVALID, "%s: '%.20s' is not a token id ---> give "
+                                "ids separated by spaces or commas", what, p);
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    return CT_OK;
+}
+
 int32_t runtok_decode(const runtok *t, const int32_t *ids, int64_t n, char **text, size_t *len,
                       ct_error *err) {
     if (t->kind == KIND_SP) return tokenizer_decode(t->sp, ids, n, text, len, err);

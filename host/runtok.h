@@ -51,6 +51,10 @@ struct bpe_model *runtok_bpe(const runtok *t);
 /* len bytes of text -> *ids (malloc'ed, *n of them). */
 int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **ids, int64_t *n,
                       ct_error *err);
+/* Token ids written as text ("1 2 3", "1,2,3", newlines) into *ids (malloc'ed, *n of them).
+ * CT_ERR_INVALID "<what>: 'x' is not a token id ---> ..." for anything else. */
+int32_t runtok_parse_ids(const char *s, const char *what, int32_t **ids, int64_t *n,
+                         ct_error *err);
 /* n ids -> *text (malloc'ed, NUL-terminated, *len bytes; may hold any bytes). */
 int32_t runtok_decode(const runtok *t, const int32_t *ids, int64_t n, char **text, size_t *len,
                       ct_error *err);

@@ -144,28 +144,6 @@ static int32_t emit_token(void *ctx, int32_t tok, ct_error *err) {
     return print_pending(p, 0, err);
 }
 
-/* --ids: "1 2 3" or "1,2,3" into *ids. */
-static int32_t parse_ids(const char *s, int32_t **ids, int64_t *n, ct_error *err) {
-    size_t cap = strlen(s) / 2 + 1;
-    *ids = malloc(cap * sizeof **ids);
-    *n = 0;
-    if (!*ids) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    const char *p = s;
-    while (*p) {
-        while (*p == ' ' || *p == ',') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX)
-            return ct_error_set(err, CT_ERR_INVALID, "--prompt '%s' with --ids: '%.20s' is not a "
-                                "token id ---> give ids separated by spaces or commas", s, p);
-        (*ids)[(*n)++] = (int32_t)v;
-        p = end;
-    }
-    return CT_OK;
-}
-
 int cmd_sample(int argc, char **argv) {
     cmd_opts o;
     int status = parse_args(argc, argv, &o);
@@ -208,7 +186,9 @@ int cmd_sample(int argc, char **argv) {
 
     const char *text = *o.prompt ? o.prompt : "\n";
     if (o.ids) {
-        if ((rc = parse_ids(o.prompt, &prompt, &n_prompt, &err)) != CT_OK) goto out_fail;
+        if ((rc = runtok_parse_ids(o.prompt, "--prompt with --ids", &prompt, &n_prompt, &err)) !=
+            CT_OK)
+            goto out_fail;
         for (int64_t i = 0; i < n_prompt; i++)
             if (prompt[i] >= r.V) {
                 ct_error_set(&err, CT_ERR_INVALID, "--prompt: token %d is outside the model's "

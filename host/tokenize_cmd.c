@@ -8,7 +8,6 @@
 #include "readall.h"
 #include "runtok.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,27 +30,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The ids written in text (spaces, commas or newlines between them) into *ids. */
-static int32_t parse_ids(const char *path, const char *s, int32_t **ids, int64_t *n,
-                         ct_error *err) {
-    size_t cap = strlen(s) / 2 + 1;
-    *n = 0;
-    if (!(*ids = malloc(cap * sizeof **ids))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    for (const char *p = s; *p;) {
-        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\r' || *p == '\t') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX)
-            return ct_error_set(err, CT_ERR_INVALID, "%s: '%.20s' is not a token id ---> give "
-                                "ids separated by spaces or commas", path, p);
-        (*ids)[(*n)++] = (int32_t)v;
-        p = end;
-    }
-    return CT_OK;
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -113,7 +91,7 @@ int cmd_tokenize(int argc, char **argv) {
         rc = read_all(files[f], decode ? "file of ids" : "text file", "give a regular file",
                       TOKENIZE_MAX_FILE, &text, &len, &err);
         if (rc == CT_OK && decode) {
-            rc = parse_ids(files[f], text, &ids, &n, &err);
+            rc = runtok_parse_ids(text, files[f], &ids, &n, &err);
             if (rc == CT_OK) rc = runtok_decode(tok, ids, n, &out, &out_len, &err);
             if (rc == CT_OK) fwrite(out, 1, out_len, stdout);
         } else if (rc == CT_OK) {

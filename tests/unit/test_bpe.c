@@ -10,6 +10,7 @@
 #include "ct_test.h"
 #include "data.h"
 #include "prepare.h"
+#include "shards_read.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -183,27 +184,6 @@ CT_TEST(bpe_every_cut_place_splits_text_without_changing_its_ids) {
     free(whole);
     free(t);
     bpe_free(m);
-}
-
-static int32_t *read_split(const char *dir, const char *split, int64_t *n) {
-    int32_t *all = NULL;
-    *n = 0;
-    for (int i = 0;; i++) {
-        char p[600];
-        snprintf(p, sizeof p, "%s/%s_%06d.bin", dir, split, i);
-        FILE *f = fopen(p, "rb");
-        if (!f) break;
-        int32_t hdr[256];
-        if (fread(hdr, 4, 256, f) != 256) break;
-        all = realloc(all, (size_t)(*n + hdr[2] + 1) * sizeof *all);
-        for (int32_t k = 0; k < hdr[2]; k++) {
-            uint16_t v = 0;
-            if (fread(&v, 2, 1, f) != 1) break;
-            all[(*n)++] = v;
-        }
-        fclose(f);
-    }
-    return all;
 }
 
 CT_TEST(bpe_prepare_in_units_on_threads_equals_encoding_the_file_whole) {

@@ -4,6 +4,7 @@
  * Not for: the training loop's use of batches (the lead's equivalence tests).
  */
 #include "ct_test.h"
+#include "shards_read.h"
 
 #include "data.h"
 #include "prepare.h"
@@ -54,8 +55,7 @@ static void write_text(const char *path, const void *data, size_t len) {
     fclose(f);
 }
 
-/* Append all shards SPLIT_000000.bin, ... of dir to one int32 array. */
-static int32_t *read_split(const char *dir, const char *split, int64_t *n) {
+int32_t *read_split(const char *dir, const char *split, int64_t *n) {
     int32_t *all = NULL;
     *n = 0;
     for (int i = 0;; i++) {
@@ -690,8 +690,8 @@ CT_TEST(prepare_refuses_missing_or_empty_text_bad_vocab_and_unwritable_out) {
     snprintf(file_as_dir, sizeof file_as_dir, "%s/sub", empty); /* a file cannot hold a folder */
     o.out_dir = file_as_dir;
     CT_CHECK_INT(run_prepare(&o, &err), CT_ERR_IO);
-    CT_CHECK_STR_CONTAINS(err.message, "output folder");
-    CT_CHECK_STR_CONTAINS(err.message, "not writable");
+    CT_CHECK_STR_CONTAINS(err.message, "cannot create folder");
+    CT_CHECK_STR_CONTAINS(err.message, "Not a directory ---> choose another --out folder");
 
     o.out_dir = out;
     o.tokenizer = "wordpiece";
