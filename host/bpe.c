@@ -7,7 +7,7 @@
 #include "bpe.h"
 
 #include "json.h"
-#include "readall.h"
+#include "files.h"
 #include "utf8.h"
 
 #include <limits.h>
@@ -534,7 +534,7 @@ static int32_t load_vocab_merges(bpe_model *m, const char *path, int path_is_mer
     size_t merges_n = 0;
     int32_t rc = json_read_file(vocab_path, "vocabulary file", hint, BPE_MAX_FILE, &doc, err);
     if (rc == CT_OK)
-        rc = read_all(merges_path, "merges file", hint, BPE_MAX_FILE, &merges, &merges_n, err);
+        rc = read_bounded(merges_path, "merges file", hint, BPE_MAX_FILE, &merges, &merges_n, err);
     if (rc == CT_OK && json_root(doc)->type != JSON_OBJECT)
         rc = ct_error_set(err, CT_ERR_INVALID, "%s is not a JSON object of token -> id ---> %s",
                           vocab_path, hint);
@@ -554,46 +554,66 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-int32_t bpe_load(const char *path, bpe_model **out, ct_error *err) {
+/* The model of one file's text (a ranks file, a tokenizer.json, or a vocab.json whose
+ * merges.txt is read beside it), every byte a token, the pattern compiled. */
+static int32_t load_text(bpe_model *m, const char *path, const char *text, size_t n,
+                         ct_error *err) {
+    size_t i = 0;
+    while (i < n && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) i++;
+    int32_t rc;
+    if (ends_with(path, ".tiktoken") || i == n || text[i] != '{') {
+        rc = load_tiktoken(m, path, text, n, err);
+    } else {
+        json_doc *doc = NULL;
+        rc = json_parse(text, n, path, "the tokenizer file is damaged", &doc, err);
+        const json_value *model = rc == CT_OK ? json_get(json_root(doc), "model") : NULL;
+        if (model && model->type == JSON_OBJECT) /* vocab.json may hold the token "model" */
+            rc = load_tokenizer_json(m, path, json_root(doc), err);
+        else if (rc == CT_OK)
+            rc = load_vocab_merges(m, path, 0, err);
+        json_free(doc);
+    }
+    return rc == CT_OK ? finish_model(m, path, err) : rc;
+}
+
+int32_t bpe_load_text(const char *path, const char *text, size_t n, bpe_model **out,
+                      ct_error *err) {
     *out = NULL;
     bpe_model *m = calloc(1, sizeof *m);
     if (!m) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     m->eot = -1;
-    int32_t rc;
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (!strcmp(base, "merges.txt")) {
-        rc = load_vocab_merges(m, path, 1, err);
-    } else {
-        char *text = NULL;
-        size_t n = 0;
-        rc = read_all(path, "tokenizer file", "give a *.tiktoken file, a tokenizer.json or "
-                      "vocab.json with merges.txt", BPE_MAX_FILE, &text, &n, err);
-        size_t i = 0;
-        while (rc == CT_OK && i < n && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' ||
-                                        text[i] == '\t'))
-            i++;
-        int is_json = rc == CT_OK && !ends_with(path, ".tiktoken") && i < n && text[i] == '{';
-        if (rc == CT_OK && !is_json) {
-            rc = load_tiktoken(m, path, text, n, err);
-        } else if (rc == CT_OK) {
-            json_doc *doc = NULL;
-            rc = json_parse(text, n, path, "the tokenizer file is damaged", &doc, err);
-            const json_value *model = rc == CT_OK ? json_get(json_root(doc), "model") : NULL;
-            if (model && model->type == JSON_OBJECT) /* vocab.json may hold the token "model" */
-                rc = load_tokenizer_json(m, path, json_root(doc), err);
-            else if (rc == CT_OK)
-                rc = load_vocab_merges(m, path, 0, err);
-            json_free(doc);
-        }
-        free(text);
-    }
-    if (rc == CT_OK) rc = finish_model(m, path, err);
+    int32_t rc = load_text(m, path, text, n, err);
     if (rc != CT_OK) {
         bpe_free(m);
         return rc;
     }
     *out = m;
     return CT_OK;
+}
+
+int32_t bpe_load(const char *path, bpe_model **out, ct_error *err) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (!strcmp(base, "merges.txt")) {
+        *out = NULL;
+        bpe_model *m = calloc(1, sizeof *m);
+        if (!m) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        m->eot = -1;
+        int32_t rc = load_vocab_merges(m, path, 1, err);
+        if (rc == CT_OK) rc = finish_model(m, path, err);
+        if (rc != CT_OK) {
+            bpe_free(m);
+            return rc;
+        }
+        *out = m;
+        return CT_OK;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    int32_t rc = read_bounded(path, "tokenizer file", "give a *.tiktoken file, a tokenizer.json "
+                              "or vocab.json with merges.txt", BPE_MAX_FILE, &text, &n, err);
+    if (rc == CT_OK) rc = bpe_load_text(path, text, n, out, err);
+    free(text);
+    return rc;
 }
 
 bpe_model *bpe_bytes_model(int with_eot, ct_error *err) {

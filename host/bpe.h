@@ -39,6 +39,10 @@ typedef enum bpe_format {
  * entry of that text, and for a tiktoken file the id after the largest rank (GPT-2's 50256).
  * CT_ERR_INVALID naming the file, the line or token, and what to do. */
 int32_t bpe_load(const char *path, bpe_model **out, ct_error *err);
+/* The same from a file's text already read (n bytes; `path` names it and tells its format by
+ * name as bpe_load does; a vocab.json's merges.txt is still read beside path). */
+int32_t bpe_load_text(const char *path, const char *text, size_t n, bpe_model **out,
+                      ct_error *err);
 void bpe_free(bpe_model *m);
 
 /* A byte-level model without merges: token b is byte b (0..255), and with eot the token 256 is

@@ -56,12 +56,7 @@ static int32_t commit_stream(FILE *f, char **bufp, size_t *n, const char *path, 
         free(buf);
         return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
     }
-    outfile o;
-    int32_t rc = outfile_open(&o, path, err);
-    if (rc == CT_OK) {
-        outfile_write(&o, buf, *n);
-        rc = outfile_commit(&o, err);
-    }
+    int32_t rc = outfile_write_whole(path, buf, *n, 0, err);
     free(buf);
     return rc;
 }

@@ -12,7 +12,6 @@
 #include "export_layout.h"
 #include "export_tokenizer.h"
 #include "files.h"
-#include "folders.h"
 #include "host_schema.h"
 #include "hostapi.h"
 #include "init.h"
@@ -41,14 +40,6 @@ static int32_t fill_entry(void *ctx, int32_t i, float *buf, ct_error *err) {
     (void)err;
     layout_get(&c->l->e[i], c->units[c->l->e[i].unit], buf);
     return CT_OK;
-}
-
-static int32_t write_text(const char *path, const char *text, ct_error *err) {
-    outfile o;
-    int32_t rc = outfile_open(&o, path, err);
-    if (rc != CT_OK) return rc;
-    outfile_write(&o, text, strlen(text));
-    return outfile_commit(&o, err);
 }
 
 /* A special token's id for config.json: the number, or null. */
@@ -112,7 +103,7 @@ static int32_t write_config_json(const char *path, const layout *l, const export
                      s->bias ? "true" : "false", s->eps, s->theta, ids, tokenizer);
     if (n < 0 || (size_t)n >= sizeof j)
         return ct_error_set(err, CT_ERR_INTERNAL, "config.json does not fit its buffer");
-    return write_text(path, j, err);
+    return outfile_write_whole(path, j, (size_t)n, 0, err);
 }
 
 /* The model plugin of the checkpoint's configuration, with [model] validated against the host's
@@ -140,14 +131,18 @@ static const host_plugin *resolve_model(host_config *cfg, host_registry *reg, ct
 static int usage(const char *why) {
     fprintf(stderr, "ctrain export: %s ---> usage: ctrain export RUN_DIR|CHECKPOINT_DIR --format "
             "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain] "
-            "[--dtype f32|bf16]\n", why);
+            "[--dtype f32|bf16] [--force]\n"
+            "  --force   replace an existing --out file, or write into a non-empty --out folder\n",
+            why);
     return 2;
 }
 
 int cmd_export(int argc, char **argv) {
     const char *src = NULL, *format = NULL, *out = NULL, *target_name = "auto", *dtype = "f32";
+    int force = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
+        if (!strcmp(argv[i], "--force")) force = 1;
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target_name = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
@@ -219,20 +214,14 @@ int cmd_export(int argc, char **argv) {
         goto out_free;
     }
     if (llmc) {
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", out);
-        char *slash = strrchr(parent, '/');
-        if (slash && slash != parent) *slash = '\0';
-        if ((slash && slash != parent &&
-             folder_make(parent, "check --out", &err) != CT_OK) ||
-            llmc_write(out, &lay, m.units, &err) != CT_OK)
+        if (llmc_write(out, &lay, m.units, force ? 0 : OUTFILE_NO_REPLACE, &err) != CT_OK)
             goto out_err;
         printf("exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to %s\n",
                (long long)m.step, m.dir, m.world, out);
         status = 0;
         goto out_free;
     }
-    if (folder_make(out, "check --out", &err) != CT_OK) goto out_err;
+    if (outdir_prepare(out, "--out", force, &err) != CT_OK) goto out_err;
     export_tok tok;
     if (export_tokenizer(m.dir, m.cfg, lay.s.V, lay.s.T, out, &tok, &err) != CT_OK) goto out_err;
     char path[PATH_MAX], step_text[32];

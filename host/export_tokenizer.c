@@ -49,11 +49,7 @@ static int32_t write_text(const char *dir, const char *name, const char *text, c
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
         return ct_error_set(err, CT_ERR_INVALID, "path %s/%s is too long", dir, name);
-    outfile o;
-    int32_t rc = outfile_open(&o, path, err);
-    if (rc != CT_OK) return rc;
-    outfile_write(&o, text, strlen(text));
-    return outfile_commit(&o, err);
+    return outfile_write_whole(path, text, strlen(text), 0, err);
 }
 
 /* A sentencepiece run: its model and LlamaTokenizer's settings for ctrain's models (no dummy
@@ -63,7 +59,7 @@ static int32_t write_sentencepiece(const runtok *tok, const char *out_dir, int64
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer.model", out_dir) >= sizeof path)
         return ct_error_set(err, CT_ERR_INVALID, "path %s/tokenizer.model is too long", out_dir);
-    int32_t rc = outfile_copy(runtok_model_path(tok), path, err);
+    int32_t rc = outfile_copy(runtok_model_path(tok), path, 0, err);
     char text[1024];
     snprintf(text, sizeof text,
              "{\n  \"tokenizer_class\": \"LlamaTokenizer\",\n  \"model_max_length\": %lld,\n"

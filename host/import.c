@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,11 +104,17 @@ static const st_tensor *find_tensor(const ct_import *im, const char *name, int32
     return NULL;
 }
 
-static int32_t add_file(ct_import *im, const char *path, ct_error *err) {
+/* One more safetensors file: opened by name, or (fd >= 0) the file already open on fd, which
+ * it owns from here on. */
+static int32_t add_file(ct_import *im, const char *path, int fd, uint64_t size, ct_error *err) {
     st_file *st = realloc(im->st, (size_t)(im->n_st + 1) * sizeof *st);
-    if (!st) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    if (!st) {
+        if (fd >= 0) close(fd);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    }
     im->st = st;
-    int32_t rc = st_open(path, &im->st[im->n_st], err);
+    int32_t rc = fd >= 0 ? st_open_fd(fd, path, size, &im->st[im->n_st], err)
+                         : st_open(path, &im->st[im->n_st], err);
     if (rc == CT_OK) im->n_st++;
     return rc;
 }
@@ -145,7 +152,7 @@ static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
             }
             if (!(names[n_names++] = strdup(file))) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
             snprintf(path, sizeof path, "%s/%s", dir, file);
-            if (rc == CT_OK) rc = add_file(im, path, err);
+            if (rc == CT_OK) rc = add_file(im, path, -1, 0, err);
         }
         if (rc == CT_OK && !st_find(&im->st[k], map->keys[i]))
             rc = ct_error_set(err, CT_ERR_INVALID, "%s maps %s to %s, which does not hold it ---> "
@@ -157,29 +164,31 @@ static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
     return rc;
 }
 
-/* The weights of init_from: a folder's model.safetensors or index, a file, or an index file. */
-static int32_t open_weights(ct_import *im, ct_error *err) {
-    struct stat st;
+/* The weights of init_from: the file open on fd (a safetensors file, or an index), else the
+ * folder's model.safetensors or index. */
+static int32_t open_weights(ct_import *im, int fd, uint64_t size, ct_error *err) {
     char path[PATH_MAX + 64];
-    if (stat(im->path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(path, sizeof path, "%s/model.safetensors", im->path);
-        if (access(path, F_OK) == 0) return add_file(im, path, err);
-        snprintf(path, sizeof path, "%s/" INDEX_NAME, im->path);
-        if (access(path, F_OK) == 0) return open_index(im, path, err);
-        snprintf(path, sizeof path, "%s/pytorch_model.bin", im->path);
-        return ct_error_set(err, CT_ERR_INVALID, "folder %s holds neither model.safetensors nor "
-                            INDEX_NAME "%s ---> save the model with safetensors (save_pretrained's "
-                            "default) or give the weights file", im->path,
-                            access(path, F_OK) == 0 ? " (only pytorch_model.bin, which ctrain "
-                            "does not read)" : "");
+    if (fd >= 0 && ends_with(im->path, ".index.json")) {
+        close(fd);
+        return open_index(im, im->path, err);
     }
-    if (ends_with(im->path, ".index.json")) return open_index(im, im->path, err);
-    return add_file(im, im->path, err);
+    if (fd >= 0) return add_file(im, im->path, fd, size, err);
+    snprintf(path, sizeof path, "%s/model.safetensors", im->path);
+    if (access(path, F_OK) == 0) return add_file(im, path, -1, 0, err);
+    snprintf(path, sizeof path, "%s/" INDEX_NAME, im->path);
+    if (access(path, F_OK) == 0) return open_index(im, path, err);
+    snprintf(path, sizeof path, "%s/pytorch_model.bin", im->path);
+    return ct_error_set(err, CT_ERR_INVALID, "folder %s holds neither model.safetensors nor "
+                        INDEX_NAME "%s ---> save the model with safetensors (save_pretrained's "
+                        "default) or give the weights file", im->path,
+                        access(path, F_OK) == 0 ? " (only pytorch_model.bin, which ctrain does "
+                        "not read)" : "");
 }
 
-static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_model_desc *d,
-                                int say, ct_error *err) {
-    int32_t rc = open_weights(im, err);
+/* The weights (see open_weights) and every tensor of this model found and checked. */
+static int32_t open_safetensors(ct_import *im, int fd, uint64_t size, const host_config *cfg,
+                                const ct_model_desc *d, int say, ct_error *err) {
+    int32_t rc = open_weights(im, fd, size, err);
     if (rc != CT_OK) return rc;
     const char *named = st_meta(&im->st[0], "ctrain.layout");
     int32_t f;
@@ -259,8 +268,10 @@ static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_
     return CT_OK;
 }
 
-static int32_t open_llmc(ct_import *im, const host_config *cfg, const ct_model_desc *d,
+/* The llm.c file on fd (owned by im from here on). */
+static int32_t open_llmc(ct_import *im, int fd, const host_config *cfg, const ct_model_desc *d,
                          ct_error *err) {
+    im->fd = fd;
     int32_t rc = layout_build(cfg, d, LAYOUT_LLMC, &im->lay, err);
     if (rc != CT_OK) {
         char why[sizeof err->message];
@@ -268,10 +279,8 @@ static int32_t open_llmc(ct_import *im, const host_config *cfg, const ct_model_d
         return ct_error_set(err, rc, "%s is an llm.c GPT-2 model file, which cannot be loaded "
                             "into this model: %s", im->path, why);
     }
-    rc = open_regular(im->path, "llm.c model file", "check [model] init_from", &im->fd, NULL,
-                      err);
     uint64_t at = 0;
-    if (rc == CT_OK) rc = llmc_check(im->fd, im->path, &im->lay, &at, err);
+    rc = llmc_check(im->fd, im->path, &im->lay, &at, err);
     if (rc != CT_OK) return rc;
     im->llmc_off = calloc((size_t)im->lay.n + 1, sizeof *im->llmc_off);
     if (!im->llmc_off) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
@@ -297,10 +306,20 @@ int32_t import_open(const char *path, const host_config *cfg, const ct_model_des
         rc = hf_config_read(config, &a, err);
         if (rc == CT_OK) rc = hf_config_check(&a, cfg, err);
     }
-    struct stat st;
-    im->is_llmc = stat(path, &st) == 0 && S_ISREG(st.st_mode) && llmc_is_model_file(path);
-    if (rc == CT_OK)
-        rc = im->is_llmc ? open_llmc(im, cfg, d, err) : open_safetensors(im, cfg, d, say, err);
+    /* a folder's files are found in it; a file is opened once, through the one reader, and its
+     * first word tells the format */
+    int fd = -1;
+    struct stat st = {0};
+    int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (rc == CT_OK && !is_dir)
+        rc = open_regular(path, "init_from file", "give a Hugging Face folder, a safetensors or "
+                          "an llm.c model file ([model] init_from)", &fd, &st, err);
+    if (rc == CT_OK) {
+        int32_t first = 0;
+        im->is_llmc = fd >= 0 && pread(fd, &first, 4, 0) == 4 && llmc_looks_like(first);
+        rc = im->is_llmc ? open_llmc(im, fd, cfg, d, err)
+                         : open_safetensors(im, fd, (uint64_t)st.st_size, cfg, d, say, err);
+    }
     if (rc != CT_OK) {
         import_close(im);
         return rc;
@@ -334,8 +353,23 @@ int32_t import_unit(ct_import *im, uint32_t u, float *full, ct_error *err) {
         } else {
             rc = st_read_f32(&im->st[im->src_file[i]], im->src[i], buf, err);
         }
-        if (rc == CT_OK) layout_put(e, buf, full);
+        for (uint64_t k = 0, n = layout_numel(e); rc == CT_OK && k < n; k++)
+            if (!isfinite(buf[k]))
+                rc = ct_error_set(err, CT_ERR_INVALID, "%s: tensor %s holds %s at element %llu "
+                                  "---> the file's weights are not usable: give a file saved "
+                                  "from a healthy model", im->path, e->name,
+                                  isnan(buf[k]) ? "NaN" : "Inf", (unsigned long long)k);
+        if (rc == CT_OK && full) layout_put(e, buf, full);
     }
     free(buf);
+    return rc;
+}
+
+int32_t import_check_values(ct_import *im, ct_error *err) {
+    uint32_t units = 0;
+    for (int32_t i = 0; i < im->lay.n; i++)
+        if (im->lay.e[i].unit + 1 > units) units = im->lay.e[i].unit + 1;
+    int32_t rc = CT_OK;
+    for (uint32_t u = 0; u < units && rc == CT_OK; u++) rc = import_unit(im, u, NULL, err);
     return rc;
 }

@@ -2,7 +2,7 @@
  * depth bound, strings decoded to UTF-8, numbers through strtod. */
 #include "json.h"
 
-#include "readall.h"
+#include "files.h"
 #include "utf8.h"
 
 #include <stdio.h>
@@ -318,7 +318,7 @@ int32_t json_read_file(const char *path, const char *what, const char *hint, siz
     char *text;
     size_t n;
     *out = NULL;
-    int32_t rc = read_all(path, what, hint, max_bytes, &text, &n, err);
+    int32_t rc = read_bounded(path, what, hint, max_bytes, &text, &n, err);
     if (rc != CT_OK) return rc;
     rc = json_parse(text, n, path, hint, out, err);
     free(text);

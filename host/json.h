@@ -45,7 +45,7 @@ typedef struct json_doc json_doc;
  * lone surrogates, depth beyond JSON_MAX_DEPTH); *out NULL then. */
 int32_t json_parse(const char *text, size_t len, const char *name, const char *hint,
                    json_doc **out, ct_error *err);
-/* read_all (bounded by max_bytes) then json_parse. */
+/* files.h's read_bounded (at most max_bytes) then json_parse. */
 int32_t json_read_file(const char *path, const char *what, const char *hint, size_t max_bytes,
                        json_doc **out, ct_error *err);
 void json_free(json_doc *doc);

@@ -3,10 +3,9 @@
 
 #include "bpe.h"
 #include "data.h"
-#include "readall.h"
-#include "tokenizer.h"
-
 #include "files.h"
+#include "outfile.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -15,8 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define RUNTOK_MAX_MODEL (1u << 30) /* a tokenizer model larger than this is refused */
 
 enum { KIND_BYTES, KIND_SP, KIND_BPE };
 
@@ -37,41 +34,9 @@ static uint64_t fnv1a64(const char *p, size_t n) {
     return fnv64_update(HOST_FNV64_OFFSET, p, n);
 }
 
-int32_t runtok_checksum(const char *path, uint64_t *out, ct_error *err) {
-    char *buf;
-    size_t n;
-    int32_t rc = read_all(path, "tokenizer model", "check the file", RUNTOK_MAX_MODEL, &buf, &n,
-                          err);
-    if (rc != CT_OK) return rc;
-    *out = fnv1a64(buf, n);
-    free(buf);
-    return CT_OK;
-}
-
-/* Write n bytes to `path` through a temporary beside it (fsync'd, renamed). */
-static int32_t write_file(const char *path, const void *data, size_t n, ct_error *err) {
-    char *tmp;
-    int fd;
-    int32_t rc = create_beside(path, &tmp, &fd, err);
-    if (rc != CT_OK) return rc;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = write(fd, (const char *)data + done, n - done);
-        if (k <= 0) break;
-        done += (size_t)k;
-    }
-    int bad = done != n || fsync(fd) != 0;
-    int saved = errno;
-    bad |= close(fd) != 0;
-    if (!bad && rename(tmp, path) == 0) {
-        free(tmp);
-        return CT_OK;
-    }
-    if (!saved) saved = errno ? errno : EIO;
-    unlink(tmp);
-    free(tmp);
-    return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space and that "
-                        "[run] out_dir is writable", path, strerror(saved));
+/* The whole of a tokenizer model file (files.h: read_bounded) into *buf, *n bytes. */
+static int32_t slurp(const char *path, const char *hint, char **buf, size_t *n, ct_error *err) {
+    return read_bounded(path, "tokenizer model", hint, TOKENIZER_MODEL_MAX, buf, n, err);
 }
 
 /* buf = a "/" b; CT_ERR_INVALID when it does not fit (never a truncated path). */
@@ -170,8 +135,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
         if (rc == CT_OK) rc = join(src, sizeof src, dir, name, err);
         if (rc == CT_OK) rc = join(dst, sizeof dst, out_dir, name, err);
         if (rc == CT_OK)
-            rc = read_all(src, "tokenizer model", "make the shards again with `ctrain prepare`",
-                          RUNTOK_MAX_MODEL, &model, &model_n, err);
+            rc = slurp(src, "make the shards again with `ctrain prepare`", &model, &model_n, err);
         if (rc == CT_OK && sum) {
             char got[32];
             snprintf(got, sizeof got, "%016llx", (unsigned long long)fnv1a64(model, model_n));
@@ -181,7 +145,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
                                   "the shards again with `ctrain prepare`", src, got, meta_path,
                                   sum);
         }
-        if (rc == CT_OK) rc = write_file(dst, model, model_n, err);
+        if (rc == CT_OK) rc = outfile_write_whole(dst, model, model_n, 0, err);
         if (rc == CT_OK) {
             remove_stale_models(out_dir, name);
             snprintf(text, sizeof text, "; written by `ctrain train`: the tokenizer of the run's "
@@ -196,7 +160,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
                  "data\n[tokenizer]\nkind = bytes\nvocab_size = 256\n%ssource = %s\n", eot_line,
                  meta_path);
     }
-    if (rc == CT_OK) rc = write_file(ini_path, text, strlen(text), err);
+    if (rc == CT_OK) rc = outfile_write_whole(ini_path, text, strlen(text), 0, err);
     if (rc == CT_OK) *found = 1;
     free(model);
     config_free(meta);
@@ -208,16 +172,18 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* Load the model file of kind KIND_SP or KIND_BPE into t. */
-static int32_t load_model(runtok *t, const char *path, ct_error *err) {
+/* The model file of kind KIND_SP or KIND_BPE into t, from its bytes (read once, so the bytes
+ * a checksum covers are the bytes loaded), or read here when bytes is NULL. */
+static int32_t load_model(runtok *t, const char *path, const char *bytes, size_t n,
+                          ct_error *err) {
     snprintf(t->model, sizeof t->model, "%s", path);
     if (t->kind == KIND_SP) {
-        t->sp = tokenizer_load(path, err);
+        t->sp = bytes ? tokenizer_from_bytes(bytes, n, path, err) : tokenizer_load(path, err);
         if (!t->sp) return err->code;
         t->eot = tokenizer_eos_id(t->sp);
         return CT_OK;
     }
-    int32_t rc = bpe_load(path, &t->bpe, err);
+    int32_t rc = bytes ? bpe_load_text(path, bytes, n, &t->bpe, err) : bpe_load(path, &t->bpe, err);
     if (rc == CT_OK) t->eot = bpe_eot_id(t->bpe);
     return rc;
 }
@@ -232,7 +198,7 @@ runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err) {
     }
     if (spec) {
         t->kind = ends_with(spec, ".model") ? KIND_SP : KIND_BPE;
-        if (load_model(t, spec, err) != CT_OK) goto out_free;
+        if (load_model(t, spec, NULL, 0, err) != CT_OK) goto out_free;
         return t;
     }
     char ini[PATH_MAX], model[PATH_MAX];
@@ -265,15 +231,19 @@ runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err) {
                               "tokenizer.model, tokenizer.json, tokenizer.tiktoken ---> pass "
                               "--tokenizer", ini, given);
         if (rc == CT_OK) rc = join(model, sizeof model, run_dir, name, err);
-        uint64_t h = 0;
-        if (rc == CT_OK) rc = runtok_checksum(model, &h, err);
+        char *bytes = NULL; /* read once: the bytes checked are the bytes loaded */
+        size_t n = 0;
+        if (rc == CT_OK)
+            rc = slurp(model, "copy the run folder whole, or pass --tokenizer FILE", &bytes, &n,
+                       err);
         char got[32];
-        snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
+        snprintf(got, sizeof got, "%016llx", (unsigned long long)fnv1a64(bytes, n));
         if (rc == CT_OK && (!sum || strcmp(sum, got)))
             rc = ct_error_set(err, CT_ERR_INVALID, "%s has checksum %s, but %s records %s ---> "
                               "copy the run folder whole, or pass --tokenizer FILE", model, got,
                               ini, sum ? sum : "none");
-        if (rc == CT_OK) rc = load_model(t, model, err);
+        if (rc == CT_OK) rc = load_model(t, model, bytes, n, err);
+        free(bytes);
     } else if (rc == CT_OK) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: [tokenizer] kind is %s, not bytes, "
                           "sentencepiece or bpe ---> pass --tokenizer", ini,

@@ -9,7 +9,7 @@
  */
 #include "tensorboard.h"
 
-#include "folders.h"
+#include "outfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -110,21 +110,13 @@ static void put_record(pbuf *out, const pbuf *msg) {
 /* Write all n bytes at the end; on failure cut the file back to its whole records. */
 static int32_t append(tb_writer *w, const pbuf *b, ct_error *err) {
     if (b->oom) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", w->path);
-    const unsigned char *p = b->p;
-    size_t n = b->n;
-    while (n > 0) {
-        ssize_t k = write(w->fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            int saved = k < 0 ? errno : ENOSPC;
-            if (ftruncate(w->fd, w->length) != 0 && errno != EINVAL)
-                fprintf(stderr, "ctrain: warning: cannot cut the partial record of %s: %s\n",
-                        w->path, strerror(errno));
-            return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " TB_HINT, w->path,
-                                strerror(saved));
-        }
-        p += k;
-        n -= (size_t)k;
+    if (fd_write_all(w->fd, b->p, b->n) != 0) {
+        int saved = errno ? errno : ENOSPC;
+        if (ftruncate(w->fd, w->length) != 0 && errno != EINVAL)
+            fprintf(stderr, "ctrain: warning: cannot cut the partial record of %s: %s\n",
+                    w->path, strerror(errno));
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " TB_HINT, w->path,
+                            strerror(saved));
     }
     w->length += (off_t)b->n;
     return CT_OK;
@@ -150,8 +142,6 @@ static long long file_seconds(const char *dir) {
 int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *err) {
     w->fd = -1;
     w->length = 0;
-    int32_t rc = folder_make(dir, "check [run] out_dir", err);
-    if (rc != CT_OK) return rc;
     char host[64] = "host";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
     host[sizeof host - 1] = '\0';
@@ -164,10 +154,9 @@ int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *er
     if (len < 0 || (size_t)len >= sizeof w->path)
         return ct_error_set(err, CT_ERR_INVALID, "path too long: %s/events.out.tfevents... "
                             "---> use a shorter [run] out_dir", dir);
-    w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (w->fd < 0)
-        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check [run] out_dir",
-                            w->path, strerror(errno));
+    /* the one writer's appended file (outfile.h): OUT/tb made, links and inputs refused */
+    int32_t rc = outfile_append_open(w->path, OUTFILE_TRUNCATE, &w->fd, err);
+    if (rc != CT_OK) return rc;
     pbuf msg = {0}, rec = {0};
     put_event_head(&msg, 0);
     put_bytes_field(&msg, 3, "brain.Event:2", strlen("brain.Event:2"));

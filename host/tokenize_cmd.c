@@ -5,7 +5,7 @@
  */
 #include "bpe_write.h"
 #include "commands.h"
-#include "readall.h"
+#include "files.h"
 #include "runtok.h"
 
 #include <stdio.h>
@@ -88,7 +88,7 @@ int cmd_tokenize(int argc, char **argv) {
         size_t len = 0, out_len = 0;
         int32_t *ids = NULL;
         int64_t n = 0;
-        rc = read_all(files[f], decode ? "file of ids" : "text file", "give a regular file",
+        rc = read_bounded(files[f], decode ? "file of ids" : "text file", "give a regular file",
                       TOKENIZE_MAX_FILE, &text, &len, &err);
         if (rc == CT_OK && decode) {
             rc = runtok_parse_ids(text, files[f], &ids, &n, &err);

@@ -7,7 +7,6 @@
  * file formats (checkpoint.c) or reading the launcher's variables (launcher.c). */
 #include "checkpoint.h"
 #include "commands.h"
-#include "folders.h"
 #include "launcher.h"
 #include "mfu.h"
 #include "optim.h"
@@ -56,6 +55,22 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int32_t mkdir_p(const char *path, ct_error *err) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+    return CT_OK;
+fail:
+    return ct_error_set(err, CT_ERR_IO, "cannot create folder %s: %s ---> check [run] out_dir",
+                        buf, strerror(errno));
 }
 
 /* Host-side figures of one log interval, summed over steps; reduced over ranks at log time. */
@@ -531,7 +546,7 @@ int cmd_train(int argc, char **argv) {
     }
     /* the process that writes the folder's config.ini holds its lock for the whole run (the
      * in-process ranks share it; the other processes of an mpirun job take none) */
-    if (folder_make(out_dir, "check [run] out_dir", &err) != CT_OK ||
+    if (mkdir_p(out_dir, &err) != CT_OK ||
         (first_process && runlock_take(&lock, out_dir, &err) != CT_OK) ||
         (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK) ||
         (first_process && record_tokenizer(cfg, out_dir, &err) != CT_OK)) {
