@@ -325,6 +325,14 @@ int32_t hf_config_fill(host_config *cfg, ct_error *err) {
         return ct_error_set(err, CT_ERR_INVALID, "%s: [model] from_config = true sets the gpt "
                             "model's keys; [model] plugin is %s ---> set plugin = gpt or "
                             "from_config = false", origin, plugin);
+    /* a configuration that already sets every key config.json could (a run's resolved
+     * config.ini, read again by sample or export) needs nothing from it */
+    static const char *const keys[] = {"n_layer", "n_head", "d_model", "vocab_size", "seq_len",
+                                       "norm", "mlp", "pos", "bias", "tie_embeddings", "qk_norm",
+                                       "norm_eps", "rope_theta"};
+    int all = 1;
+    for (size_t i = 0; all && i < sizeof keys / sizeof *keys; i++) all = !!config_get(cfg, "model", keys[i]);
+    if (all) return CT_OK;
     const char *init = config_get(cfg, "model", "init_from");
     char path[PATH_MAX];
     if (!init || !*init)

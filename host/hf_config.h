@@ -48,7 +48,9 @@ int32_t hf_config_check(const hf_arch *a, const host_config *cfg, ct_error *err)
 /* [model] from_config = true (read from the raw value, before [model] is validated) and an
  * init_from with a config.json: every [model] key the file sets that the configuration leaves
  * out is set from it, with the config.json as its origin (validate shows it). CT_OK doing
- * nothing otherwise; a config.json that cannot be read or represented is an error. */
+ * nothing otherwise, and without reading the file when [model] sets every key it could (a
+ * run's resolved config.ini: its init_from folder need not exist any more); a config.json that
+ * cannot be read or represented is an error. */
 int32_t hf_config_fill(host_config *cfg, ct_error *err);
 
 #endif /* CTRAIN_HOST_HF_CONFIG_H */

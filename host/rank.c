@@ -100,7 +100,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     int32_t da = 0;
     if (config_get_bool(r->cfg, "optim", "decay_all", &da, NULL) == CT_OK) decay_all = da;
-    const char *init_from = config_get(r->cfg, "model", "init_from");
+    const char *init_from = r->no_init_from ? NULL : config_get(r->cfg, "model", "init_from");
     ct_import *im = NULL; /* [model] init_from: its values replace the random ones */
     if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, 0, &im, err)) != CT_OK)
         return rc;
@@ -367,9 +367,11 @@ out_close:
     return rc;
 }
 
-int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring *w, ct_error *err) {
+int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring *w,
+                        int for_checkpoint, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
+    r->no_init_from = for_checkpoint;
     r->rank = 0;
     r->world = 1;
     int32_t rc = open_instances(r, w, NULL, 1, err);

@@ -44,6 +44,7 @@ typedef struct host_rank {
     ct_comm_ref      comm_ref;
     ct_precision_policy policy;
     ct_model_desc    mdesc;
+    int32_t          no_init_from; /* setup skips [model] init_from (a checkpoint follows) */
     host_unit_state   *units;    /* (n_units) */
     const void     **held;     /* (n_units) gathered params of units held by the strategy */
 
@@ -86,8 +87,11 @@ void rank_close(host_rank *r);
 /* A rank for inference (`ctrain sample`): rank 0 of world 1 with the wiring's engines (the
  * caller wires a world-1 comm), parameters freshly initialised as rank_open does, the model
  * prepared for B = 1 sequence of its whole context (r->T = max_seq_len) and step buffers of
- * that shape; no data is opened ([data] need not exist). On failure everything is destroyed. */
-int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring *w, ct_error *err);
+ * that shape; no data is opened ([data] need not exist). `for_checkpoint`: the caller loads a
+ * checkpoint's weights next, so [model] init_from is not read (its file need not exist any
+ * more). On failure everything is destroyed. */
+int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring *w,
+                        int for_checkpoint, ct_error *err);
 
 /* What rank_open checks, without a comm instance, parameters or step buffers (preflight.h):
  * creates device, precision (and its policy), strategy, model (and describe()s it) and loss

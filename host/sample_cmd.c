@@ -180,7 +180,7 @@ int cmd_sample(int argc, char **argv) {
     if ((rc = config_load_world1(cfg_path, &cfg, &err)) != CT_OK) goto out_fail;
     if (!(reg = registry_open(&err))) goto out_fail;
     if ((rc = wiring_resolve(cfg, reg, &w, &err)) != CT_OK) goto out_fail;
-    if ((rc = rank_open_model(&r, cfg, &w, &err)) != CT_OK) goto out_fail;
+    if ((rc = rank_open_model(&r, cfg, &w, o.path != NULL, &err)) != CT_OK) goto out_fail;
     rank_open_ok = 1;
     if (o.path && (rc = checkpoint_load_weights(&r, dir, &err)) != CT_OK) goto out_fail;
 

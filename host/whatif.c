@@ -200,7 +200,7 @@ static int32_t open_run(whatif_run *wr, const whatif_opts *o, ct_error *err) {
     if (rc == CT_OK) rc = config_load_world1(cfg_path, &wr->cfg, err);
     if (rc == CT_OK && !(wr->reg = registry_open(err))) rc = err->code;
     if (rc == CT_OK) rc = wiring_resolve(wr->cfg, wr->reg, &w, err);
-    if (rc == CT_OK && (rc = rank_open_model(&wr->r, wr->cfg, &w, err)) == CT_OK) wr->rank_ok = 1;
+    if (rc == CT_OK && (rc = rank_open_model(&wr->r, wr->cfg, &w, 1, err)) == CT_OK) wr->rank_ok = 1;
     if (rc == CT_OK) rc = checkpoint_load_weights(&wr->r, wr->dir, err);
     if (rc == CT_OK) rc = read_loss(wr, err);
     if (rc != CT_OK) return rc;

@@ -5,6 +5,7 @@
 # threads in small units equals <|endoftext|> + tiktoken's ids of each file whole; a run on
 # those shards records the tokenizer, `ctrain sample --prompt` prints text (also from a copied
 # run folder), and its export's tokenizer.json gives tiktoken's ids in the tokenizers library;
+# a run started from that export with [model] from_config samples after the folder is gone;
 # bad tokenizer files and options are refused naming the file (a FIFO without blocking).
 # Skipped, saying why, when tiktoken/tokenizers or gpt2.tiktoken cannot be had.
 set -u
@@ -132,6 +133,34 @@ PY
     && [ -f "$W/x/y/z/tokenizer_config.json" ] \
     && ct_pass "export --out x/y/z (parents created): tokenizer.json gives tiktoken's ids in the tokenizers library; bos/eos 50256, pad null" \
     || ct_fail export_tokenizer "rc $ct_rc: $ct_err $msg"
+
+# a run started from that export folder with from_config (its config.json fills [model]), then
+# sampled with the folder gone: the checkpoint's weights are what count
+cat > "$W/c.ini" <<EOF
+[run]
+name = c
+out_dir = $W/run2
+[data]
+train = $W/data/train_*.bin
+batch_size = 2
+seq_len = 16
+[model]
+plugin = gpt
+init_from = $W/x/y/z
+from_config = true
+[device]
+threads = 1
+EOF
+ct_run "$CTRAIN" validate "$W/c.ini"
+filled=$(grep -c "; $W/x/y/z/config.json" "$CT_TMP/out")
+ct_run "$CTRAIN" train "$W/c.ini" --set run.steps=2
+rc1=$ct_rc
+mv "$W/x" "$W/x.gone"
+ct_run "$CTRAIN" sample "$W/run2" --prompt "Hello" --tokens 4 --greedy
+[ "$rc1" = 0 ] && [ "$ct_rc" = 0 ] && [ "$filled" -ge 5 ] \
+    && ct_pass "from_config fills [model] from an export's config.json ($filled keys); the run samples with the folder gone" \
+    || ct_fail from_config_run "validate filled $filled keys; train rc $rc1; sample rc $ct_rc: $ct_err"
+mv "$W/x.gone" "$W/x"
 
 # ---- 4. refusals ----------------------------------------------------------------------------
 ct_expect_failure "prepare --tokenizer bpe without --tokenizer-file says what to give" \
