@@ -71,8 +71,8 @@ except ImportError as e:
 PY
 for threads in 1 0; do
     start=$(date +%s.%N)
-    "$BUILD/ctrain" prepare "$text" --out "$work/data" --tokenizer bpe --tokenizer-file "$ranks" \
-        --threads "$threads" --quiet
+    "$BUILD/ctrain" prepare "$text" --out "$work/data$threads" --tokenizer bpe \
+        --tokenizer-file "$ranks" --threads "$threads" --quiet
     end=$(date +%s.%N)
     python3 -c "print('ctrain prepare --tokenizer bpe --threads %s: %.2f MB/s end to end' % ('$threads' if '$threads' != '0' else 'all ($(nproc))', $bytes / ($end - $start) / 1e6))"
 done
