@@ -125,27 +125,23 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             us->m = dev_alloc(r, sh.numel * sizeof(float), err);
             us->v = dev_alloc(r, sh.numel * sizeof(float), err);
             us->decay_mask = dev_alloc(r, sh.numel, err);
-            if (!us->m || !us->v || !us->decay_mask) {
-                double mb = (double)sh.numel * (2 * sizeof(float) + 1) / 1e6;
-                rc = ct_error_set(err, CT_ERR_NOMEM, "rank %d: out of memory for the optimizer "
+            /* the shard may reach into the end padding: mask 0 there */
+            uint8_t *shard_mask = calloc(sh.numel ? sh.numel : 1, 1);
+            if (!us->m || !us->v || !us->decay_mask || !shard_mask) {
+                double mb = (double)sh.numel * (2 * sizeof(float) + 2) / 1e6;
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for the optimizer "
                                   "state of unit %u (%s): AdamW's m and v and the decay mask, "
                                   "%llu elements = %.1f MB ---> use [strategy] plugin = "
                                   "full_shard (it shards the state over the ranks), a smaller "
-                                  "model, or a machine with more memory", (int)r->rank, u,
+                                  "model, or a machine with more memory", u,
                                   r->mdesc.units[u].name, (unsigned long long)sh.numel, mb);
+            } else {
+                for (uint64_t i = 0; i < sh.numel; i++)
+                    if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
+                rc = r->dev.vt->copy(r->dev.self, us->decay_mask, shard_mask, sh.numel,
+                                     CT_COPY_H2D, err);
             }
-            else {
-                /* the shard may reach into the end padding: mask 0 there */
-                uint8_t *shard_mask = calloc(sh.numel, 1);
-                if (!shard_mask) rc = CT_ERR_NOMEM;
-                else {
-                    for (uint64_t i = 0; i < sh.numel; i++)
-                        if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
-                    rc = r->dev.vt->copy(r->dev.self, us->decay_mask, shard_mask, sh.numel,
-                                         CT_COPY_H2D, err);
-                    free(shard_mask);
-                }
-            }
+            free(shard_mask);
         }
         free(full);
         free(mask);
