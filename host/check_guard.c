@@ -89,19 +89,20 @@ void check_buf_free(void *p) {
     pthread_mutex_unlock(&mu);
 }
 
-void check_buf_seal(void) {
+void check_buf_seal(const void *p) {
     pthread_mutex_lock(&mu);
     for (int i = 0; i < GUARD_MAX; i++)
-        if (bufs[i].map && bufs[i].is_const) memcpy(bufs[i].copy, bufs[i].p, bufs[i].bytes);
+        if (bufs[i].map && bufs[i].is_const && (!p || bufs[i].p == p))
+            memcpy(bufs[i].copy, bufs[i].p, bufs[i].bytes);
     pthread_mutex_unlock(&mu);
 }
 
-int check_buf_verify(const char *call, char *why, size_t cap) {
+int check_buf_verify(const void *p, const char *call, char *why, size_t cap) {
     int ok = 1;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < GUARD_MAX && ok; i++) {
         const guarded *g = &bufs[i];
-        if (!g->map) continue;
+        if (!g->map || (p && g->p != p)) continue;
         const unsigned char *end = g->p + g->bytes;
         for (const unsigned char *q = end; q < g->hi && ok; q++)
             if (*q != GUARD_PATTERN) {

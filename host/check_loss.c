@@ -57,13 +57,13 @@ static int32_t term_call(loss_rig *r, const ct_loss_batch *b, int rows, ct_loss_
     const host_plugin *p = r->c->plugin;
     err->code = CT_OK;
     err->message[0] = '\0';
-    check_buf_seal();
+    check_buf_seal(NULL);
     int32_t rc = rows ? CALLS(p, "forward_backward_rows",
                               r->vt->forward_backward_rows(r->loss.self, b, res, err))
                       : CALLS(p, "forward_backward",
                               r->vt->forward_backward(r->loss.self, b, res, err));
     char why[sizeof err->message];
-    if (!check_buf_verify(name, why, sizeof why))
+    if (!check_buf_verify(NULL, name, why, sizeof why))
         return ct_error_set(err, CT_ERR_INVALID, "%s", why);
     return contract_name_silent_error(rc, err, p, name);
 }

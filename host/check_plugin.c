@@ -139,6 +139,17 @@ static int usage(const char *why) {
     return 2;
 }
 
+/* A kind whose checks build on each other: one child process runs them all (run_kind). */
+typedef struct kind_job {
+    void (*checks)(host_check *c);
+    const char *what;
+} kind_job;
+
+static void run_kind(host_check *c, void *ctx, void *out) {
+    (void)out;
+    ((const kind_job *)ctx)->checks(c);
+}
+
 /* The plugin file as whatever kind it declares (registry_resolve wants a kind). */
 static const host_plugin *resolve_any(host_registry *reg, const char *path, ct_error *err) {
     for (int32_t k = 1; k <= 6; k++) {
@@ -246,15 +257,17 @@ int cmd_check_plugin(int argc, char **argv) {
                       "check it there in a run (`ctrain train` with [device] type = cuda)", devs);
         c.plugin = NULL; /* nothing else is checked */
     }
+    kind_job job = {NULL, NULL};
     switch (c.plugin ? c.plugin->desc.kind : 0) {
     case CT_KIND_LOSS: check_loss(&c); break;
     case CT_KIND_PRECISION: check_precision(&c); break;
     case CT_KIND_STRATEGY: check_strategy(&c); break;
-    case CT_KIND_MODEL: check_model(&c); break;
-    case CT_KIND_DEVICE: check_device(&c); break;
-    case CT_KIND_COMM: check_comm(&c); break;
+    case CT_KIND_MODEL: job = (kind_job){check_model, "the model's checks"}; break;
+    case CT_KIND_DEVICE: job = (kind_job){check_device, "the device's checks"}; break;
+    case CT_KIND_COMM: job = (kind_job){check_comm, "the comm engine's checks"}; break;
     default: break;
     }
+    if (job.checks) check_in_child(&c, job.what, run_kind, &job, NULL, 0);
     fprintf(cmdout(), "%d passed, %d failed\n", (int)c.passed, (int)c.failed);
     registry_close(c.reg);
     return c.failed ? 1 : 0;

@@ -64,11 +64,13 @@ void check_stop(host_check *c);
  * when out of memory or when 64 are alive. Free with check_buf_free. */
 void *check_buf_alloc(const char *name, size_t bytes, int is_const);
 void check_buf_free(void *p);
-/* Before a plugin call: remember the bytes of every const buffer. */
-void check_buf_seal(void);
-/* After it: 1 when every fence and every const buffer is as it was; else 0 and `why` names the
- * buffer and what `call` did ("forward_backward wrote past the end of dlogits ..."). */
-int check_buf_verify(const char *call, char *why, size_t cap);
+/* Before a plugin call: remember the bytes of const buffer p (NULL: of every const buffer; only
+ * when no other thread uses fenced buffers meanwhile). */
+void check_buf_seal(const void *p);
+/* After it: 1 when p's fences (NULL: every buffer's) and, for a const one, its bytes are as
+ * they were; else 0 and `why` names the buffer and what `call` did ("forward_backward wrote
+ * past the end of dlogits ..."). */
+int check_buf_verify(const void *p, const char *call, char *why, size_t cap);
 /* Async-signal-safe: which buffer's guard holds `addr` ("it wrote (or read) past the end of
  * dlogits: byte 32 after its end is a guard page"), into buf[n..cap); n unchanged when none. */
 size_t check_buf_where(const void *addr, char *buf, size_t n, size_t cap);
