@@ -19,12 +19,19 @@
 /* ---- verdicts ------------------------------------------------------------------------- */
 
 int check_verdict(host_check *c, int ok, const char *fmt, ...) {
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(cmdout(), "%s %s: ", ok ? "ok  " : "FAIL", c->label);
-    vfprintf(cmdout(), fmt, ap);
-    fprintf(cmdout(), "\n");
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    /* a FAIL line always says why: a claim that ends where a reason should follow (an error
+     * without a message) gets one */
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == ':' || line[n - 1] == ';')) n--;
+    if (!ok && n < strlen(line))
+        snprintf(line + n, sizeof line - n, ": no reason given (a call failed without a "
+                 "message) ---> the plugin must fill its ct_error when a call fails");
+    fprintf(cmdout(), "%s %s: %s\n", ok ? "ok  " : "FAIL", c->label, line);
     fflush(cmdout());
     check_count(c, ok);
     return ok;

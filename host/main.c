@@ -52,9 +52,8 @@ static ct_error new_err(void) {
     return e;
 }
 
-/* "cpu", "cuda", "cpu,cuda" or "any" for a devices mask, into buf. */
+/* "cpu", "cuda" or "cpu,cuda" for a devices mask (never 0: the registry refuses it), into buf. */
 static const char *devices_text(uint32_t mask, char *buf, size_t cap) {
-    if (!mask) return snprintf(buf, cap, "any"), buf;
     snprintf(buf, cap, "%s%s%s", mask & CT_DEVICE_CPU ? "cpu" : "",
              (mask & CT_DEVICE_CPU) && (mask & CT_DEVICE_CUDA) ? "," : "",
              mask & CT_DEVICE_CUDA ? "cuda" : "");
@@ -291,13 +290,41 @@ out_close:
 
 /* ---- ctrain help / --version --------------------------------------------------------- */
 
+/* More than the summary line, for `ctrain help NAME`; NULL when there is nothing more. */
+static const char *help_details(const char *name) {
+    if (!strcmp(name, "train"))
+        return "\n  Signals: SIGTERM, SIGINT or SIGUSR1 stop the run at the end of the step in\n"
+               "  progress, after a checkpoint of that step (exit status 3; continue with\n"
+               "  --resume). Each rank then has [run] stop_grace_s seconds (default 30) to reach\n"
+               "  the end of its step; when one has not (a plugin call that does not return, or\n"
+               "  ctrain blocked, say in an open()), ctrain prints which rank is in which plugin\n"
+               "  call or operation of its own and exits with status 4, saving nothing. A second\n"
+               "  signal ends the process at once (128 + the signal).\n"
+               "  Plugin faults: a crash names the rank, the plugin and the call (128 + signal);\n"
+               "  exit() inside a plugin call is named and ends ctrain with status 5.\n"
+               "  Exit status: 0 done, 1 a rank failed, 2 refused before anything ran, 3 stopped\n"
+               "  by a signal after a checkpoint, 4 stopped by a signal without one, 5 a plugin\n"
+               "  called exit(), 128+N a crash by signal N or a second stop signal.\n";
+    if (!strcmp(name, "check_plugin"))
+        return "\n  Each check runs in a child process with a time limit (--timeout SECONDS,\n"
+               "  default 60): a plugin that crashes, calls exit() or hangs fails that check\n"
+               "  with the call it was in, and the summary always prints. Buffers handed to the\n"
+               "  plugin are fenced: a write past one or into a const input fails naming it.\n";
+    if (!strcmp(name, "plugins") || !strcmp(name, "inspect"))
+        return "\n  Plugin files not loaded yet are first loaded in a child process, killed\n"
+               "  after 10 s (CTRAIN_PROBE_TIMEOUT_S overrides): a constructor that crashes,\n"
+               "  exits or hangs is a warning naming the file, not a dead listing.\n";
+    return NULL;
+}
+
 int cmd_help(int argc, char **argv) {
     char text[64];
     for (int i = 0; argc > 1 && i < N_COMMANDS; i++)
         if (command_is(commands[i].name, argv[1])) {
-            fprintf(cmdout(), "usage: ctrain %s %s\n  %s\n",
+            const char *more = help_details(commands[i].name);
+            fprintf(cmdout(), "usage: ctrain %s %s\n  %s\n%s",
                     command_text(commands[i].name, text, sizeof text), commands[i].usage,
-                    commands[i].summary);
+                    commands[i].summary, more ? more : "");
             return 0;
         }
     fprintf(cmdout(), "ctrain %s — a language-model trainer built from plugins (ABI %d.%d)\n\n"

@@ -226,9 +226,13 @@ static host_plugin *load_file(const char *path, void **handle_out, ct_error *err
         ct_error_set(err, CT_ERR_INVALID, "plugin %s: %s() returned NULL", path, CT_ENTRY_SYMBOL);
         goto out_close;
     }
-    if (d->struct_size < offsetof(ct_plugin_desc, abi_minor) + sizeof(uint16_t)) {
-        ct_error_set(err, CT_ERR_INVALID, "plugin %s: descriptor struct_size %u is too small "
-                     "---> set .struct_size = sizeof(ct_plugin_desc)", path, d->struct_size);
+    /* the smallest descriptor a plugin may have: ABI 1.0's, which ends with vtable */
+    const size_t min_desc = offsetof(ct_plugin_desc, vtable) + sizeof(const void *);
+    if (d->struct_size < min_desc) {
+        ct_error_set(err, CT_ERR_INVALID, "plugin %s: descriptor too small: struct_size %u, "
+                     "while every ABI 1.x descriptor has at least %zu bytes (up to .vtable) "
+                     "---> build it with CT_DEFINE_PLUGIN, or set .struct_size = "
+                     "sizeof(ct_plugin_desc)", path, d->struct_size, min_desc);
         goto out_close;
     }
     if (d->abi_major != CT_ABI_MAJOR || d->abi_minor > CT_ABI_MINOR) {
@@ -252,6 +256,12 @@ static host_plugin *load_file(const char *path, void **handle_out, ct_error *err
     if (!vsize) {
         ct_error_set(err, CT_ERR_INVALID, "plugin %s: unknown kind %d ---> use a ct_kind value",
                      path, (int)p->desc.kind);
+        goto out_free_plugin;
+    }
+    if (!(p->desc.devices & (CT_DEVICE_CPU | CT_DEVICE_CUDA))) {
+        ct_error_set(err, CT_ERR_INVALID, "plugin %s: it declares no device (.devices = %u) "
+                     "---> set .devices = CT_DEVICE_CPU, CT_DEVICE_CUDA or both, the devices it "
+                     "runs on", path, p->desc.devices);
         goto out_free_plugin;
     }
     if (!valid_name(p->desc.name)) {
