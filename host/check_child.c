@@ -208,7 +208,8 @@ int check_in_child(host_check *c, const char *what, check_body body, void *ctx, 
         check_verdict(c, 0, "%s: the check's process ended with status %d %s (the plugin called "
                       "_exit()?) %s", what, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
                       where[0] ? where : "outside any plugin call", hint);
-    if (in_create) c->stop = 1; /* every later check starts with create() */
+    /* every later check starts with create(); after a hang, each would wait its time out */
+    if (in_create || killed) c->stop = 1;
     munmap(rep, sizeof *rep);
     calls_bind(0, -1);
     return 0;

@@ -458,6 +458,6 @@ void check_loss(host_check *c) {
     for (size_t i = 0; i < sizeof checks / sizeof *checks && !c->stop; i++)
         check_in_child(c, checks[i].what, checks[i].body, NULL, NULL, 0);
     if (c->stop)
-        check_note(c, "the remaining checks were not run: each begins with create(), which "
-                   "failed above");
+        check_note(c, "the remaining checks were not run: each begins with create(), and "
+                   "create() or a call after it failed or did not return above");
 }

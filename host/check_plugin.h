@@ -46,7 +46,8 @@ typedef void (*check_body)(host_check *c, void *ctx, void *out);
  * child dies (a signal, exit() inside the plugin, any other end) or runs out of time, a FAIL
  * line "<label>: <what>: the plugin crashed: SIGSEGV (Segmentation fault) in loss x (FILE):
  * forward_backward: it wrote past the end of dlogits ..." names the plugin call in progress and
- * how it ended; a death inside create() sets c->stop (every later check would begin with it).
+ * how it ended; a death inside create() and a time-out set c->stop (every later check would
+ * begin with the same create(), or wait its time out too).
  * Needs calls_share() to have run. Returns 1 when the body returned, else 0. */
 int check_in_child(host_check *c, const char *what, check_body body, void *ctx, void *out,
                    size_t out_size);
