@@ -116,7 +116,8 @@ void calls_mark_stop_seen(void);
 
 /* Slot i (0 .. CALLS_SLOTS-1); never NULL. */
 const calls_slot *calls_slot_at(int32_t i);
-/* The number of rank slots this process runs (set by the driver before it starts them; 0 before). */
+/* The number of rank slots this process runs (set by the driver before it starts them; 0
+ * before). */
 void calls_expect_ranks(int32_t n);
 int32_t calls_expected_ranks(void);
 

@@ -156,7 +156,8 @@ static void round_trip(host_check *c, const char *what, int32_t rc, const ct_err
 static void comm_checks(host_check *c, const ct_comm_vtable *cv, void *self, ct_device_ref dev) {
     const ct_device_vtable *d = dev.vt;
     ct_error err = {.struct_size = sizeof err};
-    int32_t rk = cv->rank ? CALLS(c->plugin, "rank", cv->rank(self)) : 0, ws = cv->world_size ? CALLS(c->plugin, "world_size", cv->world_size(self)) : 1;
+    int32_t rk = cv->rank ? CALLS(c->plugin, "rank", cv->rank(self)) : 0;
+    int32_t ws = cv->world_size ? CALLS(c->plugin, "world_size", cv->world_size(self)) : 1;
     check_verdict(c, rk == 0 && ws == 1, "rank() and world_size() at world 1: expected 0 and 1 "
                   "got %d and %d", (int)rk, (int)ws);
     enum { CN = 257 };

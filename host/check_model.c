@@ -318,7 +318,8 @@ static void check_hidden_rows(host_check *c, model_rig *r) {
         check_verdict(c, 0, "hidden_rows: out of memory");
         goto out;
     }
-    int32_t rc = CALLS(r->c->plugin, "hidden_rows", r->vt->hidden_rows(r->model.self, 0, r->N, h, &err));
+    int32_t rc = CALLS(r->c->plugin, "hidden_rows",
+                       r->vt->hidden_rows(r->model.self, 0, r->N, h, &err));
     if (rc != CT_OK) {
         check_verdict(c, 0, "hidden_rows of the %lld rows of the latest forward: %s",
                       (long long)r->N, err.message);

@@ -236,7 +236,8 @@ int cmd_export(int argc, char **argv) {
     const char *tok = tokenizer_of(m.cfg, sp, sizeof sp);
     if (llmc) {
         if (llmc_write(out, &lay, m.units, &err) != CT_OK) goto out_err;
-        fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to %s\n",
+        fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to "
+                "%s\n",
                 (long long)m.step, m.dir, m.world, out);
         status = 0;
         goto out_free;

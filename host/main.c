@@ -90,10 +90,12 @@ int cmd_plugins(int argc, char **argv) {
         registry_close(reg);
         return fail(&err);
     }
-    fprintf(cmdout(), "%-10s %-14s %-8s %-9s %s\n", "KIND", "NAME", "VERSION", "DEVICES", "SUMMARY / FILE");
+    fprintf(cmdout(), "%-10s %-14s %-8s %-9s %s\n", "KIND", "NAME", "VERSION", "DEVICES",
+            "SUMMARY / FILE");
     for (int32_t i = 0; i < registry_count(reg); i++) plugin_row(registry_at(reg, i), cmdout());
     if (registry_shadowed_count(reg)) {
-        fprintf(cmdout(), "\nshadowed (an earlier folder has a plugin of the same kind and name):\n");
+        fprintf(cmdout(), "\nshadowed (an earlier folder has a plugin of the same kind and "
+                "name):\n");
         for (int32_t i = 0; i < registry_shadowed_count(reg); i++) {
             const host_plugin *p = registry_shadowed_at(reg, i);
             fprintf(cmdout(), "  %s %s %s\n", kind_name(p->desc.kind), p->desc.name, p->path);
@@ -333,12 +335,13 @@ int cmd_help(int argc, char **argv) {
         char head[160];
         snprintf(head, sizeof head, "%s %s", command_text(commands[i].name, text, sizeof text),
                  commands[i].usage);
-        if (strlen(head) > 46) fprintf(cmdout(), "  %s\n  %-46s %s\n", head, "", commands[i].summary);
+        if (strlen(head) > 46)
+            fprintf(cmdout(), "  %s\n  %-46s %s\n", head, "", commands[i].summary);
         else fprintf(cmdout(), "  %-46s %s\n", head, commands[i].summary);
     }
     fprintf(cmdout(), "\n  %-46s %s\n\n", "--version", "print the version");
-    fprintf(cmdout(), "Plugins are searched in <dir of ctrain>/plugins, <dir of ctrain>/../lib/ctrain/"
-            "plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated); a name NAME "
+    fprintf(cmdout(), "Plugins are searched in <dir of ctrain>/plugins, <dir of ctrain>/../lib/"
+            "ctrain/plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated); a name NAME "
             "of kind KIND is\nthe file KIND_NAME.so of the first folder that has one.\n");
     return 0;
 }
@@ -350,7 +353,8 @@ int main(int argc, char **argv) {
     }
     const char *name = argv[1];
     if (!strcmp(name, "--version") || !strcmp(name, "version")) {
-        fprintf(cmdout(), "ctrain %s (plugin ABI %d.%d)\n", CTRAIN_VERSION, CT_ABI_MAJOR, CT_ABI_MINOR);
+        fprintf(cmdout(), "ctrain %s (plugin ABI %d.%d)\n", CTRAIN_VERSION, CT_ABI_MAJOR,
+                CT_ABI_MINOR);
         return 0;
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);

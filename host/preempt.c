@@ -1,6 +1,7 @@
 /* preempt.c — the stop-request signal handlers (see preempt.h): a flag on the first signal,
  * _exit(128 + signal) on the second. Async-signal-safe: the handler touches a sig_atomic_t,
- * posts a semaphore (for the watchdog) and calls _exit, nothing else. Not for: deciding when the ranks stop (train.c).
+ * posts a semaphore (for the watchdog) and calls _exit, nothing else. Not for: deciding when
+ * the ranks stop (train.c).
  */
 #include "preempt.h"
 

@@ -299,8 +299,8 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
                 mfu_format(&mfu, tps, mfu_text, sizeof mfu_text);
                 double per_step = (now_s() - t_run) / (double)steps_done_here;
                 format_eta(per_step * (double)(oc.steps - step), eta, sizeof eta);
-                fprintf(cmdout(), "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | logit norm %.2f "
-                        "| %.0f tok/s | %s | ETA %s\n",
+                fprintf(cmdout(), "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | "
+                        "logit norm %.2f | %.0f tok/s | %s | ETA %s\n",
                         (long long)step, (long long)oc.steps, metrics_value(&out, "loss"), lr,
                         gnorm, metrics_value(&out, "logit_norm_mean"), tps, mfu_text, eta);
                 fflush(cmdout());
@@ -324,8 +324,8 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             metrics_sort(&out);
             if (mf) {
                 if ((rc = metrics_file_write(mf, &out, step, err)) != CT_OK) break;
-                fprintf(cmdout(), "step %lld/%lld | val loss %.4f\n", (long long)step, (long long)oc.steps,
-                        metrics_value(&out, "val/loss"));
+                fprintf(cmdout(), "step %lld/%lld | val loss %.4f\n", (long long)step,
+                        (long long)oc.steps, metrics_value(&out, "val/loss"));
             }
         }
         /* Every rank ends the step with the same verdict: stop (a signal reached some rank;
@@ -344,7 +344,8 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             rc = checkpoint_save(r, sh->out_dir, step, (int32_t)keep, err);
             calls_host_op(NULL);
             if (rc == CT_OK && r->rank == 0)
-                fprintf(cmdout(), "checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir, (long long)step);
+                fprintf(cmdout(), "checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir,
+                        (long long)step);
             t_saved = now_s();
         }
         if (rc == CT_OK && stop) {

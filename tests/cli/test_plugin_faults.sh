@@ -22,32 +22,12 @@ cd "$ROOT"
 fault="$BUILD/tests/plugins/loss_fault.so"
 [ -f "$fault" ] || { ct_fail setup "$fault missing ---> make"; ct_summary; exit 1; }
 
+source "$(dirname "$0")/train_lib.sh"
 work="$CT_TMP/work"
 mkdir -p "$work"
-"$CTRAIN" prepare /usr/share/common-licenses/GPL-3 --out "$work/data" --tokenizer bytes \
-    --val-fraction 0.1 > "$work/prepare.log" 2>&1 || { ct_fail prepare "$(tail -3 "$work/prepare.log")"; ct_summary; exit 1; }
+small_run_setup "$work" || { ct_fail setup "prepare failed"; ct_summary; exit 1; }
 ini="$work/t.ini"
-cat > "$ini" <<EOF
-[run]
-name = t
-out_dir = $work/run
-steps = 3
-seed = 7
-log_every = 1
-[data]
-train = $work/data
-batch_size = 2
-seq_len = 16
-[model]
-plugin = gpt
-n_layer = 1
-n_head = 2
-d_model = 16
-vocab_size = 256
-seq_len = 16
-[optim]
-lr = 3e-3
-EOF
+sed -i 's/^steps = 20/steps = 3/' "$ini"
 withfault=(--set "loss.plugins=ce,$fault")
 
 # expect NAME RC "NEEDLE|..." command...: exit status RC exactly, and stderr holds every needle
