@@ -201,9 +201,16 @@ static void on_fatal_signal(int sig) {
     n = fatal_put_str(buf, n, cap, fatal_signal_label(sig));
     n = fatal_put_str(buf, n, cap, ")");
     n = calls_put_crash_context(buf, n, cap);
-    n = fatal_put_str(buf, n, cap, " ---> a bug in the plugin named (or in ctrain); nothing of "
-                                   "this step was saved: the newest checkpoint is the last good "
-                                   "one\n");
+    if (me && CALLS_LOAD(me->active) && CALLS_LOAD(me->plugin))
+        n = fatal_put_str(buf, n, cap, " ---> a bug in the plugin named");
+    else if (me)
+        n = fatal_put_str(buf, n, cap, " ---> a bug in ctrain, or memory a plugin damaged "
+                                       "earlier (`ctrain check-plugin` fences a plugin's "
+                                       "buffers and names a stray write)");
+    else
+        n = fatal_put_str(buf, n, cap, " ---> a bug in a plugin named");
+    n = fatal_put_str(buf, n, cap, "; nothing of this step was saved: the newest checkpoint "
+                                   "is the last good one\n");
     ssize_t w = write(STDERR_FILENO, buf, n);
     (void)w;
     /* SA_RESETHAND restored the default action; SA_NODEFER lets this raise through now */

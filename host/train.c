@@ -436,7 +436,8 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
     }
     int32_t started = 0;
     if (n_threads == 1) {
-        rank_thread(&jobs[0]);
+        rank_thread(&jobs[0]); /* on this thread: its call record is the rank's meanwhile */
+        calls_bind(0, -1);
         started = 1;
     } else {
         for (; started < n_threads; started++)
