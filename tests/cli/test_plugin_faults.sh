@@ -259,6 +259,12 @@ ct_run "$CTRAIN" check-plugin "$dc/loss_fxcuda.so"
 checked "a CUDA-only plugin is not passed on the CPU: check-plugin says it needs a GPU" \
     "on device cpu (the plugin declares cuda)|FAIL loss fxcuda: runs on device cpu: the plugin declares device cuda only|a CUDA-only plugin needs a GPU"
 
+# ---- the grace period and the exit statuses are documented where a user looks first ------------
+ct_expect_success "ctrain help train documents the grace period and statuses 4 and 5" \
+    "[run] stop_grace_s seconds (default 30)" "$CTRAIN" help train
+grep -qF "4 stopped by a signal without one, 5 a plugin" "$CT_TMP/out" \
+    && ct_pass "help train lists exit statuses 4 and 5" || ct_fail "help train statuses" "$ct_out"
+
 # ---- validate = train: ddp with a policy whose hooks hand back f32 sums ----------------------
 want="strategy ddp: the precision plugin hands back its sums in f32, but ddp all-reduces its buckets in place"
 expect "validate refuses ddp with f32 results" 1 "$want" "$CTRAIN" validate "$ini" \
