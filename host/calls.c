@@ -224,8 +224,29 @@ static void on_exit_guard(int status, void *arg) {
 
 static void on_quick_exit_guard(void) { guard(0, 1); }
 
+static int started; /* calls_start has run */
+
 void calls_start(void) {
     if (!calls_self) calls_bind(0, -1);
     on_exit(on_exit_guard, NULL);
     at_quick_exit(on_quick_exit_guard);
+    started = 1;
+}
+
+void calls_rearm(void) {
+    if (!started) return;
+    on_exit(on_exit_guard, NULL);
+    at_quick_exit(on_quick_exit_guard);
+}
+
+void calls_clear(void) {
+    for (int32_t i = 0; i < CALLS_SLOTS; i++) {
+        calls_slot *s = &table->slots[i];
+        CALLS_STORE(s->active, 0);
+        CALLS_STORE(s->plugin, NULL);
+        CALLS_STORE(s->call, NULL);
+        CALLS_STORE(s->host_op, NULL);
+        CALLS_STORE(s->bound, 0);
+    }
+    calls_bind(0, -1);
 }

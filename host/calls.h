@@ -125,15 +125,20 @@ int32_t calls_expected_ranks(void);
  * the exit guard (on_exit and at_quick_exit): an exit() while a plugin call is in progress on
  * any slot prints "ctrain: [rank R: ]plugin KIND NAME (FILE) called exit(S) in CALL ---> ..."
  * and ends the process at once with CALLS_EXIT_PLUGIN_EXIT, before any other exit handler or
- * library destructor runs while other ranks' threads still use them. Callable again after more
- * plugins were loaded: handlers registered later run first, so a later call puts the guard
- * before handlers the plugins registered meanwhile. */
+ * library destructor runs while other ranks' threads still use them (handlers registered later
+ * run first: calls_rearm registers it again after each plugin file is loaded). */
 void calls_start(void);
 
 /* Put the slots into memory shared with child processes forked later (check-plugin's checks:
  * the parent reads which call a child that died was in). Binds the main thread again. 0, or -1
  * when mmap fails (the slots stay private). */
 int calls_share(void);
+/* Clear every slot's record (a check child that died left its threads' records behind) and
+ * bind the calling thread as the main thread again. */
+void calls_clear(void);
+/* Register the exit guard again, if calls_start ran: called after a plugin file is loaded, so
+ * the guard runs before any exit handler the plugin's constructors registered. */
+void calls_rearm(void);
 /* Exit guard: print nothing (the parent of a check child reports instead). */
 void calls_quiet(int quiet);
 /* The exit status a plugin asked for in the latest guarded exit (shared like the slots), or -1

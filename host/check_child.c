@@ -139,6 +139,7 @@ int check_in_child(host_check *c, const char *what, check_body body, void *ctx, 
         return 0;
     }
     memset(rep, 0, offsetof(check_report, out));
+    calls_clear(); /* no record of an earlier child's threads may name this one's death */
     calls_clear_exit_requested();
     fflush(NULL); /* nothing buffered is written twice */
     pid_t pid = fork();
@@ -176,7 +177,7 @@ int check_in_child(host_check *c, const char *what, check_body body, void *ctx, 
         if (out && out_size && rep->out_size == out_size) memcpy(out, rep->out, out_size);
         if (rep->stop) c->stop = 1;
         munmap(rep, sizeof *rep);
-        calls_bind(0, -1);
+        calls_clear();
         return 1;
     }
     /* the child died: say of what, where */
@@ -211,6 +212,6 @@ int check_in_child(host_check *c, const char *what, check_body body, void *ctx, 
     /* every later check starts with create(); after a hang, each would wait its time out */
     if (in_create || killed) c->stop = 1;
     munmap(rep, sizeof *rep);
-    calls_bind(0, -1);
+    calls_clear();
     return 0;
 }

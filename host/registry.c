@@ -345,6 +345,7 @@ static host_plugin *load_file_guarded(const char *path, void **handle_out, ct_er
     host_plugin *p = CALLS(&being_loaded, "dlopen (its constructors) or " CT_ENTRY_SYMBOL "()",
                            load_file(path, handle_out, err));
     fatal_restore(on_crash_while_loading, old);
+    if (p) calls_rearm(); /* the exit guard before any exit handler the file registered */
     return p;
 }
 
