@@ -6,7 +6,10 @@
  *
  * Every check prints one line, "ok   KIND NAME: claim (figures)" or
  * "FAIL KIND NAME: claim: expected X got Y tol Z", and counts; the command ends with
- * "N passed, N failed". Every check uses a fixed seed, so a run is reproducible.
+ * "N passed, N failed". Every check uses a fixed seed, so a run is reproducible. Checks run in
+ * child processes with a time limit (check_child.c) on fenced buffers (check_guard.c), so a
+ * plugin that crashes, exits, hangs or writes out of bounds fails a check and the summary
+ * still prints.
  */
 #ifndef CTRAIN_HOST_CHECK_PLUGIN_H
 #define CTRAIN_HOST_CHECK_PLUGIN_H
