@@ -26,15 +26,21 @@ static calls_table *table = &private_table;
 
 __thread calls_slot *calls_self;
 
-void calls_bind(int32_t slot, int32_t rank) {
-    if (slot < 0 || slot >= CALLS_SLOTS) return;
-    calls_slot *s = &table->slots[slot];
+/* An empty record: no call, no operation, no thread. */
+static void clear_record(calls_slot *s) {
     CALLS_STORE(s->active, 0);
     CALLS_STORE(s->plugin, NULL);
     CALLS_STORE(s->call, NULL);
     CALLS_STORE(s->host_op, NULL);
     CALLS_STORE(s->stop_seen, 0);
     CALLS_STORE(s->done, 0);
+    CALLS_STORE(s->bound, 0);
+}
+
+void calls_bind(int32_t slot, int32_t rank) {
+    if (slot < 0 || slot >= CALLS_SLOTS) return;
+    calls_slot *s = &table->slots[slot];
+    clear_record(s);
     CALLS_STORE(s->rank, slot == 0 ? -1 : rank);
     CALLS_STORE(s->bound, 1);
     calls_self = s;
@@ -240,13 +246,6 @@ void calls_rearm(void) {
 }
 
 void calls_clear(void) {
-    for (int32_t i = 0; i < CALLS_SLOTS; i++) {
-        calls_slot *s = &table->slots[i];
-        CALLS_STORE(s->active, 0);
-        CALLS_STORE(s->plugin, NULL);
-        CALLS_STORE(s->call, NULL);
-        CALLS_STORE(s->host_op, NULL);
-        CALLS_STORE(s->bound, 0);
-    }
+    for (int32_t i = 0; i < CALLS_SLOTS; i++) clear_record(&table->slots[i]);
     calls_bind(0, -1);
 }
