@@ -7,6 +7,7 @@
  * (e.g. with [model] init_from = an export) on given tokens, as raw f32, for tests.
  * Not for: the tensor tables (export_layout.c) or the file formats (safetensors.c, llmc.c). */
 #include "checkpoint.h"
+#include "cmdout.h"
 #include "commands.h"
 #include "contract.h"
 #include "export_layout.h"
@@ -232,8 +233,9 @@ int cmd_export(int argc, char **argv) {
     if (llmc) {
         if (llmc_write(out, &lay, m.units, force ? 0 : OUTFILE_NO_REPLACE, &err) != CT_OK)
             goto out_err;
-        printf("exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to %s\n",
-               (long long)m.step, m.dir, m.world, out);
+        fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to "
+                "%s\n",
+                (long long)m.step, m.dir, m.world, out);
         status = 0;
         goto out_free;
     }
@@ -265,8 +267,8 @@ int cmd_export(int argc, char **argv) {
     if (rc == CT_OK && sp[0] && snprintf(path, sizeof path, "%s/tokenizer.model", out) < (int)sizeof path)
         rc = outfile_copy(sp, path, 0, &err);
     if (rc != CT_OK) goto out_err;
-    printf("exported step %lld of %s (saved at world size %d) as %s safetensors to %s\n",
-           (long long)m.step, m.dir, m.world, layout_target_name(lay.target), out);
+    fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as %s safetensors to %s\n",
+            (long long)m.step, m.dir, m.world, layout_target_name(lay.target), out);
     status = 0;
     goto out_free;
 out_err:
