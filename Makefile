@@ -229,9 +229,13 @@ ubsan:
 	$(Q)SANITIZER=undefined $(MAKE) --no-print-directory test BUILD=build-ubsan \
 	    SANITIZER=undefined CUDA=0 OPT=-O1
 
-# What a plugin author needs: the binary (check-plugin included), plugins, headers, the .pc
-# file (Version = the plugin ABI), the example project and the plugin guide. Copies the build
-# folder as it is; never rebuilds (the prefix is not compiled in).
+# What a plugin author needs: the binary (check-plugin included), plugins, headers and the
+# frozen headers of every older ABI minor (include/ctrain/abi/v1.N/), the .pc file (Version =
+# the plugin ABI), the example project (the header's example with a minimal INI), the wrong
+# plugins check-plugin is tested with, check-abi.sh, the plugin and user guides and the
+# architecture notes. Copies the build folder as it is; never rebuilds (the prefix is not
+# compiled in).
+ABI_FROZEN := $(notdir $(patsubst %/ctrain/ctrain.h,%,$(sort $(wildcard tests/abi/v*/ctrain/ctrain.h))))
 ABI_VERSION = $(shell sed -n 's/^\#define CT_ABI_MAJOR \([0-9]*\)$$/\1/p' sdk/include/ctrain/ctrain.h).$(shell \
               sed -n 's/^\#define CT_ABI_MINOR \([0-9]*\)$$/\1/p' sdk/include/ctrain/ctrain.h)
 install: all
@@ -245,9 +249,15 @@ install: all
 	install -m 644 sdk/include/ctrain/*.h sdk/include/ctrain/*.cuh $(DESTDIR)$(PREFIX)/include/ctrain/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@ABI_VERSION@|$(ABI_VERSION)|g' sdk/ctrain-sdk.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ctrain-sdk.pc
+	$(foreach v,$(ABI_FROZEN),install -d $(DESTDIR)$(PREFIX)/include/ctrain/abi/$(v)/ctrain && \
+	    install -m 644 tests/abi/$(v)/ctrain/ctrain.h $(DESTDIR)$(PREFIX)/include/ctrain/abi/$(v)/ctrain/ &&) true
 	install -m 644 examples/loss_mse_logit/Makefile examples/loss_mse_logit/mse_logit.c \
-	    $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit/
-	install -m 644 docs/plugin-guide.md $(DESTDIR)$(PREFIX)/share/doc/ctrain/
+	    examples/loss_mse_logit/run.ini $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit/
+	install -d $(DESTDIR)$(PREFIX)/share/ctrain/examples/check-plugin
+	install -m 644 tests/check-plugin/*.c $(DESTDIR)$(PREFIX)/share/ctrain/examples/check-plugin/
+	install -m 755 scripts/check-abi.sh $(DESTDIR)$(PREFIX)/share/ctrain/check-abi.sh
+	install -m 644 docs/plugin-guide.md docs/user-guide.md docs/architecture.md \
+	    $(DESTDIR)$(PREFIX)/share/doc/ctrain/
 
 clean:
 	rm -rf build build-asan build-ubsan

@@ -8,12 +8,20 @@
  */
 #include "check_plugin.h"
 
+#include "calls.h"
+
 #include <ctrain/numerics.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { DN = 1000, RS_ROWS = 8, RS_V = 13, CYCLES = 20 };
+
+/* Calls into the plugin under test, recorded (calls.h) so that a crash names the call: DEV in
+ * the device checks (d, dev), COMM in the comm checks (cv, self). */
+#define DEV(member, ...)      CALLS(c->plugin, #member, d->member(dev.self, __VA_ARGS__))
+#define DEV_VOID(member, ...) CALLS_VOID(c->plugin, #member, d->member(dev.self, __VA_ARGS__))
+#define COMM(member, ...)     CALLS(c->plugin, #member, cv->member(self, __VA_ARGS__))
 
 /* ---- device ------------------------------------------------------------------------------ */
 
@@ -23,9 +31,9 @@ static void device_checks(host_check *c, ct_device_ref dev) {
     static float src[DN], back[DN];
     static uint16_t half[DN];
     for (int i = 0; i < DN; i++) src[i] = (float)(4.0 * check_urand(CHECK_SEED, (uint64_t)i));
-    float *a = d->alloc(dev.self, sizeof src, &err);
-    float *b = a ? d->alloc(dev.self, sizeof src, &err) : NULL;
-    uint16_t *h = b ? d->alloc(dev.self, sizeof half, &err) : NULL;
+    float *a = DEV(alloc, sizeof src, &err);
+    float *b = a ? DEV(alloc, sizeof src, &err) : NULL;
+    uint16_t *h = b ? DEV(alloc, sizeof half, &err) : NULL;
     int32_t rc = h ? CT_OK : (err.code ? err.code : CT_ERR_NOMEM);
     if (rc != CT_OK) {
         check_verdict(c, 0, "alloc of %zu bytes: %s", sizeof src, err.message);
@@ -33,22 +41,22 @@ static void device_checks(host_check *c, ct_device_ref dev) {
     }
     /* round trip H2D, D2D, D2H */
     memset(back, 0, sizeof back);
-    rc = d->copy(dev.self, a, src, sizeof src, CT_COPY_H2D, &err);
-    if (rc == CT_OK) rc = d->copy(dev.self, b, a, sizeof src, CT_COPY_D2D, &err);
-    if (rc == CT_OK) rc = d->copy(dev.self, back, b, sizeof src, CT_COPY_D2H, &err);
+    rc = DEV(copy, a, src, sizeof src, CT_COPY_H2D, &err);
+    if (rc == CT_OK) rc = DEV(copy, b, a, sizeof src, CT_COPY_D2D, &err);
+    if (rc == CT_OK) rc = DEV(copy, back, b, sizeof src, CT_COPY_D2H, &err);
     check_verdict(c, rc == CT_OK && !memcmp(src, back, sizeof src),
                   "copy H2D, D2D, D2H round trip of %d floats is exact%s%s", DN,
                   rc == CT_OK ? "" : ": ", rc == CT_OK ? "" : err.message);
     /* zero */
-    rc = d->zero(dev.self, b, sizeof src, &err);
-    if (rc == CT_OK) rc = d->copy(dev.self, back, b, sizeof src, CT_COPY_D2H, &err);
+    rc = DEV(zero, b, sizeof src, &err);
+    if (rc == CT_OK) rc = DEV(copy, back, b, sizeof src, CT_COPY_D2H, &err);
     int zeros = 0;
     for (int i = 0; i < DN; i++) zeros += back[i] == 0.0f;
     check_verdict(c, rc == CT_OK && zeros == DN, "zero clears every byte: expected %d zeros got %d",
                   DN, zeros);
     /* casts against the SDK's rounding */
-    rc = d->cast(dev.self, h, CT_DTYPE_BF16, a, CT_DTYPE_F32, DN, &err);
-    if (rc == CT_OK) rc = d->copy(dev.self, half, h, sizeof half, CT_COPY_D2H, &err);
+    rc = DEV(cast, h, CT_DTYPE_BF16, a, CT_DTYPE_F32, DN, &err);
+    if (rc == CT_OK) rc = DEV(copy, half, h, sizeof half, CT_COPY_D2H, &err);
     int bad = -1;
     for (int i = 0; rc == CT_OK && i < DN && bad < 0; i++)
         if (half[i] != ct_bf16_from_f32(src[i])) bad = i;
@@ -56,8 +64,8 @@ static void device_checks(host_check *c, ct_device_ref dev) {
     else
         check_verdict(c, bad < 0, "cast f32 -> bf16 rounds to nearest even (ct_bf16_from_f32) on "
                       "%d values%s", DN, bad < 0 ? "" : ": a value differs");
-    rc = d->cast(dev.self, b, CT_DTYPE_F32, h, CT_DTYPE_BF16, DN, &err);
-    if (rc == CT_OK) rc = d->copy(dev.self, back, b, sizeof back, CT_COPY_D2H, &err);
+    rc = DEV(cast, b, CT_DTYPE_F32, h, CT_DTYPE_BF16, DN, &err);
+    if (rc == CT_OK) rc = DEV(copy, back, b, sizeof back, CT_COPY_D2H, &err);
     bad = -1;
     for (int i = 0; rc == CT_OK && i < DN && bad < 0; i++)
         if (back[i] != ct_bf16_to_f32(half[i])) bad = i;
@@ -66,19 +74,19 @@ static void device_checks(host_check *c, ct_device_ref dev) {
     /* sumsq against a double sum */
     double ss = NAN, ref = 0;
     for (int i = 0; i < DN; i++) ref += (double)src[i] * src[i];
-    rc = d->sumsq(dev.self, a, CT_DTYPE_F32, DN, &ss, &err);
+    rc = DEV(sumsq, a, CT_DTYPE_F32, DN, &ss, &err);
     check_verdict(c, rc == CT_OK && fabs(ss - ref) <= 1e-12 * ref,
                   "sumsq in double: expected %.17g got %.17g tol %.2g", ref, ss, 1e-12 * ref);
     /* row_stats against fp64 */
-    float *mx = d->alloc(dev.self, RS_ROWS * sizeof(float), &err);
-    float *lse = mx ? d->alloc(dev.self, RS_ROWS * sizeof(float), &err) : NULL;
+    float *mx = DEV(alloc, RS_ROWS * sizeof(float), &err);
+    float *lse = mx ? DEV(alloc, RS_ROWS * sizeof(float), &err) : NULL;
     if (!lse) {
         check_verdict(c, 0, "row_stats buffers: %s", err.message);
     } else {
         float hmx[RS_ROWS], hlse[RS_ROWS];
-        rc = d->row_stats(dev.self, a, RS_ROWS, RS_V, mx, lse, NULL, &err);
-        if (rc == CT_OK) rc = d->copy(dev.self, hmx, mx, sizeof hmx, CT_COPY_D2H, &err);
-        if (rc == CT_OK) rc = d->copy(dev.self, hlse, lse, sizeof hlse, CT_COPY_D2H, &err);
+        rc = DEV(row_stats, a, RS_ROWS, RS_V, mx, lse, NULL, &err);
+        if (rc == CT_OK) rc = DEV(copy, hmx, mx, sizeof hmx, CT_COPY_D2H, &err);
+        if (rc == CT_OK) rc = DEV(copy, hlse, lse, sizeof hlse, CT_COPY_D2H, &err);
         double worst = 0, want = 0, got = 0;
         int max_ok = 1;
         for (int i = 0; rc == CT_OK && i < RS_ROWS; i++) {
@@ -94,12 +102,12 @@ static void device_checks(host_check *c, ct_device_ref dev) {
                       "expected %.9g got %.9g)%s%s", want, got, rc == CT_OK ? "" : ": ",
                       rc == CT_OK ? "" : err.message);
     }
-    d->free_mem(dev.self, mx);
-    d->free_mem(dev.self, lse);
+    DEV_VOID(free_mem, mx);
+    DEV_VOID(free_mem, lse);
 out_free:
-    d->free_mem(dev.self, a);
-    d->free_mem(dev.self, b);
-    d->free_mem(dev.self, h);
+    DEV_VOID(free_mem, a);
+    DEV_VOID(free_mem, b);
+    DEV_VOID(free_mem, h);
     check_note(c, "not checked yet: scale, axpy, adamw and cast_bf16_sr against references, "
                "asynchrony and synchronize");
 }
@@ -148,7 +156,8 @@ static void round_trip(host_check *c, const char *what, int32_t rc, const ct_err
 static void comm_checks(host_check *c, const ct_comm_vtable *cv, void *self, ct_device_ref dev) {
     const ct_device_vtable *d = dev.vt;
     ct_error err = {.struct_size = sizeof err};
-    int32_t rk = cv->rank ? cv->rank(self) : 0, ws = cv->world_size ? cv->world_size(self) : 1;
+    int32_t rk = cv->rank ? CALLS(c->plugin, "rank", cv->rank(self)) : 0;
+    int32_t ws = cv->world_size ? CALLS(c->plugin, "world_size", cv->world_size(self)) : 1;
     check_verdict(c, rk == 0 && ws == 1, "rank() and world_size() at world 1: expected 0 and 1 "
                   "got %d and %d", (int)rk, (int)ws);
     enum { CN = 257 };
@@ -175,31 +184,31 @@ static void comm_checks(host_check *c, const ct_comm_vtable *cv, void *self, ct_
         int32_t rc = d->copy(dev.self, a, src, bytes, CT_COPY_H2D, &err);
         if (rc == CT_OK) rc = d->zero(dev.self, b, bytes, &err);
         if (rc == CT_OK)
-            rc = cv->all_reduce(self, a, b, CN, dts[t].dtype, CT_REDUCE_SUM, NULL, &err);
+            rc = COMM(all_reduce, a, b, CN, dts[t].dtype, CT_REDUCE_SUM, NULL, &err);
         if (rc == CT_OK) rc = d->copy(dev.self, dst, b, bytes, CT_COPY_D2H, &err);
         round_trip(c, what, rc, &err, src, dst, bytes);
     }
     /* in place, asynchronous with a request */
     ct_request *req = NULL;
     int32_t rc = d->copy(dev.self, a, hf, sizeof hf, CT_COPY_H2D, &err);
-    if (rc == CT_OK) rc = cv->all_reduce(self, a, a, CN, CT_DTYPE_F32, CT_REDUCE_SUM, &req, &err);
-    if (rc == CT_OK && req) rc = cv->wait(self, req, &err);
+    if (rc == CT_OK) rc = COMM(all_reduce, a, a, CN, CT_DTYPE_F32, CT_REDUCE_SUM, &req, &err);
+    if (rc == CT_OK && req) rc = COMM(wait, req, &err);
     if (rc == CT_OK) rc = d->copy(dev.self, backf, a, sizeof hf, CT_COPY_D2H, &err);
     round_trip(c, "all_reduce SUM f32 in place with a request + wait", rc, &err, hf, backf,
                sizeof hf);
     /* reduce_scatter, all_gather, broadcast */
     rc = d->copy(dev.self, a, hf, sizeof hf, CT_COPY_H2D, &err);
-    if (rc == CT_OK) rc = cv->reduce_scatter(self, a, b, CN, CT_DTYPE_F32, CT_REDUCE_SUM, NULL, &err);
+    if (rc == CT_OK) rc = COMM(reduce_scatter, a, b, CN, CT_DTYPE_F32, CT_REDUCE_SUM, NULL, &err);
     if (rc == CT_OK) rc = d->copy(dev.self, backf, b, sizeof hf, CT_COPY_D2H, &err);
     round_trip(c, "reduce_scatter SUM f32", rc, &err, hf, backf, sizeof hf);
     rc = d->zero(dev.self, b, sizeof hf, &err);
-    if (rc == CT_OK) rc = cv->all_gather(self, a, b, CN, CT_DTYPE_F32, NULL, &err);
+    if (rc == CT_OK) rc = COMM(all_gather, a, b, CN, CT_DTYPE_F32, NULL, &err);
     if (rc == CT_OK) rc = d->copy(dev.self, backf, b, sizeof hf, CT_COPY_D2H, &err);
     round_trip(c, "all_gather f32", rc, &err, hf, backf, sizeof hf);
-    rc = cv->broadcast(self, a, CN, CT_DTYPE_F32, 0, &err);
+    rc = COMM(broadcast, a, CN, CT_DTYPE_F32, 0, &err);
     if (rc == CT_OK) rc = d->copy(dev.self, backf, a, sizeof hf, CT_COPY_D2H, &err);
     round_trip(c, "broadcast f32 from root 0", rc, &err, hf, backf, sizeof hf);
-    rc = cv->barrier(self, &err);
+    rc = COMM(barrier, &err);
     check_verdict(c, rc == CT_OK, "barrier at world 1 returns%s%s", rc == CT_OK ? "" : ": ",
                   rc == CT_OK ? "" : err.message);
 out:
@@ -230,7 +239,8 @@ void check_comm(host_check *c) {
         ct_host wh;
         hostapi_init(&wh, cfg, 0, c->plugin->desc.name, NULL);
         wa.host = &wh;
-        if (cv->world_create && !(world = cv->world_create(1, &wa, &err))) {
+        if (cv->world_create &&
+            !(world = CALLS(c->plugin, "world_create", cv->world_create(1, &wa, &err)))) {
             rc = err.code ? err.code : CT_ERR_INTERNAL;
             break;
         }
@@ -238,7 +248,7 @@ void check_comm(host_check *c) {
         rc = check_create(&inst, c->plugin, cfg, "comm", 0, 1, dev, no_comm, world, &err);
         if (rc == CT_OK && i == CYCLES - 1) comm_checks(c, cv, inst.self, dev);
         check_destroy(&inst);
-        if (world) cv->world_destroy(world);
+        if (world) CALLS_VOID(c->plugin, "world_destroy", cv->world_destroy(world));
         world = NULL;
     }
     check_verdict(c, rc == CT_OK, "%screate/destroy %d times at world 1%s%s",

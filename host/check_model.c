@@ -16,6 +16,7 @@
  */
 #include "check_plugin.h"
 
+#include "calls.h"
 #include "init.h"
 
 #include <ctrain/numerics.h>
@@ -75,7 +76,7 @@ static int32_t forward(model_rig *r, double *J, ct_error *err) {
         ct_stage_args a = {.struct_size = sizeof a, .stage = (int32_t)s, .params = r->params[u],
                            .param_dtype = CT_DTYPE_F32, .grad_dtype = CT_DTYPE_F32,
                            .tokens = r->tokens, .logits = r->logits, .dlogits = r->dlogits};
-        rc = r->vt->forward(r->model.self, &a, err);
+        rc = CALLS(r->c->plugin, "forward", r->vt->forward(r->model.self, &a, err));
     }
     if (rc == CT_OK)
         rc = dv->copy(r->dev.self, r->h_logits, r->logits, (uint64_t)(r->N * r->V) * sizeof(float),
@@ -104,7 +105,7 @@ static int32_t backward(model_rig *r, uint64_t prefill_seed, ct_error *err) {
                            .grads = r->grads[u], .param_dtype = CT_DTYPE_F32,
                            .grad_dtype = CT_DTYPE_F32, .tokens = r->tokens, .logits = r->logits,
                            .dlogits = r->dlogits};
-        rc = r->vt->backward(r->model.self, &a, err);
+        rc = CALLS(r->c->plugin, "backward", r->vt->backward(r->model.self, &a, err));
     }
     for (uint32_t u = 0; u < r->d.n_units && rc == CT_OK; u++)
         rc = dv->copy(r->dev.self, r->h_grads[u], r->grads[u], r->numel[u] * sizeof(float),
@@ -180,7 +181,8 @@ static int32_t rig_open(model_rig *r, host_check *c, ct_error *err, char *why, s
     if (rc != CT_OK) return snprintf(why, cap, "create"), rc;
     r->vt = c->plugin->vtable;
     r->d.struct_size = sizeof r->d;
-    if ((rc = r->vt->describe(r->model.self, &r->d, err)) != CT_OK)
+    if ((rc = CALLS(r->c->plugin, "describe", r->vt->describe(r->model.self, &r->d, err))) !=
+        CT_OK)
         return snprintf(why, cap, "describe()"), rc;
     if (r->d.tensor_struct_size == 0) r->d.tensor_struct_size = sizeof(ct_tensor_spec);
     char dwhy[300];
@@ -190,7 +192,8 @@ static int32_t rig_open(model_rig *r, host_check *c, ct_error *err, char *why, s
     r->T = r->d.max_seq_len < MT ? r->d.max_seq_len : MT;
     r->N = MB * r->T;
     r->V = r->d.vocab_size;
-    if ((rc = r->vt->prepare(r->model.self, MB, r->T, CT_DTYPE_F32, err)) != CT_OK)
+    if ((rc = CALLS(r->c->plugin, "prepare",
+                    r->vt->prepare(r->model.self, MB, r->T, CT_DTYPE_F32, err))) != CT_OK)
         return snprintf(why, cap, "prepare(B %d, T %lld, f32)", MB, (long long)r->T), rc;
     const ct_device_vtable *dv = r->dev.vt;
     uint64_t nv = (uint64_t)(r->N * r->V);
@@ -315,13 +318,15 @@ static void check_hidden_rows(host_check *c, model_rig *r) {
         check_verdict(c, 0, "hidden_rows: out of memory");
         goto out;
     }
-    int32_t rc = r->vt->hidden_rows(r->model.self, 0, r->N, h, &err);
+    int32_t rc = CALLS(r->c->plugin, "hidden_rows",
+                       r->vt->hidden_rows(r->model.self, 0, r->N, h, &err));
     if (rc != CT_OK) {
         check_verdict(c, 0, "hidden_rows of the %lld rows of the latest forward: %s",
                       (long long)r->N, err.message);
         goto out;
     }
-    if (r->vt->mean_hidden && r->vt->mean_hidden(r->model.self, m, &err) == CT_OK) {
+    if (r->vt->mean_hidden &&
+        CALLS(r->c->plugin, "mean_hidden", r->vt->mean_hidden(r->model.self, m, &err)) == CT_OK) {
         double worst = 0, big = 0;
         for (int64_t i = 0; i < r->N * C; i++) big = fmax(big, fabs(h[i]));
         for (int64_t j = 0; j < C; j++) {
@@ -335,7 +340,7 @@ static void check_hidden_rows(host_check *c, model_rig *r) {
     }
     float sentinel = h[0] = 12345.0f;
     ct_error e2 = {.struct_size = sizeof e2};
-    rc = r->vt->hidden_rows(r->model.self, r->N, 1, h, &e2);
+    rc = CALLS(r->c->plugin, "hidden_rows", r->vt->hidden_rows(r->model.self, r->N, 1, h, &e2));
     check_verdict(c, rc == CT_ERR_INVALID && h[0] == sentinel, "hidden_rows refuses row %lld of "
                   "%lld rows without writing (status %d%s%s)", (long long)r->N, (long long)r->N,
                   (int)rc, e2.message[0] ? ": " : "", e2.message);
@@ -418,8 +423,9 @@ void check_model(host_check *c) {
         ct_comm_ref no_comm = {0};
         ct_model_desc d2 = {.struct_size = sizeof d2};
         rc = check_create(&inst, c->plugin, r.cfg, "model", 0, 1, r.dev, no_comm, NULL, &err);
-        if (rc == CT_OK) rc = r.vt->describe(inst.self, &d2, &err);
-        if (rc == CT_OK) rc = r.vt->prepare(inst.self, MB, r.T, CT_DTYPE_F32, &err);
+        if (rc == CT_OK) rc = CALLS(c->plugin, "describe", r.vt->describe(inst.self, &d2, &err));
+        if (rc == CT_OK)
+            rc = CALLS(c->plugin, "prepare", r.vt->prepare(inst.self, MB, r.T, CT_DTYPE_F32, &err));
         check_destroy(&inst);
         if (rc != CT_OK) break;
     }

@@ -5,7 +5,10 @@
  */
 #include "check_plugin.h"
 
+#include "calls.h"
+#include "cmdout.h"
 #include "commands.h"
+#include "contract.h"
 
 #include <ctrain/numerics.h>
 #include <stdarg.h>
@@ -16,26 +19,32 @@
 /* ---- verdicts ------------------------------------------------------------------------- */
 
 int check_verdict(host_check *c, int ok, const char *fmt, ...) {
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    printf("%s %s: ", ok ? "ok  " : "FAIL", c->label);
-    vprintf(fmt, ap);
-    printf("\n");
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fflush(stdout);
-    if (ok) c->passed++;
-    else c->failed++;
+    /* a FAIL line always says why: a claim that ends where a reason should follow (an error
+     * without a message) gets one */
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == ':' || line[n - 1] == ';')) n--;
+    if (!ok && n < strlen(line))
+        snprintf(line + n, sizeof line - n, ": no reason given (a call failed without a "
+                 "message) ---> the plugin must fill its ct_error when a call fails");
+    fprintf(cmdout(), "%s %s: %s\n", ok ? "ok  " : "FAIL", c->label, line);
+    fflush(cmdout());
+    check_count(c, ok);
     return ok;
 }
 
 void check_note(host_check *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    printf("note %s: ", c->label);
-    vprintf(fmt, ap);
-    printf("\n");
+    fprintf(cmdout(), "note %s: ", c->label);
+    vfprintf(cmdout(), fmt, ap);
+    fprintf(cmdout(), "\n");
     va_end(ap);
-    fflush(stdout);
+    fflush(cmdout());
 }
 
 double check_urand(uint64_t seed, uint64_t i) { return 2.0 * ct_uniform01(seed, i) - 1.0; }
@@ -68,14 +77,6 @@ int32_t check_config(host_check *c, const char *ini, const char *section, const 
     return CT_OK;
 }
 
-/* Every vtable starts with struct_size, create, destroy — except comm's, which has
- * world_create and world_destroy first (as rank.c handles it). */
-typedef struct {
-    uint32_t struct_size;
-    void *(*create)(const ct_create_args *, ct_error *);
-    void (*destroy)(void *);
-} lifecycle_vtable;
-
 int32_t check_create(check_instance *inst, const host_plugin *p, const host_config *cfg,
                      const char *section, int32_t rank, int32_t world, ct_device_ref dev,
                      ct_comm_ref comm, void *comm_world, ct_error *err) {
@@ -94,29 +95,22 @@ int32_t check_create(check_instance *inst, const host_plugin *p, const host_conf
         .seed = CHECK_SEED,
         .comm_world = comm_world,
     };
-    void *(*create)(const ct_create_args *, ct_error *) =
-        p->desc.kind == CT_KIND_COMM ? ((const ct_comm_vtable *)p->vtable)->create
-                                     : ((const lifecycle_vtable *)p->vtable)->create;
-    if (!create)
+    contract_lifecycle life = contract_lifecycle_of(p->desc.kind, p->vtable);
+    if (!life.create)
         return ct_error_set(err, CT_ERR_INVALID, "plugin %s has no create() ---> set .create",
                             p->path);
     err->code = CT_OK;
-    inst->self = create(&a, err);
-    if (!inst->self)
-        return err->code != CT_OK
-                   ? err->code
-                   : ct_error_set(err, CT_ERR_INTERNAL, "%s: create() returned NULL without a "
-                                  "message ---> fill the ct_error", p->desc.name);
+    err->message[0] = '\0';
+    inst->self = CALLS(p, "create", life.create(&a, err));
+    if (!inst->self) return contract_name_failed_create(err, p);
     return CT_OK;
 }
 
 void check_destroy(check_instance *inst) {
     if (!inst->self) return;
     const host_plugin *p = inst->plugin;
-    void (*destroy)(void *) = p->desc.kind == CT_KIND_COMM
-                                  ? ((const ct_comm_vtable *)p->vtable)->destroy
-                                  : ((const lifecycle_vtable *)p->vtable)->destroy;
-    if (destroy) destroy(inst->self);
+    contract_lifecycle life = contract_lifecycle_of(p->desc.kind, p->vtable);
+    if (life.destroy) CALLS_VOID(p, "destroy", life.destroy(inst->self));
     inst->self = NULL;
 }
 
@@ -146,9 +140,21 @@ int32_t check_device_open(host_check *c, const host_config *cfg, int32_t rank, c
 
 static int usage(const char *why) {
     fprintf(stderr, "ctrain check-plugin: %s ---> usage: ctrain check-plugin FILE.so "
-                    "[--set key=value]... (keys of the plugin's own section, e.g. --set "
-                    "coef=1e-3)\n", why);
+                    "[--set key=value]... [--timeout SECONDS] (keys of the plugin's own section, "
+                    "e.g. --set coef=1e-3; each check's time limit, default %g s)\n", why,
+                    CHECK_TIMEOUT_S);
     return 2;
+}
+
+/* A kind whose checks build on each other: one child process runs them all (run_kind). */
+typedef struct kind_job {
+    void (*checks)(host_check *c);
+    const char *what;
+} kind_job;
+
+static void run_kind(host_check *c, void *ctx, void *out) {
+    (void)out;
+    ((const kind_job *)ctx)->checks(c);
 }
 
 /* The plugin file as whatever kind it declares (registry_resolve wants a kind). */
@@ -169,9 +175,19 @@ static const host_plugin *resolve_any(host_registry *reg, const char *path, ct_e
 int cmd_check_plugin(int argc, char **argv) {
     host_check c;
     memset(&c, 0, sizeof c);
+    c.timeout_s = CHECK_TIMEOUT_S;
     const char *file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *set = NULL;
+        if (!strcmp(argv[i], "--timeout")) {
+            char *end = NULL;
+            double t = i + 1 < argc ? strtod(argv[i + 1], &end) : 0;
+            if (i + 1 >= argc || end == argv[i + 1] || *end || !(t > 0 && t <= 86400))
+                return usage("--timeout needs a number of seconds in (0, 86400]");
+            c.timeout_s = t;
+            i++;
+            continue;
+        }
         if (!strcmp(argv[i], "--set")) {
             if (i + 1 >= argc) return usage("--set needs key=value");
             set = argv[++i];
@@ -210,6 +226,14 @@ int cmd_check_plugin(int argc, char **argv) {
      * second thread only adds spinning to the hundreds of small calls the checks make. */
     setenv("OMP_NUM_THREADS", "1", 0);
     ct_error err = {.struct_size = sizeof err};
+    /* the checks run in child processes (check_child.c): the call records are shared with
+     * them, and the file is loaded in a child first, so a constructor that crashes, exits or
+     * hangs is reported instead of ending the checker */
+    calls_share();
+    if (registry_probe_file(file, &err) != CT_OK) {
+        fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
+        return 1;
+    }
     c.reg = registry_open(&err);
     if (!c.reg) {
         fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
@@ -223,22 +247,35 @@ int cmd_check_plugin(int argc, char **argv) {
     }
     snprintf(c.label, sizeof c.label, "%s %s", kind_name(c.plugin->desc.kind),
              c.plugin->desc.name);
-    printf("checking %s plugin '%s' %s (%s) on device cpu, seed %u\n",
-           kind_name(c.plugin->desc.kind), c.plugin->desc.name, c.plugin->desc.version,
-           c.plugin->path, CHECK_SEED);
-    fflush(stdout);
-    if (!(c.plugin->desc.devices & CT_DEVICE_CPU) && c.plugin->desc.devices)
-        check_note(&c, "the plugin does not declare device cpu; the checks run on cpu anyway");
-    switch (c.plugin->desc.kind) {
+    char devs[32];
+    uint32_t dm = c.plugin->desc.devices;
+    snprintf(devs, sizeof devs, "%s%s%s", dm & CT_DEVICE_CPU ? "cpu" : "",
+             (dm & CT_DEVICE_CPU) && (dm & CT_DEVICE_CUDA) ? "," : "",
+             dm & CT_DEVICE_CUDA ? "cuda" : "");
+    int is_device = c.plugin->desc.kind == CT_KIND_DEVICE; /* checked as the device itself */
+    fprintf(cmdout(), "checking %s plugin '%s' %s (%s) on %s (the plugin declares %s), seed %u, "
+            "each check in a child process (time limit %g s)\n",
+            kind_name(c.plugin->desc.kind), c.plugin->desc.name, c.plugin->desc.version,
+            c.plugin->path, is_device ? "itself" : "device cpu", devs, CHECK_SEED, c.timeout_s);
+    fflush(cmdout());
+    if (!is_device && !(dm & CT_DEVICE_CPU)) {
+        check_verdict(&c, 0, "runs on device cpu: the plugin declares device %s only, and "
+                      "check-plugin checks on device cpu ---> a CUDA-only plugin needs a GPU: "
+                      "check it there in a run (`ctrain train` with [device] type = cuda)", devs);
+        c.plugin = NULL; /* nothing else is checked */
+    }
+    kind_job job = {NULL, NULL};
+    switch (c.plugin ? c.plugin->desc.kind : 0) {
     case CT_KIND_LOSS: check_loss(&c); break;
     case CT_KIND_PRECISION: check_precision(&c); break;
     case CT_KIND_STRATEGY: check_strategy(&c); break;
-    case CT_KIND_MODEL: check_model(&c); break;
-    case CT_KIND_DEVICE: check_device(&c); break;
-    case CT_KIND_COMM: check_comm(&c); break;
+    case CT_KIND_MODEL: job = (kind_job){check_model, "the model's checks"}; break;
+    case CT_KIND_DEVICE: job = (kind_job){check_device, "the device's checks"}; break;
+    case CT_KIND_COMM: job = (kind_job){check_comm, "the comm engine's checks"}; break;
     default: break;
     }
-    printf("%d passed, %d failed\n", (int)c.passed, (int)c.failed);
+    if (job.checks) check_in_child(&c, job.what, run_kind, &job, NULL, 0);
+    fprintf(cmdout(), "%d passed, %d failed\n", (int)c.passed, (int)c.failed);
     registry_close(c.reg);
     return c.failed ? 1 : 0;
 }

@@ -6,7 +6,10 @@
  *
  * Every check prints one line, "ok   KIND NAME: claim (figures)" or
  * "FAIL KIND NAME: claim: expected X got Y tol Z", and counts; the command ends with
- * "N passed, N failed". Every check uses a fixed seed, so a run is reproducible.
+ * "N passed, N failed". Every check uses a fixed seed, so a run is reproducible. Checks run in
+ * child processes with a time limit (check_child.c) on fenced buffers (check_guard.c), so a
+ * plugin that crashes, exits, hangs or writes out of bounds fails a check and the summary
+ * still prints.
  */
 #ifndef CTRAIN_HOST_CHECK_PLUGIN_H
 #define CTRAIN_HOST_CHECK_PLUGIN_H
@@ -20,6 +23,8 @@
 #define CHECK_MAX_SETS 64
 #define CHECK_SEED     20240520u /* the fixed seed of every check */
 
+typedef struct check_report check_report; /* what a check's child process hands back */
+
 typedef struct host_check {
     host_registry     *reg;
     const host_plugin *plugin;              /* the plugin under test */
@@ -27,7 +32,52 @@ typedef struct host_check {
     int32_t          n_sets;
     int32_t          passed, failed;
     char             label[96];           /* "loss ce": starts every line */
+    double           timeout_s;           /* a check's time limit (--timeout) */
+    int32_t          stop;                /* the checks after this one cannot run */
+    check_report    *report;              /* in a check's child: its counts for the parent */
 } host_check;
+
+#define CHECK_TIMEOUT_S 60.0 /* a check's default time limit, in seconds */
+
+/* ---- isolation (check_child.c) ------------------------------------------------------------ */
+
+/* A check: prints its verdicts through c; may write up to out_size bytes of results into out. */
+typedef void (*check_body)(host_check *c, void *ctx, void *out);
+
+/* Run body(c, ctx, out) in a forked child with the time limit c->timeout_s. Its verdicts count
+ * as if it ran here, and the out_size bytes it left in `out` (at most 1 MiB) come back. When the
+ * child dies (a signal, exit() inside the plugin, any other end) or runs out of time, a FAIL
+ * line "<label>: <what>: the plugin crashed: SIGSEGV (Segmentation fault) in loss x (FILE):
+ * forward_backward: it wrote past the end of dlogits ..." names the plugin call in progress and
+ * how it ended; a death inside create() and a time-out set c->stop (every later check would
+ * begin with the same create(), or wait its time out too).
+ * Needs calls_share() to have run. Returns 1 when the body returned, else 0. */
+int check_in_child(host_check *c, const char *what, check_body body, void *ctx, void *out,
+                   size_t out_size);
+
+/* Count a verdict (check_verdict does). */
+void check_count(host_check *c, int ok);
+/* From inside a body: the checks after this one cannot run (sets c->stop in the parent). */
+void check_stop(host_check *c);
+
+/* ---- fenced buffers (check_guard.c) ------------------------------------------------------- */
+
+/* A zero-filled buffer of `bytes` bytes, 64-byte aligned, between two guard pages, with a fence
+ * pattern on both sides; `name` ("dlogits") is what messages call it; a const one is a
+ * plugin's input it must not write. Host memory, which is device memory of device cpu. NULL
+ * when out of memory or when 64 are alive. Free with check_buf_free. */
+void *check_buf_alloc(const char *name, size_t bytes, int is_const);
+void check_buf_free(void *p);
+/* Before a plugin call: remember the bytes of const buffer p (NULL: of every const buffer; only
+ * when no other thread uses fenced buffers meanwhile). */
+void check_buf_seal(const void *p);
+/* After it: 1 when p's fences (NULL: every buffer's) and, for a const one, its bytes are as
+ * they were; else 0 and `why` names the buffer and what `call` did ("forward_backward wrote
+ * past the end of dlogits ..."). */
+int check_buf_verify(const void *p, const char *call, char *why, size_t cap);
+/* Async-signal-safe: which buffer's guard holds `addr` ("it wrote (or read) past the end of
+ * dlogits: byte 32 after its end is a guard page"), into buf[n..cap); n unchanged when none. */
+size_t check_buf_where(const void *addr, char *buf, size_t n, size_t cap);
 
 /* Print "ok   <label>: <claim>" and count a pass when ok, else "FAIL <label>: <claim>" and
  * count a failure. Returns ok. */

@@ -10,10 +10,15 @@
  * 2^-8, so N * 2^-7; f32: u = 2^-24, so N * 2^-23): the N-1 roundings of a ring, one per
  * contribution on its way to the wire (premultiplying policies) and one on the way out, each at
  * most one unit in the last place (2u) under stochastic rounding.
+ * The world-1 checks run in one child process and each world size's in another (check_child.c);
+ * the hooks' buffers are fenced (check_guard.c), so a write past one is named.
  * Not for: the comm engines' own arithmetic (tests/unit/test_comm_threads.c).
  * Shape legend: N ranks, n elements of a result.
  */
 #include "check_plugin.h"
+
+#include "calls.h"
+#include "contract.h"
 
 #include <ctrain/numerics.h>
 #include <math.h>
@@ -71,7 +76,8 @@ static int32_t to_device(rank_slot *s, void *dst, const double *x, uint64_t n) {
         if (s->w->dtype == CT_DTYPE_BF16) ((uint16_t *)h)[i] = ct_bf16_from_f32((float)x[i]);
         else ((float *)h)[i] = (float)x[i];
     }
-    int32_t rc = s->devref.vt->copy(s->devref.self, dst, h, n * es, CT_COPY_H2D, &s->err);
+    int32_t rc = CALLS(s->dev.plugin, "copy",
+                       s->devref.vt->copy(s->devref.self, dst, h, n * es, CT_COPY_H2D, &s->err));
     free(h);
     return rc;
 }
@@ -80,7 +86,8 @@ static int32_t from_device(rank_slot *s, double *x, const void *src, uint64_t n,
     size_t es = ct_dtype_size(dtype);
     void *h = malloc(n * es);
     if (!h) return ct_error_set(&s->err, CT_ERR_NOMEM, "out of memory");
-    int32_t rc = s->devref.vt->copy(s->devref.self, h, src, n * es, CT_COPY_D2H, &s->err);
+    int32_t rc = CALLS(s->dev.plugin, "copy",
+                       s->devref.vt->copy(s->devref.self, h, src, n * es, CT_COPY_D2H, &s->err));
     for (uint64_t i = 0; rc == CT_OK && i < n; i++)
         x[i] = dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)h)[i]) : ((float *)h)[i];
     free(h);
@@ -93,11 +100,15 @@ static void *rank_main(void *arg) {
     prec_world *w = s->w;
     const int32_t N = w->n;
     size_t es = ct_dtype_size(w->dtype), res = ct_dtype_size(w->result);
-    const ct_device_vtable *d = s->devref.vt;
+    calls_bind(1 + s->rank, s->rank); /* a fault report names the rank and the hook */
     double *x = malloc(sizeof(double) * (uint64_t)N * AR_N);
-    void *send = d->alloc(s->devref.self, (uint64_t)N * AR_N * es, &s->err);
-    void *recv = send ? d->alloc(s->devref.self, (uint64_t)N * AR_N * res, &s->err) : NULL;
-    s->rc = x && recv ? CT_OK : CT_ERR_NOMEM;
+    /* fenced (check_guard.c): device cpu's memory is host memory */
+    char send_name[32], recv_name[32];
+    snprintf(send_name, sizeof send_name, "send (rank %d)", (int)s->rank);
+    snprintf(recv_name, sizeof recv_name, "recv (rank %d)", (int)s->rank);
+    void *send = check_buf_alloc(send_name, (uint64_t)N * AR_N * es, 0);
+    void *recv = send ? check_buf_alloc(recv_name, (uint64_t)N * AR_N * res, 0) : NULL;
+    s->rc = x && recv ? CT_OK : ct_error_set(&s->err, CT_ERR_NOMEM, "out of memory");
     for (int call = 0; call < N_CALLS && s->rc == CT_OK; call++) {
         if (call == RS && !w->pv->reduce_scatter) continue;
         if (call != RS && !w->pv->all_reduce) continue;
@@ -106,12 +117,22 @@ static void *rank_main(void *arg) {
         uint64_t n = call == RS ? RS_N : AR_N, total = call == RS ? (uint64_t)N * RS_N : AR_N;
         for (uint64_t i = 0; i < total; i++) x[i] = contribution(w->dtype, N, s->rank, i, call);
         int32_t rc = to_device(s, send, x, total);
+        const host_plugin *p = w->c->plugin;
+        const char *hook = call == RS ? "reduce_scatter" : "all_reduce";
         if (rc == CT_OK && call == RS)
-            rc = w->pv->reduce_scatter(s->prec.self, s->commref, s->devref, send, recv, n,
-                                       w->dtype, &s->err);
+            rc = CALLS(p, "reduce_scatter",
+                       w->pv->reduce_scatter(s->prec.self, s->commref, s->devref, send, recv, n,
+                                             w->dtype, &s->err));
         else if (rc == CT_OK)
-            rc = w->pv->all_reduce(s->prec.self, s->commref, s->devref, send,
-                                   call == AR_INPLACE ? send : recv, n, w->dtype, &s->err);
+            rc = CALLS(p, "all_reduce",
+                       w->pv->all_reduce(s->prec.self, s->commref, s->devref, send,
+                                         call == AR_INPLACE ? send : recv, n, w->dtype,
+                                         &s->err));
+        char why[sizeof s->err.message];
+        if (rc == CT_OK && (!check_buf_verify(send, hook, why, sizeof why) ||
+                            !check_buf_verify(recv, hook, why, sizeof why)))
+            rc = ct_error_set(&s->err, CT_ERR_INVALID, "%s", why);
+        contract_name_silent_error(rc, &s->err, p, hook);
         if (rc == CT_OK)
             rc = from_device(s, s->result[call], call == AR_INPLACE ? send : recv, n, w->result);
         /* send is const for the out-of-place calls: read it back */
@@ -126,10 +147,11 @@ static void *rank_main(void *arg) {
         s->rc = rc;
     }
     if (s->rc != CT_OK && s->commref.vt && s->commref.vt->abort)
-        s->commref.vt->abort(s->commref.self, s->err.message);
-    if (recv) d->free_mem(s->devref.self, recv);
-    if (send) d->free_mem(s->devref.self, send);
+        CALLS_VOID(w->threads, "abort", s->commref.vt->abort(s->commref.self, s->err.message));
+    check_buf_free(recv);
+    check_buf_free(send);
     free(x);
+    calls_unbind();
     return NULL;
 }
 
@@ -141,7 +163,9 @@ static void world_close(prec_world *w) {
         check_destroy(&s->dev);
         for (int k = 0; k < N_CALLS; k++) free(s->result[k]), s->result[k] = NULL;
     }
-    if (w->world) ((const ct_comm_vtable *)w->threads->vtable)->world_destroy(w->world);
+    if (w->world)
+        CALLS_VOID(w->threads, "world_destroy",
+                   ((const ct_comm_vtable *)w->threads->vtable)->world_destroy(w->world));
     w->world = NULL;
 }
 
@@ -154,7 +178,8 @@ static int32_t world_open(prec_world *w, int32_t N, ct_error *err) {
                          .section = "comm", .world_size = N, .seed = CHECK_SEED};
     w->n = N;
     memset(w->slots, 0, sizeof w->slots);
-    if (!(w->world = cv->world_create(N, &wa, err))) return err->code ? err->code : CT_ERR_COMM;
+    if (!(w->world = CALLS(w->threads, "world_create", cv->world_create(N, &wa, err))))
+        return err->code ? err->code : CT_ERR_COMM;
     for (int32_t r = 0; r < N; r++) {
         rank_slot *s = &w->slots[r];
         s->w = w;
@@ -169,8 +194,7 @@ static int32_t world_open(prec_world *w, int32_t N, ct_error *err) {
             rc = check_create(&s->comm, w->threads, w->cfg, "comm", r, N, s->devref, no_comm,
                               w->world, err);
         if (rc != CT_OK) return rc;
-        s->commref = (ct_comm_ref){cv, s->comm.self, cv->rank ? cv->rank(s->comm.self) : r,
-                                   cv->world_size ? cv->world_size(s->comm.self) : N};
+        s->commref = (ct_comm_ref){cv, s->comm.self, r, N};
         rc = check_create(&s->prec, w->c->plugin, w->cfg, "precision", r, N, s->devref,
                           s->commref, NULL, err);
         if (rc != CT_OK) return rc;
@@ -239,45 +263,64 @@ static void judge(prec_world *w, int call) {
 
 static int policy_dtype_ok(int32_t d) { return d == CT_DTYPE_F32 || d == CT_DTYPE_BF16; }
 
-void check_precision(host_check *c) {
-    host_config *cfg = NULL;
-    ct_error err = {.struct_size = sizeof err};
+/* What every check needs: the configuration (the plugin's section from --set, device cpu, comm
+ * threads) and the threads engine. */
+typedef struct prec_setup {
+    host_config       *cfg;
+    const host_plugin *threads;
+} prec_setup;
+
+static int setup_open(host_check *c, prec_setup *su, ct_error *err) {
     static const char *const skip[] = {"plugin", NULL};
+    static const char *const comm_skip[] = {"plugin", "world_size", NULL};
+    memset(su, 0, sizeof *su);
+    int32_t rc = check_config(c, "[device]\nthreads = 1\n[comm]\ntimeout_s = 20\n", "precision",
+                              skip, &su->cfg, err);
+    if (rc == CT_OK) rc = check_device_section(c, su->cfg, err);
+    if (rc == CT_OK && !(su->threads = registry_resolve(c->reg, CT_KIND_COMM, "threads", err)))
+        rc = err->code ? err->code : CT_ERR_INVALID;
+    if (rc == CT_OK)
+        rc = config_validate_section(su->cfg, "comm", su->threads->params, sizeof(ct_param_spec),
+                                     su->threads->desc.name, comm_skip, err);
+    return rc == CT_OK;
+}
+
+/* What the world-1 check hands to the reduction checks. */
+typedef struct prec_policy {
+    ct_precision_policy pol;
+    int32_t             ok;
+} prec_policy;
+
+/* create, policy, destroy, 50 times, at world 1 (one child) */
+static void body_policy(host_check *c, void *ctx, void *out) {
+    (void)ctx;
+    prec_policy *res = out;
     const ct_precision_vtable *pv = c->plugin->vtable;
+    ct_error err = {.struct_size = sizeof err};
+    prec_setup su;
     prec_world w;
     memset(&w, 0, sizeof w);
-    int32_t rc = check_config(c, "[device]\nthreads = 1\n[comm]\ntimeout_s = 20\n", "precision",
-                              skip, &cfg, &err);
-    if (rc == CT_OK) rc = check_device_section(c, cfg, &err);
-    const host_plugin *threads =
-        rc == CT_OK ? registry_resolve(c->reg, CT_KIND_COMM, "threads", &err) : NULL;
-    static const char *const comm_skip[] = {"plugin", "world_size", NULL};
-    if (threads)
-        rc = config_validate_section(cfg, "comm", threads->params, sizeof(ct_param_spec),
-                                     threads->desc.name, comm_skip, &err);
-    if (rc != CT_OK || !threads) {
+    if (!setup_open(c, &su, &err)) {
         check_verdict(c, 0, "set-up ([precision] from --set, device cpu, comm threads): %s",
                       err.message);
+        check_stop(c);
         goto out;
     }
     w.c = c;
-    w.cfg = cfg;
-    w.threads = threads;
+    w.cfg = su.cfg;
+    w.threads = su.threads;
     w.pv = pv;
-
-    /* create, policy, destroy, 50 times, at world 1 */
-    if ((rc = world_open(&w, 1, &err)) != CT_OK) {
+    if (world_open(&w, 1, &err) != CT_OK) {
         check_verdict(c, 0, "create at world 1: %s", err.message);
+        check_stop(c);
         goto out_world;
     }
     ct_precision_policy pol = {.struct_size = sizeof pol};
-    if (!pv->policy) {
-        check_verdict(c, 0, "policy() is provided: it is NULL ---> set .policy");
-        goto out_world;
-    }
-    rc = pv->policy(w.slots[0].prec.self, &pol, &err);
+    int32_t rc = CALLS(c->plugin, "policy", pv->policy(w.slots[0].prec.self, &pol, &err));
     if (rc != CT_OK) {
+        contract_name_silent_error(rc, &err, c->plugin, "policy");
         check_verdict(c, 0, "policy(): %s", err.message);
+        check_stop(c);
         goto out_world;
     }
     int ok = policy_dtype_ok(pol.param_dtype) && policy_dtype_ok(pol.reduce_dtype) &&
@@ -292,59 +335,101 @@ void check_precision(host_check *c) {
     int i = 0;
     for (; i < CYCLES; i++) {
         check_instance inst;
-        rc = check_create(&inst, c->plugin, cfg, "precision", 0, 1, w.slots[0].devref,
+        rc = check_create(&inst, c->plugin, su.cfg, "precision", 0, 1, w.slots[0].devref,
                           w.slots[0].commref, NULL, &err);
         ct_precision_policy p2 = {.struct_size = sizeof p2};
-        if (rc == CT_OK) rc = pv->policy(inst.self, &p2, &err);
+        if (rc == CT_OK) rc = CALLS(c->plugin, "policy", pv->policy(inst.self, &p2, &err));
+        if (rc != CT_OK) contract_name_silent_error(rc, &err, c->plugin, "policy");
         check_destroy(&inst);
         if (rc != CT_OK) break;
     }
     check_verdict(c, i == CYCLES, "create, policy, destroy %d times%s%s", CYCLES,
                   i == CYCLES ? "" : ": ", i == CYCLES ? "" : err.message);
+    res->pol = pol;
+    res->ok = ok;
+out_world:
     world_close(&w);
-    if (!ok) goto out;
+out:
+    if (su.cfg) config_free(su.cfg);
+}
 
+/* The reduction hooks at world N (one child per N): ctx is the prec_policy of body_policy. */
+typedef struct prec_reduce {
+    const prec_policy *policy;
+    int32_t            n;
+} prec_reduce;
+
+static void body_reduce(host_check *c, void *ctx, void *out) {
+    (void)out;
+    const prec_reduce *job = ctx;
+    const ct_precision_vtable *pv = c->plugin->vtable;
+    const int32_t N = job->n;
+    ct_error err = {.struct_size = sizeof err};
+    prec_setup su;
+    prec_world w;
+    memset(&w, 0, sizeof w);
+    if (!setup_open(c, &su, &err)) {
+        check_verdict(c, 0, "set-up at N=%d: %s", (int)N, err.message);
+        goto out;
+    }
+    w.c = c;
+    w.cfg = su.cfg;
+    w.threads = su.threads;
+    w.pv = pv;
+    w.dtype = job->policy->pol.reduce_dtype;
+    w.result = job->policy->pol.result_dtype ? job->policy->pol.result_dtype : w.dtype;
+    if (world_open(&w, N, &err) != CT_OK) {
+        check_verdict(c, 0, "a world of %d ranks (threads engine): %s", (int)N, err.message);
+        goto out_world;
+    }
+    pthread_t tid[MAXN];
+    for (int32_t r = 0; r < N; r++) pthread_create(&tid[r], NULL, rank_main, &w.slots[r]);
+    for (int32_t r = 0; r < N; r++) pthread_join(tid[r], NULL);
+    const rank_slot *bad = NULL;
+    for (int32_t r = 0; r < N && !bad; r++)
+        if (w.slots[r].rc != CT_OK && w.slots[r].rc != CT_ERR_COMM) bad = &w.slots[r];
+    for (int32_t r = 0; r < N && !bad; r++)
+        if (w.slots[r].rc != CT_OK) bad = &w.slots[r];
+    if (bad)
+        check_verdict(c, 0, "reduction hooks at N=%d in %s: rank %d: %s", (int)N,
+                      ct_dtype_name(w.dtype), (int)bad->rank, bad->err.message);
+    else
+        for (int call = 0; call < N_CALLS; call++)
+            if (((call == RS && pv->reduce_scatter) || (call != RS && pv->all_reduce)) &&
+                !(call == AR_INPLACE && w.result != w.dtype))
+                judge(&w, call);
+out_world:
+    world_close(&w);
+out:
+    if (su.cfg) config_free(su.cfg);
+}
+
+void check_precision(host_check *c) {
+    const ct_precision_vtable *pv = c->plugin->vtable;
+    prec_policy res;
+    memset(&res, 0, sizeof res);
+    if (!check_in_child(c, "create, policy(), destroy at world 1", body_policy, NULL, &res,
+                        sizeof res) || c->stop || !res.ok)
+        return;
+    const ct_precision_policy *pol = &res.pol;
     if (!pv->reduce_scatter && !pv->all_reduce) {
         check_note(c, "no reduction hooks: the strategies use the comm's own collectives in "
-                   "reduce dtype %s (nothing more to check)", ct_dtype_name(pol.reduce_dtype));
-        goto out;
+                   "reduce dtype %s (nothing more to check)", ct_dtype_name(pol->reduce_dtype));
+        return;
     }
     if (!pv->reduce_scatter || !pv->all_reduce)
         check_note(c, "only the %s hook is provided; the other reduction uses the comm's own",
                    pv->all_reduce ? "all_reduce" : "reduce_scatter");
-    w.dtype = pol.reduce_dtype;
-    w.result = pol.result_dtype ? pol.result_dtype : pol.reduce_dtype;
-    if (w.result != w.dtype)
+    int32_t result = pol->result_dtype ? pol->result_dtype : pol->reduce_dtype;
+    if (result != pol->reduce_dtype)
         check_note(c, "the hooks hand back %s sums from a %s wire (result_dtype): checked "
                    "against %s's rounding; the in-place all_reduce is not allowed then",
-                   ct_dtype_name(w.result), ct_dtype_name(w.dtype), ct_dtype_name(w.result));
+                   ct_dtype_name(result), ct_dtype_name(pol->reduce_dtype),
+                   ct_dtype_name(result));
     for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++) {
-        const int32_t N = worlds[k];
-        if ((rc = world_open(&w, N, &err)) != CT_OK) {
-            check_verdict(c, 0, "a world of %d ranks (threads engine): %s", (int)N, err.message);
-            goto out_world;
-        }
-        pthread_t tid[MAXN];
-        for (int32_t r = 0; r < N; r++) pthread_create(&tid[r], NULL, rank_main, &w.slots[r]);
-        for (int32_t r = 0; r < N; r++) pthread_join(tid[r], NULL);
-        const rank_slot *bad = NULL;
-        for (int32_t r = 0; r < N && !bad; r++)
-            if (w.slots[r].rc != CT_OK && w.slots[r].rc != CT_ERR_COMM) bad = &w.slots[r];
-        for (int32_t r = 0; r < N && !bad; r++)
-            if (w.slots[r].rc != CT_OK) bad = &w.slots[r];
-        if (bad)
-            check_verdict(c, 0, "reduction hooks at N=%d in %s: rank %d: %s", (int)N,
-                          ct_dtype_name(w.dtype), (int)bad->rank, bad->err.message);
-        else
-            for (int call = 0; call < N_CALLS; call++)
-                if (((call == RS && pv->reduce_scatter) || (call != RS && pv->all_reduce)) &&
-                    !(call == AR_INPLACE && w.result != w.dtype))
-                    judge(&w, call);
-        world_close(&w);
+        char what[64];
+        snprintf(what, sizeof what, "reduction hooks at N=%d (threads engine)", (int)worlds[k]);
+        prec_reduce job = {&res, worlds[k]};
+        check_in_child(c, what, body_reduce, &job, NULL, 0);
     }
-    goto out;
-out_world:
-    world_close(&w);
-out:
-    if (cfg) config_free(cfg);
 }

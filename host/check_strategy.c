@@ -11,10 +11,12 @@
  * The steps are the host's own: rank_open, step_train, optim_grad_norm, optim_step, rank_close,
  * called in the order train.c's train_rank calls them. train_rank itself is not reused: it
  * writes metrics.jsonl and checkpoints into [run] out_dir, which a check must not leave behind.
+ * Each world size runs in a child process of its own (check_child.c), reference included.
  * Not for: comparing strategies at scale (tests/cli/test_distributed.sh) or bf16 policies.
  */
 #include "check_plugin.h"
 
+#include "calls.h"
 #include "data.h"
 #include "optim.h"
 #include "rank.h"
@@ -81,13 +83,12 @@ typedef struct rank_job {
  * (reference run) or compared with the reference's same elements. */
 static int32_t gradients(host_rank *r, rank_job *job, ct_error *err) {
     run_shared *sh = job->sh;
-    const ct_strategy_vtable *st = r->strategy.vt;
     if (r->mdesc.n_units > MAXU)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "the model has %u units; check-plugin "
                             "keeps %d", r->mdesc.n_units, MAXU);
     for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
         ct_shard s = {.struct_size = sizeof s};
-        int32_t rc = st->shard(r->strategy.self, u, &s, err);
+        int32_t rc = RANK_STRATEGY(r, shard, u, &s, err);
         if (rc != CT_OK) return rc;
         job->n_units = r->mdesc.n_units;
         job->unit_numel[u] = r->units[u].numel;
@@ -96,7 +97,7 @@ static int32_t gradients(host_rank *r, rank_job *job, ct_error *err) {
         job->shard_replicated[u] = s.replicated;
         float *g = malloc((s.numel ? s.numel : 1) * sizeof *g);
         if (!g) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-        rc = r->dev.vt->copy(r->dev.self, g, s.grad, s.numel * sizeof *g, CT_COPY_D2H, err);
+        rc = RANK_DEV(r, copy, g, s.grad, s.numel * sizeof *g, CT_COPY_D2H, err);
         uint64_t numel = r->units[u].numel;
         if (rc == CT_OK && sh->is_reference) {
             sh->ref[u] = calloc(numel ? numel : 1, sizeof(float));
@@ -153,13 +154,15 @@ static void *rank_thread(void *arg) {
     run_shared *sh = job->sh;
     host_rank r;
     job->err.struct_size = sizeof job->err;
+    calls_bind(1 + job->rank, job->rank); /* a fault report names the rank and the call */
     job->rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &job->err);
     if (job->rc == CT_OK) {
         job->rc = rank_steps(&r, job, &job->err);
         if (job->rc != CT_OK && job->rc != CT_ERR_COMM && r.comm_ref.vt && r.comm_ref.vt->abort)
-            r.comm_ref.vt->abort(r.comm_ref.self, job->err.message);
+            RANK_COMM_VOID(&r, abort, job->err.message);
         rank_close(&r);
     }
+    calls_unbind();
     return NULL;
 }
 
@@ -234,7 +237,7 @@ static void run(host_check *c, const char *data, const char *strategy, int with_
     const ct_comm_vtable *cv = rc == CT_OK ? w.comm->vtable : NULL;
     if (rc == CT_OK) {
         ct_create_args a = {.struct_size = sizeof a, .section = "comm", .world_size = world};
-        if (!(sh->comm_world = cv->world_create(world, &a, &err)))
+        if (!(sh->comm_world = CALLS(w.comm, "world_create", cv->world_create(world, &a, &err))))
             rc = err.code ? err.code : CT_ERR_COMM;
     }
     if (rc != CT_OK) {
@@ -254,7 +257,7 @@ static void run(host_check *c, const char *data, const char *strategy, int with_
         pthread_create(&tid[r], NULL, rank_thread, &jobs[r]);
     }
     for (int32_t r = 0; r < world; r++) pthread_join(tid[r], NULL);
-    cv->world_destroy(sh->comm_world);
+    CALLS_VOID(w.comm, "world_destroy", cv->world_destroy(sh->comm_world));
     sh->comm_world = NULL;
     /* a rank's own error before the communication errors it caused elsewhere */
     for (int pass = 0; pass < 2 && !out->rc; pass++)
@@ -320,6 +323,41 @@ static void judge(host_check *c, int32_t world, const run_result *got, const run
                   (unsigned long long)got->grad_index, got->grad_want, got->grad_got);
 }
 
+/* One world size (one child process per world, check_child.c): the reference (ddp at world 1)
+ * and the plugin at `world`, judged against it. */
+typedef struct strat_job {
+    const char *data;
+    int32_t     world;
+} strat_job;
+
+typedef struct strat_ref {
+    double  first, last; /* the reference's losses at step 1 and STEPS */
+    int32_t ok;
+} strat_ref;
+
+static void body_world(host_check *c, void *ctx, void *out) {
+    const strat_job *job = ctx;
+    strat_ref *o = out;
+    static float *ref_grads[MAXU];
+    static uint64_t ref_numel[MAXU];
+    static run_result ref, got;
+    run_shared sh = {.ref = ref_grads, .ref_numel = ref_numel, .is_reference = 1};
+    run(c, job->data, "ddp", 0, 1, &sh, &ref);
+    if (ref.rc != CT_OK) {
+        check_verdict(c, 0, "world %d: reference run (ddp, world 1): %s", (int)job->world,
+                      ref.message);
+        goto out;
+    }
+    sh.is_reference = 0;
+    run(c, job->data, c->plugin->path, 1, job->world, &sh, &got);
+    judge(c, job->world, &got, &ref);
+    o->first = ref.loss[0];
+    o->last = ref.loss[STEPS - 1];
+    o->ok = 1;
+out:
+    for (int u = 0; u < MAXU; u++) free(ref_grads[u]);
+}
+
 void check_strategy(host_check *c) {
     ct_error err = {.struct_size = sizeof err};
     static const char *const skip[] = {"plugin", NULL};
@@ -339,10 +377,7 @@ void check_strategy(host_check *c) {
     }
     snprintf(data, sizeof data, "%s/train.bin", dir);
     uint16_t *tokens = malloc(TOKENS * sizeof *tokens);
-    float *ref_grads[MAXU] = {0};
-    uint64_t ref_numel[MAXU] = {0};
-    run_shared sh = {.ref = ref_grads, .ref_numel = ref_numel};
-    run_result ref, got;
+    strat_ref ref = {0};
     if (!tokens) {
         check_verdict(c, 0, "set-up: out of memory");
         goto out_rmdir;
@@ -354,24 +389,19 @@ void check_strategy(host_check *c) {
         check_verdict(c, 0, "set-up: %s", err.message);
         goto out_rmdir;
     }
-    sh.is_reference = 1;
-    run(c, data, "ddp", 0, 1, &sh, &ref);
-    if (ref.rc != CT_OK) {
-        check_verdict(c, 0, "reference run (ddp, world 1): %s", ref.message);
-        goto out_unlink;
+    for (int32_t world = 1; world <= MAXW && !c->stop; world++) {
+        char what[64];
+        snprintf(what, sizeof what, "world %d: %d training steps against ddp", (int)world, STEPS);
+        strat_job job = {data, world};
+        strat_ref got = {0};
+        if (check_in_child(c, what, body_world, &job, &got, sizeof got) && got.ok) ref = got;
     }
-    sh.is_reference = 0;
-    for (int32_t world = 1; world <= MAXW; world++) {
-        run(c, data, c->plugin->path, 1, world, &sh, &got);
-        judge(c, world, &got, &ref);
-    }
-    check_note(c, "reference: ddp at world 1, losses %.6f .. %.6f over %d steps; not checked "
-               "yet: bf16 policies, grad_accum > 1, world sizes > 2, memory()", ref.loss[0],
-               ref.loss[STEPS - 1], STEPS);
-out_unlink:
+    if (ref.ok)
+        check_note(c, "reference: ddp at world 1, losses %.6f .. %.6f over %d steps; not checked "
+                   "yet: bf16 policies, grad_accum > 1, world sizes > 2, memory()", ref.first,
+                   ref.last, STEPS);
     unlink(data);
 out_rmdir:
     rmdir(dir);
-    for (int u = 0; u < MAXU; u++) free(ref_grads[u]);
     free(tokens);
 }

@@ -180,7 +180,7 @@ static int32_t agree(host_rank *r, int32_t rc, const char *phase, ct_error *err)
 }
 
 static int32_t copy_d2h(host_rank *r, void *dst, const void *src, uint64_t bytes, ct_error *err) {
-    return r->dev.vt->copy(r->dev.self, dst, src, bytes, CT_COPY_D2H, err);
+    return RANK_DEV(r, copy, dst, src, bytes, CT_COPY_D2H, err);
 }
 
 static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_error *err) {
@@ -194,7 +194,6 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
         outfile_abort(&out);
         return err->code;
     }
-    const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t version = CKPT_VERSION, nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
     host_loader_state ls = loader_get_state(r->train_data);
@@ -209,7 +208,7 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     float *buf = NULL;
     for (uint32_t u = 0; u < nu && rc == CT_OK && !hf.failed; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
-        if ((rc = st->shard(r->strategy.self, u, &sh, err)) != CT_OK) break;
+        if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
         uint64_t numel = sh.numel;
         float *nb = realloc(buf, (numel ? numel : 1) * sizeof(float));
         if (!nb) {
@@ -580,7 +579,6 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
                             "%s has %u parameter units; this model has %u ---> resume with the "
                             "configuration in %s/config.ini",
                             dir, first->n_units, r->mdesc.n_units, dir);
-    const ct_strategy_vtable *st = r->strategy.vt;
     int32_t rc = CT_OK;
     for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
         uint64_t n = r->units[u].numel;
@@ -594,8 +592,8 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
         ct_shard sh = {.struct_size = sizeof sh};
         if (!full) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         if (rc == CT_OK) rc = gather_part(saved, world, u, 0, full, n, err);
-        if (rc == CT_OK) rc = st->load_unit(r->strategy.self, u, full, err);
-        if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, shard, u, &sh, err);
         float *part = NULL;
         if (weights_only) {
             free(full);
@@ -611,8 +609,8 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
                 if (sh.offset + i < n) part[i] = full[sh.offset + i];
             float *dst = k == 1 ? r->units[u].m : r->units[u].v;
             if (rc == CT_OK)
-                rc = r->dev.vt->copy(r->dev.self, dst, part, sh.numel * sizeof(float),
-                                     CT_COPY_H2D, err);
+                rc = RANK_DEV(r, copy, dst, part, sh.numel * sizeof(float),
+                              CT_COPY_H2D, err);
         }
         free(part);
         free(full);

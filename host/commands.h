@@ -18,7 +18,7 @@
     X(tokenize, "TOKENIZER FILE... [--decode] [--count] [--stats]", "the ids of text files under a tokenizer, or the text of ids (see --help)") \
     X(plot,     "RUN_DIR... --metric NAME... --out FILE.png [--title T] [--logy]", "draw metrics of runs against step (gnuplot)") \
     X(compare,  "RUN_DIR... [--csv]",       "a table of the runs' logit-norm figures, losses, tokens/s") \
-    X(check_plugin, "FILE.so [--set key=value]...", "prove a plugin keeps its kind's contract (finite differences, references)") \
+    X(check_plugin, "FILE.so [--set key=value]... [--timeout SECONDS]", "prove a plugin keeps its kind's contract (finite differences, references)") \
     X(export,   "RUN_DIR|CHECKPOINT_DIR --format safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain]", "write a checkpoint's weights for other programs (Hugging Face, llm.c)") \
     X(what_if,  "RUN_DIR|CHECKPOINT_DIR --world-sizes N,... [--algo A,...] [--policies P,...] [--gpus-per-node G] [--per-row FILE]", "replay the head's gradient reduction at other world sizes, orders and policies (see --help)") \
     X(logits,   "CONFIG.ini [--set s.k=v]... --tokens FILE --out FILE", "debug: the model's logits on int32 tokens, as raw f32 (B,T,V)") \

@@ -128,6 +128,17 @@ int32_t contract_name_silent_error(int32_t rc, ct_error *err, const host_plugin 
     return rc;
 }
 
+int32_t contract_name_failed_create(ct_error *err, const host_plugin *p) {
+    if (err->code != CT_OK) return contract_name_silent_error(err->code, err, p, "create");
+    if (!err->message[0])
+        return ct_error_set(err, CT_ERR_INVALID, "%s %s (%s): create returned NULL and set no "
+                            "error (no code, no message) ---> the plugin must fill its ct_error "
+                            "when create fails (ct_error_set); report this to its author",
+                            kind_name(p->desc.kind), p->desc.name, p->path);
+    err->code = CT_ERR_INVALID; /* a message without a code: keep the message */
+    return err->code;
+}
+
 static int valid_key(const char *s) {
     if (!s || !*s) return 0;
     for (; *s; s++)

@@ -39,6 +39,12 @@ struct host_plugin;
 int32_t contract_name_silent_error(int32_t rc, ct_error *err, const struct host_plugin *p,
                                    const char *member);
 
+/* After create() of plugin p returned NULL: the error to report. A code and a message: as set.
+ * A code without a message: named as contract_name_silent_error does. Neither: "KIND NAME
+ * (FILE): create returned NULL and set no error (no code, no message) ---> ...", with code
+ * CT_ERR_INVALID (not a code the plugin never set). Returns err->code. */
+int32_t contract_name_failed_create(ct_error *err, const struct host_plugin *p);
+
 /* "CT_ERR_INVALID", ... for a ct_status; "an unknown status" otherwise. */
 const char *contract_status_name(int32_t rc);
 

@@ -7,6 +7,7 @@
  * (e.g. with [model] init_from = an export) on given tokens, as raw f32, for tests.
  * Not for: the tensor tables (export_layout.c) or the file formats (safetensors.c, llmc.c). */
 #include "checkpoint.h"
+#include "cmdout.h"
 #include "commands.h"
 #include "contract.h"
 #include "export_layout.h"
@@ -216,8 +217,9 @@ int cmd_export(int argc, char **argv) {
     if (llmc) {
         if (llmc_write(out, &lay, m.units, force ? 0 : OUTFILE_NO_REPLACE, &err) != CT_OK)
             goto out_err;
-        printf("exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to %s\n",
-               (long long)m.step, m.dir, m.world, out);
+        fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to "
+                "%s\n",
+                (long long)m.step, m.dir, m.world, out);
         status = 0;
         goto out_free;
     }
@@ -251,9 +253,9 @@ int cmd_export(int argc, char **argv) {
     if (rc == CT_OK && snprintf(path, sizeof path, "%s/config.json", out) < (int)sizeof path)
         rc = write_config_json(path, &lay, &tok, bf16 ? "bfloat16" : "float32", &err);
     if (rc != CT_OK) goto out_err;
-    printf("exported step %lld of %s (saved at world size %d) as %s safetensors (%s) to %s, "
-           "tokenizer: %s\n", (long long)m.step, m.dir, m.world, layout_target_name(lay.target),
-           bf16 ? "bf16" : "f32", out, tok.kind);
+    fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as %s safetensors (%s) "
+            "to %s, tokenizer: %s\n", (long long)m.step, m.dir, m.world,
+            layout_target_name(lay.target), bf16 ? "bf16" : "f32", out, tok.kind);
     status = 0;
     goto out_free;
 out_err:

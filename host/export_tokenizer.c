@@ -3,6 +3,7 @@
 
 #include "bpe.h"
 #include "bpe_write.h"
+#include "cmdout.h"
 #include "outfile.h"
 #include "runtok.h"
 
@@ -114,8 +115,8 @@ int32_t export_tokenizer(const char *ckpt_dir, const host_config *cfg, int64_t V
         bpe_free(m);
         t->bos = t->eos = eot ? 256 : -1;
         if (rc == CT_OK)
-            printf("export: a bytes run: tokenizer.json maps token b to byte b (0..255)%s\n",
-                   eot ? " and 256 to <|endoftext|>" : "");
+            fprintf(cmdout(), "export: a bytes run: tokenizer.json maps token b to byte b "
+                    "(0..255)%s\n", eot ? " and 256 to <|endoftext|>" : "");
     }
 out_free:
     runtok_free(tok);

@@ -4,11 +4,14 @@
  * with files of their own.
  */
 #include "blas_core.h"
+#include "calls.h"
+#include "cmdout.h"
 #include "commands.h"
 #include "printable.h"
 #include "config.h"
 #include "host_schema.h"
 #include "registry.h"
+#include "supervise.h"
 #include "wiring.h"
 
 #include <stdio.h>
@@ -50,9 +53,8 @@ static ct_error new_err(void) {
     return e;
 }
 
-/* "cpu", "cuda", "cpu,cuda" or "any" for a devices mask, into buf. */
+/* "cpu", "cuda" or "cpu,cuda" for a devices mask (never 0: the registry refuses it), into buf. */
 static const char *devices_text(uint32_t mask, char *buf, size_t cap) {
-    if (!mask) return snprintf(buf, cap, "any"), buf;
     snprintf(buf, cap, "%s%s%s", mask & CT_DEVICE_CPU ? "cpu" : "",
              (mask & CT_DEVICE_CPU) && (mask & CT_DEVICE_CUDA) ? "," : "",
              mask & CT_DEVICE_CUDA ? "cuda" : "");
@@ -89,20 +91,22 @@ int cmd_plugins(int argc, char **argv) {
         registry_close(reg);
         return fail(&err);
     }
-    printf("%-10s %-14s %-8s %-9s %s\n", "KIND", "NAME", "VERSION", "DEVICES", "SUMMARY / FILE");
-    for (int32_t i = 0; i < registry_count(reg); i++) plugin_row(registry_at(reg, i), stdout);
+    fprintf(cmdout(), "%-10s %-14s %-8s %-9s %s\n", "KIND", "NAME", "VERSION", "DEVICES",
+            "SUMMARY / FILE");
+    for (int32_t i = 0; i < registry_count(reg); i++) plugin_row(registry_at(reg, i), cmdout());
     if (registry_shadowed_count(reg)) {
-        printf("\nshadowed (an earlier folder has a plugin of the same kind and name):\n");
+        fprintf(cmdout(), "\nshadowed (an earlier folder has a plugin of the same kind and "
+                "name):\n");
         for (int32_t i = 0; i < registry_shadowed_count(reg); i++) {
             const host_plugin *p = registry_shadowed_at(reg, i);
-            printf("  %s %s %s\n", kind_name(p->desc.kind), p->desc.name, p->path);
+            fprintf(cmdout(), "  %s %s %s\n", kind_name(p->desc.kind), p->desc.name, p->path);
         }
     }
-    printf("\nsearched:");
+    fprintf(cmdout(), "\nsearched:");
     for (int32_t i = 0; i < registry_dir_count(reg); i++)
-        printf("%s %s", i ? "," : "", registry_dir_at(reg, i));
-    printf("\n");
-    fflush(stdout);
+        fprintf(cmdout(), "%s %s", i ? "," : "", registry_dir_at(reg, i));
+    fprintf(cmdout(), "\n");
+    fflush(cmdout());
     print_registry_warnings(reg);
     if (registry_count(reg) == 0)
         fprintf(stderr, "warning: no plugins found ---> build them (make) or set "
@@ -161,13 +165,13 @@ static void inspect_plugin(const host_plugin *p, FILE *out) {
 static int inspect_host(void) {
     int32_t n;
     const host_section *hs = host_schema_sections(&n);
-    printf("ctrain %s (plugin ABI %d.%d): the host's own INI keys\n", CTRAIN_VERSION,
-           CT_ABI_MAJOR, CT_ABI_MINOR);
+    fprintf(cmdout(), "ctrain %s (plugin ABI %d.%d): the host's own INI keys\n", CTRAIN_VERSION,
+            CT_ABI_MAJOR, CT_ABI_MINOR);
     for (int32_t i = 0; i < n; i++) {
-        printf("\n[%s] %s%s%s\n", hs[i].name, hs[i].help,
-               hs[i].kind ? "; plus the keys of its plugin" : "",
-               hs[i].kind == CT_KIND_LOSS ? "s' [loss.NAME] sections" : "");
-        schema_table(hs[i].specs, stdout);
+        fprintf(cmdout(), "\n[%s] %s%s%s\n", hs[i].name, hs[i].help,
+                hs[i].kind ? "; plus the keys of its plugin" : "",
+                hs[i].kind == CT_KIND_LOSS ? "s' [loss.NAME] sections" : "");
+        schema_table(hs[i].specs, cmdout());
     }
     return 0;
 }
@@ -195,7 +199,7 @@ int cmd_inspect(int argc, char **argv) {
         if (kind) {
             const host_plugin *p = registry_resolve(reg, kind, slash + 1, &err);
             if (!p) rc = fail(&err);
-            else inspect_plugin(p, stdout);
+            else inspect_plugin(p, cmdout());
             registry_close(reg);
             return rc;
         }
@@ -212,7 +216,7 @@ int cmd_inspect(int argc, char **argv) {
             }
         }
         if (!p) rc = fail(&err);
-        else inspect_plugin(p, stdout);
+        else inspect_plugin(p, cmdout());
         registry_close(reg);
         return rc;
     }
@@ -221,13 +225,13 @@ int cmd_inspect(int argc, char **argv) {
         registry_close(reg);
         return fail(&err);
     }
-    fflush(stdout);
+    fflush(cmdout());
     print_registry_warnings(reg);
     for (int32_t i = 0; i < registry_count(reg); i++) {
         const host_plugin *p = registry_at(reg, i);
         if (strcmp(p->desc.name, what)) continue;
-        if (found++) printf("\n");
-        inspect_plugin(p, stdout);
+        if (found++) fprintf(cmdout(), "\n");
+        inspect_plugin(p, cmdout());
     }
     if (!found) {
         const char *names[512];
@@ -266,9 +270,9 @@ int cmd_validate(int argc, char **argv) {
         status = 2;
         goto out_close;
     }
-    printf("; %s resolved: every key with its value and origin\n", config_path(cfg));
-    config_show(cfg, stdout);
-    printf("\n; plugins\n");
+    fprintf(cmdout(), "; %s resolved: every key with its value and origin\n", config_path(cfg));
+    config_show(cfg, cmdout());
+    fprintf(cmdout(), "\n; plugins\n");
     char *buf = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&buf, &len);
@@ -276,7 +280,7 @@ int cmd_validate(int argc, char **argv) {
         wiring_print(&w, mem);
         fclose(mem);
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-            printf(";   %s\n", line);
+            fprintf(cmdout(), ";   %s\n", line);
         free(buf);
     }
     fprintf(stderr, "ctrain: %s is valid\n", config_path(cfg));
@@ -289,28 +293,57 @@ out_close:
 
 /* ---- ctrain help / --version --------------------------------------------------------- */
 
+/* More than the summary line, for `ctrain help NAME`; NULL when there is nothing more. */
+static const char *help_details(const char *name) {
+    if (!strcmp(name, "train"))
+        return "\n  Signals: SIGTERM, SIGINT or SIGUSR1 stop the run at the end of the step in\n"
+               "  progress, after a checkpoint of that step (exit status 3; continue with\n"
+               "  --resume). Each rank then has [run] stop_grace_s seconds (default 30) to reach\n"
+               "  the end of its step; when one has not (a plugin call that does not return, or\n"
+               "  ctrain blocked, say in an open()), ctrain prints which rank is in which plugin\n"
+               "  call or operation of its own and exits with status 4, saving nothing. A second\n"
+               "  signal ends the process at once (128 + the signal).\n"
+               "  Plugin faults: a crash names the rank, the plugin and the call (128 + signal);\n"
+               "  exit() inside a plugin call is named and ends ctrain with status 5.\n"
+               "  Exit status: 0 done, 1 a rank failed, 2 refused before anything ran, 3 stopped\n"
+               "  by a signal after a checkpoint, 4 stopped by a signal without one, 5 a plugin\n"
+               "  called exit(), 128+N a crash by signal N or a second stop signal.\n";
+    if (!strcmp(name, "check_plugin"))
+        return "\n  Each check runs in a child process with a time limit (--timeout SECONDS,\n"
+               "  default 60): a plugin that crashes, calls exit() or hangs fails that check\n"
+               "  with the call it was in, and the summary always prints. Buffers handed to the\n"
+               "  plugin are fenced: a write past one or into a const input fails naming it.\n";
+    if (!strcmp(name, "plugins") || !strcmp(name, "inspect"))
+        return "\n  Plugin files not loaded yet are first loaded in a child process, killed\n"
+               "  after 10 s (CTRAIN_PROBE_TIMEOUT_S overrides): a constructor that crashes,\n"
+               "  exits or hangs is a warning naming the file, not a dead listing.\n";
+    return NULL;
+}
+
 int cmd_help(int argc, char **argv) {
     char text[64];
     for (int i = 0; argc > 1 && i < N_COMMANDS; i++)
         if (command_is(commands[i].name, argv[1])) {
-            printf("usage: ctrain %s %s\n  %s\n",
-                   command_text(commands[i].name, text, sizeof text), commands[i].usage,
-                   commands[i].summary);
+            const char *more = help_details(commands[i].name);
+            fprintf(cmdout(), "usage: ctrain %s %s\n  %s\n%s",
+                    command_text(commands[i].name, text, sizeof text), commands[i].usage,
+                    commands[i].summary, more ? more : "");
             return 0;
         }
-    printf("ctrain %s — a language-model trainer built from plugins (ABI %d.%d)\n\n"
-           "usage: ctrain COMMAND [ARGS]\n\n", CTRAIN_VERSION, CT_ABI_MAJOR, CT_ABI_MINOR);
+    fprintf(cmdout(), "ctrain %s — a language-model trainer built from plugins (ABI %d.%d)\n\n"
+            "usage: ctrain COMMAND [ARGS]\n\n", CTRAIN_VERSION, CT_ABI_MAJOR, CT_ABI_MINOR);
     for (int i = 0; i < N_COMMANDS; i++) {
         char head[160];
         snprintf(head, sizeof head, "%s %s", command_text(commands[i].name, text, sizeof text),
                  commands[i].usage);
-        if (strlen(head) > 46) printf("  %s\n  %-46s %s\n", head, "", commands[i].summary);
-        else printf("  %-46s %s\n", head, commands[i].summary);
+        if (strlen(head) > 46)
+            fprintf(cmdout(), "  %s\n  %-46s %s\n", head, "", commands[i].summary);
+        else fprintf(cmdout(), "  %-46s %s\n", head, commands[i].summary);
     }
-    printf("\n  %-46s %s\n\n", "--version", "print the version");
-    printf("Plugins are searched in <dir of ctrain>/plugins, <dir of ctrain>/../lib/ctrain/"
-           "plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated); a name NAME "
-           "of kind KIND is\nthe file KIND_NAME.so of the first folder that has one.\n");
+    fprintf(cmdout(), "\n  %-46s %s\n\n", "--version", "print the version");
+    fprintf(cmdout(), "Plugins are searched in <dir of ctrain>/plugins, <dir of ctrain>/../lib/"
+            "ctrain/plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated); a name NAME "
+            "of kind KIND is\nthe file KIND_NAME.so of the first folder that has one.\n");
     return 0;
 }
 
@@ -322,7 +355,8 @@ int main(int argc, char **argv) {
     }
     const char *name = argv[1];
     if (!strcmp(name, "--version") || !strcmp(name, "version")) {
-        printf("ctrain %s (plugin ABI %d.%d)\n", CTRAIN_VERSION, CT_ABI_MAJOR, CT_ABI_MINOR);
+        fprintf(cmdout(), "ctrain %s (plugin ABI %d.%d)\n", CTRAIN_VERSION, CT_ABI_MAJOR,
+                CT_ABI_MINOR);
         return 0;
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
@@ -331,6 +365,18 @@ int main(int argc, char **argv) {
     static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", "what-if", NULL};
     for (int i = 0; blas_users[i]; i++)
         if (!strcmp(name, blas_users[i])) blas_core_choose(argv);
+    /* the commands that load plugins: what a plugin prints goes to stderr, never into the
+     * command's output (cmdout.h); an exit() or a crash inside a plugin call is named
+     * (calls.h, supervise.h) */
+    static const char *const plugin_users[] = {"plugins", "inspect", "validate", "train",
+                                               "sample", "check-plugin", "export", "what-if",
+                                               "logits", NULL};
+    for (int i = 0; plugin_users[i]; i++)
+        if (!strcmp(name, plugin_users[i])) {
+            cmdout_separate();
+            calls_start();
+            supervise_report_fatal_signals();
+        }
     for (int i = 0; i < N_COMMANDS; i++)
         if (command_is(commands[i].name, name)) return commands[i].fn(argc - 1, argv + 1);
     const char *names[64];

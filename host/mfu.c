@@ -84,7 +84,7 @@ int32_t mfu_open(host_rank *r, mfu_state *m, FILE *out, ct_error *err) {
     int32_t dev_rc = CT_ERR_UNSUPPORTED;
     const ct_device_vtable *dv = r->dev.vt;
     if (dv && dv->peak_flops)
-        dev_rc = dv->peak_flops(r->dev.self, r->policy.param_dtype, &dev, &dev_err);
+        dev_rc = RANK_DEV(r, peak_flops, r->policy.param_dtype, &dev, &dev_err);
     terminate(&dev);
     dev_err.message[sizeof dev_err.message - 1] = 0;
     if (dev_rc == CT_OK && !(isfinite(dev.flops) && dev.flops > 0)) dev_rc = CT_ERR_UNSUPPORTED;

@@ -82,27 +82,25 @@ double optim_lr(const host_optim_config *oc, int64_t step) {
 
 int32_t optim_allreduce_f64(host_rank *r, double *x, uint64_t n, int32_t op, ct_error *err) {
     if (r->world == 1) return CT_OK;
-    const ct_comm_vtable *cv = r->comm_ref.vt;
     /* collectives take device memory: stage through a device buffer */
-    double *buf = r->dev.vt->alloc(r->dev.self, n * sizeof(double), err);
+    double *buf = RANK_DEV(r, alloc, n * sizeof(double), err);
     if (!buf) return err->code;
-    int32_t rc = r->dev.vt->copy(r->dev.self, buf, x, n * sizeof(double), CT_COPY_H2D, err);
-    if (rc == CT_OK) rc = cv->all_reduce(r->comm_ref.self, buf, buf, n, CT_DTYPE_F64, op, NULL, err);
-    if (rc == CT_OK) rc = r->dev.vt->copy(r->dev.self, x, buf, n * sizeof(double), CT_COPY_D2H, err);
-    r->dev.vt->free_mem(r->dev.self, buf);
+    int32_t rc = RANK_DEV(r, copy, buf, x, n * sizeof(double), CT_COPY_H2D, err);
+    if (rc == CT_OK) rc = RANK_COMM(r, all_reduce, buf, buf, n, CT_DTYPE_F64, op, NULL, err);
+    if (rc == CT_OK) rc = RANK_DEV(r, copy, x, buf, n * sizeof(double), CT_COPY_D2H, err);
+    RANK_DEV_VOID(r, free_mem, buf);
     return rc;
 }
 
 /* Sum of squares over the shards: [0] of sharded units (to be summed over ranks), [1] of
  * replicated ones (identical on every rank: counted once). */
 int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
     double sums[2] = {0, 0};
     for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
-        int32_t rc = st->shard(r->strategy.self, u, &sh, err);
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
         double s = 0;
-        if (rc == CT_OK) rc = r->dev.vt->sumsq(r->dev.self, sh.grad, CT_DTYPE_F32, sh.numel, &s, err);
+        if (rc == CT_OK) rc = RANK_DEV(r, sumsq, sh.grad, CT_DTYPE_F32, sh.numel, &s, err);
         if (rc != CT_OK) return rc;
         sums[sh.replicated ? 1 : 0] += s;
     }
@@ -114,18 +112,16 @@ int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err) {
 int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
     static const char *const part_name[3] = {"master weights", "AdamW first moment m",
                                              "AdamW second moment v"};
-    const ct_strategy_vtable *st = r->strategy.vt;
-    const ct_device_vtable *dv = r->dev.vt;
     /* sumsq is NaN or Inf exactly when an element is (|x| <= FLT_MAX: x^2 fits a double) */
     double first = INFINITY; /* 3 * unit + part of this rank's first non-finite shard */
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < r->mdesc.n_units && isinf(first) && rc == CT_OK; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
-        if ((rc = st->shard(r->strategy.self, u, &sh, err)) != CT_OK) break;
+        if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
         const float *parts[3] = {sh.master, r->units[u].m, r->units[u].v};
         for (int k = 0; k < 3 && rc == CT_OK; k++) {
             double s = 0;
-            rc = dv->sumsq(r->dev.self, parts[k], CT_DTYPE_F32, sh.numel, &s, err);
+            rc = RANK_DEV(r, sumsq, parts[k], CT_DTYPE_F32, sh.numel, &s, err);
             if (rc == CT_OK && !isfinite(s)) {
                 first = 3.0 * u + k;
                 break;
@@ -140,7 +136,7 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
     uint32_t u = (uint32_t)(first / 3);
     int k = (int)(first - 3.0 * u);
     ct_shard sh = {.struct_size = sizeof sh};
-    if ((rc = st->shard(r->strategy.self, u, &sh, err)) != CT_OK) return rc;
+    if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) return rc;
     const float *part = k == 0 ? sh.master : k == 1 ? r->units[u].m : r->units[u].v;
     const ct_unit_spec *us = &r->mdesc.units[u];
     double which = INFINITY;
@@ -151,7 +147,7 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
         uint64_t b = hi < sh.offset + sh.numel ? hi : sh.offset + sh.numel;
         double s = 0;
         if (b <= a) continue;
-        if ((rc = dv->sumsq(r->dev.self, part + (a - sh.offset), CT_DTYPE_F32, b - a, &s, err)))
+        if ((rc = RANK_DEV(r, sumsq, part + (a - sh.offset), CT_DTYPE_F32, b - a, &s, err)))
             return rc;
         if (!isfinite(s)) which = 2.0 * t + (isnan(s) ? 1 : 0);
     }
@@ -172,10 +168,9 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
 }
 
 int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t u = (uint32_t)r->mdesc.head_unit;
     ct_shard sh = {.struct_size = sizeof sh};
-    int32_t rc = st->shard(r->strategy.self, u, &sh, err);
+    int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
     if (rc != CT_OK) return rc;
     const ct_tensor_spec *t = init_tensor(&r->mdesc, u, (uint32_t)r->mdesc.head_tensor);
     uint64_t lo = init_tensor_offset(&r->mdesc, u, (uint32_t)r->mdesc.head_tensor);
@@ -184,8 +179,8 @@ int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
     uint64_t a = lo > sh.offset ? lo : sh.offset, b = hi < sh.offset + sh.numel ? hi : sh.offset + sh.numel;
     double s[2] = {0, 0};
     if (b > a) {
-        rc = r->dev.vt->sumsq(r->dev.self, sh.master + (a - sh.offset), CT_DTYPE_F32, b - a,
-                              &s[sh.replicated ? 1 : 0], err);
+        rc = RANK_DEV(r, sumsq, sh.master + (a - sh.offset), CT_DTYPE_F32, b - a,
+                      &s[sh.replicated ? 1 : 0], err);
         if (rc != CT_OK) return rc;
     }
     rc = optim_allreduce_f64(r, s, 1, CT_REDUCE_SUM, err);
@@ -195,7 +190,6 @@ int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
 
 int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
                    double grad_norm, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
     float clip = 1.0f;
     if (oc->grad_clip > 0 && grad_norm > oc->grad_clip) clip = (float)(oc->grad_clip / grad_norm);
     ct_adamw_args args = {
@@ -210,11 +204,11 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
     };
     for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
-        int32_t rc = st->shard(r->strategy.self, u, &sh, err);
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
         if (rc == CT_OK)
-            rc = r->dev.vt->adamw(r->dev.self, sh.master, sh.grad, r->units[u].m, r->units[u].v,
-                                  r->units[u].decay_mask, sh.numel, &args, err);
+            rc = RANK_DEV(r, adamw, sh.master, sh.grad, r->units[u].m, r->units[u].v,
+                          r->units[u].decay_mask, sh.numel, &args, err);
         if (rc != CT_OK) return rc;
     }
-    return st->step_done(r->strategy.self, err);
+    return RANK_STRATEGY(r, step_done, err);
 }

@@ -19,20 +19,19 @@ int32_t param_norms_grad(host_rank *r, host_metric_table *out, ct_error *err) {
                             "this model", n, HOST_METRICS_MAX);
     double *sums = calloc(2 * (size_t)n + 1, sizeof *sums); /* sharded, then replicated */
     if (!sums) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    const ct_strategy_vtable *st = r->strategy.vt;
     int32_t rc = CT_OK;
     uint32_t i = 0;
     for (uint32_t u = 0; rc == CT_OK && u < d->n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
-        if ((rc = st->shard(r->strategy.self, u, &sh, err)) != CT_OK) break;
+        if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
         for (uint32_t k = 0; rc == CT_OK && k < d->units[u].n_tensors; k++, i++) {
             uint64_t t0 = init_tensor_offset(d, u, k), t1 = t0 + ct_tensor_numel(init_tensor(d, u, k));
             uint64_t a = t0 > sh.offset ? t0 : sh.offset;
             uint64_t b = t1 < sh.offset + sh.numel ? t1 : sh.offset + sh.numel;
             double s = 0;
             if (a < b)
-                rc = r->dev.vt->sumsq(r->dev.self, sh.grad + (a - sh.offset), CT_DTYPE_F32,
-                                      b - a, &s, err);
+                rc = RANK_DEV(r, sumsq, sh.grad + (a - sh.offset), CT_DTYPE_F32,
+                              b - a, &s, err);
             sums[(sh.replicated ? n : 0) + i] = s;
         }
     }

@@ -4,7 +4,8 @@
  * PREEMPT_EXIT_STOPPED); a second one ends the process at once with 128 + its number (the
  * shell's convention: 143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1). Checkpoints are
  * written to a temporary folder and renamed (checkpoint.c), so dying mid-save leaves the
- * newest complete checkpoint as it was.
+ * newest complete checkpoint as it was. When the step does not end, the watchdog (watchdog.h)
+ * ends the process after a grace period, naming where each rank is.
  * Not for: crash signals (fatal.c, supervise.c) or the agreement between ranks (train.c).
  */
 #ifndef CTRAIN_HOST_PREEMPT_H
@@ -23,6 +24,11 @@ int preempt_install(void);
 
 /* The signal number of the first stop request, 0 while none came. Any thread. */
 int preempt_requested(void);
+
+/* Block the calling thread until the first stop request has come (the handler posts a
+ * semaphore, which is async-signal-safe); returns its signal number. For the watchdog
+ * (watchdog.h). */
+int preempt_wait(void);
 
 /* "SIGTERM", "SIGINT", "SIGUSR1", or "signal N". */
 const char *preempt_signal_name(int sig);

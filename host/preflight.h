@@ -18,6 +18,7 @@
  *     destroyed; the comm plugin is not created (mpi would start MPI): create()s get a comm
  *     reference that knows rank 0 and the world size and refuses every call;
  *   - [data] seq_len <= the model's seq_len;
+ *   - the strategy's setup() accepts the precision policy (on units of one element);
  *   - [data] train (and val when set) open, and every token is < the model's vocab_size.
  * Parameters, optimizer state and step buffers are never allocated. Under a launcher (mpi)
  * the world is 1 here: checks that need the launcher's world run when the ranks start.

@@ -24,10 +24,10 @@
 static int32_t fetch_f32(host_rank *r, const void *src, int32_t dtype, uint64_t n, float *out,
                          ct_error *err) {
     if (dtype == CT_DTYPE_F32)
-        return r->dev.vt->copy(r->dev.self, out, src, n * sizeof(float), CT_COPY_D2H, err);
+        return RANK_DEV(r, copy, out, src, n * sizeof(float), CT_COPY_D2H, err);
     uint16_t *tmp = malloc(n * sizeof *tmp);
     if (!tmp) return ct_error_set(err, CT_ERR_NOMEM, "probe: out of memory");
-    int32_t rc = r->dev.vt->copy(r->dev.self, tmp, src, n * sizeof *tmp, CT_COPY_D2H, err);
+    int32_t rc = RANK_DEV(r, copy, tmp, src, n * sizeof *tmp, CT_COPY_D2H, err);
     for (uint64_t i = 0; rc == CT_OK && i < n; i++) out[i] = ct_bf16_to_f32(tmp[i]);
     free(tmp);
     return rc;
@@ -40,7 +40,7 @@ static int32_t reduce_both(host_rank *r, const float *x, uint64_t n, double *p, 
     int32_t f = ct_skit_predivide_factor(N);
     double post = ct_skit_postdivide_factor(N);
     size_t es = ct_dtype_size(dt);
-    void *host = malloc(n * es), *dev = r->dev.vt->alloc(r->dev.self, n * es, err);
+    void *host = malloc(n * es), *dev = RANK_DEV(r, alloc, n * es, err);
     int32_t rc = CT_OK;
     if (!host || !dev) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "probe: out of memory for %llu values",
@@ -54,9 +54,9 @@ static int32_t reduce_both(host_rank *r, const float *x, uint64_t n, double *p, 
         e[i] = x[i];
     }
     ct_skit_reducer red = {r->comm_ref, r->dev, r->precision.vt, r->precision.self};
-    rc = r->dev.vt->copy(r->dev.self, dev, host, n * es, CT_COPY_H2D, err);
+    rc = RANK_DEV(r, copy, dev, host, n * es, CT_COPY_H2D, err);
     if (rc == CT_OK && N > 1) rc = ct_skit_all_reduce_sum(&red, dev, dev, n, dt, NULL, err);
-    if (rc == CT_OK) rc = r->dev.vt->copy(r->dev.self, host, dev, n * es, CT_COPY_D2H, err);
+    if (rc == CT_OK) rc = RANK_DEV(r, copy, host, dev, n * es, CT_COPY_D2H, err);
     if (rc == CT_OK) rc = optim_allreduce_f64(r, e, n, CT_REDUCE_SUM, err);
     for (uint64_t i = 0; rc == CT_OK && i < n; i++) {
         double y = dt == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
@@ -65,7 +65,7 @@ static int32_t reduce_both(host_rank *r, const float *x, uint64_t n, double *p, 
     }
 out_free:
     free(host);
-    r->dev.vt->free_mem(r->dev.self, dev);
+    RANK_DEV_VOID(r, free_mem, dev);
     return rc;
 }
 
@@ -91,7 +91,6 @@ static void report_errors(host_rank *r, const char *unit, const double *p, const
 
 /* The head: the whole (V, C) weight gradient, and the logit push through hbar. */
 static int32_t probe_head(host_rank *r, const float *grad, ct_error *err) {
-    const ct_model_vtable *mv = r->model.vt;
     uint32_t u = (uint32_t)r->mdesc.head_unit, k = (uint32_t)r->mdesc.head_tensor;
     const ct_tensor_spec *t = init_tensor(&r->mdesc, u, k);
     uint64_t off = init_tensor_offset(&r->mdesc, u, k), n = ct_tensor_numel(t);
@@ -102,7 +101,7 @@ static int32_t probe_head(host_rank *r, const float *grad, ct_error *err) {
     int32_t rc = CT_OK;
     if (!p || !e || !hbar || !h) rc = ct_error_set(err, CT_ERR_NOMEM, "probe: out of memory");
     if (rc == CT_OK) rc = reduce_both(r, grad + off, n, p, e, err);
-    if (rc == CT_OK) rc = mv->mean_hidden(r->model.self, h, err);
+    if (rc == CT_OK) rc = RANK_MODEL(r, mean_hidden, h, err);
     for (int64_t c = 0; rc == CT_OK && c < C; c++) hbar[c] = h[c] / r->world;
     if (rc == CT_OK) rc = optim_allreduce_f64(r, hbar, (uint64_t)C, CT_REDUCE_SUM, err);
     if (rc == CT_OK) {
@@ -123,11 +122,10 @@ static int32_t probe_head(host_rank *r, const float *grad, ct_error *err) {
 }
 
 int32_t probe_unit(host_rank *r, uint32_t u, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
     int64_t sample = 4096;
     config_get_int(r->cfg, "run", "probe_sample", &sample, NULL);
     void *g = NULL;
-    int32_t rc = st->grad_buffer(r->strategy.self, u, &g, err);
+    int32_t rc = RANK_STRATEGY(r, grad_buffer, u, &g, err);
     if (rc != CT_OK) return rc;
     uint64_t n = r->units[u].numel;
     float *x = malloc(n * sizeof *x);

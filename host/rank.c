@@ -41,16 +41,16 @@ static int32_t make_instance(host_rank *r, host_instance *inst, const host_plugi
     contract_lifecycle life = contract_lifecycle_of(p->desc.kind, p->vtable);
     err->code = CT_OK;
     err->message[0] = '\0';
-    inst->self = life.create(&a, err);
-    if (!inst->self)
-        return contract_name_silent_error(err->code != CT_OK ? err->code : CT_ERR_INTERNAL, err,
-                                          p, "create");
+    inst->self = CALLS(p, "create", life.create(&a, err));
+    if (!inst->self) return contract_name_failed_create(err, p);
     return CT_OK;
 }
 
 static void drop_instance(host_instance *inst) {
     if (inst->self && inst->plugin)
-        contract_lifecycle_of(inst->plugin->desc.kind, inst->plugin->vtable).destroy(inst->self);
+        CALLS_VOID(inst->plugin, "destroy",
+                   contract_lifecycle_of(inst->plugin->desc.kind, inst->plugin->vtable)
+                       .destroy(inst->self));
     inst->self = NULL;
 }
 
@@ -67,13 +67,12 @@ int32_t rank_unit_last_stage(const host_rank *r, uint32_t u) {
 }
 
 static void *dev_alloc(host_rank *r, uint64_t bytes, ct_error *err) {
-    return r->dev.vt->alloc(r->dev.self, bytes, err);
+    return RANK_DEV(r, alloc, bytes, err);
 }
 
 /* Initialise every unit from the seed and hand it to the strategy; allocate AdamW state and
  * decay masks for this rank's shard of each unit. */
 static int32_t setup_parameters(host_rank *r, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t nu = r->mdesc.n_units;
     uint64_t *numel = calloc(nu, sizeof *numel);
     r->units = calloc(nu, sizeof *r->units);
@@ -92,7 +91,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         .precision = pv,
         .precision_self = r->precision.self,
     };
-    int32_t rc = st->setup(r->strategy.self, &su, err);
+    int32_t rc = RANK_STRATEGY(r, setup, &su, err);
     free(numel);
     if (rc != CT_OK) return rc;
 
@@ -117,35 +116,30 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
         init_decay_mask(&r->mdesc, u, (int32_t)decay_all, mask);
-        if (rc == CT_OK) rc = st->load_unit(r->strategy.self, u, full, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
-        if (rc == CT_OK) rc = st->shard(r->strategy.self, u, &sh, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, shard, u, &sh, err);
         if (rc == CT_OK) {
             host_unit_state *us = &r->units[u];
             us->m = dev_alloc(r, sh.numel * sizeof(float), err);
             us->v = dev_alloc(r, sh.numel * sizeof(float), err);
             us->decay_mask = dev_alloc(r, sh.numel, err);
-            if (!us->m || !us->v || !us->decay_mask) {
-                double mb = (double)sh.numel * (2 * sizeof(float) + 1) / 1e6;
-                rc = ct_error_set(err, CT_ERR_NOMEM, "rank %d: out of memory for the optimizer "
+            /* the shard may reach into the end padding: mask 0 there */
+            uint8_t *shard_mask = calloc(sh.numel ? sh.numel : 1, 1);
+            if (!us->m || !us->v || !us->decay_mask || !shard_mask) {
+                double mb = (double)sh.numel * (2 * sizeof(float) + 2) / 1e6;
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for the optimizer "
                                   "state of unit %u (%s): AdamW's m and v and the decay mask, "
                                   "%llu elements = %.1f MB ---> use [strategy] plugin = "
                                   "full_shard (it shards the state over the ranks), a smaller "
-                                  "model, or a machine with more memory", (int)r->rank, u,
+                                  "model, or a machine with more memory", u,
                                   r->mdesc.units[u].name, (unsigned long long)sh.numel, mb);
+            } else {
+                for (uint64_t i = 0; i < sh.numel; i++)
+                    if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
+                rc = RANK_DEV(r, copy, us->decay_mask, shard_mask, sh.numel, CT_COPY_H2D, err);
             }
-            else {
-                /* the shard may reach into the end padding: mask 0 there */
-                uint8_t *shard_mask = calloc(sh.numel, 1);
-                if (!shard_mask) rc = CT_ERR_NOMEM;
-                else {
-                    for (uint64_t i = 0; i < sh.numel; i++)
-                        if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
-                    rc = r->dev.vt->copy(r->dev.self, us->decay_mask, shard_mask, sh.numel,
-                                         CT_COPY_H2D, err);
-                    free(shard_mask);
-                }
-            }
+            free(shard_mask);
         }
         free(full);
         free(mask);
@@ -288,24 +282,23 @@ static int32_t open_instances(host_rank *r, const host_wiring *w, void *comm_wor
         const ct_comm_vtable *cv = r->comm.vt;
         r->comm_ref.vt = cv;
         r->comm_ref.self = r->comm.self;
-        r->comm_ref.rank = cv->rank ? cv->rank(r->comm.self) : r->rank;
-        r->comm_ref.world_size = cv->world_size ? cv->world_size(r->comm.self) : r->world;
+        r->comm_ref.rank = cv->rank ? CALLS(w->comm, "rank", cv->rank(r->comm.self)) : r->rank;
+        r->comm_ref.world_size =
+            cv->world_size ? CALLS(w->comm, "world_size", cv->world_size(r->comm.self)) : r->world;
         r->rank = r->comm_ref.rank;
         r->world = r->comm_ref.world_size;
         r->device.host.rank = r->comm.host.rank = r->rank;
     }
 
     TRY(make_instance(r, &r->precision, w->precision, "precision", NULL, err));
-    const ct_precision_vtable *pv = r->precision.vt;
     r->policy.struct_size = sizeof r->policy;
-    TRY(contract_name_silent_error(pv->policy(r->precision.self, &r->policy, err), err,
+    TRY(contract_name_silent_error(RANK_PRECISION(r, policy, &r->policy, err), err,
                                    w->precision, "policy"));
 
     TRY(make_instance(r, &r->strategy, w->strategy, "strategy", NULL, err));
     TRY(make_instance(r, &r->model, w->model, "model", NULL, err));
-    const ct_model_vtable *mv = r->model.vt;
     r->mdesc.struct_size = sizeof r->mdesc;
-    TRY(contract_name_silent_error(mv->describe(r->model.self, &r->mdesc, err), err, w->model,
+    TRY(contract_name_silent_error(RANK_MODEL(r, describe, &r->mdesc, err), err, w->model,
                                    "describe"));
     if (r->mdesc.tensor_struct_size == 0) r->mdesc.tensor_struct_size = sizeof(ct_tensor_spec);
 
@@ -349,9 +342,8 @@ int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, in
 
     TRY(open_instances(r, w, comm_world, 1, err));
     TRY(step_shape(r, err));
-    const ct_model_vtable *mv = r->model.vt;
-    TRY(contract_name_silent_error(mv->prepare(r->model.self, r->B, r->T,
-                                               r->policy.param_dtype, err),
+    TRY(contract_name_silent_error(RANK_MODEL(r, prepare, r->B, r->T,
+                                              r->policy.param_dtype, err),
                                    err, w->model, "prepare"));
     TRY(setup_parameters(r, err));
     choose_chunks(r);
@@ -362,7 +354,7 @@ int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, in
 out_close:
     /* tell the other ranks, so they stop instead of waiting for this one in a collective */
     if (r->comm.self && r->comm_ref.vt && r->comm_ref.vt->abort)
-        r->comm_ref.vt->abort(r->comm_ref.self, err->message);
+        RANK_COMM_VOID(r, abort, err->message);
     rank_close(r);
     return rc;
 }
@@ -379,14 +371,36 @@ int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring 
         /* one sequence of the model's whole context, one micro-batch */
         r->B = 1, r->T = r->mdesc.max_seq_len, r->grad_accum = 1;
         r->V = r->mdesc.vocab_size, r->N = r->T;
-        const ct_model_vtable *mv = r->model.vt;
-        rc = contract_name_silent_error(mv->prepare(r->model.self, r->B, r->T,
-                                                    r->policy.param_dtype, err),
+        rc = contract_name_silent_error(RANK_MODEL(r, prepare, r->B, r->T,
+                                                   r->policy.param_dtype, err),
                                         err, w->model, "prepare");
     }
     if (rc == CT_OK) rc = setup_parameters(r, err);
     if (rc == CT_OK) rc = alloc_buffers(r, err);
     if (rc != CT_OK) rank_close(r);
+    return rc;
+}
+
+/* The strategy's setup() with the run's precision policy and hooks on units of one element
+ * each, as rank_open's setup_parameters calls it: what a strategy refuses about the policy
+ * (ddp: a policy whose hooks hand back f32 sums) is refused before any rank starts, without
+ * buffers the size of the model. The instance is destroyed with the others. */
+static int32_t dry_setup(host_rank *r, ct_error *err) {
+    uint32_t nu = r->mdesc.n_units;
+    uint64_t *numel = malloc((nu ? nu : 1) * sizeof *numel);
+    if (!numel) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    for (uint32_t u = 0; u < nu; u++) numel[u] = 1;
+    ct_strategy_setup su = {
+        .struct_size = sizeof su,
+        .n_units = nu,
+        .unit_numel = numel,
+        .policy = &r->policy,
+        .precision = r->precision.vt,
+        .precision_self = r->precision.self,
+    };
+    int32_t rc = contract_name_silent_error(RANK_STRATEGY(r, setup, &su, err), err,
+                                            r->strategy.plugin, "setup");
+    free(numel);
     return rc;
 }
 
@@ -409,6 +423,7 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
         import_close(im);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
+    if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
     if (rc == CT_OK) *failed = "train", rc = open_data(r, err);
     if (rc != CT_OK && r->train_data) *failed = "val";
     if (rc == CT_OK) *failed = NULL;
@@ -426,11 +441,11 @@ void rank_close(host_rank *r) {
         void *bufs[] = {r->tokens, r->targets, r->logits, r->dlogits, r->probs, r->row_max,
                         r->row_lse};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            r->dev.vt->free_mem(r->dev.self, bufs[i]);
+            RANK_DEV_VOID(r, free_mem, bufs[i]);
         for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) {
-            r->dev.vt->free_mem(r->dev.self, r->units[u].m);
-            r->dev.vt->free_mem(r->dev.self, r->units[u].v);
-            r->dev.vt->free_mem(r->dev.self, r->units[u].decay_mask);
+            RANK_DEV_VOID(r, free_mem, r->units[u].m);
+            RANK_DEV_VOID(r, free_mem, r->units[u].v);
+            RANK_DEV_VOID(r, free_mem, r->units[u].decay_mask);
         }
     }
     free(r->units);

@@ -5,6 +5,7 @@
 #ifndef CTRAIN_HOST_RANK_H
 #define CTRAIN_HOST_RANK_H
 
+#include "calls.h"
 #include "config.h"
 #include "data.h"
 #include "hostapi.h"
@@ -75,6 +76,29 @@ typedef struct host_rank {
     int32_t    is_root_unit_shared; /* informational */
 } host_rank;
 
+/* A call into one of rank r's plugins, recorded for fault reports (calls.h): RANK_DEV(r, copy,
+ * dst, src, ...) is r->dev.vt->copy(r->dev.self, dst, src, ...) with the calling thread's
+ * record naming device NAME and "copy" while it runs; the _VOID forms for members that return
+ * nothing. */
+#define RANK_CALL(inst, vtype, member, ...)                                                    \
+    CALLS((inst).plugin, #member, ((const vtype *)(inst).vt)->member((inst).self, __VA_ARGS__))
+#define RANK_CALL_VOID(inst, vtype, member, ...)                                               \
+    CALLS_VOID((inst).plugin, #member,                                                         \
+               ((const vtype *)(inst).vt)->member((inst).self, __VA_ARGS__))
+#define RANK_DEV(r, member, ...) RANK_CALL((r)->device, ct_device_vtable, member, __VA_ARGS__)
+#define RANK_DEV_VOID(r, member, ...)                                                          \
+    RANK_CALL_VOID((r)->device, ct_device_vtable, member, __VA_ARGS__)
+#define RANK_COMM(r, member, ...) RANK_CALL((r)->comm, ct_comm_vtable, member, __VA_ARGS__)
+#define RANK_COMM_VOID(r, member, ...)                                                         \
+    RANK_CALL_VOID((r)->comm, ct_comm_vtable, member, __VA_ARGS__)
+#define RANK_PRECISION(r, member, ...)                                                         \
+    RANK_CALL((r)->precision, ct_precision_vtable, member, __VA_ARGS__)
+#define RANK_STRATEGY(r, member, ...)                                                          \
+    RANK_CALL((r)->strategy, ct_strategy_vtable, member, __VA_ARGS__)
+#define RANK_MODEL(r, member, ...) RANK_CALL((r)->model, ct_model_vtable, member, __VA_ARGS__)
+#define RANK_LOSS(r, i, member, ...)                                                           \
+    RANK_CALL((r)->loss[i], ct_loss_vtable, member, __VA_ARGS__)
+
 /* Create every plugin instance of rank `rank` of `world` from the wiring, set up the strategy
  * with freshly initialised parameters, allocate buffers and open the data. comm_world is the
  * shared world of an in-process engine or NULL. On failure everything made so far is
@@ -97,8 +121,10 @@ int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring 
  * creates device, precision (and its policy), strategy, model (and describe()s it) and loss
  * terms exactly as rank_open does, for rank comm.rank of `world`, with `comm` as every
  * create()'s comm reference (it must hold rank and world_size: no engine is asked); checks
- * [data] seq_len against the model; opens [data] train and val with the model's vocabulary
- * as the token limit; then destroys everything. On failure *failed names the step: "plugins",
+ * [data] seq_len against the model; runs the strategy's setup() with the policy on units of one
+ * element (what it refuses about the policy, it refuses here as in train); opens [data] train
+ * and val with the model's vocabulary as the token limit; then destroys everything. On failure
+ * *failed names the step: "plugins" (a create, describe, policy or setup),
  * "init_from" ([model] init_from checked against the model: import.h),
  * "shape", "train" or "val" (NULL on success) and err holds rank_open's message. */
 int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t world, ct_comm_ref comm,

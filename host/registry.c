@@ -9,6 +9,7 @@
 
 #include "files.h"
 
+#include "calls.h"
 #include "contract.h"
 #include "fatal.h"
 
@@ -22,10 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <poll.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#define PROBE_TIMEOUT_S 30 /* a probe child that has not loaded its file by then is killed */
+/* A probe child that has not loaded its file by then is killed (CTRAIN_PROBE_TIMEOUT_S, seconds,
+ * overrides: tests, slow file systems). */
+#define PROBE_TIMEOUT_S 10.0
 
 typedef struct problem {
     char *path;
@@ -225,9 +230,13 @@ static host_plugin *load_file(const char *path, void **handle_out, ct_error *err
         ct_error_set(err, CT_ERR_INVALID, "plugin %s: %s() returned NULL", path, CT_ENTRY_SYMBOL);
         goto out_close;
     }
-    if (d->struct_size < offsetof(ct_plugin_desc, abi_minor) + sizeof(uint16_t)) {
-        ct_error_set(err, CT_ERR_INVALID, "plugin %s: descriptor struct_size %u is too small "
-                     "---> set .struct_size = sizeof(ct_plugin_desc)", path, d->struct_size);
+    /* the smallest descriptor a plugin may have: ABI 1.0's, which ends with vtable */
+    const size_t min_desc = offsetof(ct_plugin_desc, vtable) + sizeof(const void *);
+    if (d->struct_size < min_desc) {
+        ct_error_set(err, CT_ERR_INVALID, "plugin %s: descriptor too small: struct_size %u, "
+                     "while every ABI 1.x descriptor has at least %zu bytes (up to .vtable) "
+                     "---> build it with CT_DEFINE_PLUGIN, or set .struct_size = "
+                     "sizeof(ct_plugin_desc)", path, d->struct_size, min_desc);
         goto out_close;
     }
     if (d->abi_major != CT_ABI_MAJOR || d->abi_minor > CT_ABI_MINOR) {
@@ -251,6 +260,12 @@ static host_plugin *load_file(const char *path, void **handle_out, ct_error *err
     if (!vsize) {
         ct_error_set(err, CT_ERR_INVALID, "plugin %s: unknown kind %d ---> use a ct_kind value",
                      path, (int)p->desc.kind);
+        goto out_free_plugin;
+    }
+    if (!(p->desc.devices & (CT_DEVICE_CPU | CT_DEVICE_CUDA))) {
+        ct_error_set(err, CT_ERR_INVALID, "plugin %s: it declares no device (.devices = %u) "
+                     "---> set .devices = CT_DEVICE_CPU, CT_DEVICE_CUDA or both, the devices it "
+                     "runs on", path, p->desc.devices);
         goto out_free_plugin;
     }
     if (!valid_name(p->desc.name)) {
@@ -328,9 +343,13 @@ static void on_crash_while_loading(int sig) {
 static host_plugin *load_file_guarded(const char *path, void **handle_out, ct_error *err) {
     struct sigaction old[FATAL_SIGNAL_COUNT];
     snprintf(crash_path, sizeof crash_path, "%s", path);
+    /* the call record (calls.h) names the file should a constructor call exit() */
+    static host_plugin being_loaded = {.path = crash_path};
     fatal_install(on_crash_while_loading, old, 0);
-    host_plugin *p = load_file(path, handle_out, err);
+    host_plugin *p = CALLS(&being_loaded, "dlopen (its constructors) or " CT_ENTRY_SYMBOL "()",
+                           load_file(path, handle_out, err));
     fatal_restore(on_crash_while_loading, old);
+    if (p) calls_rearm(); /* the exit guard before any exit handler the file registered */
     return p;
 }
 
@@ -347,12 +366,28 @@ static void say(char *buf, size_t cap, const char *fmt, ...) {
 /* A probe: `path` being loaded in a forked child that writes "OK" or its error message to a
  * pipe and exits. Many run at once (a listing starts all of them, then collects in order). */
 typedef struct probe {
-    pid_t pid;  /* -1: no child could be started (the caller loads the file guarded instead) */
-    int   fd;   /* read end of the child's pipe */
+    pid_t  pid;      /* -1: no child could be started (the caller loads the file guarded instead) */
+    int    fd;       /* read end of the child's pipe */
+    double deadline; /* monotonic time at which the child is killed */
 } probe;
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The probe's time limit in seconds: CTRAIN_PROBE_TIMEOUT_S when it is a number in (0, 3600],
+ * else PROBE_TIMEOUT_S. */
+static double probe_timeout(void) {
+    const char *v = getenv("CTRAIN_PROBE_TIMEOUT_S");
+    char *end = NULL;
+    double t = v ? strtod(v, &end) : 0;
+    return v && end != v && *end == '\0' && t > 0 && t <= 3600 ? t : PROBE_TIMEOUT_S;
+}
+
 static probe probe_start(const char *path) {
-    probe pr = {.pid = -1, .fd = -1};
+    probe pr = {.pid = -1, .fd = -1, .deadline = now_s() + probe_timeout()};
     int fds[2];
     if (pipe(fds) != 0) return pr;
     fflush(NULL); /* nothing buffered is written twice */
@@ -364,10 +399,11 @@ static probe probe_start(const char *path) {
     }
     if (pid == 0) {
         close(fds[0]);
+        setpgid(0, 0); /* its own group: the parent's kill reaches what a constructor forks */
         /* die by the signal itself, so the parent can name it (a sanitizer's or the parent's
          * handlers would turn a crash into an exit status) */
         for (int i = 0; i < FATAL_SIGNAL_COUNT; i++) signal(fatal_signals[i], SIG_DFL);
-        alarm(PROBE_TIMEOUT_S);
+        alarm((unsigned)probe_timeout() + 5); /* a backstop should the parent die */
         ct_error e = {.struct_size = sizeof e};
         void *h;
         host_plugin *p = load_file(path, &h, &e);
@@ -387,8 +423,19 @@ static probe probe_start(const char *path) {
  * "crashed while loading (SIGSEGV ...)" / "did not finish loading within N s". */
 static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
     size_t got = 0;
+    int timed_out = 0;
     char buf[sizeof ((ct_error *)0)->message];
     for (;;) {
+        double left = pr.deadline - now_s();
+        struct pollfd pfd = {.fd = pr.fd, .events = POLLIN};
+        int ready = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) { /* the time limit: kill the child and what it started */
+            timed_out = 1;
+            kill(-pr.pid, SIGKILL);
+            kill(pr.pid, SIGKILL);
+            break;
+        }
         ssize_t r = read(pr.fd, buf + got, sizeof buf - 1 - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
@@ -399,13 +446,15 @@ static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
     close(pr.fd);
     int status = 0;
     while (waitpid(pr.pid, &status, 0) < 0 && errno == EINTR) {}
+    if (timed_out || (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)) {
+        say(why, cap, "%s: did not finish loading within %g s (its constructor hangs?); the "
+            "probe was killed ---> remove it from the search path", path, probe_timeout());
+        return 0;
+    }
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         const char *name = fatal_signal_abbrev(sig);
-        if (sig == SIGALRM)
-            say(why, cap, "%s: did not finish loading within %d s (its constructor hangs?) "
-                "---> remove it from the search path", path, PROBE_TIMEOUT_S);
-        else if (name)
+        if (name)
             say(why, cap, "%s: crashed while loading (%s in its constructor or descriptor) "
                 "---> remove it from the search path", path, name);
         else
@@ -420,6 +469,14 @@ static int probe_finish(probe pr, const char *path, char *why, size_t cap) {
     else
         say(why, cap, "%s", buf);
     return 0;
+}
+
+int32_t registry_probe_file(const char *path, ct_error *err) {
+    probe pr = probe_start(path);
+    if (pr.pid < 0) return CT_OK; /* no child: the caller's guarded load says what happens */
+    char why[sizeof err->message];
+    if (probe_finish(pr, path, why, sizeof why)) return CT_OK;
+    return ct_error_set(err, CT_ERR_INVALID, "%s", why);
 }
 
 /* ---- the registry -------------------------------------------------------------------- */

@@ -34,7 +34,8 @@ host_registry *registry_open_dirs(const char *const *dirs, ct_error *err);
 
 /* Load every .so of the search folders, for listings (`ctrain plugins`, `ctrain inspect NAME`).
  * Each file not loaded yet is first loaded in a forked child (it dlopens the file and reads the
- * descriptor, killed after 30 s); only files whose probe succeeded are loaded in this process.
+ * descriptor; the parent kills it after 10 s, or CTRAIN_PROBE_TIMEOUT_S seconds); only files
+ * whose probe succeeded are loaded in this process.
  * A file that fails, crashes (a constructor raising SIGSEGV) or hangs in its child is recorded
  * as a problem naming the file and the signal ("x.so: crashed while loading (SIGSEGV in its
  * constructor or descriptor) ---> remove it from the search path"), never an error. The first
@@ -43,6 +44,13 @@ host_registry *registry_open_dirs(const char *const *dirs, ct_error *err);
 int32_t registry_scan(host_registry *reg, ct_error *err);
 
 void registry_close(host_registry *reg);
+
+/* Load `path` in a forked child first, as registry_scan probes a file (the same time limit):
+ * CT_OK when it loads and is a plugin this ctrain accepts (or no child could be started), else
+ * CT_ERR_INVALID with the reason ("FILE: crashed while loading (SIGSEGV ...)", "did not finish
+ * loading within 10 s", the load's own refusal). So a command about to load a file named by the
+ * user (check-plugin) survives a constructor that crashes, exits or hangs. */
+int32_t registry_probe_file(const char *path, ct_error *err);
 
 /* The plugin of `kind` called `name_or_path`, loaded now when needed (in this process, with a
  * backstop: a crash inside dlopen or the entry function writes "ctrain: FILE: crashed while

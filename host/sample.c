@@ -5,6 +5,7 @@
 
 #include "outfile.h"
 
+#include "cmdout.h"
 #include "optim.h"
 #include "json.h"
 #include "runtok.h"
@@ -118,13 +119,12 @@ int32_t sample_pick(const float *logits, int64_t V, const sample_opts *o, double
 /* ---- the decode loop -------------------------------------------------------------------- */
 
 void sample_params_free(host_rank *r, param_copy *pc) {
-    for (uint32_t u = 0; pc->unit && u < pc->n; u++) r->dev.vt->free_mem(r->dev.self, pc->unit[u]);
+    for (uint32_t u = 0; pc->unit && u < pc->n; u++) RANK_DEV_VOID(r, free_mem, pc->unit[u]);
     free(pc->unit);
     pc->unit = NULL;
 }
 
 int32_t sample_params_make(host_rank *r, int active, param_copy *pc, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
     size_t es = ct_dtype_size(r->policy.param_dtype);
     pc->n = r->mdesc.n_units;
     pc->unit = active ? calloc(pc->n, sizeof *pc->unit) : NULL;
@@ -132,18 +132,18 @@ int32_t sample_params_make(host_rank *r, int active, param_copy *pc, ct_error *e
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < pc->n && rc == CT_OK; u++) {
         const void *params = NULL;
-        rc = st->acquire(r->strategy.self, u, CT_PHASE_FORWARD, &params, err);
+        rc = RANK_STRATEGY(r, acquire, u, CT_PHASE_FORWARD, &params, err);
         if (rc != CT_OK) break;
         if (active) {
             uint64_t bytes = r->units[u].numel * es;
-            pc->unit[u] = r->dev.vt->alloc(r->dev.self, bytes ? bytes : es, err);
+            pc->unit[u] = RANK_DEV(r, alloc, bytes ? bytes : es, err);
             if (!pc->unit[u])
                 rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for a copy of unit %u "
                                   "(%llu bytes) to sample from", u, (unsigned long long)bytes);
             else
-                rc = r->dev.vt->copy(r->dev.self, pc->unit[u], params, bytes, CT_COPY_D2D, err);
+                rc = RANK_DEV(r, copy, pc->unit[u], params, bytes, CT_COPY_D2D, err);
         }
-        int32_t rc2 = st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
+        int32_t rc2 = RANK_STRATEGY(r, release, u, CT_PHASE_FORWARD, err);
         if (rc == CT_OK) rc = rc2;
     }
     if (rc != CT_OK) sample_params_free(r, pc);
@@ -152,14 +152,13 @@ int32_t sample_params_make(host_rank *r, int active, param_copy *pc, ct_error *e
 
 int32_t sample_forward_window(host_rank *r, const param_copy *pc, const int32_t *window,
                                  int64_t n, int fit, float *logits, ct_error *err) {
-    const ct_model_vtable *mv = r->model.vt;
     int64_t rows = fit ? n : r->B * r->T; /* fit: the model is prepared for (1, n) */
-    int32_t rc = fit ? mv->prepare(r->model.self, 1, n, r->policy.param_dtype, err) : CT_OK;
+    int32_t rc = fit ? RANK_MODEL(r, prepare, 1, n, r->policy.param_dtype, err) : CT_OK;
     if (rc != CT_OK) return rc;
     memset(r->h_tokens, 0, (size_t)rows * sizeof *r->h_tokens);
     memcpy(r->h_tokens, window, (size_t)n * sizeof *window);
-    rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens, (uint64_t)rows * sizeof(int32_t),
-                         CT_COPY_H2D, err);
+    rc = RANK_DEV(r, copy, r->tokens, r->h_tokens, (uint64_t)rows * sizeof(int32_t),
+                  CT_COPY_H2D, err);
     for (uint32_t s = 0; s < r->mdesc.n_stages && rc == CT_OK; s++) {
         ct_stage_args a = {
             .struct_size = sizeof a,
@@ -171,11 +170,11 @@ int32_t sample_forward_window(host_rank *r, const param_copy *pc, const int32_t 
             .logits = r->logits,
             .dlogits = r->dlogits,
         };
-        rc = mv->forward(r->model.self, &a, err);
+        rc = RANK_MODEL(r, forward, &a, err);
     }
     if (rc == CT_OK)
-        rc = r->dev.vt->copy(r->dev.self, logits, r->logits + (n - 1) * r->V,
-                             (uint64_t)r->V * sizeof(float), CT_COPY_D2H, err);
+        rc = RANK_DEV(r, copy, logits, r->logits + (n - 1) * r->V,
+                      (uint64_t)r->V * sizeof(float), CT_COPY_D2H, err);
     return rc;
 }
 
@@ -195,7 +194,7 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
     int use_cache = !o->no_cache && mv->prepare_decode && mv->decode;
     if (use_cache) {
         ct_error why = {.struct_size = sizeof why};
-        rc = mv->prepare_decode(r->model.self, W, r->policy.param_dtype, &why);
+        rc = RANK_MODEL(r, prepare_decode, W, r->policy.param_dtype, &why);
         if (rc == CT_ERR_UNSUPPORTED) use_cache = 0, rc = CT_OK; /* the plugin says: recompute */
         else if (rc != CT_OK) *err = why;
     }
@@ -222,7 +221,7 @@ int32_t sample_generate(host_rank *r, int active, const int32_t *prompt, int64_t
                 .position = cached,
                 .logits = logits,
             };
-            rc = mv->decode(r->model.self, &a, err);
+            rc = RANK_MODEL(r, decode, &a, err);
             cached = len - start;
         } else {
             rc = sample_forward_window(r, &pc, seq + start, len - start, o->fit_window, logits, err);
@@ -341,10 +340,10 @@ int32_t sample_train_hook(host_rank *r, const char *out_dir, int64_t step, ct_er
     size_t text_len = 0;
     if (rc == CT_OK && active) rc = runtok_decode(tok, c.ids, c.n, &text, &text_len, err);
     if (rc == CT_OK && active) {
-        printf("step %lld | sample: %s", (long long)step, prompt);
-        fwrite(text, 1, text_len, stdout);
-        printf("\n");
-        fflush(stdout);
+        fprintf(cmdout(), "step %lld | sample: %s", (long long)step, prompt);
+        fwrite(text, 1, text_len, cmdout());
+        fprintf(cmdout(), "\n");
+        fflush(cmdout());
         rc = append_sample(out_dir, step, prompt, text, text_len, err);
     }
     free(text);

@@ -5,6 +5,7 @@
  * `--init CONFIG.ini` samples a freshly initialised model instead (benchmarks).
  * Not for: the decode loop and token choice (sample.c) or tokenizers (runtok.c). */
 #include "checkpoint.h"
+#include "cmdout.h"
 #include "commands.h"
 #include "rank.h"
 #include "runtok.h"
@@ -66,7 +67,7 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("%s", SAMPLE_USAGE);
+            fprintf(cmdout(), "%s", SAMPLE_USAGE);
             return -1;
         }
         if (!strcmp(a, "--greedy")) { o->so.greedy = 1; continue; }
@@ -124,20 +125,20 @@ static int32_t print_pending(printer *p, int final, ct_error *err) {
     size_t end = len;
     while (!final && end >= 3 && !memcmp(text + end - 3, "\xef\xbf\xbd", 3)) end -= 3;
     if (end > p->printed) {
-        fwrite(text + p->printed, 1, end - p->printed, stdout);
+        fwrite(text + p->printed, 1, end - p->printed, cmdout());
         p->printed = end;
     }
     free(text);
-    fflush(stdout);
-    return ferror(stdout) ? ct_error_set(err, CT_ERR_IO, "cannot write to stdout") : CT_OK;
+    fflush(cmdout());
+    return ferror(cmdout()) ? ct_error_set(err, CT_ERR_IO, "cannot write to stdout") : CT_OK;
 }
 
 static int32_t emit_token(void *ctx, int32_t tok, ct_error *err) {
     printer *p = ctx;
     if (p->raw_ids) {
-        printf("%s%d", p->got.n++ ? " " : "", (int)tok);
-        fflush(stdout);
-        return ferror(stdout) ? ct_error_set(err, CT_ERR_IO, "cannot write to stdout") : CT_OK;
+        fprintf(cmdout(), "%s%d", p->got.n++ ? " " : "", (int)tok);
+        fflush(cmdout());
+        return ferror(cmdout()) ? ct_error_set(err, CT_ERR_IO, "cannot write to stdout") : CT_OK;
     }
     int32_t rc = sample_ids_push(&p->got, tok, err);
     if (rc != CT_OK) return rc;
@@ -225,8 +226,8 @@ int cmd_sample(int argc, char **argv) {
     sample_stats st;
     rc = sample_generate(&r, 1, prompt, n_prompt, &o.so, emit_token, &pr, &st, &err);
     if (rc == CT_OK && !o.ids) rc = print_pending(&pr, 1, &err);
-    printf("\n");
-    fflush(stdout);
+    fprintf(cmdout(), "\n");
+    fflush(cmdout());
     if (rc != CT_OK) goto out_fail;
     if (o.stats)
         fprintf(stderr, "sample: %lld tokens in %.3f s: %.1f tokens/s (%s)\n",

@@ -10,12 +10,14 @@
 
 /* Load the next micro-batch of `data` into the device's token and target buffers. */
 static int32_t load_batch(host_rank *r, host_loader *data, ct_error *err) {
+    const char *was = calls_host_op("reading the data");
     int32_t rc = loader_next(data, r->h_tokens, r->h_targets, err);
+    calls_host_op(was);
     if (rc != CT_OK) return rc;
     uint64_t bytes = (uint64_t)r->N * sizeof(int32_t);
-    rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens, bytes, CT_COPY_H2D, err);
+    rc = RANK_DEV(r, copy, r->tokens, r->h_tokens, bytes, CT_COPY_H2D, err);
     if (rc == CT_OK)
-        rc = r->dev.vt->copy(r->dev.self, r->targets, r->h_targets, bytes, CT_COPY_H2D, err);
+        rc = RANK_DEV(r, copy, r->targets, r->h_targets, bytes, CT_COPY_H2D, err);
     return rc;
 }
 
@@ -43,19 +45,17 @@ static ct_stage_args stage_args(host_rank *r, int32_t s, int32_t micro) {
  * after its last (the root unit is held from embed to head, as FSDP keeps its root unit; with
  * end short of the head it stays held). */
 static int32_t forward_stages(host_rank *r, int32_t micro, uint32_t end, ct_error *err) {
-    const ct_model_vtable *mv = r->model.vt;
-    const ct_strategy_vtable *st = r->strategy.vt;
     int32_t rc = CT_OK;
     for (uint32_t s = 0; s < end && rc == CT_OK; s++) {
         uint32_t u = (uint32_t)r->mdesc.stages[s].unit;
         if ((int32_t)s == rank_unit_first_stage(r, u))
-            rc = st->acquire(r->strategy.self, u, CT_PHASE_FORWARD, &r->held[u], err);
+            rc = RANK_STRATEGY(r, acquire, u, CT_PHASE_FORWARD, &r->held[u], err);
         if (rc != CT_OK) break;
         ct_stage_args a = stage_args(r, (int32_t)s, micro);
         a.params = r->held[u];
-        rc = mv->forward(r->model.self, &a, err);
+        rc = RANK_MODEL(r, forward, &a, err);
         if ((int32_t)s == rank_unit_last_stage(r, u)) {
-            int32_t rc2 = st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
+            int32_t rc2 = RANK_STRATEGY(r, release, u, CT_PHASE_FORWARD, err);
             if (rc == CT_OK) rc = rc2;
         }
     }
@@ -66,8 +66,8 @@ static int32_t forward_stages(host_rank *r, int32_t micro, uint32_t end, ct_erro
 static int32_t forward(host_rank *r, int32_t micro, ct_logit_stats *ls, ct_error *err) {
     int32_t rc = forward_stages(r, micro, r->mdesc.n_stages, err);
     if (rc != CT_OK) return rc;
-    return r->dev.vt->row_stats(r->dev.self, r->logits, r->N, r->V, r->row_max, r->row_lse, ls,
-                                err);
+    return RANK_DEV(r, row_stats, r->logits, r->N, r->V, r->row_max, r->row_lse, ls,
+                    err);
 }
 
 /* Every loss term on rows [row0, row0 + rows) of the micro-batch, whose logits are r->logits
@@ -96,10 +96,9 @@ static int32_t losses(host_rank *r, int32_t micro, int64_t row0, int64_t rows, i
     };
     double total = 0;
     for (int32_t i = 0; i < r->n_loss; i++) {
-        const ct_loss_vtable *lv = r->loss[i].vt;
         ct_loss_result res = {.struct_size = sizeof res};
-        int32_t rc = whole ? lv->forward_backward(r->loss[i].self, &b, &res, err)
-                           : lv->forward_backward_rows(r->loss[i].self, &b, &res, err);
+        int32_t rc = whole ? RANK_LOSS(r, i, forward_backward, &b, &res, err)
+                           : RANK_LOSS(r, i, forward_backward_rows, &b, &res, err);
         if (rc != CT_OK)
             return contract_name_silent_error(rc, err, r->loss[i].plugin,
                                               whole ? "forward_backward" : "forward_backward_rows");
@@ -122,27 +121,24 @@ static int32_t losses(host_rank *r, int32_t micro, int64_t row0, int64_t rows, i
 /* Unit u's last backward stage is done: release it and hand its gradient to the strategy
  * (which may start the reduction asynchronously); the probe looks at it first. */
 static int32_t unit_done(host_rank *r, uint32_t u, int32_t last, ct_error *err) {
-    const ct_strategy_vtable *st = r->strategy.vt;
-    int32_t rc = st->release(r->strategy.self, u, CT_PHASE_BACKWARD, err);
+    int32_t rc = RANK_STRATEGY(r, release, u, CT_PHASE_BACKWARD, err);
     if (rc == CT_OK && last && r->probe_now) rc = probe_unit(r, u, err);
-    if (rc == CT_OK) rc = st->unit_backward_done(r->strategy.self, u, last, err);
+    if (rc == CT_OK) rc = RANK_STRATEGY(r, unit_backward_done, u, last, err);
     return rc;
 }
 
 /* Backward through stages top, top-1, ..., 0. A unit is gathered at its last forward stage
  * (unless top is below it: the caller gathered it) and finished at its first. */
 static int32_t backward(host_rank *r, int32_t micro, int32_t last, int32_t top, ct_error *err) {
-    const ct_model_vtable *mv = r->model.vt;
-    const ct_strategy_vtable *st = r->strategy.vt;
     for (int32_t s = top; s >= 0; s--) {
         uint32_t u = (uint32_t)r->mdesc.stages[s].unit;
         int32_t rc = CT_OK;
         if (s == rank_unit_last_stage(r, u))
-            rc = st->acquire(r->strategy.self, u, CT_PHASE_BACKWARD, &r->held[u], err);
+            rc = RANK_STRATEGY(r, acquire, u, CT_PHASE_BACKWARD, &r->held[u], err);
         ct_stage_args a = stage_args(r, s, micro);
         a.params = r->held[u];
-        if (rc == CT_OK) rc = st->grad_buffer(r->strategy.self, u, &a.grads, err);
-        if (rc == CT_OK) rc = mv->backward(r->model.self, &a, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, grad_buffer, u, &a.grads, err);
+        if (rc == CT_OK) rc = RANK_MODEL(r, backward, &a, err);
         if (rc == CT_OK && s == rank_unit_first_stage(r, u)) rc = unit_done(r, u, last, err);
         if (rc != CT_OK) return rc;
     }
@@ -160,8 +156,6 @@ static int32_t backward(host_rank *r, int32_t micro, int32_t last, int32_t top, 
  * head's backward) and both the head's forward and backward use it. */
 static int32_t micro_by_ranges(host_rank *r, int32_t micro, int32_t train, int32_t last,
                                double grad_scale, host_step_stats *stats, ct_error *err) {
-    const ct_model_vtable *mv = r->model.vt;
-    const ct_strategy_vtable *st = r->strategy.vt;
     int32_t head = (int32_t)r->mdesc.n_stages - 1;
     uint32_t u = (uint32_t)r->mdesc.stages[head].unit;
     int32_t phase = train ? CT_PHASE_BACKWARD : CT_PHASE_FORWARD;
@@ -169,34 +163,34 @@ static int32_t micro_by_ranges(host_rank *r, int32_t micro, int32_t train, int32
     int32_t rc = forward_stages(r, micro, (uint32_t)head, err);
     /* the head is the unit's last forward stage: its forward hold ends here in training */
     if (rc == CT_OK && held_before && train)
-        rc = st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
+        rc = RANK_STRATEGY(r, release, u, CT_PHASE_FORWARD, err);
     if (rc == CT_OK && (train || !held_before))
-        rc = st->acquire(r->strategy.self, u, phase, &r->held[u], err);
+        rc = RANK_STRATEGY(r, acquire, u, phase, &r->held[u], err);
     if (rc != CT_OK) return rc;
     ct_stage_args a = stage_args(r, head, micro);
     a.params = r->held[u];
-    if (train) rc = st->grad_buffer(r->strategy.self, u, &a.grads, err);
+    if (train) rc = RANK_STRATEGY(r, grad_buffer, u, &a.grads, err);
     int64_t counted = count_targets(r);
     for (int64_t row0 = 0; rc == CT_OK && row0 < r->N; row0 += r->chunk_rows) {
         int64_t rows = r->N - row0 < r->chunk_rows ? r->N - row0 : r->chunk_rows;
         uint64_t bytes = (uint64_t)rows * (uint64_t)r->V * sizeof(float);
         a.row_begin = row0;
         a.row_count = rows;
-        rc = mv->forward(r->model.self, &a, err);
+        rc = RANK_MODEL(r, forward, &a, err);
         if (rc == CT_OK && r->probs) /* exponentials once: the softmax with the statistics */
-            rc = r->dev.vt->row_softmax(r->dev.self, r->logits, rows, r->V, r->row_max + row0,
-                                        r->row_lse + row0, r->probs, &stats->logits, err);
+            rc = RANK_DEV(r, row_softmax, r->logits, rows, r->V, r->row_max + row0,
+                          r->row_lse + row0, r->probs, &stats->logits, err);
         else if (rc == CT_OK)
-            rc = r->dev.vt->row_stats(r->dev.self, r->logits, rows, r->V, r->row_max + row0,
-                                      r->row_lse + row0, &stats->logits, err);
-        if (rc == CT_OK && train) rc = r->dev.vt->zero(r->dev.self, r->dlogits, bytes, err);
+            rc = RANK_DEV(r, row_stats, r->logits, rows, r->V, r->row_max + row0,
+                          r->row_lse + row0, &stats->logits, err);
+        if (rc == CT_OK && train) rc = RANK_DEV(r, zero, r->dlogits, bytes, err);
         if (rc == CT_OK)
             rc = losses(r, micro, row0, rows, counted, train ? r->dlogits : NULL, grad_scale,
                         stats, err);
-        if (rc == CT_OK && train) rc = mv->backward(r->model.self, &a, err);
+        if (rc == CT_OK && train) rc = RANK_MODEL(r, backward, &a, err);
     }
     if (rc != CT_OK) return rc;
-    if (!train) return st->release(r->strategy.self, u, CT_PHASE_FORWARD, err);
+    if (!train) return RANK_STRATEGY(r, release, u, CT_PHASE_FORWARD, err);
     if (!held_before && (rc = unit_done(r, u, last, err)) != CT_OK) return rc;
     return backward(r, micro, last, head - 1, err);
 }
@@ -204,8 +198,7 @@ static int32_t micro_by_ranges(host_rank *r, int32_t micro, int32_t train, int32
 int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
     memset(stats, 0, sizeof *stats);
     stats->logits.struct_size = sizeof stats->logits;
-    const ct_strategy_vtable *st = r->strategy.vt;
-    int32_t rc = st->begin_step(r->strategy.self, err);
+    int32_t rc = RANK_STRATEGY(r, begin_step, err);
     double scale = 1.0 / (double)r->grad_accum;
     for (int32_t m = 0; rc == CT_OK && m < r->grad_accum; m++) {
         int32_t last = m == r->grad_accum - 1;
@@ -215,8 +208,8 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
         } else {
             if (rc == CT_OK) rc = forward(r, m, &stats->logits, err);
             if (rc == CT_OK)
-                rc = r->dev.vt->zero(r->dev.self, r->dlogits,
-                                     (uint64_t)r->N * (uint64_t)r->V * sizeof(float), err);
+                rc = RANK_DEV(r, zero, r->dlogits,
+                              (uint64_t)r->N * (uint64_t)r->V * sizeof(float), err);
             if (rc == CT_OK)
                 rc = losses(r, m, 0, r->N, count_targets(r), r->dlogits, scale, stats, err);
             if (rc == CT_OK) rc = backward(r, m, last, (int32_t)r->mdesc.n_stages - 1, err);
@@ -224,7 +217,7 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
         stats->micro_batches++;
         stats->tokens += r->N;
     }
-    if (rc == CT_OK) rc = st->finish_backward(r->strategy.self, err);
+    if (rc == CT_OK) rc = RANK_STRATEGY(r, finish_backward, err);
     return rc;
 }
 
@@ -253,18 +246,18 @@ int32_t step_logits(host_rank *r, const int32_t *tokens, ct_error *err) {
     ct_logit_stats ls = {.struct_size = sizeof ls};
     if (r->logit_rows < r->N) { /* the logits of every row at once: a whole-batch buffer */
         uint64_t bytes = (uint64_t)r->N * (uint64_t)r->V * sizeof(float);
-        float *full = r->dev.vt->alloc(r->dev.self, bytes, err);
+        float *full = RANK_DEV(r, alloc, bytes, err);
         if (!full)
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory for the whole micro-batch's "
                                 "logits (%llu bytes) ---> lower [data] batch_size or seq_len",
                                 (unsigned long long)bytes);
-        r->dev.vt->free_mem(r->dev.self, r->logits);
+        RANK_DEV_VOID(r, free_mem, r->logits);
         r->logits = full;
         r->logit_rows = r->N;
     }
     memcpy(r->h_tokens, tokens, (size_t)r->N * sizeof *tokens);
-    int32_t rc = r->dev.vt->copy(r->dev.self, r->tokens, r->h_tokens,
-                                 (uint64_t)r->N * sizeof(int32_t), CT_COPY_H2D, err);
+    int32_t rc = RANK_DEV(r, copy, r->tokens, r->h_tokens,
+                          (uint64_t)r->N * sizeof(int32_t), CT_COPY_H2D, err);
     if (rc == CT_OK) rc = forward(r, 0, &ls, err);
     return rc;
 }

@@ -3,6 +3,7 @@
  * Not for: the threads themselves (train.c) or aborting the comm world (the ranks do that). */
 #include "supervise.h"
 
+#include "calls.h"
 #include "contract.h"
 #include "fatal.h"
 
@@ -88,14 +89,11 @@ void supervise_free(supervisor *sv) {
     free(sv);
 }
 
-/* The rank of the calling thread, for the fatal-signal report; -1 outside rank threads. */
-static __thread volatile sig_atomic_t thread_rank = -1;
-
 void supervise_set_rank(supervisor *sv, int32_t slot, int32_t rank) {
     pthread_mutex_lock(&sv->mu);
     sv->slots[slot].rank = rank;
     pthread_mutex_unlock(&sv->mu);
-    thread_rank = rank;
+    calls_set_rank(rank); /* the fatal-signal report names it */
 }
 
 static void print_locked(supervisor *sv, slot *s) {
@@ -187,20 +185,32 @@ int32_t supervise_wait(supervisor *sv, int32_t *still_running) {
  * ------------------------------------------------------------------------------------- */
 
 static void on_fatal_signal(int sig) {
-    char buf[400];
+    char buf[1400];
     size_t n = 0, cap = sizeof buf - 1;
+    const calls_slot *me = calls_self;
+    int32_t rank = me ? me->rank : -1;
     n = fatal_put_str(buf, n, cap, "ctrain: ");
-    if (thread_rank >= 0) {
+    if (rank >= 0) {
         n = fatal_put_str(buf, n, cap, "rank ");
-        n = fatal_put_int(buf, n, cap, (long)thread_rank);
+        n = fatal_put_int(buf, n, cap, (long)rank);
         n = fatal_put_str(buf, n, cap, " ");
     }
     n = fatal_put_str(buf, n, cap, "crashed: signal ");
     n = fatal_put_int(buf, n, cap, sig);
     n = fatal_put_str(buf, n, cap, " (");
     n = fatal_put_str(buf, n, cap, fatal_signal_label(sig));
-    n = fatal_put_str(buf, n, cap, ") ---> a bug in a plugin or in ctrain; nothing of this step was "
-                             "saved: the newest checkpoint is the last good one\n");
+    n = fatal_put_str(buf, n, cap, ")");
+    n = calls_put_crash_context(buf, n, cap);
+    if (me && CALLS_LOAD(me->active) && CALLS_LOAD(me->plugin))
+        n = fatal_put_str(buf, n, cap, " ---> a bug in the plugin named");
+    else if (me)
+        n = fatal_put_str(buf, n, cap, " ---> a bug in ctrain, or memory a plugin damaged "
+                                       "earlier (`ctrain check-plugin` fences a plugin's "
+                                       "buffers and names a stray write)");
+    else
+        n = fatal_put_str(buf, n, cap, " ---> a bug in a plugin named");
+    n = fatal_put_str(buf, n, cap, "; nothing of this step was saved: the newest checkpoint "
+                                   "is the last good one\n");
     ssize_t w = write(STDERR_FILENO, buf, n);
     (void)w;
     /* SA_RESETHAND restored the default action; SA_NODEFER lets this raise through now */

@@ -27,8 +27,8 @@ supervisor *supervise_new(int32_t n_slots, double grace_s, FILE *out);
 /* Only once every slot is done (or the process is about to end). */
 void supervise_free(supervisor *sv);
 
-/* Slot `slot` is rank `rank` (messages name ranks, not slots); also marks the calling thread
- * as that rank for the fatal-signal report. */
+/* Slot `slot` is rank `rank` (messages name ranks, not slots); also sets the rank of the calling
+ * thread's call record (calls.h), which the fatal-signal report names. */
 void supervise_set_rank(supervisor *sv, int32_t slot, int32_t rank);
 
 /* Slot `slot` failed with rc != CT_OK and err; prints it now when it is the first real error
@@ -45,8 +45,11 @@ void supervise_done(supervisor *sv, int32_t slot);
 int32_t supervise_wait(supervisor *sv, int32_t *still_running);
 
 /* Report SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT on stderr with the rank of the thread that
- * received it ("ctrain: rank 1 crashed: signal 11 (Segmentation fault)"), then die by the same
- * signal (exit status 128 + signal). Signals already handled (e.g. by a sanitizer) are left. */
+ * received it and the plugin call it was in (calls.h): "ctrain: rank 1 crashed: signal 11
+ * (Segmentation fault) in loss fault (FILE): forward_backward ---> ..."; a thread ctrain did not
+ * start (a plugin's own) is reported with the plugin calls in progress on ctrain's threads.
+ * Then die by the same signal (exit status 128 + signal). Signals already handled (e.g. by a
+ * sanitizer) are left. Any command that calls plugins installs it (main.c). */
 void supervise_report_fatal_signals(void);
 
 #endif /* CTRAIN_HOST_SUPERVISE_H */

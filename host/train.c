@@ -6,6 +6,7 @@
  * checkpoint at a step every rank agrees on. Not for: the step's arithmetic (step.c, optim.c),
  * file formats (checkpoint.c) or reading the launcher's variables (launcher.c). */
 #include "checkpoint.h"
+#include "cmdout.h"
 #include "commands.h"
 #include "launcher.h"
 #include "mfu.h"
@@ -18,6 +19,7 @@
 #include "sample.h"
 #include "step.h"
 #include "supervise.h"
+#include "watchdog.h"
 #include "wiring.h"
 
 #include <errno.h>
@@ -164,10 +166,10 @@ static int32_t report_memory(host_rank *r, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     if (!st->memory) return CT_OK;
     uint64_t params = 0, grads = 0, gathered = 0, optim = 0;
-    int32_t rc = st->memory(r->strategy.self, &params, &grads, &gathered, err);
+    int32_t rc = RANK_STRATEGY(r, memory, &params, &grads, &gathered, err);
     for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
-        rc = st->shard(r->strategy.self, u, &sh, err);
+        rc = RANK_STRATEGY(r, shard, u, &sh, err);
         optim += 2 * sizeof(float) * sh.numel;
     }
     if (rc != CT_OK) return rc;
@@ -207,9 +209,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     int64_t start = 0;
     int32_t resumed = sh->resume || sh->resume_from;
     if (resumed) {
+        calls_host_op("resuming from a checkpoint");
         rc = checkpoint_resume(r, sh->out_dir, sh->resume_from, &start, err);
+        calls_host_op(NULL);
         if (rc != CT_OK) return rc;
-        if (r->rank == 0) printf("resumed from step %lld\n", (long long)start);
+        if (r->rank == 0) fprintf(cmdout(), "resumed from step %lld\n", (long long)start);
     }
 
     /* rank 0 writes OUT/metrics.jsonl; after a resume it keeps the rows up to the checkpoint's
@@ -218,9 +222,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     if (r->rank == 0) {
         int32_t tensorboard = 0;
         config_get_bool(cfg, "run", "tensorboard", &tensorboard, NULL);
+        calls_host_op("opening metrics.jsonl");
         rc = metrics_file_open(&mfile, sh->out_dir, resumed ? start : -1, err);
         if (rc == CT_OK && tensorboard)
             rc = metrics_file_tensorboard(&mfile, sh->out_dir, resumed ? start : -1, err);
+        calls_host_op(NULL);
         if (rc != CT_OK) {
             ct_error scratch = {.struct_size = sizeof scratch};
             metrics_file_close(&mfile, &scratch);
@@ -231,11 +237,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
 
     /* FLOPs per token and the peak (the cpu device measures ~0.05 s): before the clock starts */
     mfu_state mfu;
-    if ((rc = mfu_open(r, &mfu, mf ? stdout : NULL, err)) != CT_OK) goto out_close_metrics;
+    if ((rc = mfu_open(r, &mfu, mf ? cmdout() : NULL, err)) != CT_OK) goto out_close_metrics;
     if (mf) {
         char line[512];
         step_describe_logits(r, line, sizeof line);
-        printf("%s\n", line);
+        fprintf(cmdout(), "%s\n", line);
     }
 
     interval iv;
@@ -253,7 +259,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     if (ckpt_start && !resumed && rc == CT_OK) {
         rc = checkpoint_save(r, sh->out_dir, 0, (int32_t)keep, err);
         if (rc == CT_OK && r->rank == 0)
-            printf("checkpoint: %s/checkpoints/step_%08d\n", sh->out_dir, 0);
+            fprintf(cmdout(), "checkpoint: %s/checkpoints/step_%08d\n", sh->out_dir, 0);
     }
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         host_step_stats st;
@@ -301,11 +307,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
                 mfu_format(&mfu, tps, mfu_text, sizeof mfu_text);
                 double per_step = (now_s() - t_run) / (double)steps_done_here;
                 format_eta(per_step * (double)(oc.steps - step), eta, sizeof eta);
-                printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | logit norm %.2f "
-                       "| %.0f tok/s | %s | ETA %s\n",
-                       (long long)step, (long long)oc.steps, metrics_value(&out, "loss"), lr,
-                       gnorm, metrics_value(&out, "logit_norm_mean"), tps, mfu_text, eta);
-                fflush(stdout);
+                fprintf(cmdout(), "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | "
+                        "logit norm %.2f | %.0f tok/s | %s | ETA %s\n",
+                        (long long)step, (long long)oc.steps, metrics_value(&out, "loss"), lr,
+                        gnorm, metrics_value(&out, "logit_norm_mean"), tps, mfu_text, eta);
+                fflush(cmdout());
             }
             memset(&iv, 0, sizeof iv);
             iv.t_start = now_s();
@@ -326,8 +332,8 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             metrics_sort(&out);
             if (mf) {
                 if ((rc = metrics_file_write(mf, &out, step, err)) != CT_OK) break;
-                printf("step %lld/%lld | val loss %.4f\n", (long long)step, (long long)oc.steps,
-                       metrics_value(&out, "val/loss"));
+                fprintf(cmdout(), "step %lld/%lld | val loss %.4f\n", (long long)step,
+                        (long long)oc.steps, metrics_value(&out, "val/loss"));
             }
         }
         /* Every rank ends the step with the same verdict: stop (a signal reached some rank;
@@ -339,20 +345,24 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
                             r->rank == 0 && ckpt_minutes > 0 &&
                                     now_s() - t_saved >= 60.0 * ckpt_minutes ? 1.0 : 0.0};
         if ((rc = optim_allreduce_f64(r, agreed, 2, CT_REDUCE_MAX, err)) != CT_OK) break;
+        if (agreed[0] > 0) calls_mark_stop_seen(); /* the watchdog's grace period is over */
         int32_t stop = agreed[0] > 0 && step < oc.steps;
         if ((ckpt_every > 0 && step % ckpt_every == 0) || step == last || stop || agreed[1] > 0) {
+            calls_host_op("saving a checkpoint");
             rc = checkpoint_save(r, sh->out_dir, step, (int32_t)keep, err);
+            calls_host_op(NULL);
             if (rc == CT_OK && r->rank == 0)
-                printf("checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir, (long long)step);
+                fprintf(cmdout(), "checkpoint: %s/checkpoints/step_%08lld\n", sh->out_dir,
+                        (long long)step);
             t_saved = now_s();
         }
         if (rc == CT_OK && stop) {
             /* rank 0 says so before any process exits: under mpirun the first process to exit
              * with status 3 ends the others, so they wait here until rank 0 has printed */
             if (r->rank == 0) {
-                printf("stopped by %s after checkpointing step %lld ---> continue with "
-                       "--resume\n", preempt_signal_name((int)agreed[0]), (long long)step);
-                fflush(stdout);
+                fprintf(cmdout(), "stopped by %s after checkpointing step %lld ---> continue with "
+                        "--resume\n", preempt_signal_name((int)agreed[0]), (long long)step);
+                fflush(cmdout());
             }
             double done = 0;
             rc = optim_allreduce_f64(r, &done, 1, CT_REDUCE_MAX, err);
@@ -378,6 +388,7 @@ static void *rank_thread(void *arg) {
     run_shared *sh = job->shared;
     host_rank r;
     ct_error err = {.struct_size = sizeof err};
+    calls_bind(job->slot + 1, job->rank); /* what this thread calls, for fault reports */
     supervise_set_rank(sh->sv, job->slot, job->rank);
     int32_t rc = rank_open(&r, sh->cfg, sh->wiring, job->rank, sh->world, sh->comm_world, &err);
     /* the comm's rank (mpi: this process's rank in the job); rank_close keeps it */
@@ -391,10 +402,11 @@ static void *rank_thread(void *arg) {
              * cannot come first */
             supervise_failed(sh->sv, job->slot, rc, &err);
             if (rc != CT_ERR_COMM && r.comm_ref.vt && r.comm_ref.vt->abort)
-                r.comm_ref.vt->abort(r.comm_ref.self, err.message);
+                RANK_COMM_VOID(&r, abort, err.message);
         }
         rank_close(&r);
     }
+    calls_unbind();
     supervise_done(sh->sv, job->slot);
     return NULL;
 }
@@ -424,6 +436,7 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
         fprintf(stderr, "ctrain: out of memory starting %d ranks\n", n_threads);
         return 1;
     }
+    calls_expect_ranks(n_threads);
     for (int32_t i = 0; i < n_threads; i++) {
         jobs[i].shared = sh;
         jobs[i].slot = i;
@@ -431,7 +444,8 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
     }
     int32_t started = 0;
     if (n_threads == 1) {
-        rank_thread(&jobs[0]);
+        rank_thread(&jobs[0]); /* on this thread: its call record is the rank's meanwhile */
+        calls_bind(0, -1);
         started = 1;
     } else {
         for (; started < n_threads; started++)
@@ -451,7 +465,7 @@ static int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) 
     int32_t still_running = 0;
     int32_t status = supervise_wait(sh->sv, &still_running);
     if (still_running > 0) {
-        fflush(stdout);
+        fflush(cmdout());
         _exit(1);
     }
     for (int32_t i = 0; n_threads > 1 && i < started; i++) pthread_join(th[i], NULL);
@@ -520,9 +534,11 @@ int cmd_train(int argc, char **argv) {
     config_get_int(cfg, "comm", "world_size", &world, NULL);
     const ct_comm_vtable *cv = w.comm->vtable;
     status = 1;
-    supervise_report_fatal_signals();
-    /* SIGTERM / SIGINT / SIGUSR1 from here on: checkpoint at the end of the step, then exit */
-    if (preempt_install() != 0) {
+    /* SIGTERM / SIGINT / SIGUSR1 from here on: checkpoint at the end of the step, then exit;
+     * a step that does not end within [run] stop_grace_s is reported (watchdog.h) */
+    double grace_s = 30;
+    config_get_float(cfg, "run", "stop_grace_s", &grace_s, NULL);
+    if (preempt_install() != 0 || watchdog_start(grace_s) != 0) {
         fprintf(stderr, "ctrain train: cannot install the stop-signal handlers: %s\n",
                 strerror(errno));
         goto out_session;
@@ -534,7 +550,10 @@ int cmd_train(int argc, char **argv) {
     /* --resume before the first checkpoint starts fresh, so a requeue script can always pass
      * it; a folder that holds checkpoints, none of them valid, stays an error (rank_open) */
     int n_saved = 0;
-    if (resume && checkpoint_count(out_dir, &n_saved, &err) != CT_OK) {
+    calls_host_op("looking for checkpoints to resume from");
+    int counted = !resume || checkpoint_count(out_dir, &n_saved, &err) == CT_OK;
+    calls_host_op(NULL);
+    if (!counted) {
         fprintf(stderr, "ctrain train: --resume: %s\n", err.message);
         goto out_session;
     }
@@ -546,10 +565,13 @@ int cmd_train(int argc, char **argv) {
     }
     /* the process that writes the folder's config.ini holds its lock for the whole run (the
      * in-process ranks share it; the other processes of an mpirun job take none) */
-    if (mkdir_p(out_dir, &err) != CT_OK ||
-        (first_process && runlock_take(&lock, out_dir, &err) != CT_OK) ||
-        (first_process && checkpoint_write_config(cfg, out_dir, &err) != CT_OK) ||
-        (first_process && record_tokenizer(cfg, out_dir, &err) != CT_OK)) {
+    calls_host_op("preparing [run] out_dir (lock, config.ini, tokenizer)");
+    int prepared = mkdir_p(out_dir, &err) == CT_OK &&
+                   (!first_process || runlock_take(&lock, out_dir, &err) == CT_OK) &&
+                   (!first_process || checkpoint_write_config(cfg, out_dir, &err) == CT_OK) &&
+                   (!first_process || record_tokenizer(cfg, out_dir, &err) == CT_OK);
+    calls_host_op(NULL);
+    if (!prepared) {
         fprintf(stderr, "ctrain train: %s\n", err.message);
         goto out_session;
     }
@@ -567,7 +589,7 @@ int cmd_train(int argc, char **argv) {
                             .section = "comm",
                             .rank = 0,
                             .world_size = (int32_t)world};
-        sh.comm_world = cv->world_create((int32_t)world, &a, &err);
+        sh.comm_world = CALLS(w.comm, "world_create", cv->world_create((int32_t)world, &a, &err));
         if (!sh.comm_world) {
             char who[96]; /* the engine's message may already start with "comm NAME" */
             snprintf(who, sizeof who, "comm %s", w.comm->desc.name);
@@ -577,7 +599,7 @@ int cmd_train(int argc, char **argv) {
             goto out_session;
         }
         status = run_ranks(&sh, 0, (int32_t)world);
-        cv->world_destroy(sh.comm_world);
+        CALLS_VOID(w.comm, "world_destroy", cv->world_destroy(sh.comm_world));
     } else {
         /* world_size > 1 without an in-process engine was refused by preflight_check; the
          * comm plugin learns its world itself and train_rank checks it against the launcher's */
@@ -586,7 +608,7 @@ int cmd_train(int argc, char **argv) {
     }
     /* train_rank printed "stopped by SIG after checkpointing step N" */
     if (status == 0 && sh.stopped_at > 0) status = PREEMPT_EXIT_STOPPED;
-    if (status == 0 && first_process) printf("metrics: %s/metrics.jsonl\n", out_dir);
+    if (status == 0 && first_process) fprintf(cmdout(), "metrics: %s/metrics.jsonl\n", out_dir);
 out_session:
     runlock_release(&lock);
     registry_close(reg);

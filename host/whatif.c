@@ -12,6 +12,7 @@
  * element and replay), i.e. about (2 + 4 * algos * policies) * WHATIF_PART bytes however large
  * N is, plus 3 doubles per vocabulary row and replay for --per-row. */
 #include "checkpoint.h"
+#include "cmdout.h"
 #include "commands.h"
 #include "init.h"
 #include "rank.h"
@@ -108,7 +109,7 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("%s", WHATIF_USAGE);
+            fprintf(cmdout(), "%s", WHATIF_USAGE);
             return -1;
         }
         if (a[0] != '-') {
@@ -235,8 +236,8 @@ static int32_t open_run(whatif_run *wr, const whatif_opts *o, ct_error *err) {
     wr->w = malloc(n * sizeof *wr->w);
     if (!tmp || !wr->w) rc = ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory");
     if (rc == CT_OK)
-        rc = wr->r.dev.vt->copy(wr->r.dev.self, tmp, (const char *)wr->pc.unit[hu] + off * es,
-                                n * es, CT_COPY_D2H, err);
+        rc = RANK_DEV(&wr->r, copy, tmp, (const char *)wr->pc.unit[hu] + off * es,
+                      n * es, CT_COPY_D2H, err);
     for (uint64_t i = 0; rc == CT_OK && i < n; i++)
         wr->w[i] = es == 2 ? ct_bf16_to_f32(((uint16_t *)tmp)[i]) : ((float *)tmp)[i];
     free(tmp);
@@ -271,7 +272,7 @@ static int32_t hidden_states(whatif_run *wr, const int32_t *tokens, float *h, ct
         float *hs = h + s * T * C;
         if (mv->hidden_rows) {
             rc = sample_forward_window(r, &wr->pc, tokens + s * T, T, 1, logits, err);
-            if (rc == CT_OK) rc = mv->hidden_rows(r->model.self, 0, T, hs, err);
+            if (rc == CT_OK) rc = RANK_MODEL(r, hidden_rows, 0, T, hs, err);
             for (int64_t i = 0; rc == CT_OK && wr->bf16 && i < T * C; i++)
                 hs[i] = ct_round_bf16(hs[i]);
             continue;
@@ -279,7 +280,7 @@ static int32_t hidden_states(whatif_run *wr, const int32_t *tokens, float *h, ct
         for (int64_t c = 0; c < C; c++) prev[c] = 0;
         for (int64_t t = 1; rc == CT_OK && t <= T; t++) {
             rc = sample_forward_window(r, &wr->pc, tokens + s * T, t, 1, logits, err);
-            if (rc == CT_OK) rc = mv->mean_hidden(r->model.self, m, err);
+            if (rc == CT_OK) rc = RANK_MODEL(r, mean_hidden, m, err);
             for (int64_t c = 0; rc == CT_OK && c < C; c++) {
                 double sum = (double)m[c] * (double)t;
                 float v = (float)(sum - prev[c]);
@@ -428,15 +429,15 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
 
 static void print_table(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
                         int64_t n_tok) {
-    printf("%6s %-7s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy", "tokens/rank",
-           "rel_err", "bias", "logit_push", "predicted");
+    fprintf(cmdout(), "%6s %-7s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy", "tokens/rank",
+            "rel_err", "bias", "logit_push", "predicted");
     double K = (double)o->batches;
     for (int32_t i = 0; i < n_cells; i++) {
         const whatif_cell *cl = &cells[i];
-        printf("%6d %-7s %-13s %11.4g %12.4g %12.4g %12.4g %12.4g\n", (int)cl->N,
-               whatif_algo_name(cl->algo), whatif_policy_name(cl->policy),
-               (double)n_tok / cl->N, cl->rel_err / K, cl->bias / K, cl->push / K,
-               cl->pred / K);
+        fprintf(cmdout(), "%6d %-7s %-13s %11.4g %12.4g %12.4g %12.4g %12.4g\n", (int)cl->N,
+                whatif_algo_name(cl->algo), whatif_policy_name(cl->policy),
+                (double)n_tok / cl->N, cl->rel_err / K, cl->bias / K, cl->push / K,
+                cl->pred / K);
     }
 }
 
@@ -503,15 +504,15 @@ int cmd_what_if(int argc, char **argv) {
                  (long long)(wr.step + o.batches));
     else
         snprintf(steps, sizeof steps, "step %lld", (long long)wr.step + 1);
-    printf("what-if: %s (step %lld, saved at N = %d); replaying the head gradient of %s\n",
-           wr.dir, (long long)wr.step, (int)wr.world, steps);
-    printf("what-if: global batch %lld sequences x %lld tokens = %lld tokens%s; head %lld x %lld "
-           "(V x C); %s compute, bf16 local gradients; shares: contiguous runs of tokens, split "
-           "by sequences where N divides %lld, else by tokens\n", (long long)wr.S,
-           (long long)wr.T, (long long)n_tok, o.global_batch ? " (--global-batch)" : "",
-           (long long)V, (long long)C, wr.bf16 ? "bf16" : "f32", (long long)wr.S);
-    printf("what-if: the head's input rows %s\n",
-           ((const ct_model_vtable *)wr.r.model.vt)->hidden_rows
+    fprintf(cmdout(), "what-if: %s (step %lld, saved at N = %d); replaying the head gradient of %s\n",
+            wr.dir, (long long)wr.step, (int)wr.world, steps);
+    fprintf(cmdout(), "what-if: global batch %lld sequences x %lld tokens = %lld tokens%s; head %lld x %lld "
+            "(V x C); %s compute, bf16 local gradients; shares: contiguous runs of tokens, split "
+            "by sequences where N divides %lld, else by tokens\n", (long long)wr.S,
+            (long long)wr.T, (long long)n_tok, o.global_batch ? " (--global-batch)" : "",
+            (long long)V, (long long)C, wr.bf16 ? "bf16" : "f32", (long long)wr.S);
+    fprintf(cmdout(), "what-if: the head's input rows %s\n",
+            ((const ct_model_vtable *)wr.r.model.vt)->hidden_rows
                ? "from the model's hidden_rows (one forward per sequence)"
                : "from mean_hidden of every prefix (the model has no hidden_rows, ABI 1.4: T "
                  "forwards per sequence)");
@@ -546,9 +547,9 @@ int cmd_what_if(int argc, char **argv) {
             cl->pred += whatif_model_push(&mi);
         }
     }
-    printf("what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, mean over the "
-           "batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
-           (long long)o.channels, (long long)o.gpus_per_node);
+    fprintf(cmdout(), "what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, mean over the "
+            "batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
+            (long long)o.channels, (long long)o.gpus_per_node);
     if (o.per_row) {
         if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
             goto out_fail;

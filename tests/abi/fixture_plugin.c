@@ -14,6 +14,9 @@
  * FX_REAL_TERM (a real term instead of the constant 1: loss logitreg's value and gradient with
  * mask_ignored = true, coef * mean over counted rows of ||z||^2 / V, written for whole
  * micro-batches only: it compiles against the frozen v1.2 header, which has no row ranges).
+ * Runtime-contract defects (tests/cli/test_plugin_faults.sh): FX_DEVICES=n (the descriptor's
+ * .devices, default CT_DEVICE_CPU; 0 declares no device), FX_DESC_SIZE=n (the descriptor's
+ * struct_size, e.g. 8), FX_CREATE_NULL (create() returns NULL and sets no error).
  * Not for: real training (without FX_REAL_TERM its forward_backward adds a constant 1).
  */
 #include <ctrain/ctrain.h>
@@ -84,6 +87,9 @@ static int32_t fx_forward_backward(void *p, const ct_loss_batch *b, ct_loss_resu
 static void *fx_create(const ct_create_args *a, ct_error *err) {
     (void)a;
     (void)err;
+#ifdef FX_CREATE_NULL
+    return NULL; /* and no code, no message: the host must say the plugin set no error */
+#endif
     return calloc(1, 8);
 }
 static void fx_destroy(void *self) { free(self); }
@@ -210,8 +216,15 @@ static int32_t fx_validate(const ct_create_args *a, ct_error *err) {
 }
 #endif
 
+#ifndef FX_DEVICES
+#define FX_DEVICES CT_DEVICE_CPU
+#endif
+#ifndef FX_DESC_SIZE
+#define FX_DESC_SIZE sizeof(ct_plugin_desc)
+#endif
+
 static const ct_plugin_desc fx_desc = {
-    .struct_size = sizeof(ct_plugin_desc),
+    .struct_size = FX_DESC_SIZE,
     .abi_major = FX_MAJOR,
     .abi_minor = FX_MINOR,
     .kind = FX_KIND,
@@ -220,7 +233,7 @@ static const ct_plugin_desc fx_desc = {
     .summary = "ABI test fixture",
     .params = (const ct_param_spec *)fx_params,
     .param_struct_size = sizeof(fx_spec),
-    .devices = CT_DEVICE_CPU,
+    .devices = FX_DEVICES,
     .vtable = (FX_KIND) == CT_KIND_LOSS ? (const void *)&fx_loss_vtable
                                         : (const void *)&fx_stub_vtable,
 #ifdef FX_VALIDATE

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_install.sh — `make install` from an already-built build folder (no rebuild), the
 # installed ctrain finding its plugins relative to itself, the out-of-tree example plugin built
-# with nothing but `pkg-config ctrain-sdk`, found via CTRAIN_PLUGIN_PATH and via the SDK's
-# plugindir, and a DESTDIR staged install.
+# with nothing but `pkg-config ctrain-sdk` (the header's example, line for line), found via
+# CTRAIN_PLUGIN_PATH and via the SDK's plugindir, its minimal INI training, the frozen headers
+# of the older minors usable, check-abi.sh and the guides installed (the guide naming no
+# source-tree file as installed), and a DESTDIR staged install.
 set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
@@ -70,8 +72,10 @@ abi=$(sed -n 's/^#define CT_ABI_MAJOR \([0-9]*\)$/\1/p' sdk/include/ctrain/ctrai
       's/^#define CT_ABI_MINOR \([0-9]*\)$/\1/p' sdk/include/ctrain/ctrain.h)
 [ "$(pkg-config --modversion ctrain-sdk)" = "$abi" ] && ct_pass pc_version_is_the_abi \
     || ct_fail pc_version_is_the_abi "pc says $(pkg-config --modversion ctrain-sdk), headers $abi"
-for f in share/doc/ctrain/plugin-guide.md share/ctrain/examples/loss_mse_logit/Makefile \
-         share/ctrain/examples/loss_mse_logit/mse_logit.c include/ctrain/companion.h; do
+for f in share/doc/ctrain/plugin-guide.md share/doc/ctrain/user-guide.md \
+         share/doc/ctrain/architecture.md share/ctrain/examples/loss_mse_logit/Makefile \
+         share/ctrain/examples/loss_mse_logit/mse_logit.c \
+         share/ctrain/examples/loss_mse_logit/run.ini include/ctrain/companion.h; do
     [ -f "$prefix/$f" ] && ct_pass "installed_$f" || ct_fail "installed_$f" "missing $prefix/$f"
 done
 # the example as installed, copied somewhere else, builds with nothing but pkg-config
@@ -97,6 +101,57 @@ ct_expect_success example_inspect_shows_key "coef                 float   1e-4" 
 ct_expect_success example_in_config "[loss.mse_logit]" env CTRAIN_PLUGIN_PATH="$CT_TMP/ex" \
     "$prefix/bin/ctrain" validate tests/bad-input/ok_minimal.ini --set "data.train=$okdata" \
     --set loss.plugins=ce,mse_logit
+
+# the installed example is the header's example, line for line (below its opening comment)
+python3 - "$prefix/include/ctrain/ctrain.h" "$prefix/share/ctrain/examples/loss_mse_logit/mse_logit.c" <<'PY' \
+    && ct_pass example_is_the_headers_example || ct_fail example_is_the_headers_example "they differ"
+import sys
+h = open(sys.argv[1]).read().split("\n")
+a = next(i for i, l in enumerate(h) if l.startswith(" *   #include <ctrain/ctrain.h>"))
+b = next(i for i, l in enumerate(h) if i > a and l.startswith(" *") and "CT_DEFINE_PLUGIN" in l)
+while not h[b].rstrip().endswith(")"): b += 1
+code = [l[5:] if l.startswith(" *   ") else l[3:] if l.startswith(" * ") else "" for l in h[a:b + 1]]
+ex = open(sys.argv[2]).read().split("\n")
+start = next(i for i, l in enumerate(ex) if l.startswith("#include"))
+body = [l for l in ex[start:]]
+while body and body[-1] == "": body.pop()
+if body != code:
+    for i, (x, y) in enumerate(zip(body, code)):
+        if x != y: print(f"line {i}: example {x!r} header {y!r}"); break
+    else: print(f"lengths {len(body)} vs {len(code)}")
+    sys.exit(1)
+PY
+
+# the minimal INI shipped with the example trains with the installed ctrain and the example
+(cd "$CT_TMP/ex" && "$prefix/bin/ctrain" prepare /usr/share/common-licenses/GPL-3 --out data \
+    --tokenizer bytes > prepare.log 2>&1 && "$prefix/bin/ctrain" train run.ini --set run.steps=3 \
+    > train.log 2>&1)
+if [ $? -eq 0 ] && grep -q '"loss/mse_logit"' "$CT_TMP/ex/runs/mse_logit_example/metrics.jsonl"; then
+    ct_pass example_run_ini_trains
+else
+    ct_fail example_run_ini_trains "$(tail -3 "$CT_TMP/ex/train.log" 2>/dev/null)"
+fi
+
+# the frozen headers of the older minors: a plugin built against 1.2's loads and is checked
+for v in v1.0 v1.1 v1.2 v1.3 v1.4; do
+    [ -f "$(pkg-config --variable=abidir ctrain-sdk)/$v/ctrain/ctrain.h" ] && ct_pass "installed_abi_$v" \
+        || ct_fail "installed_abi_$v" "missing under $(pkg-config --variable=abidir ctrain-sdk)"
+done
+FX_INCLUDE="$(pkg-config --variable=abidir ctrain-sdk)/v1.2" ct_fixture "$CT_TMP/loss_fx12.so" -DFX_NAME=fx12 \
+    && ct_expect_success "a plugin built against the installed 1.2 header loads" "ABI:      1.2" \
+        "$prefix/bin/ctrain" inspect "$CT_TMP/loss_fx12.so" \
+    || ct_fail "build against the installed 1.2 header" "cc failed"
+
+# check-abi.sh and the wrong plugins come with the SDK; the guide names no file of the source
+# tree as if it were installed
+sdk=$(pkg-config --variable=sdkdir ctrain-sdk)
+"$sdk/check-abi.sh" "$CT_TMP/ex/loss_mse_logit.so" > /dev/null && ct_pass installed_check_abi \
+    || ct_fail installed_check_abi "$sdk/check-abi.sh failed"
+[ -f "$(pkg-config --variable=exampledir ctrain-sdk)/check-plugin/strategy_no_divide.c" ] \
+    && ct_pass installed_wrong_plugins || ct_fail installed_wrong_plugins "missing"
+stray=$(grep -nE '(^|[ `(])(scripts|docs|tests|examples|sdk/include)/' "$prefix/share/doc/ctrain/plugin-guide.md" \
+        | grep -v "source tree" | head -3)
+[ -z "$stray" ] && ct_pass guide_names_installed_paths || ct_fail guide_names_installed_paths "$stray"
 
 # make install of the example puts it where the installed ctrain looks by itself
 ct_run make --no-print-directory -C "$CT_TMP/ex" install

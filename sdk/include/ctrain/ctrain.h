@@ -76,10 +76,20 @@
  *     means "not provided". A major bump renames the entry symbol (ctrain_plugin_v2).
  *   - Errors: every fallible call returns a ct_status (CT_OK == 0) and fills the caller-owned
  *     ct_error. A plugin never calls exit() or abort() and never frees memory it did not
- *     allocate; nothing is freed across the boundary.
+ *     allocate; nothing is freed across the boundary. The host contains what a plugin does
+ *     anyway and names it: an exit() during a call ends ctrain with status 5 naming the plugin
+ *     and the call, a crash names them before the process dies of the signal, a call that does
+ *     not return is named when the run is stopped (docs: plugin-guide.md, "Faults").
+ *   - Output: stdout belongs to the host (while plugins run, fd 1 points at stderr); log
+ *     through ct_host_api.log. The host logs each loss term's value itself (loss/NAME).
  *   - Threading: create and destroy are called on one thread; one instance is used by one rank
  *     thread only. Several ranks may live in one process (the threads engine), each with its
- *     own instance of every plugin, so a plugin keeps no mutable global state.
+ *     own instance of every plugin, so a plugin keeps no mutable global state. A plugin may
+ *     start threads (and OpenMP regions); it joins them in destroy. A rank's instances are
+ *     destroyed in the reverse order of creation (loss terms, model, strategy, precision, comm,
+ *     device), so the device and comm references are valid in every other kind's destroy.
+ *     There is no host call that loads or returns another plugin: wrapping one is not
+ *     supported.
  *   - Linking: build with -fvisibility=hidden and -Wl,-z,defs; export only the entry symbol.
  *     Host services reach a plugin only through ct_host_api, never as undefined symbols.
  *     CT_DEFINE_PLUGIN writes the entry symbol and the descriptor's fixed fields.

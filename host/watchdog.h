@@ -1,0 +1,31 @@
+/* watchdog.h — after the first stop signal (preempt.h), a thread that gives the ranks of this
+ * process a grace period to reach the end of their step. When one has not (it hangs in a
+ * plugin call, or ctrain itself is blocked, say in an open() that does not return), it prints
+ * where each rank is — which plugin and call, or which operation of ctrain's own (calls.h) —
+ * and ends the process with WATCHDOG_EXIT_STUCK, without a checkpoint.
+ * Not for: the stop itself when the step does end (train.c checkpoints and exits 3) or a rank
+ * that fails (supervise.h).
+ */
+#ifndef CTRAIN_HOST_WATCHDOG_H
+#define CTRAIN_HOST_WATCHDOG_H
+
+#include <stddef.h>
+
+/* `ctrain train`'s exit status when the ranks did not reach the end of their step within the
+ * grace period after a stop signal. */
+#define WATCHDOG_EXIT_STUCK 4
+
+/* Start the watchdog thread (detached; it waits for the first stop request, so preempt_install
+ * must have run): after the request, once every rank slot the process expects (calls.h:
+ * calls_expect_ranks) has reached the end of a step or finished, it does nothing more; when
+ * grace_s passes first, it prints the report and calls _exit(WATCHDOG_EXIT_STUCK). 0, or -1
+ * when the thread cannot be started. */
+int watchdog_start(double grace_s);
+
+/* The report, as the watchdog prints it (one line per thread that is busy), into buf; `sig`
+ * the stop signal, `waited_s` how long ago it came. Returns the length (at most cap - 1). For
+ * tests and for the watchdog itself; reads the call records without locks. */
+size_t watchdog_report(char *buf, size_t cap, int sig, double waited_s,
+                       const unsigned long long *seq_at_signal);
+
+#endif /* CTRAIN_HOST_WATCHDOG_H */
