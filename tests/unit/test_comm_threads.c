@@ -1,7 +1,7 @@
 /* test_comm_threads.c — the threads comm engine (plugins/comm/threads) run with real rank
  * threads: bf16/f32 sums in every order (ring, ring with channels over a node layout, NCCL's
- * double binary tree, the hierarchical ring, the heap tree) equal a sequential emulation
- * written here bit for bit, error against an fp64 sum grows with the world size, copies are
+ * double binary tree, the hierarchical ring, the heap tree), cut by the even split, equal a
+ * sequential emulation written here bit for bit, error against an fp64 sum grows with the world size, copies are
  * exact, abort / timeout / mismatched calls end every rank's call with an error naming the
  * failed rank.
  * Not for: the mpi engine (tests/cli/test_mpi.sh).
@@ -43,10 +43,17 @@ struct rank_job {
     double     seconds; /* how long fn ran */
 };
 
-/* Opens a world of n ranks configured by the [comm] text `ini`; 0 on failure (test failed). */
+/* Opens a world of n ranks configured by the [comm] text `ini`; 0 on failure (test failed).
+ * The emulations of this file cut a collective as earlier versions did (split = even: equal
+ * contiguous parts and chunks, one loop), so `split = even` is added to an ini that does not
+ * name a split; NCCL's own split (the default) is checked in test_nccl_split.c. */
 static int world_open(world_run *w, int32_t n, const char *ini) {
     memset(w, 0, sizeof *w);
     w->n = n;
+    char even[512];
+    if (!strstr(ini, "split") && !strncmp(ini, "[comm]\n", 7) &&
+        snprintf(even, sizeof even, "[comm]\nsplit = even\n%s", ini + 7) < (int)sizeof even)
+        ini = even;
     w->h = harness_new(ini);
     if (!w->h) return 0;
     ct_error err = {.struct_size = sizeof err};
