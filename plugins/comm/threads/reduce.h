@@ -43,20 +43,18 @@ static inline int reduce_supported(int32_t dtype, int32_t op) {
     return dtype_ok && op_ok;
 }
 
-/* ncclAvg's premultiplier for world_size ranks, as a value of dtype: bf16(float(1/N)) (NCCL
- * rounds 1/N to the element type), float(1/N), 1/N in double. */
+/* ncclAvg's premultiplier for world_size ranks as a value of dtype (numerics.h's for bf16 and
+ * f32; 1/N in double for f64). */
 static inline double reduce_avg_scalar(int32_t dtype, int32_t world_size) {
-    double s = 1.0 / (double)world_size;
-    if (dtype == CT_DTYPE_BF16) return ct_round_bf16((float)s);
-    if (dtype == CT_DTYPE_F32) return (float)s;
-    return s;
+    if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32)
+        return ct_avg_scalar(world_size, dtype == CT_DTYPE_BF16);
+    return 1.0 / (double)world_size;
 }
 
-/* One contribution x premultiplied as ncclAvg does before the sum (PreMulSum): x * s rounded
- * to dtype (bf16: __hmul, the f32 product of two bf16 values rounded once). */
+/* One contribution x premultiplied as ncclAvg does before the sum (PreMulSum), in dtype. */
 CT_HD double reduce_premul(double x, double s, int32_t dtype) {
-    if (dtype == CT_DTYPE_BF16) return ct_round_bf16((float)x * (float)s);
-    if (dtype == CT_DTYPE_F32) return (double)((float)x * (float)s);
+    if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32)
+        return ct_avg_premul((float)x, (float)s, dtype == CT_DTYPE_BF16);
     return x * s;
 }
 

@@ -583,8 +583,10 @@ typedef enum ct_reduce_op {
     /* Since ABI 1.6: the mean over ranks as NCCL's ncclAvg computes it for floating dtypes
      * (f32, bf16, f64): every rank's contribution is first multiplied by 1/world_size rounded
      * to the dtype (bf16(1/3) = 0.333984375) with the product rounded to the dtype, then summed
-     * like SUM; nothing is divided afterwards. An engine that cannot do it (an older build, an
-     * integer dtype) returns CT_ERR_UNSUPPORTED on every rank. */
+     * like SUM; nothing is divided afterwards. An engine that cannot do it (an older build)
+     * returns CT_ERR_UNSUPPORTED on every rank; over integer dtypes an engine refuses it too
+     * (threads, mpi, local) or divides the sum (nccl: NCCL's SumPostDiv). A call with req
+     * non-NULL may complete before it returns (mpi does: it premultiplies a copy). */
     CT_REDUCE_AVG = 3,
 } ct_reduce_op;
 
