@@ -370,7 +370,9 @@ void order_plan_make(order_plan *p, const order_config *cfg, int32_t world_size,
     uint64_t tpb = ar ? 2 : (uint64_t)N;
     if (p->oc.proto == ORDER_PROTO_LL) tpb *= 4;
     p->n_parts = order_nccl_parts(count, esize, tpb, p->task_channels, p->oc.channels, p->part);
-    if (p->oc.algo == REDUCE_RING && ar) p->chunk = order_ring_chunk(p->oc.proto, esize);
+    /* the ring's loops and chunks (hier at one rank per node is that ring) */
+    if (ar && (p->oc.algo == REDUCE_RING || (p->oc.algo == REDUCE_HIER && p->oc.gpus_per_node == 1)))
+        p->chunk = order_ring_chunk(p->oc.proto, esize);
 }
 
 int64_t order_loops(const order_plan *p, int32_t k) {
