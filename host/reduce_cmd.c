@@ -12,6 +12,7 @@
 #include "check_plugin.h"
 #include "commands.h"
 #include "files.h"
+#include "order_args.h"
 #include "outfile.h"
 
 #include "../plugins/comm/threads/reduce.h"
@@ -56,7 +57,7 @@ typedef struct reduce_opts {
     const char  *in, *out, *policy;
     const char  *sets[REDUCE_MAX_SETS];
     int32_t      n_sets;
-    int64_t      N, channels, gpus_per_node, part, bucket;
+    int64_t      N, part, bucket;
     int32_t      all_reduce, dtype, avg, stats;
     order_config oc;
 } reduce_opts;
@@ -69,42 +70,15 @@ static int usage_error(const char *fmt, const char *a, const char *b) {
 }
 
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!v[0] || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "ctrain reduce: %s '%s' is not an integer in [%lld, %lld] ---> see "
-                "`ctrain reduce --help`\n", flag, v, (long long)lo, (long long)hi);
-        return 2;
-    }
-    *out = x;
-    return 0;
+    return order_args_int("reduce", flag, v, lo, hi, out);
 }
 
-/* v as one of choices (NULL-ended) into *out, or a usage error naming the flag. */
-static int parse_choice(const char *flag, const char *v, const char *const *choices,
-                        int32_t *out) {
-    for (int32_t i = 0; choices[i]; i++)
-        if (!strcmp(v, choices[i])) return *out = i, 0;
-    char all[160] = "";
-    for (int32_t i = 0; choices[i]; i++)
-        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", choices[i]);
-    fprintf(stderr, "ctrain reduce: %s '%s' is not one of %s\n%s", flag, v, all, REDUCE_USAGE);
-    return 2;
-}
-
-static const char *const algo_names[] = {"ring", "tree", "dbtree", "hier", "nvls",
-                                         "nvls_tree", "nccl", NULL}; /* by reduce_algo */
-static const char *const split_names[] = {"nccl", "even", NULL};
-static const char *const proto_names[] = {"simple", "ll", "ll128", NULL};
-static const char *const gpu_names[] = {"a100", "h100", "h200", NULL};
 static const char *const op_names[] = {"reduce_scatter", "all_reduce", NULL};
 static const char *const dtype_names[] = {"bf16", "f32", NULL};
-
 static int parse_args(int argc, char **argv, reduce_opts *o) {
     memset(o, 0, sizeof *o);
     o->oc = order_config_default(REDUCE_RING);
-    o->all_reduce = 1, o->dtype = CT_DTYPE_BF16, o->channels = 1;
+    o->all_reduce = 1, o->dtype = CT_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -113,11 +87,16 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
         }
         if (!strcmp(a, "--avg")) { o->avg = 1; continue; }
         if (!strcmp(a, "--stats")) { o->stats = 1; continue; }
-        if (!strcmp(a, "--no-nvswitch")) { o->oc.nvswitch = 0; continue; }
-        static const char *const valued[] = {
-            "--world-size", "--in", "--out", "--op", "--dtype", "--algo", "--channels",
-            "--gpus-per-node", "--split", "--proto", "--gpu", "--policy", "--set", "--part",
-            "--bucket", NULL};
+        int takes = 0, r = order_args_option("reduce", a, i + 1 < argc ? argv[i + 1] : NULL,
+                                             &o->oc, &takes);
+        if (r >= 0) {
+            if (r) return r;
+            i += takes;
+            continue;
+        }
+        static const char *const valued[] = {"--world-size", "--in", "--out", "--op", "--dtype",
+                                             "--algo", "--policy", "--set", "--part", "--bucket",
+                                             NULL};
         int known = 0;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error("unknown argument '%s'%s", a, "");
@@ -128,16 +107,11 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
         else if (!strcmp(a, "--in")) o->in = v;
         else if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--policy")) o->policy = v;
-        else if (!strcmp(a, "--op")) bad = parse_choice(a, v, op_names, &o->all_reduce);
+        else if (!strcmp(a, "--op")) bad = order_args_choice("reduce", a, v, op_names, &o->all_reduce);
         else if (!strcmp(a, "--dtype")) {
-            bad = parse_choice(a, v, dtype_names, &dt);
+            bad = order_args_choice("reduce", a, v, dtype_names, &dt);
             o->dtype = dt ? CT_DTYPE_F32 : CT_DTYPE_BF16;
-        } else if (!strcmp(a, "--algo")) bad = parse_choice(a, v, algo_names, &o->oc.algo);
-        else if (!strcmp(a, "--split")) bad = parse_choice(a, v, split_names, &o->oc.split);
-        else if (!strcmp(a, "--proto")) bad = parse_choice(a, v, proto_names, &o->oc.proto);
-        else if (!strcmp(a, "--gpu")) bad = parse_choice(a, v, gpu_names, &o->oc.gpu);
-        else if (!strcmp(a, "--channels")) bad = parse_int(a, v, 1, ORDER_MAX_CHANNELS, &o->channels);
-        else if (!strcmp(a, "--gpus-per-node")) bad = parse_int(a, v, 0, REDUCE_MAX_WORLD, &o->gpus_per_node);
+        } else if (!strcmp(a, "--algo")) bad = order_args_choice("reduce", a, v, order_args_algos, &o->oc.algo);
         else if (!strcmp(a, "--part")) bad = parse_int(a, v, 1, 1ll << 40, &o->part);
         else if (!strcmp(a, "--bucket")) bad = parse_int(a, v, 1, 1ll << 40, &o->bucket);
         else if (o->n_sets == REDUCE_MAX_SETS) return usage_error("more than %s --set%s", "32", "");
@@ -156,8 +130,6 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
                            "", "");
     if (o->policy && o->N > REDUCE_POLICY_MAX_WORLD)
         return usage_error("--policy runs the threads engine, up to %s ranks%s", "1024", "");
-    o->oc.channels = (int32_t)o->channels;
-    o->oc.gpus_per_node = (int32_t)o->gpus_per_node;
     char why[256];
     if (order_check(&o->oc, (int32_t)o->N, why, sizeof why) != 0) {
         fprintf(stderr, "ctrain reduce: --world-size %lld: %s\n", (long long)o->N, why);
@@ -165,7 +137,7 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
     }
     if (o->avg && (o->oc.algo == REDUCE_NVLS || o->oc.algo == REDUCE_NVLS_TREE))
         return usage_error("--avg with --algo %s: NCCL's NVLS does not reduce ncclAvg ---> use "
-                           "--algo nccl, ring or dbtree%s", algo_names[o->oc.algo], "");
+                           "--algo nccl, ring or dbtree%s", order_args_algos[o->oc.algo], "");
     return 0;
 }
 
@@ -306,8 +278,8 @@ static int32_t bufs_alloc(reduce_bufs *b, int64_t N, uint64_t P, int32_t dtype, 
 
 /* What the plan is, in one or two lines. */
 static void describe_plan(const reduce_opts *o, const order_plan *p) {
-    printf("reduce: %s, %s split, %s, %d of %d channel%s, %d per node:", algo_names[p->oc.algo],
-           split_names[p->oc.split], proto_names[p->oc.proto], (int)p->n_parts,
+    printf("reduce: %s, %s split, %s, %d of %d channel%s, %d per node:", order_args_algos[p->oc.algo],
+           order_args_splits[p->oc.split], order_args_protos[p->oc.proto], (int)p->n_parts,
            (int)p->oc.channels, p->oc.channels == 1 ? "" : "s", (int)p->oc.gpus_per_node);
     for (int32_t k = 0; k < p->n_parts && k < 4; k++)
         printf(" [%llu, %llu)", (unsigned long long)p->part[k], (unsigned long long)p->part[k + 1]);
@@ -329,6 +301,19 @@ static void describe_plan(const reduce_opts *o, const order_plan *p) {
     }
 }
 
+/* The plan of the one collective (kind, count elements: the buffer, or one shard), said on
+ * stdout; *P the elements per rank read at a time (--part, or 64 MiB of all ranks' input) and
+ * the buffers of a part (all-reduce: every rank's copy of the result). */
+static int32_t engine_begin(const reduce_opts *o, int32_t kind, uint64_t count, order_plan *plan,
+                            uint64_t *P, reduce_bufs *b, ct_error *err) {
+    size_t es = ct_dtype_size(o->dtype);
+    order_plan_make(plan, &o->oc, (int32_t)o->N, kind, count, (uint32_t)es, 1, o->avg);
+    describe_plan(o, plan);
+    *P = o->part ? (uint64_t)o->part : REDUCE_PART_BYTES / ((uint64_t)o->N * es) + 1;
+    if (*P > count) *P = count;
+    return bufs_alloc(b, o->N, *P, o->dtype, kind == ORDER_ALL_REDUCE, err);
+}
+
 /* All-reduce: parts of P elements of the buffer; each part's units as the engine's plan cuts
  * the whole buffer, their result stored into every rank's copy (as the engine does), the
  * copies compared, rank 0's written. */
@@ -337,13 +322,9 @@ static int32_t engine_all_reduce(const reduce_opts *o, const reduce_in *in, outf
     int32_t N = (int32_t)o->N, dt = o->dtype;
     size_t es = ct_dtype_size(dt);
     order_plan plan;
-    order_plan_make(&plan, &o->oc, N, ORDER_ALL_REDUCE, in->n, (uint32_t)es,
-                    1, o->avg);
-    describe_plan(o, &plan);
-    uint64_t P = o->part ? (uint64_t)o->part : REDUCE_PART_BYTES / ((uint64_t)N * es) + 1;
-    if (P > in->n) P = in->n;
+    uint64_t P;
     reduce_bufs b;
-    int32_t rc = bufs_alloc(&b, N, P, dt, 1, err);
+    int32_t rc = engine_begin(o, ORDER_ALL_REDUCE, in->n, &plan, &P, &b, err);
     uint64_t differ = 0;
     for (uint64_t first = 0; rc == CT_OK && first < in->n; first += P) {
         uint64_t m = in->n - first < P ? in->n - first : P;
@@ -381,13 +362,9 @@ static int32_t engine_reduce_scatter(const reduce_opts *o, const reduce_in *in, 
     int32_t N = (int32_t)o->N, dt = o->dtype;
     size_t es = ct_dtype_size(dt);
     order_plan plan;
-    order_plan_make(&plan, &o->oc, N, ORDER_REDUCE_SCATTER, in->block, (uint32_t)es,
-                    1, o->avg);
-    describe_plan(o, &plan);
-    uint64_t P = o->part ? (uint64_t)o->part : REDUCE_PART_BYTES / ((uint64_t)N * es) + 1;
-    if (P > in->block) P = in->block;
+    uint64_t P;
     reduce_bufs b;
-    int32_t rc = bufs_alloc(&b, N, P, dt, 0, err);
+    int32_t rc = engine_begin(o, ORDER_REDUCE_SCATTER, in->block, &plan, &P, &b, err);
     for (int32_t owner = 0; rc == CT_OK && owner < N; owner++)
         for (uint64_t first = 0; rc == CT_OK && first < in->block; first += P) {
             uint64_t m = in->block - first < P ? in->block - first : P;
@@ -445,9 +422,9 @@ static int32_t policy_config(policy_world *w, ct_error *err) {
     char ini[1024];
     snprintf(ini, sizeof ini, "[device]\nthreads = 1\n[comm]\nalgo = %s\nchannels = %d\n"
              "gpus_per_node = %d\nsplit = %s\nproto = %s\ngpu = %s\nnvswitch = %s\n"
-             "timeout_s = 600\n[precision]\n", algo_names[o->oc.algo], (int)o->oc.channels,
-             (int)o->oc.gpus_per_node, split_names[o->oc.split], proto_names[o->oc.proto],
-             gpu_names[o->oc.gpu], o->oc.nvswitch ? "true" : "false");
+             "timeout_s = 600\n[precision]\n", order_args_algos[o->oc.algo], (int)o->oc.channels,
+             (int)o->oc.gpus_per_node, order_args_splits[o->oc.split], order_args_protos[o->oc.proto],
+             order_args_gpus[o->oc.gpu], o->oc.nvswitch ? "true" : "false");
     if (!(w->cfg = config_new())) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     int32_t rc = config_load_string(w->cfg, "ctrain reduce", ini, err);
     for (int32_t i = 0; rc == CT_OK && i < o->n_sets; i++) {
@@ -593,7 +570,7 @@ static int32_t policy_reduce(const reduce_opts *o, const reduce_in *in, outfile 
     if (rc == CT_OK) {
         printf("reduce: precision %s's %s hook on %d rank threads of the threads engine (%s), "
                "buckets of %llu elements per rank%s, result in %s\n", o->policy,
-               o->all_reduce ? "all_reduce" : "reduce_scatter", N, algo_names[o->oc.algo],
+               o->all_reduce ? "all_reduce" : "reduce_scatter", N, order_args_algos[o->oc.algo],
                (unsigned long long)P, P < unit ? " (each bucket one collective)" : "",
                ct_dtype_name(w.result));
         *out_dtype = w.result;

@@ -18,6 +18,7 @@
 #include "sample.h"
 #include "whatif_grad.h"
 #include "whatif_model.h"
+#include "order_args.h"
 #include "whatif_replay.h"
 #include "wiring.h"
 
@@ -56,8 +57,8 @@ typedef struct whatif_opts {
     int32_t     worlds[WHATIF_MAX_LIST], n_worlds;
     int32_t     algos[REDUCE_N_ALGOS], n_algos;
     int32_t     policies[WHATIF_N_POLICIES], n_policies;
-    int64_t     gpus_per_node, channels, batches, global_batch;
-    int32_t     split, proto, gpu, nvswitch;
+    int64_t     batches, global_batch;
+    order_config oc;             /* the order options (algo: each of algos) */
 } whatif_opts;
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
@@ -67,18 +68,8 @@ static int usage_error(const char *fmt, const char *a, const char *b) {
     return 2;
 }
 
-/* A whole-string integer in [lo, hi], or a usage error naming the flag. */
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!v[0] || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "ctrain what-if: %s '%s' is not an integer in [%lld, %lld] ---> see "
-                "`ctrain what-if --help`\n", flag, v, (long long)lo, (long long)hi);
-        return 2;
-    }
-    *out = x;
-    return 0;
+    return order_args_int("what-if", flag, v, lo, hi, out);
 }
 
 /* "a,b,c" into items (each parsed by kind: 'w' world size, 'a' algo, 'p' policy). */
@@ -107,28 +98,10 @@ static int parse_list(const char *flag, const char *v, char kind, int32_t *out, 
     return 0;
 }
 
-static const char *const split_names[] = {"nccl", "even", NULL};    /* by order_split */
-static const char *const proto_names[] = {"simple", "ll", "ll128", NULL}; /* by order_proto */
-static const char *const gpu_names[] = {"a100", "h100", "h200", NULL};  /* by tuner_gpu */
-
-/* v as the index of one of choices, or a usage error naming the flag. */
-static int parse_choice(const char *flag, const char *v, const char *const *choices,
-                        int32_t *out) {
-    for (int32_t i = 0; choices[i]; i++)
-        if (!strcmp(v, choices[i])) return *out = i, 0;
-    return usage_error("%s: '%s' is not one of its choices ---> see `ctrain what-if --help`",
-                       flag, v);
-}
-
 /* The threads engine's order config of algo under the options. */
 static order_config order_of(const whatif_opts *o, int32_t algo) {
-    order_config oc = order_config_default(algo);
-    oc.channels = (int32_t)o->channels;
-    oc.gpus_per_node = (int32_t)o->gpus_per_node;
-    oc.split = o->split;
-    oc.proto = o->proto;
-    oc.gpu = o->gpu;
-    oc.nvswitch = o->nvswitch;
+    order_config oc = o->oc;
+    oc.algo = algo;
     return oc;
 }
 
@@ -137,9 +110,8 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     o->algos[0] = REDUCE_RING, o->n_algos = 1;
     for (int32_t p = 0; p < WHATIF_N_POLICIES; p++) o->policies[p] = p;
     o->n_policies = WHATIF_N_POLICIES;
-    o->channels = 1, o->batches = 1;
-    order_config dflt = order_config_default(REDUCE_RING);
-    o->split = dflt.split, o->proto = dflt.proto, o->gpu = dflt.gpu, o->nvswitch = dflt.nvswitch;
+    o->batches = 1;
+    o->oc = order_config_default(REDUCE_RING);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -151,14 +123,15 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             o->path = a;
             continue;
         }
-        if (!strcmp(a, "--no-nvswitch")) {
-            o->nvswitch = 0;
+        int takes = 0, r = order_args_option("what-if", a, i + 1 < argc ? argv[i + 1] : NULL,
+                                             &o->oc, &takes);
+        if (r >= 0) {
+            if (r) return r;
+            i += takes;
             continue;
         }
-        static const char *const valued[] = {"--world-sizes", "--algo", "--gpus-per-node",
-                                             "--channels", "--policies", "--batches",
-                                             "--global-batch", "--per-row", "--split",
-                                             "--proto", "--gpu", NULL};
+        static const char *const valued[] = {"--world-sizes", "--algo", "--policies",
+                                             "--batches", "--global-batch", "--per-row", NULL};
         int known = 0;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
@@ -170,13 +143,8 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             bad = parse_list(a, v, 'a', o->algos, &o->n_algos, REDUCE_N_ALGOS);
         else if (!strcmp(a, "--policies"))
             bad = parse_list(a, v, 'p', o->policies, &o->n_policies, WHATIF_N_POLICIES);
-        else if (!strcmp(a, "--gpus-per-node")) bad = parse_int(a, v, 0, WHATIF_MAX_WORLD, &o->gpus_per_node);
-        else if (!strcmp(a, "--channels")) bad = parse_int(a, v, 1, 64, &o->channels);
         else if (!strcmp(a, "--batches")) bad = parse_int(a, v, 1, 1000000, &o->batches);
         else if (!strcmp(a, "--global-batch")) bad = parse_int(a, v, 1, 1 << 24, &o->global_batch);
-        else if (!strcmp(a, "--split")) bad = parse_choice(a, v, split_names, &o->split);
-        else if (!strcmp(a, "--proto")) bad = parse_choice(a, v, proto_names, &o->proto);
-        else if (!strcmp(a, "--gpu")) bad = parse_choice(a, v, gpu_names, &o->gpu);
         else o->per_row = v;
         if (bad) return bad;
     }
@@ -189,7 +157,7 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             char why[256];
             if (order_check(&oc, o->worlds[i], why, sizeof why) != 0) {
                 fprintf(stderr, "ctrain what-if: --world-sizes %d with --gpus-per-node %lld: %s\n",
-                        (int)o->worlds[i], (long long)o->gpus_per_node, why);
+                        (int)o->worlds[i], (long long)o->oc.gpus_per_node, why);
                 return 2;
             }
         }
@@ -623,14 +591,14 @@ int cmd_what_if(int argc, char **argv) {
         for (int32_t i = 0; i < n_cells; i++) {
             whatif_cell *cl = &cells[i];
             whatif_model_in mi = {cl->N, resolved_algo(&o, cl, (uint64_t)(V * C)),
-                                  (int32_t)o.gpus_per_node, cl->policy, V,
+                                  o.oc.gpus_per_node, cl->policy, V,
                                   (double)n_tok / cl->N, hn2, q};
             cl->pred += whatif_model_push(&mi);
         }
     }
     printf("what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, mean over the "
            "batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
-           (long long)o.channels, (long long)o.gpus_per_node);
+           (long long)o.oc.channels, (long long)o.oc.gpus_per_node);
     if (o.per_row) {
         if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
             goto out_fail;

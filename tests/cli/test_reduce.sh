@@ -76,43 +76,40 @@ PY
 
 D="$CT_TMP"
 
+# same NAME GOT WANT WHY: a pass when the two files hold the same bytes, else a failure saying WHY
+same() { cmp -s "$2" "$3" && ct_pass "$1" || ct_fail "$1" "$4"; }
+
 # --- results ---------------------------------------------------------------------------------
 gen "$D/in4.bin" 4 10007 1
 ref ring "$D/in4.bin" 4 "$D/ref_ring.bin"
 ct_expect_success ring_all_reduce "all 4 ranks hold the same bits" \
     "$CTRAIN" reduce --world-size 4 --in "$D/in4.bin" --out "$D/ring.bin"
-cmp -s "$D/ring.bin" "$D/ref_ring.bin" && ct_pass ring_all_reduce_is_nccls_one_channel_ring \
-    || ct_fail ring_all_reduce_is_nccls_one_channel_ring "output differs from the reference ring"
+same ring_all_reduce_is_nccls_one_channel_ring "$D/ring.bin" "$D/ref_ring.bin" "output differs from the reference ring"
 # reading in parts of 1000 elements changes memory, not bits
 ct_expect_success parts_read "wrote" \
     "$CTRAIN" reduce --world-size 4 --in "$D/in4.bin" --out "$D/ring_parts.bin" --part 1000
-cmp -s "$D/ring_parts.bin" "$D/ring.bin" && ct_pass parts_give_the_whole_files_bits \
-    || ct_fail parts_give_the_whole_files_bits "--part 1000 changed the result"
+same parts_give_the_whole_files_bits "$D/ring_parts.bin" "$D/ring.bin" "--part 1000 changed the result"
 # the even split of earlier versions cuts 10007 into 2501/2502 chunks: other bits
 ct_expect_success even_split "even split" \
     "$CTRAIN" reduce --world-size 4 --in "$D/in4.bin" --out "$D/even.bin" --split even
 cmp -s "$D/even.bin" "$D/ring.bin" && ct_fail even_split_differs "same bits as NCCL's split" \
     || ct_pass even_split_differs
 
-ref avg_ring "$D/in4.bin" 4 "$D/ref_avg.bin"
 gen "$D/in3.bin" 3 4099 2
 ref avg_ring "$D/in3.bin" 3 "$D/ref_avg3.bin"
 ct_expect_success avg_n3 "AVG: ncclAvg" \
     "$CTRAIN" reduce --world-size 3 --in "$D/in3.bin" --out "$D/avg3.bin" --avg
-cmp -s "$D/avg3.bin" "$D/ref_avg3.bin" && ct_pass avg_premultiplies_by_bf16_one_third \
-    || ct_fail avg_premultiplies_by_bf16_one_third "output differs from the premultiplied ring"
+same avg_premultiplies_by_bf16_one_third "$D/avg3.bin" "$D/ref_avg3.bin" "output differs from the premultiplied ring"
 
 gen "$D/in8.bin" 8 5003 3
 ref nvls "$D/in8.bin" 8 "$D/ref_nvls.bin"
 ct_expect_success nvls_one_node "all 8 ranks hold the same bits" \
     "$CTRAIN" reduce --world-size 8 --in "$D/in8.bin" --out "$D/nvls.bin" --algo nvls \
     --gpus-per-node 8 --channels 16
-cmp -s "$D/nvls.bin" "$D/ref_nvls.bin" && ct_pass nvls_is_the_once_rounded_f32_sum \
-    || ct_fail nvls_is_the_once_rounded_f32_sum "output differs from the f32 sum rounded once"
+same nvls_is_the_once_rounded_f32_sum "$D/nvls.bin" "$D/ref_nvls.bin" "output differs from the f32 sum rounded once"
 ct_expect_success policy_fp32acc "precision bf16_fp32acc's all_reduce hook on 8 rank threads" \
     "$CTRAIN" reduce --world-size 8 --in "$D/in8.bin" --out "$D/acc.bin" --policy bf16_fp32acc
-cmp -s "$D/acc.bin" "$D/ref_nvls.bin" && ct_pass policy_hook_gives_its_f32_sum \
-    || ct_fail policy_hook_gives_its_f32_sum "bf16_fp32acc's result is not the f32 sum rounded once"
+same policy_hook_gives_its_f32_sum "$D/acc.bin" "$D/ref_nvls.bin" "bf16_fp32acc's result is not the f32 sum rounded once"
 ct_expect_success policy_sr "all 8 ranks hold the same bits" \
     "$CTRAIN" reduce --world-size 8 --in "$D/in8.bin" --out "$D/sr.bin" --policy bf16_sr \
     --set seed_offset=3 --bucket 1000
@@ -121,8 +118,7 @@ gen "$D/in2.bin" 2 4096 4
 ref rs2 "$D/in2.bin" 2 "$D/ref_rs2.bin"
 ct_expect_success reduce_scatter "every rank's shard in rank order" \
     "$CTRAIN" reduce --world-size 2 --in "$D/in2.bin" --out "$D/rs2.bin" --op reduce_scatter
-cmp -s "$D/rs2.bin" "$D/ref_rs2.bin" && ct_pass reduce_scatter_shards_in_rank_order \
-    || ct_fail reduce_scatter_shards_in_rank_order "output differs from the two-rank sums"
+same reduce_scatter_shards_in_rank_order "$D/rs2.bin" "$D/ref_rs2.bin" "output differs from the two-rank sums"
 
 # --stats: the relative error of a sum the reference says is exact (f32 sums of 8 values of
 # 8 significant bits rounded once) is the rounding's alone, and 100% equal the once-rounded sum

@@ -186,7 +186,7 @@ ct_expect_failure "world size 0" "--world-sizes '0' is not an integer in [1, 655
     "$CTRAIN" what-if "$C2" --world-sizes 8,0
 ct_expect_failure "world size not a number" "--world-sizes 'x8'" "$CTRAIN" what-if "$C2" --world-sizes x8
 ct_expect_failure "unknown algo" "--algo: unknown algo 'butterfly'" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo ring,butterfly
-ct_expect_failure "unknown gpu" "--gpu: 'v100' is not one of its choices" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo nccl --gpu v100
+ct_expect_failure "unknown gpu" "--gpu 'v100' is not one of a100, h100, h200" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo nccl --gpu v100
 ct_expect_failure "unknown policy" "--policies: unknown policy 'fp8'" "$CTRAIN" what-if "$C2" --world-sizes 8 --policies fp8
 ct_expect_failure "gpus per node not dividing N" "--world-sizes 12 with --gpus-per-node 8|not a whole number of nodes" \
     "$CTRAIN" what-if "$C2" --world-sizes 16,12 --algo hier --gpus-per-node 8

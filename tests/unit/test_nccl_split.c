@@ -436,6 +436,28 @@ static void ref_nvls_tree(ref_case *c, int32_t G, int32_t ch, uint64_t off, uint
     }
 }
 
+/* Which kernel an emulation simulates on each channel's part. */
+typedef enum { REF_RING_AR, REF_RING_RS, REF_TREE, REF_NVLS_TREE } ref_kernel;
+
+/* NCCL's side of the collective of c: enqueue's channels for it (traffic per byte, LL, the
+ * task's and the communicator's channels), each channel's part through the kernel (G per node,
+ * C channels for the tree's halves, chunk elements for the ring all-reduce). */
+static void ref_emulate(ref_case *c, ref_kernel kernel, int32_t G, int32_t C, uint64_t chunk,
+                        uint64_t traffic, int ll, int32_t task) {
+    ref_work w;
+    ref_schedule(c->count, ct_dtype_size(c->dtype), traffic, ll, task, C, &w);
+    for (int32_t ch = w.lo; ch <= w.hi; ch++) {
+        uint64_t off, n;
+        ref_part(&w, ch, &off, &n);
+        switch (kernel) {
+        case REF_RING_AR: ref_ring_all_reduce(c, G, ch, off, n, chunk); break;
+        case REF_RING_RS: ref_ring_reduce_scatter(c, G, ch, off, n); break;
+        case REF_TREE: ref_tree_all_reduce(c, G, C, ch, off, n); break;
+        case REF_NVLS_TREE: ref_nvls_tree(c, G, ch, off, n); break;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * running the engine and comparing
  * ------------------------------------------------------------------------------------- */
@@ -521,13 +543,8 @@ static uint64_t check_ring(int32_t N, int32_t G, int32_t C, const char *proto, i
     if (avg) ref_premultiply(&c);
     uint64_t elt = ct_dtype_size(dtype);
     int32_t task = ref_task_channels(proto, 1, C, N, count * elt);
-    ref_work w;
-    ref_schedule(count, elt, 2, !strcmp(proto, "ll"), task, C, &w);
-    for (int32_t ch = w.lo; ch <= w.hi; ch++) {
-        uint64_t off, n;
-        ref_part(&w, ch, &off, &n);
-        ref_ring_all_reduce(&c, G, ch, off, n, ref_chunk_count(proto, elt));
-    }
+    ref_emulate(&c, REF_RING_AR, G, C, ref_chunk_count(proto, elt), 2, !strcmp(proto, "ll"),
+                task);
     differs = differs_from_even_split(&c, G, C);
     run_and_compare(&c, ini, 0, what);
 out:
@@ -639,13 +656,7 @@ static void check_reduce_scatter(int32_t N, int32_t G, int32_t C, int32_t dtype,
     }
     uint64_t elt = ct_dtype_size(dtype);
     int32_t task = ref_task_channels("simple", 1, C, N, count * elt * (uint64_t)N);
-    ref_work w;
-    ref_schedule(count, elt, (uint64_t)N, 0, task, C, &w);
-    for (int32_t ch = w.lo; ch <= w.hi; ch++) {
-        uint64_t off, n;
-        ref_part(&w, ch, &off, &n);
-        ref_ring_reduce_scatter(&c, G, ch, off, n);
-    }
+    ref_emulate(&c, REF_RING_RS, G, C, 0, (uint64_t)N, 0, task);
     run_and_compare(&c, ini, 1, what);
 out:
     ref_case_close(&c);
@@ -670,14 +681,7 @@ static void check_tree(int32_t N, int32_t G, int32_t C, uint64_t count, uint64_t
         ct_test_fail(__FILE__, __LINE__, "out of memory");
         goto out;
     }
-    int32_t task = ref_task_channels("simple", 0, C, N, count * 2);
-    ref_work w;
-    ref_schedule(count, 2, 2, 0, task, C, &w);
-    for (int32_t ch = w.lo; ch <= w.hi; ch++) {
-        uint64_t off, n;
-        ref_part(&w, ch, &off, &n);
-        ref_tree_all_reduce(&c, G, C, ch, off, n);
-    }
+    ref_emulate(&c, REF_TREE, G, C, 0, 2, 0, ref_task_channels("simple", 0, C, N, count * 2));
     run_and_compare(&c, ini, 0, what);
 out:
     ref_case_close(&c);
@@ -736,13 +740,7 @@ CT_TEST(nvls_tree_sums_each_node_in_the_switch_then_runs_nccls_tree_per_channel)
             ref_case_close(&c);
             return;
         }
-        ref_work w; /* an NVLS task takes every NVLS channel */
-        ref_schedule(c.count, 2, 2, 0, C, C, &w);
-        for (int32_t ch = w.lo; ch <= w.hi; ch++) {
-            uint64_t off, n;
-            ref_part(&w, ch, &off, &n);
-            ref_nvls_tree(&c, G, ch, off, n);
-        }
+        ref_emulate(&c, REF_NVLS_TREE, G, C, 0, 2, 0, C); /* NVLS takes every NVLS channel */
         run_and_compare(&c, ini, 0, what);
         ref_case_close(&c);
     }
@@ -828,13 +826,7 @@ CT_TEST(algo_nccl_runs_the_tuner_models_pick_with_nccls_split) {
         ct_test_fail(__FILE__, __LINE__, "out of memory");
         goto out;
     }
-    ref_work w;
-    ref_schedule(c.count, 2, 2, 0, 16, 16, &w);
-    for (int32_t ch = w.lo; ch <= w.hi; ch++) {
-        uint64_t off, n;
-        ref_part(&w, ch, &off, &n);
-        ref_tree_all_reduce(&c, 8, 16, ch, off, n);
-    }
+    ref_emulate(&c, REF_TREE, 8, 16, 0, 2, 0, 16);
     run_and_compare(&c, "[comm]\nalgo = nccl\ngpu = a100\ngpus_per_node = 8\ntimeout_s = 60\n",
                     0, "algo = nccl, A100 8x8, 128,000 bf16");
     ref_case_close(&c);
