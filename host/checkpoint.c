@@ -14,7 +14,9 @@
  */
 #include "checkpoint.h"
 
+#include "files.h"
 #include "optim.h"
+#include "outfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -49,44 +51,6 @@ static int32_t path_fmt(char *buf, size_t n, ct_error *err, const char *fmt, ...
                             "path too long (%d bytes, at most %zu) starting '%.80s' ---> use a "
                             "shorter [run] out_dir", len, n - 1, buf);
     return CT_OK;
-}
-
-/* Remove `name` (relative to the open folder dirfd, or a path with AT_FDCWD) and, when it is a
- * folder, everything in it. A symbolic link is removed itself, never followed. 0 on success or
- * when it does not exist; -1 with errno set. */
-static int remove_at(int dirfd, const char *name, int depth) {
-    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return 0;
-    if (errno != EISDIR && errno != EPERM) return -1;
-    if (depth > 32) return errno = ELOOP, -1; /* our folders are two levels deep */
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -1;
-    }
-    int rc = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            rc = remove_at(fd, e->d_name, depth + 1);
-    int saved = errno;
-    closedir(d);
-    if (rc != 0) return errno = saved, -1;
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) return -1;
-    return 0;
-}
-
-static int remove_tree(const char *path) { return remove_at(AT_FDCWD, path, 0); }
-
-static int32_t fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
 }
 
 /* The step of a complete checkpoint folder's name "step_" + digits (at least 8, nothing
@@ -175,6 +139,8 @@ static void hwrite(hfile *hf, const void *p, size_t n) {
     }
 }
 
+/* The checkpoint files are written and read through stdio streams over the one writer and the
+ * one reader (outfile.h, files.h). */
 static int hread(hfile *hf, void *p, size_t n) {
     if (hf->failed) return -1;
     if (fread(p, 1, n, hf->f) != n) {
@@ -186,21 +152,18 @@ static int hread(hfile *hf, void *p, size_t n) {
 }
 
 int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_error *err) {
-    char path[PATH_MAX], tmp[PATH_MAX];
+    char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/config.ini", out_dir);
-    if (rc == CT_OK) rc = path_fmt(tmp, sizeof tmp, err, "%s.%d.tmp", path, (int)getpid());
     if (rc != CT_OK) return rc;
-    FILE *f = fopen(tmp, "w");
-    if (!f) return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    outfile o;
+    if ((rc = outfile_open_as(&o, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    FILE *f = outfile_stream(&o, err);
+    if (!f) {
+        outfile_abort(&o);
+        return err->code;
+    }
     config_print(cfg, f);
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int saved = errno;
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) == 0) return CT_OK;
-    if (!saved) saved = errno;
-    unlink(tmp);
-    return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space and "
-                        "that [run] out_dir is writable", path, strerror(saved ? saved : EIO));
+    return outfile_commit(&o, err);
 }
 
 /* Agree over ranks on a collective phase: CT_OK only when every rank's rc is CT_OK. A rank
@@ -224,9 +187,13 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/rank_%05d.bin", dir, r->rank);
     if (rc != CT_OK) return rc;
-    hfile hf = {.f = fopen(path, "wb"), .hash = 0xcbf29ce484222325ull, .path = path};
-    if (!hf.f) return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk "
-                                   "space and permissions", path, strerror(errno));
+    outfile out;
+    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
+    if (!hf.f) {
+        outfile_abort(&out);
+        return err->code;
+    }
     const ct_strategy_vtable *st = r->strategy.vt;
     uint32_t version = CKPT_VERSION, nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
@@ -273,15 +240,22 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     free(buf);
     uint64_t h = hf.hash;
     hwrite(&hf, &h, 8);
-    int bad = hf.failed || fflush(hf.f) != 0 || fsync(fileno(hf.f)) != 0;
-    int saved = hf.failed ? hf.err_no : errno;
-    bad |= fclose(hf.f) != 0;
-    if (!saved) saved = errno ? errno : EIO;
-    if (rc == CT_OK && bad)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
-                          "out_dir; the newest complete checkpoint is intact (resume with "
-                          "--resume)", path, strerror(saved));
-    if (rc != CT_OK) unlink(path);
+    if (rc == CT_OK && hf.failed) {
+        outfile_abort(&out);
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
+                            "out_dir; the newest complete checkpoint is intact (resume with "
+                            "--resume)", path, strerror(hf.err_no ? hf.err_no : EIO));
+    }
+    if (rc != CT_OK) {
+        outfile_abort(&out);
+        return rc;
+    }
+    if ((rc = outfile_commit(&out, err)) != CT_OK) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        rc = ct_error_set(err, rc, "%s; the newest complete checkpoint is intact (resume with "
+                          "--resume)", why);
+    }
     return rc;
 }
 
@@ -305,7 +279,7 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
             continue;
         }
         if (path_fmt(path, sizeof path, &err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
-        if (remove_tree(path) != 0)
+        if (out_remove_tree(path) != 0)
             fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
         else if (announce && steps[i] > step)
             fprintf(stderr, "ctrain: removed %s: newer than the resumed step %lld\n", path,
@@ -317,7 +291,7 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     while (d && (e = readdir(d))) {
         if (!is_stale_name(e->d_name)) continue;
         if (path_fmt(path, sizeof path, &err, "%s/%s", root, e->d_name) != CT_OK) continue;
-        if (remove_tree(path) != 0)
+        if (out_remove_tree(path) != 0)
             fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
     }
     if (d) closedir(d);
@@ -325,7 +299,7 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
 
 /* Rank 0: a fresh, empty tmp folder (a stale one of an interrupted save removed first). */
 static int32_t make_tmp(const char *root, const char *tmp, ct_error *err) {
-    if (remove_tree(tmp) != 0)
+    if (out_remove_tree(tmp) != 0)
         return ct_error_set(err, CT_ERR_IO, "cannot remove the stale %s: %s", tmp,
                             strerror(errno));
     if (mkdir(root, 0755) != 0 && errno != EEXIST)
@@ -345,11 +319,11 @@ static int32_t finish_save(const host_rank *r, const char *root, const char *tmp
     int32_t rc = path_fmt(old, sizeof old, err, "%s.old", dir);
     if (rc == CT_OK) rc = checkpoint_write_config(r->cfg, tmp, err);
     if (rc != CT_OK) return rc;
-    if (fsync_path(tmp) != 0)
+    if (out_fsync_folder(tmp) != 0)
         return ct_error_set(err, CT_ERR_IO, "cannot sync %s: %s", tmp, strerror(errno));
     struct stat st;
     int had_old = lstat(dir, &st) == 0;
-    if (had_old && (remove_tree(old) != 0 || rename(dir, old) != 0))
+    if (had_old && (out_remove_tree(old) != 0 || rename(dir, old) != 0))
         return ct_error_set(err, CT_ERR_IO, "cannot set aside the older %s: %s", dir,
                             strerror(errno));
     if (rename(tmp, dir) != 0) {
@@ -358,9 +332,9 @@ static int32_t finish_save(const host_rank *r, const char *root, const char *tmp
         return ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", tmp, dir,
                             strerror(saved));
     }
-    if (fsync_path(root) != 0)
+    if (out_fsync_folder(root) != 0)
         fprintf(stderr, "ctrain: warning: cannot sync %s: %s\n", root, strerror(errno));
-    if (had_old && remove_tree(old) != 0)
+    if (had_old && out_remove_tree(old) != 0)
         fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", old, strerror(errno));
     return CT_OK;
 }
@@ -386,7 +360,7 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
 
 out_remove_tmp:
     /* every rank is past its writes (agree is a barrier): rank 0 removes what was made */
-    if (r->rank == 0 && remove_tree(tmp) != 0)
+    if (r->rank == 0 && out_remove_tree(tmp) != 0)
         fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", tmp, strerror(errno));
     return rc;
 }
@@ -441,8 +415,9 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
     memset(s, 0, sizeof *s);
     int32_t rc = path_fmt(s->path, sizeof s->path, err, "%s/rank_%05d.bin", dir, rank);
     if (rc != CT_OK) return rc;
-    s->f = fopen(s->path, "rb");
-    if (!s->f) return ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", s->path, strerror(errno));
+    if ((rc = fopen_regular(s->path, "checkpoint file", "the checkpoint folder is damaged: "
+                            "resume from another one (--resume-from)", &s->f, err)) != CT_OK)
+        return rc;
     hfile hf = {.f = s->f, .hash = 0xcbf29ce484222325ull, .path = s->path};
     char magic[8];
     uint32_t version;

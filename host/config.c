@@ -6,6 +6,9 @@
  */
 #include "config.h"
 
+#include "files.h"
+#include "printable.h"
+
 #include <ini.h>
 
 #include <assert.h>
@@ -429,43 +432,18 @@ int32_t config_load_string(host_config *cfg, const char *name, const char *text,
 }
 
 int32_t config_load_file(host_config *cfg, const char *path, ct_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ct_error_set(err, CT_ERR_IO, "%s: cannot open the configuration: %s ---> check "
-                            "the path (relative paths start at the current directory)",
-                            path, strerror(errno));
     char *text = NULL;
-    size_t len = 0, cap = 0;
-    int32_t rc = CT_OK;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *t = realloc(text, cap);
-            if (!t) {
-                rc = ct_error_set(err, CT_ERR_NOMEM, "%s: out of memory reading it", path);
-                goto out_free_text;
-            }
-            text = t;
-        }
-        size_t n = fread(text + len, 1, cap - len - 1, f);
-        len += n;
-        if (n == 0) break;
-    }
-    if (ferror(f)) {
-        rc = ct_error_set(err, CT_ERR_IO, "%s: cannot read the configuration: %s ---> is it a "
-                          "regular, readable file?", path, strerror(errno));
-        goto out_free_text;
-    }
-    text[len] = '\0';
-    if (memchr(text, '\0', len)) {
+    size_t len = 0;
+    int32_t rc = read_bounded(path, "configuration", "give an INI text file (relative paths "
+                              "start at the current directory)", CONFIG_MAX_BYTES, &text, &len,
+                              err);
+    if (rc != CT_OK) return rc;
+    if (memchr(text, '\0', len))
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: contains a NUL byte: not an INI text file",
                           path);
-        goto out_free_text;
-    }
-    rc = config_load_string(cfg, path, text, err);
-out_free_text:
+    else
+        rc = config_load_string(cfg, path, text, err);
     free(text);
-    fclose(f);
     return rc;
 }
 
@@ -670,9 +648,16 @@ const char *config_range_text(const ct_param_spec *s, int digits, char *buf, siz
     if (s->min > s->max) return buf;
     int lo_open = (s->flags & CT_PARAM_MIN_EXCLUSIVE) != 0;
     int hi_open = (s->flags & CT_PARAM_MAX_EXCLUSIVE) != 0;
-    if (!lo_open && !hi_open) snprintf(buf, cap, "%.*g..%.*g", digits, s->min, digits, s->max);
-    else snprintf(buf, cap, "%c%.*g, %.*g%c", lo_open ? '(' : '[', digits, s->min, digits, s->max,
-                  hi_open ? ')' : ']');
+    char lo[40], hi[40];
+    if (s->type == CT_PARAM_TYPE_INT && fabs(s->min) < 9.2e18 && fabs(s->max) < 9.2e18) {
+        snprintf(lo, sizeof lo, "%lld", (long long)s->min); /* an integer key's ends, exactly */
+        snprintf(hi, sizeof hi, "%lld", (long long)s->max);
+    } else {
+        snprintf(lo, sizeof lo, "%.*g", digits, s->min);
+        snprintf(hi, sizeof hi, "%.*g", digits, s->max);
+    }
+    if (!lo_open && !hi_open) snprintf(buf, cap, "%s..%s", lo, hi);
+    else snprintf(buf, cap, "%c%s, %s%c", lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
     return buf;
 }
 
@@ -741,6 +726,13 @@ static int32_t check_value(const host_config *cfg, const char *section, const co
     if (!in_range(s, num))
         return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = %s is out of range %s ---> "
                             "pick a value in that range", e->origin, section, e->key, v,
+                            config_range_text(s, 17, range, sizeof range));
+    /* "-0" of a key that takes no negative values: a sign that means nothing is a typo for a
+     * value the writer meant (0 often switches a feature off) */
+    if (num == 0 && v[strspn(v, " \t")] == '-' && s->min <= s->max && s->min >= 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = %s is a negative zero, and the "
+                            "key takes no negative values (range %s) ---> write 0 if you mean "
+                            "zero", e->origin, section, e->key, v,
                             config_range_text(s, 17, range, sizeof range));
     (void)cfg;
     return CT_OK;
@@ -861,7 +853,8 @@ int32_t config_get_string(const host_config *cfg, const char *section, const cha
 
 /* ---- printing ------------------------------------------------------------------------ */
 
-void config_print(const host_config *cfg, FILE *out) {
+/* config_print, or config_show with `shown` (control characters escaped; printable.h). */
+static void print_config(const host_config *cfg, FILE *out, int shown) {
     for (int32_t s = 0; s < cfg->n_sections; s++) {
         const config_section *sec = &cfg->sections[s];
         fprintf(out, "%s[%s]\n", s ? "\n" : "", sec->name);
@@ -873,11 +866,20 @@ void config_print(const host_config *cfg, FILE *out) {
         }
         for (int32_t i = 0; i < sec->n_keys; i++) {
             const config_entry *e = &cfg->entries[sec->keys[i]];
-            int w = fprintf(out, "%s = %s", e->key, e->value);
-            fprintf(out, "%*s ; %s\n", width - w, "", e->origin);
+            int w;
+            if (shown) {
+                char v[512];
+                w = fprintf(out, "%s = %s", e->key, printable(e->value, v, sizeof v));
+            } else {
+                w = fprintf(out, "%s = %s", e->key, e->value);
+            }
+            fprintf(out, "%*s ; %s\n", width - w > 0 ? width - w : 0, "", e->origin);
         }
     }
 }
+
+void config_print(const host_config *cfg, FILE *out) { print_config(cfg, out, 0); }
+void config_show(const host_config *cfg, FILE *out) { print_config(cfg, out, 1); }
 
 /* See config.h. */
 int32_t config_load_world1(const char *path, host_config **out, ct_error *err) {

@@ -15,9 +15,15 @@ typedef struct host_config host_config;
 host_config *config_new(void);
 void config_free(host_config *cfg);
 
-/* Parse an INI file into cfg. Errors (missing or unreadable file, syntax error, a line longer
- * than the parser keeps, a duplicate key) return CT_ERR_INVALID or CT_ERR_IO with a one-line
- * message "FILE:LINE: ... ---> what to do". */
+/* A configuration file larger than this is refused before it is read (real ones are a few
+ * kilobytes; files.h: read_bounded). */
+#define CONFIG_MAX_BYTES (64ull << 20)
+
+/* Parse an INI file into cfg, read through the one reader (files.h: a regular file of at most
+ * CONFIG_MAX_BYTES; a FIFO or a device is refused without blocking). Errors (missing,
+ * unreadable or oversized file, syntax error, a line longer than the parser keeps, a duplicate
+ * key) return CT_ERR_INVALID or CT_ERR_IO with a one-line message "FILE:LINE: ... ---> what to
+ * do". */
 int32_t config_load_file(host_config *cfg, const char *path, ct_error *err);
 
 /* The same for INI text held in memory; `name` stands for the file name in messages. */
@@ -81,6 +87,9 @@ int32_t config_get_string(const host_config *cfg, const char *section, const cha
 /* Print every section and key as INI text, with defaults, each value followed by a comment
  * naming its origin ("; ini/tiny.ini:7", "; default", "; --set"). */
 void config_print(const host_config *cfg, FILE *out);
+/* config_print for a terminal: control characters in values escaped (printable.h), so a
+ * hostile value cannot drive the terminal. */
+void config_show(const host_config *cfg, FILE *out);
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 int32_t config_edit_distance(const char *a, const char *b);

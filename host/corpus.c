@@ -28,11 +28,11 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* The uncompressed size a gzip file's trailer records (mod 2^32), or its own size. */
 static uint64_t gz_estimate(const char *path, int64_t size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0 || size < 18) {
-        if (fd >= 0) close(fd);
+    if (size < 18) return (uint64_t)size;
+    int fd;
+    ct_error scratch = {.struct_size = sizeof scratch}; /* an estimate: a failure is no error */
+    if (open_regular(path, "text file", TEXT_HINT, &fd, NULL, &scratch) != CT_OK)
         return (uint64_t)size;
-    }
     unsigned char t[4];
     ssize_t got = pread(fd, t, 4, size - 4);
     close(fd);
@@ -63,10 +63,9 @@ static int32_t walk(const char *dir, corpus_files *f, int depth, ct_error *err) 
     if (depth > 64)
         return ct_error_set(err, CT_ERR_INVALID, "folder %s is nested more than 64 deep (a "
                             "link loop?) ---> give the folders you mean", dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return ct_error_set(err, CT_ERR_IO, "cannot read folder %s: %s ---> %s", dir,
-                            strerror(errno), TEXT_HINT);
+    DIR *d;
+    int32_t rc0 = open_folder(dir, "folder", TEXT_HINT, &d, err);
+    if (rc0 != CT_OK) return rc0;
     char **names = NULL;
     size_t n = 0, cap = 0;
     int32_t rc = CT_OK;
@@ -88,7 +87,7 @@ static int32_t walk(const char *dir, corpus_files *f, int depth, ct_error *err) 
         }
         n++;
     }
-    qsort(names, n, sizeof *names, by_name);
+    if (n) qsort(names, n, sizeof *names, by_name); /* qsort(NULL, 0, ...) is undefined */
     for (size_t i = 0; i < n && rc == CT_OK; i++) {
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) {

@@ -8,6 +8,7 @@
 #include "data.h"
 
 #include "files.h"
+#include "outfile.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -25,71 +26,22 @@
 
 /* ---- shards ------------------------------------------------------------------------------ */
 
-static int32_t write_all(int fd, const void *buf, size_t bytes) {
-    const char *p = buf;
-    while (bytes > 0) {
-        ssize_t w = write(fd, p, bytes);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        bytes -= (size_t)w;
-    }
-    return 0;
-}
-
-static void fsync_parent_folder(const char *path) {
-    char *copy = strdup(path);
-    if (!copy) return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        (void)fsync(fd); /* best effort: some file systems refuse fsync on a folder */
-        close(fd);
-    }
-    free(copy);
-}
-
 int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err) {
     if (n < 0 || n > INT32_MAX)
         return ct_error_set(err, CT_ERR_INVALID,
                             "%s: %lld tokens do not fit one shard (at most %d) ---> use "
                             "smaller shards (ctrain prepare --shard-tokens)",
                             path, (long long)n, INT32_MAX);
-    char *tmp = NULL;
-    int fd;
-    int32_t rc = create_beside(path, &tmp, &fd, err); /* mode 0666 & ~umask, as meta.ini */
+    outfile o;
+    int32_t rc = outfile_open(&o, path, err); /* mode 0666 & ~umask, as meta.ini */
     if (rc != CT_OK) return rc;
     int32_t header[HOST_SHARD_HEADER_INTS] = {0};
     header[0] = HOST_SHARD_MAGIC;
     header[1] = HOST_SHARD_VERSION;
     header[2] = (int32_t)n;
-    if (write_all(fd, header, sizeof header) != 0 ||
-        write_all(fd, tokens, (size_t)n * sizeof(uint16_t)) != 0 || fsync(fd) != 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
-                          tmp, strerror(errno));
-        goto out_close_unlink;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out_close_unlink;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
-                          strerror(errno));
-        goto out_close_unlink;
-    }
-    fsync_parent_folder(path);
-    goto out_free_name;
-
-out_close_unlink:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-out_free_name:
-    free(tmp);
-    return rc;
+    outfile_write(&o, header, sizeof header);
+    outfile_write(&o, tokens, (size_t)n * sizeof(uint16_t));
+    return outfile_commit(&o, err);
 }
 
 uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n) {
@@ -100,24 +52,13 @@ uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n) {
 
 int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err) {
     memset(w, 0, sizeof *w);
-    w->fd = -1;
     w->max = -1;
     w->fnv = HOST_FNV64_OFFSET;
-    if (!(w->path = strdup(path))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    int32_t rc = create_beside(path, &w->tmp, &w->fd, err);
-    if (rc != CT_OK) goto out_free;
+    int32_t rc = outfile_open(&w->out, path, err);
+    if (rc != CT_OK) return rc;
     int32_t header[HOST_SHARD_HEADER_INTS] = {0}; /* the real one is written by finish */
-    if (write_all(w->fd, header, sizeof header) != 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
-                          w->tmp, strerror(errno));
-        shard_writer_abort(w);
-        return rc;
-    }
+    outfile_write(&w->out, header, sizeof header);
     return CT_OK;
-out_free:
-    free(w->path);
-    w->path = NULL;
-    return rc;
 }
 
 int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
@@ -125,15 +66,16 @@ int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_
     if (w->n + n > INT32_MAX)
         return ct_error_set(err, CT_ERR_INVALID, "%s: %lld tokens do not fit one shard (at "
                             "most %d) ---> use smaller shards (ctrain prepare --shard-tokens)",
-                            w->path, (long long)(w->n + n), INT32_MAX);
+                            w->out.path, (long long)(w->n + n), INT32_MAX);
     int32_t max = w->max;
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] > max) max = tokens[i];
     w->max = max;
     w->fnv = fnv64_update(w->fnv, tokens, (size_t)n * sizeof *tokens);
-    if (write_all(w->fd, tokens, (size_t)n * sizeof *tokens) != 0)
+    outfile_write(&w->out, tokens, (size_t)n * sizeof *tokens);
+    if (w->out.err_no)
         return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
-                            w->tmp, strerror(errno));
+                            w->out.tmp, strerror(w->out.err_no));
     w->n += n;
     return CT_OK;
 }
@@ -143,34 +85,11 @@ int32_t shard_writer_finish(host_shard_writer *w, ct_error *err) {
     header[0] = HOST_SHARD_MAGIC;
     header[1] = HOST_SHARD_VERSION;
     header[2] = (int32_t)w->n;
-    int32_t rc = CT_OK;
-    if (pwrite(w->fd, header, sizeof header, 0) != (ssize_t)sizeof header || fsync(w->fd) != 0)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
-                          w->tmp, strerror(errno));
-    else if (close(w->fd) != 0)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", w->tmp, strerror(errno));
-    else if ((w->fd = -1, rename(w->tmp, w->path) != 0))
-        rc = ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path,
-                          strerror(errno));
-    if (rc != CT_OK) {
-        shard_writer_abort(w);
-        return rc;
-    }
-    fsync_parent_folder(w->path);
-    free(w->tmp);
-    free(w->path);
-    w->tmp = w->path = NULL;
-    return CT_OK;
+    outfile_pwrite(&w->out, header, sizeof header, 0);
+    return outfile_commit(&w->out, err);
 }
 
-void shard_writer_abort(host_shard_writer *w) {
-    if (w->fd >= 0) close(w->fd);
-    w->fd = -1;
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
-    free(w->path);
-    w->tmp = w->path = NULL;
-}
+void shard_writer_abort(host_shard_writer *w) { outfile_abort(&w->out); }
 
 #define SHARD_HINT "name a .bin token shard made by `ctrain prepare` or llm.c"
 
@@ -377,16 +296,11 @@ int32_t data_meta_read(const char *dir, host_data_meta *m, ct_error *err) {
     m->max_token = -1;
     snprintf(m->path, sizeof m->path, "%s/meta.ini", dir);
     if (access(m->path, F_OK) != 0) return CT_OK;
-    int fd;
-    int32_t rc = open_regular(m->path, "data description", "re-run `ctrain prepare`, or "
-                              "remove it (the shards then get only the per-window check)", &fd,
-                              NULL, err);
+    FILE *f;
+    int32_t rc = fopen_regular(m->path, "data description", "re-run `ctrain prepare`, or "
+                               "remove it (the shards then get only the per-window check)", &f,
+                               err);
     if (rc != CT_OK) return rc;
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", m->path, strerror(errno));
-    }
     meta_parse p = {m, NULL};
     int line = ini_parse_file(f, on_meta_key, &p);
     fclose(f);
@@ -743,6 +657,23 @@ int64_t loader_batches_per_epoch(const host_loader *l) {
     return l->n_windows / ((int64_t)l->world * l->B);
 }
 int64_t loader_windows(const host_loader *l) { return l->n_windows; }
+/* Does l read the file of shard s? */
+static int loader_reads(const host_loader *l, const host_token_shard *s) {
+    for (int32_t j = 0; j < l->n_shards; j++)
+        if (l->shards[j].dev == s->dev && l->shards[j].ino == s->ino) return 1;
+    return 0;
+}
+
+const char *loader_partial_overlap(const host_loader *a, const host_loader *b) {
+    const char *shared = NULL;
+    int differ = 0;
+    for (int32_t i = 0; i < a->n_shards; i++) {
+        if (loader_reads(b, &a->shards[i])) shared = shared ? shared : a->shards[i].path;
+        else differ = 1;
+    }
+    for (int32_t j = 0; j < b->n_shards && !differ; j++) differ = !loader_reads(a, &b->shards[j]);
+    return shared && differ ? shared : NULL;
+}
 int64_t loader_tokens(const host_loader *l) { return l->n_tokens; }
 int32_t loader_recorded_max_token(const host_loader *l) {
     return l->recorded_max < 0 ? -1 : l->recorded_max;

@@ -25,6 +25,8 @@
 
 #include <ctrain/ctrain.h>
 
+#include "outfile.h"
+
 #define HOST_SHARD_MAGIC        20240520
 #define HOST_SHARD_VERSION      1
 #define HOST_SHARD_HEADER_INTS  256
@@ -41,8 +43,7 @@ int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_erro
  * `path`, so a reader never sees a half-written shard. Also counts what meta.ini records:
  * the largest token and the FNV-1a 64-bit hash of the token bytes as stored. */
 typedef struct host_shard_writer {
-    char    *path, *tmp;  /* owned */
-    int      fd;
+    outfile  out;         /* the shard being written (outfile.h); out.path is the final name */
     int64_t  n;           /* tokens so far */
     int32_t  max;         /* largest token so far, -1 when none */
     uint64_t fnv;         /* FNV-1a 64 over the token bytes (little-endian uint16) */
@@ -167,6 +168,11 @@ int32_t loader_set_state(host_loader *l, host_loader_state st, ct_error *err);
 int64_t loader_batches_per_epoch(const host_loader *l);
 /* All windows of all shards, and all tokens of all shards. */
 int64_t loader_windows(const host_loader *l);
+/* A shard both loaders read (the same file: device and inode) when their sets of shards are
+ * not the same, or NULL: a train glob that also matches some validation shards. (The very same
+ * shards for both is a choice, e.g. to measure fitting; a partial overlap is a mistake.) The
+ * path is a's, owned by it. */
+const char *loader_partial_overlap(const host_loader *a, const host_loader *b);
 int64_t loader_tokens(const host_loader *l);
 int32_t loader_shard_count(const host_loader *l);
 /* The largest token that the shards' meta.ini records, or -1 when a shard has no record. */

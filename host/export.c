@@ -73,14 +73,6 @@ static const char *tokenizer_of(const host_config *cfg, char *sp, size_t cap) {
     return kind;
 }
 
-static int32_t write_text(const char *path, const char *text, ct_error *err) {
-    outfile o;
-    int32_t rc = outfile_open(&o, path, err);
-    if (rc != CT_OK) return rc;
-    outfile_write(&o, text, strlen(text));
-    return outfile_commit(&o, err);
-}
-
 /* config.json: Hugging Face's keys for hf-gpt2 and hf-llama; every option for ctrain. */
 static int32_t write_config_json(const char *path, const layout *l, const char *tokenizer,
                                  ct_error *err) {
@@ -130,7 +122,7 @@ static int32_t write_config_json(const char *path, const layout *l, const char *
                      s->bias ? "true" : "false", s->eps, s->theta, tokenizer);
     if (n < 0 || (size_t)n >= sizeof j)
         return ct_error_set(err, CT_ERR_INTERNAL, "config.json does not fit its buffer");
-    return write_text(path, j, err);
+    return outfile_write_whole(path, j, (size_t)n, 0, err);
 }
 
 /* The model plugin of the checkpoint's configuration, with [model] validated against the host's
@@ -157,14 +149,18 @@ static const host_plugin *resolve_model(host_config *cfg, host_registry *reg, ct
 
 static int usage(const char *why) {
     fprintf(stderr, "ctrain export: %s ---> usage: ctrain export RUN_DIR|CHECKPOINT_DIR --format "
-            "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain]\n", why);
+            "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain] [--force]\n"
+            "  --force   replace an existing --out file, or write into a non-empty --out folder\n",
+            why);
     return 2;
 }
 
 int cmd_export(int argc, char **argv) {
     const char *src = NULL, *format = NULL, *out = NULL, *target_name = "auto";
+    int force = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
+        if (!strcmp(argv[i], "--force")) force = 1;
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target_name = argv[++i];
         else if (argv[i][0] != '-' && !src) src = argv[i];
@@ -234,17 +230,14 @@ int cmd_export(int argc, char **argv) {
     char sp[PATH_MAX];
     const char *tok = tokenizer_of(m.cfg, sp, sizeof sp);
     if (llmc) {
-        if (llmc_write(out, &lay, m.units, &err) != CT_OK) goto out_err;
+        if (llmc_write(out, &lay, m.units, force ? 0 : OUTFILE_NO_REPLACE, &err) != CT_OK)
+            goto out_err;
         printf("exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to %s\n",
                (long long)m.step, m.dir, m.world, out);
         status = 0;
         goto out_free;
     }
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-        ct_error_set(&err, CT_ERR_IO, "cannot create folder %s: %s ---> check --out", out,
-                     strerror(errno));
-        goto out_err;
-    }
+    if (outdir_prepare(out, "--out", force, &err) != CT_OK) goto out_err;
     char path[PATH_MAX], step_text[32];
     st_out *t = calloc((size_t)lay.n + 1, sizeof *t);
     if (!t) {
@@ -270,7 +263,7 @@ int cmd_export(int argc, char **argv) {
     if (rc == CT_OK && snprintf(path, sizeof path, "%s/config.json", out) < (int)sizeof path)
         rc = write_config_json(path, &lay, tok, &err);
     if (rc == CT_OK && sp[0] && snprintf(path, sizeof path, "%s/tokenizer.model", out) < (int)sizeof path)
-        rc = outfile_copy(sp, path, &err);
+        rc = outfile_copy(sp, path, 0, &err);
     if (rc != CT_OK) goto out_err;
     printf("exported step %lld of %s (saved at world size %d) as %s safetensors to %s\n",
            (long long)m.step, m.dir, m.world, layout_target_name(lay.target), out);

@@ -7,9 +7,11 @@
 #include "safetensors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct ct_import {
@@ -74,9 +76,10 @@ static int gpt2_ignorable(const char *name) {
            (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
 }
 
-static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_model_desc *d,
-                                ct_error *err) {
-    int32_t rc = st_open(im->path, &im->st, err);
+/* The safetensors file on fd (owned by im->st from here on). */
+static int32_t open_safetensors(ct_import *im, int fd, uint64_t size, const host_config *cfg,
+                                const ct_model_desc *d, ct_error *err) {
+    int32_t rc = st_open_fd(fd, im->path, size, &im->st, err);
     if (rc != CT_OK) return rc;
     const char *named = st_meta(&im->st, "ctrain.layout");
     int32_t target = named ? layout_target_from_name(named)
@@ -138,8 +141,10 @@ static int32_t open_safetensors(ct_import *im, const host_config *cfg, const ct_
     return CT_OK;
 }
 
-static int32_t open_llmc(ct_import *im, const host_config *cfg, const ct_model_desc *d,
+/* The llm.c file on fd (owned by im from here on). */
+static int32_t open_llmc(ct_import *im, int fd, const host_config *cfg, const ct_model_desc *d,
                          ct_error *err) {
+    im->fd = fd;
     int32_t rc = layout_build(cfg, d, LAYOUT_LLMC, &im->lay, err);
     if (rc != CT_OK) {
         char why[sizeof err->message];
@@ -147,10 +152,8 @@ static int32_t open_llmc(ct_import *im, const host_config *cfg, const ct_model_d
         return ct_error_set(err, rc, "%s is an llm.c GPT-2 model file, which cannot be loaded "
                             "into this model: %s", im->path, why);
     }
-    rc = open_regular(im->path, "llm.c model file", "check [model] init_from", &im->fd, NULL,
-                      err);
     uint64_t at = 0;
-    if (rc == CT_OK) rc = llmc_check(im->fd, im->path, &im->lay, &at, err);
+    rc = llmc_check(im->fd, im->path, &im->lay, &at, err);
     if (rc != CT_OK) return rc;
     im->llmc_off = calloc((size_t)im->lay.n + 1, sizeof *im->llmc_off);
     if (!im->llmc_off) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
@@ -169,8 +172,19 @@ int32_t import_open(const char *path, const host_config *cfg, const ct_model_des
     im->fd = -1;
     im->st.fd = -1;
     snprintf(im->path, sizeof im->path, "%s", path);
-    im->is_llmc = llmc_is_model_file(path);
-    int32_t rc = im->is_llmc ? open_llmc(im, cfg, d, err) : open_safetensors(im, cfg, d, err);
+    /* opened once, through the one reader; the first word tells the format */
+    int fd;
+    struct stat st;
+    int32_t rc = open_regular(path, "init_from file", "give a safetensors or llm.c model file "
+                              "([model] init_from)", &fd, &st, err);
+    if (rc != CT_OK) {
+        import_close(im);
+        return rc;
+    }
+    int32_t first = 0;
+    im->is_llmc = pread(fd, &first, 4, 0) == 4 && llmc_looks_like(first);
+    rc = im->is_llmc ? open_llmc(im, fd, cfg, d, err)
+                     : open_safetensors(im, fd, (uint64_t)st.st_size, cfg, d, err);
     if (rc != CT_OK) {
         import_close(im);
         return rc;
@@ -204,8 +218,23 @@ int32_t import_unit(ct_import *im, uint32_t u, float *full, ct_error *err) {
         } else {
             rc = st_read_f32(&im->st, im->src[i], buf, err);
         }
-        if (rc == CT_OK) layout_put(e, buf, full);
+        for (uint64_t k = 0, n = layout_numel(e); rc == CT_OK && k < n; k++)
+            if (!isfinite(buf[k]))
+                rc = ct_error_set(err, CT_ERR_INVALID, "%s: tensor %s holds %s at element %llu "
+                                  "---> the file's weights are not usable: give a file saved "
+                                  "from a healthy model", im->path, e->name,
+                                  isnan(buf[k]) ? "NaN" : "Inf", (unsigned long long)k);
+        if (rc == CT_OK && full) layout_put(e, buf, full);
     }
     free(buf);
+    return rc;
+}
+
+int32_t import_check_values(ct_import *im, ct_error *err) {
+    uint32_t units = 0;
+    for (int32_t i = 0; i < im->lay.n; i++)
+        if (im->lay.e[i].unit + 1 > units) units = im->lay.e[i].unit + 1;
+    int32_t rc = CT_OK;
+    for (uint32_t u = 0; u < units && rc == CT_OK; u++) rc = import_unit(im, u, NULL, err);
     return rc;
 }

@@ -18,8 +18,13 @@ typedef struct ct_import ct_import;
  * cannot be read. */
 int32_t import_open(const char *path, const host_config *cfg, const ct_model_desc *d,
                     ct_import **out, ct_error *err);
-/* Overwrite unit u's tensors in `full` (init_unit_numel floats) with the file's values. */
+/* Overwrite unit u's tensors in `full` (init_unit_numel floats) with the file's values; a NaN
+ * or Inf value is CT_ERR_INVALID naming the tensor and the element. full may be NULL (only
+ * the check). */
 int32_t import_unit(ct_import *im, uint32_t u, float *full, ct_error *err);
+/* Read every tensor and check each value is finite (what validate does; train checks unit by
+ * unit as it loads). */
+int32_t import_check_values(ct_import *im, ct_error *err);
 void import_close(ct_import *im);
 
 #endif /* CTRAIN_HOST_IMPORT_H */

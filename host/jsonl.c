@@ -4,6 +4,8 @@
  */
 #include "jsonl.h"
 
+#include "files.h"
+
 #include "config.h"
 
 #include <ctype.h>
@@ -154,9 +156,10 @@ void jsonl_free_records(jsonl_record *records, int32_t n_records) {
 int32_t jsonl_read(const char *path, jsonl_record **records, int32_t *n_records, ct_error *err) {
     *records = NULL;
     *n_records = 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return ct_error_set(err, CT_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f;
+    int32_t rc0 = fopen_regular(path, "metrics file", "give a run folder that `ctrain train` "
+                                "wrote, or its metrics.jsonl", &f, err);
+    if (rc0 != CT_OK) return rc0;
     char *line = NULL;
     size_t line_cap = 0;
     int32_t cap = 0, rc = CT_OK;
@@ -165,6 +168,10 @@ int32_t jsonl_read(const char *path, jsonl_record **records, int32_t *n_records,
     ssize_t len;
     while ((len = getline(&line, &line_cap, f)) >= 0) {
         line_no++;
+        if (line_no == 1 && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) {
+            memmove(line, line + 3, (size_t)len - 2); /* a UTF-8 byte-order mark: not data */
+            len -= 3;
+        }
         const char *p = line;
         while (p < line + len && *p && isspace((unsigned char)*p)) p++;
         if (p == line + len) continue; /* blank line */

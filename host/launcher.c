@@ -62,8 +62,14 @@ static int32_t read_one(host_getenv_fn env, const launcher_vars *v, int *found, 
                         ct_error *err) {
     const char *rank = env(v->rank), *local = env(v->local), *world = env(v->world);
     const char *world_name = v->world;
-    if (!world && v->world_alt && env(v->world_alt)) {
-        world = env(v->world_alt);
+    const char *alt = v->world_alt ? env(v->world_alt) : NULL;
+    if (world && alt && strcmp(world, alt) != 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s variables contradict each other: %s=%s but "
+                            "%s=%s (both give the world size) ---> unset the stale one, or start "
+                            "ctrain with the launcher", launcher_name(v->launcher), v->world,
+                            world, v->world_alt, alt);
+    if (!world && alt) {
+        world = alt;
         world_name = v->world_alt;
     }
     *found = rank || local || world;
@@ -121,6 +127,15 @@ int32_t launcher_read(host_getenv_fn env, host_launch *out, ct_error *err) {
             if (port && parse_count("MASTER_PORT", port, &p, &scratch) == CT_OK && p >= 1 &&
                 p <= 65535)
                 l.master_port = p;
+            /* checked whenever they are set, at any world size: a value that would be refused
+             * on more ranks is a mistake on one too */
+            if (port && !l.master_port)
+                return ct_error_set(err, CT_ERR_INVALID, "MASTER_PORT=%s is not a port 1..65535 "
+                                    "(%s) ---> set MASTER_PORT to a free port, the same on every "
+                                    "rank, or unset it", port, l.vars);
+            if (addr && !*addr)
+                return ct_error_set(err, CT_ERR_INVALID, "MASTER_ADDR is set but empty (%s) ---> "
+                                    "set it to rank 0's host, or unset it", l.vars);
         }
         if (!have) {
             *out = l;

@@ -23,7 +23,8 @@ static void header_of(const layout *l, int32_t h[256]) {
     h[7] = (int32_t)((l->s.V + 127) / 128 * 128);
 }
 
-int32_t llmc_write(const char *path, const layout *l, float *const *units, ct_error *err) {
+int32_t llmc_write(const char *path, const layout *l, float *const *units, uint32_t flags,
+                   ct_error *err) {
     int32_t h[256];
     header_of(l, h);
     uint64_t max = 1;
@@ -32,7 +33,7 @@ int32_t llmc_write(const char *path, const layout *l, float *const *units, ct_er
     float *buf = malloc(max * sizeof *buf);
     if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
     outfile o;
-    int32_t rc = outfile_open(&o, path, err);
+    int32_t rc = outfile_open_as(&o, path, flags, err);
     if (rc == CT_OK) {
         outfile_write(&o, h, sizeof h);
         for (int32_t i = 0; i < l->n; i++) {
@@ -45,13 +46,9 @@ int32_t llmc_write(const char *path, const layout *l, float *const *units, ct_er
     return rc;
 }
 
-int llmc_is_model_file(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    int32_t magic = 0;
-    int ok = pread(fd, &magic, 4, 0) == 4 && magic == LLMC_MAGIC;
-    close(fd);
-    return ok;
+int llmc_looks_like(int32_t first_word) {
+    /* llm.c's magics are dates: 20240326 (models), 20240520 (token shards), ... */
+    return first_word >= 20230101 && first_word <= 20991231;
 }
 
 int32_t llmc_check(int fd, const char *path, const layout *l, uint64_t *data_start,

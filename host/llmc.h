@@ -12,11 +12,15 @@
 #define LLMC_HEADER_BYTES 1024
 
 /* Write `path` atomically: the header from l->s and every entry of l (LAYOUT_LLMC) in order,
- * units[u] holding unit u's f32 values. */
-int32_t llmc_write(const char *path, const layout *l, float *const *units, ct_error *err);
+ * units[u] holding unit u's f32 values; flags as outfile_open_as's (OUTFILE_NO_REPLACE: an
+ * existing file is refused). */
+int32_t llmc_write(const char *path, const layout *l, float *const *units, uint32_t flags,
+                   ct_error *err);
 
-/* Does the file start with llm.c's magic? (0 when it cannot be read) */
-int llmc_is_model_file(const char *path);
+/* Does a file starting with this little-endian int32 look like one of llm.c's? Its magics are
+ * dates (LLMC_MAGIC for fp32 models); a file starting with another date is taken for llm.c's
+ * too, so that a wrong magic or version gets llm.c's message (llmc_check), not safetensors'. */
+int llmc_looks_like(int32_t first_word);
 
 /* Check the header of an open llm.c file (fd) against the model l->s: every difference is
  * listed in err ("max_seq_len: this model 32, the file 64; ..."); then the file's size.

@@ -5,6 +5,7 @@
  */
 #include "blas_core.h"
 #include "commands.h"
+#include "printable.h"
 #include "config.h"
 #include "host_schema.h"
 #include "registry.h"
@@ -266,7 +267,7 @@ int cmd_validate(int argc, char **argv) {
         goto out_close;
     }
     printf("; %s resolved: every key with its value and origin\n", config_path(cfg));
-    config_print(cfg, stdout);
+    config_show(cfg, stdout);
     printf("\n; plugins\n");
     char *buf = NULL;
     size_t len = 0;
@@ -314,6 +315,7 @@ int cmd_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    printable_stderr(); /* messages quote configs and paths: never raw control characters */
     if (argc < 2) {
         cmd_help(0, NULL);
         return 2;

@@ -2,12 +2,16 @@
  * OUT/metrics.jsonl (see metrics.h). */
 #include "metrics.h"
 
+#include "files.h"
+#include "outfile.h"
+
 #include <ctrain/ctrain.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static host_metric *find(host_metric_table *t, const char *name) {
@@ -74,20 +78,6 @@ void metrics_write_json(const host_metric_table *t, int64_t step, FILE *out) {
 
 #define METRICS_HINT "---> free disk space under [run] out_dir, then resume with --resume"
 
-/* Write all n bytes at fd's end; 0, or -1 with errno set (a short write of a full disk gives
- * ENOSPC). */
-static int write_all(int fd, const char *p, size_t n) {
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return -1;
-        if (k == 0) return errno = ENOSPC, -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* The step of a whole line written by metrics_write_json ("{"step": N, ..."}\n"); -1 when the
  * line is not whole (torn by a crash or a full disk) or has no leading step. */
 static long long line_step(const char *line, size_t len) {
@@ -99,42 +89,33 @@ static long long line_step(const char *line, size_t len) {
     return s;
 }
 
-/* Rewrite path keeping its whole lines of step <= keep (temp + fsync + rename). */
+/* Rewrite path keeping its whole lines of step <= keep (outfile.h: temp + fsync + rename). */
 static int32_t keep_steps(const char *path, int64_t keep, ct_error *err) {
-    char tmp[4200];
-    int len = snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    if (len < 0 || (size_t)len >= sizeof tmp)
-        return ct_error_set(err, CT_ERR_INVALID, "path too long: %s", path);
-    FILE *in = fopen(path, "r");
-    if (!in && errno != ENOENT)
-        return ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int saved = errno;
-        if (in) fclose(in);
-        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " METRICS_HINT, tmp,
-                            strerror(saved));
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT) return CT_OK; /* nothing to keep */
+    FILE *in;
+    int32_t rc = fopen_own_output(path, "metrics file", "check [run] out_dir", &in, err);
+    if (rc != CT_OK) return rc;
+    outfile o;
+    if ((rc = outfile_open(&o, path, err)) != CT_OK) {
+        fclose(in);
+        return rc;
     }
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    int bad = 0, saved = 0;
-    while (!bad && in && (n = getline(&line, &cap, in)) >= 0) {
+    while ((n = getline(&line, &cap, in)) >= 0) {
         long long s = line_step(line, (size_t)n);
-        if (s >= 0 && s <= keep && write_all(fd, line, (size_t)n) != 0) bad = 1, saved = errno;
+        if (s >= 0 && s <= keep) outfile_write(&o, line, (size_t)n);
     }
-    if (in && !bad && ferror(in)) bad = 1, saved = EIO;
+    int read_failed = ferror(in);
     free(line);
-    if (in) fclose(in);
-    if (!bad && fsync(fd) != 0) bad = 1, saved = errno;
-    if (close(fd) != 0 && !bad) bad = 1, saved = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, saved = errno;
-    if (bad) {
-        unlink(tmp);
-        return ct_error_set(err, CT_ERR_IO, "cannot rewrite %s: %s " METRICS_HINT, path,
-                            strerror(saved ? saved : EIO));
+    fclose(in);
+    if (read_failed) {
+        outfile_abort(&o);
+        return ct_error_set(err, CT_ERR_IO, "cannot read %s " METRICS_HINT, path);
     }
-    return CT_OK;
+    return outfile_commit(&o, err);
 }
 
 int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_through_step,
@@ -145,16 +126,13 @@ int32_t metrics_file_open(metrics_file *mf, const char *dir, int64_t keep_throug
     if (len < 0 || (size_t)len >= sizeof mf->path)
         return ct_error_set(err, CT_ERR_INVALID, "path too long: %s/metrics.jsonl ---> use a "
                             "shorter [run] out_dir", dir);
-    int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
-    if (keep_through_step < 0) flags |= O_TRUNC;
-    else {
+    if (keep_through_step >= 0) {
         int32_t rc = keep_steps(mf->path, keep_through_step, err);
         if (rc != CT_OK) return rc;
     }
-    mf->fd = open(mf->path, flags, 0644);
-    if (mf->fd < 0)
-        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check [run] out_dir",
-                            mf->path, strerror(errno));
+    int32_t rc = outfile_append_open(mf->path, keep_through_step < 0 ? OUTFILE_TRUNCATE : 0,
+                                     &mf->fd, err);
+    if (rc != CT_OK) return rc;
     off_t end = lseek(mf->fd, 0, SEEK_END);
     mf->length = end > 0 ? end : 0;
     return CT_OK;
@@ -173,7 +151,7 @@ int32_t metrics_file_write(metrics_file *mf, const host_metric_table *t, int64_t
         free(buf);
         return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", mf->path);
     }
-    int rc = write_all(mf->fd, buf, n);
+    int rc = fd_write_all(mf->fd, buf, n);
     int saved = errno;
     free(buf);
     if (rc == 0) {

@@ -1,14 +1,21 @@
 /* plot.c — `ctrain plot RUN_DIR... --metric NAME [--metric NAME]... --out FILE.png [--title T]
  * [--logy]`: metrics against step, one line per run, one panel per metric, drawn by gnuplot
  * (Debian's gnuplot-nox; pngcairo when it has it, else png), started with fork + execv and an
- * argument vector, never a shell. The data files and the script go to a temporary folder, kept
- * (and named) when gnuplot fails.
+ * argument vector, never a shell. The data files, the script and the picture go to a temporary
+ * folder, kept (and named) when gnuplot fails; the picture then reaches --out through the one
+ * writer (outfile.h), so gnuplot never sees the user's path. Strings from the user or a run
+ * folder (title, metric and run names) reach the script only as single-quoted gnuplot strings
+ * (no escapes, no backquote substitution there) and only without control characters: a newline
+ * would end the string and start a command.
  * Not for: reading metrics files (jsonl.c) or tables of figures (compare.c).
  */
 #include "commands.h"
 #include "config.h"
 #include "jsonl.h"
+#include "outfile.h"
+#include "printable.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -93,8 +100,10 @@ static int find_in_path(const char *prog, char *buf, size_t cap) {
     return 0;
 }
 
-/* s as a gnuplot single-quoted string ('' for a quote). */
+/* s as a gnuplot single-quoted string ('' for a quote). s holds no control character
+ * (check_strings refused them): inside single quotes gnuplot then reads every byte as text. */
 static void gp_quote(FILE *f, const char *s) {
+    assert(!has_control_chars(s));
     fputc('\'', f);
     for (; *s; s++) {
         if (*s == '\'') fputc('\'', f);
@@ -106,9 +115,14 @@ static void gp_quote(FILE *f, const char *s) {
 /* Write the (step, value) points of `metric` in `log` to path; *n_points gets their count.
  * Non-finite values are skipped, and non-positive ones with logy. */
 static int write_series(const char *path, const run_log *log, const char *metric, int logy,
-                        int32_t *n_points) {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
+                        int32_t *n_points, ct_error *err) {
+    outfile o;
+    if (outfile_open(&o, path, err) != CT_OK) return 0;
+    FILE *f = outfile_stream(&o, err);
+    if (!f) {
+        outfile_abort(&o);
+        return 0;
+    }
     *n_points = 0;
     for (int32_t i = 0; i < log->n_records; i++) {
         double step, v;
@@ -117,7 +131,7 @@ static int write_series(const char *path, const run_log *log, const char *metric
         fprintf(f, "%.17g %.17g\n", step, v);
         (*n_points)++;
     }
-    return fclose(f) == 0;
+    return outfile_commit(&o, err) == CT_OK;
 }
 
 /* Remove the temporary folder and its files. */
@@ -129,6 +143,8 @@ static void remove_tmp(const char *dir, const plot_args *a) {
             unlink(path);
         }
     snprintf(path, sizeof path, "%s/plot.gp", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/plot.png", dir);
     unlink(path);
     rmdir(dir);
 }
@@ -159,9 +175,14 @@ static void report_unknown_metric(const run_log *logs, int32_t n, const char *me
 
 /* Write the gnuplot script for the loaded runs; counts[r][m] are the points of each series. */
 static int write_script(const char *script, const char *tmp, const plot_args *a,
-                        const run_log *logs, int32_t counts[][PLOT_MAX_METRICS]) {
-    FILE *f = fopen(script, "w");
-    if (!f) return 0;
+                        const run_log *logs, int32_t counts[][PLOT_MAX_METRICS], ct_error *err) {
+    outfile o;
+    if (outfile_open(&o, script, err) != CT_OK) return 0;
+    FILE *f = outfile_stream(&o, err);
+    if (!f) {
+        outfile_abort(&o);
+        return 0;
+    }
     int cols = a->n_metrics == 1 ? 1 : 2;
     int rows = (a->n_metrics + cols - 1) / cols;
     int w = 820 * cols, h = 460 * rows + (a->title ? 40 : 0);
@@ -170,8 +191,10 @@ static int write_script(const char *script, const char *tmp, const plot_args *a,
                "} else {\n"
                "    set terminal png noenhanced size %d,%d\n"
                "}\n", w, h, w, h);
+    char picture[4200];
+    snprintf(picture, sizeof picture, "%s/plot.png", tmp);
     fputs("set output ", f);
-    gp_quote(f, a->out);
+    gp_quote(f, picture);
     fputs("\nset grid\nset key top right\nset xlabel 'step'\n", f);
     fprintf(f, "set multiplot layout %d,%d", rows, cols);
     if (a->title) {
@@ -198,7 +221,7 @@ static int write_script(const char *script, const char *tmp, const plot_args *a,
         fputc('\n', f);
     }
     fputs("unset multiplot\n", f);
-    return fclose(f) == 0;
+    return outfile_commit(&o, err) == CT_OK;
 }
 
 /* Run gnuplot on script as a child with an argument vector (no shell: paths are bytes); its
@@ -217,9 +240,13 @@ static int run_gnuplot(const char *gnuplot, const char *script) {
         close(fds[1]);
         return 1;
     }
-    if (pid == 0) { /* the child: stdin from /dev/null, stdout and stderr into the pipe */
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
+    if (pid == 0) { /* the child: stdin at end of file, stdout and stderr into the pipe */
+        int empty[2];
+        if (pipe(empty) == 0) {
+            close(empty[1]);
+            dup2(empty[0], 0);
+            close(empty[0]);
+        }
         dup2(fds[1], 1);
         dup2(fds[1], 2);
         close(fds[0]);
@@ -258,21 +285,27 @@ static int run_gnuplot(const char *gnuplot, const char *script) {
     return 0;
 }
 
+/* Every string that reaches the script: no control characters (see the file's comment). */
+static int check_strings(const plot_args *a, const run_log *logs, int32_t n) {
+    char shown_buf[160];
+    const char *what = NULL, *bad = NULL;
+    if (a->title && has_control_chars(a->title)) what = "--title", bad = a->title;
+    for (int32_t m = 0; !what && m < a->n_metrics; m++)
+        if (has_control_chars(a->metrics[m])) what = "--metric", bad = a->metrics[m];
+    for (int32_t r = 0; !what && r < n; r++)
+        if (has_control_chars(logs[r].name)) what = "the run name", bad = logs[r].name;
+    if (!what) return 0;
+    fprintf(stderr, "ctrain plot: %s '%s' holds a control character (a newline, a tab, an "
+            "escape) ---> plot labels are one line of printable text%s\n", what,
+            printable(bad, shown_buf, sizeof shown_buf),
+            !strcmp(what, "the run name") ? ": fix [run] name in the run's config.ini" : "");
+    return 1;
+}
+
 int cmd_plot(int argc, char **argv) {
     plot_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc;
-
-    char out_dir[4096];
-    snprintf(out_dir, sizeof out_dir, "%s", a.out);
-    char *slash = strrchr(out_dir, '/');
-    if (slash) *(slash == out_dir ? slash + 1 : slash) = '\0';
-    else snprintf(out_dir, sizeof out_dir, ".");
-    if (access(out_dir, W_OK) != 0) {
-        fprintf(stderr, "ctrain plot: cannot write %s: folder '%s': %s ---> create it first\n",
-                a.out, out_dir, strerror(errno));
-        return 1;
-    }
 
     char gnuplot[4096];
     if (!find_in_path("gnuplot", gnuplot, sizeof gnuplot)) {
@@ -297,6 +330,7 @@ int cmd_plot(int argc, char **argv) {
         n_loaded++;
     }
     run_log_disambiguate(logs, n_loaded);
+    if (check_strings(&a, logs, n_loaded)) goto out_free_logs;
     for (int32_t m = 0; m < a.n_metrics; m++)
         if (!any_run_has(logs, n_loaded, a.metrics[m])) {
             report_unknown_metric(logs, n_loaded, a.metrics[m]);
@@ -313,8 +347,9 @@ int cmd_plot(int argc, char **argv) {
         for (int32_t r = 0; r < a.n_runs; r++) {
             char path[4200];
             snprintf(path, sizeof path, "%s/r%d_m%d.dat", tmp, (int)r, (int)m);
-            if (!write_series(path, &logs[r], a.metrics[m], a.logy, &counts[r][m])) {
-                fprintf(stderr, "ctrain plot: cannot write %s: %s\n", path, strerror(errno));
+            ct_error err = {.struct_size = sizeof err};
+            if (!write_series(path, &logs[r], a.metrics[m], a.logy, &counts[r][m], &err)) {
+                fprintf(stderr, "ctrain plot: %s\n", err.message);
                 goto out_remove_tmp;
             }
             if (!counts[r][m])
@@ -331,8 +366,9 @@ int cmd_plot(int argc, char **argv) {
     }
     char script[4200];
     snprintf(script, sizeof script, "%s/plot.gp", tmp);
-    if (!write_script(script, tmp, &a, logs, counts)) {
-        fprintf(stderr, "ctrain plot: cannot write %s: %s\n", script, strerror(errno));
+    ct_error err = {.struct_size = sizeof err};
+    if (!write_script(script, tmp, &a, logs, counts, &err)) {
+        fprintf(stderr, "ctrain plot: %s\n", err.message);
         goto out_remove_tmp;
     }
     if (run_gnuplot(gnuplot, script) != 0) {
@@ -340,9 +376,15 @@ int cmd_plot(int argc, char **argv) {
         made_tmp = 0; /* keep them for the user */
         goto out_free_logs;
     }
+    char picture[4200];
+    snprintf(picture, sizeof picture, "%s/plot.png", tmp);
     struct stat st;
-    if (stat(a.out, &st) != 0 || st.st_size == 0) {
-        fprintf(stderr, "ctrain plot: gnuplot wrote no %s ---> is its folder writable?\n", a.out);
+    if (stat(picture, &st) != 0 || st.st_size == 0) {
+        fprintf(stderr, "ctrain plot: gnuplot wrote no picture (%s)\n", picture);
+        goto out_remove_tmp;
+    }
+    if (outfile_copy(picture, a.out, 0, &err) != CT_OK) {
+        fprintf(stderr, "ctrain plot: %s\n", err.message);
         goto out_remove_tmp;
     }
     printf("wrote %s (%d run%s, %d panel%s)\n", a.out, (int)a.n_runs, a.n_runs == 1 ? "" : "s",

@@ -10,6 +10,7 @@
 #include "corpus.h"
 #include "data.h"
 #include "files.h"
+#include "outfile.h"
 #include "runtok.h"
 #include "tokenizer.h"
 
@@ -43,30 +44,6 @@ prepare_options prepare_default_options(void) {
 #define TEXT_HINT "give --text files that are regular files of text"
 #define UNIT_BYTES   (2u << 20)  /* text per tokenizing task (tests may set less) */
 #define SAMPLE_BLOCK (1u << 20)  /* sentencepiece's sample is taken in blocks of this much */
-
-/* mkdir -p */
-static int32_t make_folder(const char *dir, ct_error *err) {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
-        return ct_error_set(err, CT_ERR_INVALID, "output folder name too long: %s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        goto fail;
-    }
-    if (access(dir, W_OK) != 0) goto fail;
-    return CT_OK;
-fail:
-    return ct_error_set(err, CT_ERR_IO, "output folder %s is not writable: %s ---> choose "
-                        "another --out folder", dir, strerror(errno));
-}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -315,24 +292,15 @@ static void split_abort(split_out *s) {
 typedef struct router {
     split_out *train, *val;
     int64_t    pos, n_train; /* n_train < 0: not known yet (spilling) */
-    int        spill_fd;
-    char      *spill_tmp;
+    int        spill_fd;     /* a scratch file in the output folder (outfile.h: scratch_open) */
     int64_t    spilled;
 } router;
 
 static int32_t route(router *r, const uint16_t *tok, int64_t n, ct_error *err) {
     if (r->n_train < 0) {
-        size_t bytes = (size_t)n * sizeof *tok;
-        const char *p = (const char *)tok;
-        while (bytes > 0) {
-            ssize_t w = write(r->spill_fd, p, bytes);
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0)
-                return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free "
-                                    "disk space", r->spill_tmp, strerror(errno));
-            p += w;
-            bytes -= (size_t)w;
-        }
+        if (fd_write_all(r->spill_fd, tok, (size_t)n * sizeof *tok) != 0)
+            return ct_error_set(err, CT_ERR_IO, "cannot write a scratch file in %s: %s ---> "
+                                "check free disk space", r->train->dir, strerror(errno));
         r->spilled += n;
         return CT_OK;
     }
@@ -351,28 +319,25 @@ static int32_t route_spilled(router *r, double val_fraction, ct_error *err) {
     enum { CHUNK = 1 << 20 };
     uint16_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    int in = open(r->spill_tmp, O_RDONLY | O_CLOEXEC); /* create_beside's fd is write-only */
-    int32_t rc = in < 0 ? ct_error_set(err, CT_ERR_IO, "cannot read back %s: %s", r->spill_tmp,
-                                       strerror(errno)) : CT_OK;
+    int32_t rc = CT_OK;
     for (int64_t first = 0; first < n && rc == CT_OK; first += CHUNK) {
         int64_t count = n - first < CHUNK ? n - first : CHUNK;
         size_t want = (size_t)count * sizeof *buf, got = 0;
         while (got < want) {
-            ssize_t g = pread(in, (char *)buf + got, want - got,
+            ssize_t g = pread(r->spill_fd, (char *)buf + got, want - got,
                               (off_t)(first * 2 + (int64_t)got));
             if (g < 0 && errno == EINTR) continue;
             if (g <= 0) break;
             got += (size_t)g;
         }
-        if (got < want) rc = ct_error_set(err, CT_ERR_IO, "cannot read back %s: %s",
-                                          r->spill_tmp, strerror(errno));
+        if (got < want) rc = ct_error_set(err, CT_ERR_IO, "cannot read back the scratch file "
+                                          "in %s: %s", r->train->dir, strerror(errno));
         else rc = route(r, buf, count, err);
     }
     free(buf);
-    if (in >= 0) close(in);
     if (rc == CT_OK && (ftruncate(r->spill_fd, 0) != 0 || lseek(r->spill_fd, 0, SEEK_SET) != 0))
-        rc = ct_error_set(err, CT_ERR_IO, "cannot truncate %s: %s", r->spill_tmp,
-                          strerror(errno));
+        rc = ct_error_set(err, CT_ERR_IO, "cannot truncate the scratch file in %s: %s",
+                          r->train->dir, strerror(errno));
     r->spilled = 0;
     return rc;
 }
@@ -432,10 +397,8 @@ static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_er
     progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
                    .total = c->files->total_estimate, .what = "tokenized"};
     pg.last = pg.start;
-    char spill_name[PATH_MAX];
-    snprintf(spill_name, sizeof spill_name, "%s/spill", o->out_dir);
     router r = {.train = train, .val = val, .spill_fd = -1};
-    int32_t rc = create_beside(spill_name, &r.spill_tmp, &r.spill_fd, err);
+    int32_t rc = scratch_open(o->out_dir, &r.spill_fd, err);
     if (rc != CT_OK) return rc;
     pthread_t *th = calloc((size_t)c->threads, sizeof *th);
     if (!th) {
@@ -492,42 +455,6 @@ static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_er
     free(th);
 out_spill:
     close(r.spill_fd);
-    unlink(r.spill_tmp);
-    free(r.spill_tmp);
-    return rc;
-}
-
-/* A stdio stream on a new file beside `path` (files.h: create_beside, the user's umask); *tmp
- * is its name, for finish_beside. NULL with err set, and nothing left behind, on failure. */
-static FILE *open_beside(const char *path, char **tmp, ct_error *err) {
-    int fd;
-    if (create_beside(path, tmp, &fd, err) != CT_OK) return NULL;
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", *tmp, strerror(errno));
-        close(fd);
-        unlink(*tmp);
-        free(*tmp);
-        *tmp = NULL;
-    }
-    return f;
-}
-
-/* Close f (fsync'd first when `sync`) and, when rc is CT_OK and every write went through,
- * rename tmp onto path; otherwise remove tmp. Frees tmp. Returns rc, or CT_ERR_IO naming the
- * file. */
-static int32_t finish_beside(FILE *f, char *tmp, const char *path, int sync, int32_t rc,
-                             ct_error *err) {
-    int bad = ferror(f);
-    if (sync) bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (rc == CT_OK && bad)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
-                          path, strerror(errno));
-    if (rc == CT_OK && rename(tmp, path) != 0)
-        rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    if (rc != CT_OK) unlink(tmp);
-    free(tmp);
     return rc;
 }
 
@@ -536,10 +463,14 @@ static int32_t finish_beside(FILE *f, char *tmp, const char *path, int sync, int
  * o->sp_sample_bytes in all (0: everything). */
 static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct_error *err) {
     const prepare_options *o = c->o;
-    char *tmp;
     int32_t rc = CT_OK;
-    FILE *f = open_beside(path, &tmp, err);
-    if (!f) return err->code;
+    outfile out;
+    if ((rc = outfile_open(&out, path, err)) != CT_OK) return rc;
+    FILE *f = outfile_stream(&out, err);
+    if (!f) {
+        outfile_abort(&out);
+        return err->code;
+    }
     double total = (double)(c->files->total_estimate ? c->files->total_estimate : 1);
     double rate = o->sp_sample_bytes > 0 ? (double)o->sp_sample_bytes / total : 1.0;
     progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
@@ -577,9 +508,7 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
     }
     c->bytes_read = before;
     if (rc == CT_OK && *written == 0 && rate < 1.0) { /* a text of one short block: all of it */
-        fclose(f);
-        unlink(tmp);
-        free(tmp);
+        outfile_abort(&out);
         prepare_options all = *o;
         all.sp_sample_bytes = 0;
         c->o = &all;
@@ -587,7 +516,11 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
         c->o = o;
         return rc;
     }
-    return finish_beside(f, tmp, path, 0, rc, err); /* a scratch file: no fsync */
+    if (rc != CT_OK) {
+        outfile_abort(&out);
+        return rc;
+    }
+    return outfile_commit(&out, err);
 }
 
 /* The longest line meta.ini may have: the INI reader (inih r55) keeps 199 characters. */
@@ -603,44 +536,6 @@ static void meta_put(FILE *f, const char *key, const char *value) {
     fprintf(f, "%s = ", key);
     for (size_t i = 0; i < n; i++) fputc((unsigned char)value[i] < 0x20 ? '?' : value[i], f);
     fputs(cut ? "...\n" : "\n", f);
-}
-
-/* FNV-1a 64 of a whole file, and copy it to `to` when `to` is not NULL (atomically). */
-static int32_t hash_copy_file(const char *from, const char *to, uint64_t *fnv, ct_error *err) {
-    int in;
-    int32_t rc = open_regular(from, "sentencepiece model", "give --sp-model a .model file "
-                              "made by sentencepiece", &in, NULL, err);
-    if (rc != CT_OK) return rc;
-    char *tmp = NULL;
-    int out = -1;
-    if (to && (rc = create_beside(to, &tmp, &out, err)) != CT_OK) goto out_close_in;
-    *fnv = HOST_FNV64_OFFSET;
-    char buf[1 << 16];
-    for (;;) {
-        ssize_t got = read(in, buf, sizeof buf);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            rc = ct_error_set(err, CT_ERR_IO, "cannot read %s: %s", from, strerror(errno));
-            break;
-        }
-        if (got == 0) break;
-        *fnv = fnv64_update(*fnv, buf, (size_t)got);
-        if (out >= 0 && write(out, buf, (size_t)got) != got) {
-            rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-            break;
-        }
-    }
-    if (out >= 0) {
-        if (close(out) != 0 && rc == CT_OK)
-            rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        if (rc == CT_OK && rename(tmp, to) != 0)
-            rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s", to, strerror(errno));
-        if (rc != CT_OK) unlink(tmp);
-        free(tmp);
-    }
-out_close_in:
-    close(in);
-    return rc;
 }
 
 static void write_split_meta(FILE *f, const split_out *s) {
@@ -659,9 +554,13 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
                           uint64_t model_fnv, ct_error *err) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/meta.ini", o->out_dir);
-    char *tmp;
-    FILE *f = open_beside(path, &tmp, err); /* mode 0666 & ~umask, as the shards */
-    if (!f) return err->code;
+    outfile out;
+    int32_t rc = outfile_open(&out, path, err); /* mode 0666 & ~umask, as the shards */
+    FILE *f = rc == CT_OK ? outfile_stream(&out, err) : NULL;
+    if (!f) {
+        if (rc == CT_OK) outfile_abort(&out);
+        return err->code;
+    }
     int sp = strcmp(o->tokenizer, "sentencepiece") == 0;
     fprintf(f, "; written by `ctrain prepare`: what the shards beside this file hold\n[data]\n");
     fprintf(f, "tokenizer = %s\n", o->tokenizer);
@@ -690,7 +589,7 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
     meta_put(f, "sources", sources);
     write_split_meta(f, train);
     write_split_meta(f, val);
-    return finish_beside(f, tmp, path, 1, CT_OK, err);
+    return outfile_commit(&out, err);
 }
 
 static int32_t check_options(const prepare_options *o, ct_error *err) {
@@ -735,13 +634,13 @@ static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *mode
     const prepare_options *o = c->o;
     char model[PATH_MAX];
     snprintf(model, sizeof model, "%s/tokenizer.model", o->out_dir);
+    const char *name = o->sp_model ? o->sp_model : model; /* what messages name */
+    char *bytes = NULL;
+    size_t len = 0;
     int32_t rc;
     if (o->sp_model) {
-        struct stat a, b;
-        int same = stat(o->sp_model, &a) == 0 && stat(model, &b) == 0 && a.st_dev == b.st_dev &&
-                   a.st_ino == b.st_ino;
-        rc = hash_copy_file(o->sp_model, same ? NULL : model, model_fnv, err);
-        if (rc != CT_OK) return rc;
+        rc = read_bounded(o->sp_model, "sentencepiece model", "give --sp-model a .model file "
+                          "made by sentencepiece", TOKENIZER_MODEL_MAX, &bytes, &len, err);
     } else {
         char sample[PATH_MAX];
         snprintf(sample, sizeof sample, "%s/tokenizer.sample.txt", o->out_dir);
@@ -752,25 +651,30 @@ static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *mode
                     "bytes sampled from %llu bytes of text\n", o->sp_model_type, o->vocab_size,
                     (unsigned long long)n, (unsigned long long)c->files->total_estimate);
         const char *files[] = {sample};
-        rc = tokenizer_train(files, 1, o->sp_model_type, o->vocab_size, model, c->threads,
-                             o->sp_max_sentences, err);
+        rc = tokenizer_train(files, 1, o->sp_model_type, o->vocab_size, c->threads,
+                             o->sp_max_sentences, &bytes, &len, err);
         unlink(sample);
-        if (rc != CT_OK) return rc;
-        if ((rc = hash_copy_file(model, NULL, model_fnv, err)) != CT_OK) return rc;
     }
-    c->tok = tokenizer_load(model, err);
-    if (!c->tok) return err->code;
+    if (rc == CT_OK && !(c->tok = tokenizer_from_bytes(bytes, len, name, err))) rc = err->code;
+    if (rc == CT_OK) *model_fnv = fnv64_update(HOST_FNV64_OFFSET, bytes, len);
+    /* the copy beside the shards; --sp-model may already be that very file */
+    struct stat a, b;
+    int same = o->sp_model && stat(o->sp_model, &a) == 0 && stat(model, &b) == 0 &&
+               a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    if (rc == CT_OK && !same) rc = outfile_write_whole(model, bytes, len, 0, err);
+    free(bytes);
+    if (rc != CT_OK) return rc;
     out->vocab_size = tokenizer_vocab_size(c->tok);
     if (out->vocab_size > SP_VOCAB_MAX + 1)
         return ct_error_set(err, CT_ERR_INVALID, "%s has %d pieces; shards store tokens as "
-                            "uint16 (at most 65536) ---> use a smaller model", o->sp_model ?
-                            o->sp_model : model, out->vocab_size);
+                            "uint16 (at most 65536) ---> use a smaller model", name,
+                            out->vocab_size);
     if (o->jsonl_field) {
         c->eot = tokenizer_eos_id(c->tok);
         if (c->eot < 0)
             return ct_error_set(err, CT_ERR_INVALID, "%s has no end-of-sentence piece (</s>) "
                                 "to put between JSON Lines documents ---> use a model trained "
-                                "with an eos piece", o->sp_model ? o->sp_model : model);
+                                "with an eos piece", name);
     }
     return CT_OK;
 }
@@ -790,7 +694,7 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
                           o->n_texts > 1 || files.n > 1 ? ", ..." : "");
         goto out_free_files;
     }
-    if ((rc = make_folder(o->out_dir, err)) != CT_OK) goto out_free_files;
+    if ((rc = outdir_prepare(o->out_dir, "--out", o->force, err)) != CT_OK) goto out_free_files;
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     prep_ctx c = {.o = o, .files = &files, .eot = -1,
@@ -876,7 +780,10 @@ static void usage(FILE *f) {
             "  does not grow with the text; tokenizes on every core.\n"
             "  [--text] PATH...        text files, .gz files, or folders of them (recursively,\n"
             "                          sorted by name); --text is optional\n"
-            "  --out DIR               output folder (created when missing)\n"
+            "  --out DIR               output folder (created when missing; an existing one\n"
+            "                          must be empty, or give --force)\n"
+            "  --force                 write into an existing --out folder, replacing its\n"
+            "                          shards and meta.ini\n"
             "  --val-fraction F        tail of each file kept for validation (default 0.05)\n"
             "  --tokenizer T           bytes (vocab 256, default) or sentencepiece\n"
             "  --jsonl-field NAME      inputs are JSON Lines: one document per line, its text\n"
@@ -931,6 +838,10 @@ int cmd_prepare(int argc, char **argv) {
             o.quiet = 1;
             continue;
         }
+        if (!strcmp(name, "--force")) {
+            o.force = 1;
+            continue;
+        }
         if (!strcmp(name, "--text")) {
             if (value) texts[o.n_texts++] = value;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
@@ -974,7 +885,12 @@ int cmd_prepare(int argc, char **argv) {
             o.shard_tokens = v;
         } else if (!strcmp(name, "--threads")) {
             if (parse_int(name, value, &v)) goto out_free_texts;
-            o.threads = v < 0 || v > 1024 ? -1 : (int32_t)v;
+            if (v < 0 || v > 1024) {
+                fprintf(stderr, "ctrain prepare: --threads %lld is outside [0, 1024] (0: one "
+                        "per core)\n", (long long)v);
+                goto out_free_texts;
+            }
+            o.threads = (int32_t)v;
         } else if (!strcmp(name, "--sp-sample-bytes")) {
             if (parse_int(name, value, &v)) goto out_free_texts;
             o.sp_sample_bytes = v;

@@ -21,7 +21,8 @@ typedef struct prepare_options {
     const char *const *texts;      /* n_texts text files (any bytes; .gz read through zlib)
                                     * or folders of them (recursively, sorted) */
     int32_t     n_texts;
-    const char *out_dir;           /* created when missing */
+    const char *out_dir;           /* created when missing; an existing one must be empty */
+    int32_t     force;             /* 1: write into an existing, non-empty out_dir */
     double      val_fraction;      /* [0, 0.5]: the tail of each file that goes to val */
     const char *tokenizer;         /* "bytes" (V = 256) or "sentencepiece" */
     int32_t     vocab_size;        /* sentencepiece only: 260..65535 */

@@ -125,19 +125,23 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             us->m = dev_alloc(r, sh.numel * sizeof(float), err);
             us->v = dev_alloc(r, sh.numel * sizeof(float), err);
             us->decay_mask = dev_alloc(r, sh.numel, err);
-            if (!us->m || !us->v || !us->decay_mask) rc = CT_ERR_NOMEM;
-            else {
-                /* the shard may reach into the end padding: mask 0 there */
-                uint8_t *shard_mask = calloc(sh.numel, 1);
-                if (!shard_mask) rc = CT_ERR_NOMEM;
-                else {
-                    for (uint64_t i = 0; i < sh.numel; i++)
-                        if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
-                    rc = r->dev.vt->copy(r->dev.self, us->decay_mask, shard_mask, sh.numel,
-                                         CT_COPY_H2D, err);
-                    free(shard_mask);
-                }
+            /* the shard may reach into the end padding: mask 0 there */
+            uint8_t *shard_mask = calloc(sh.numel ? sh.numel : 1, 1);
+            if (!us->m || !us->v || !us->decay_mask || !shard_mask) {
+                double mb = (double)sh.numel * (2 * sizeof(float) + 2) / 1e6;
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for the optimizer "
+                                  "state of unit %u (%s): AdamW's m and v and the decay mask, "
+                                  "%llu elements = %.1f MB ---> use [strategy] plugin = "
+                                  "full_shard (it shards the state over the ranks), a smaller "
+                                  "model, or a machine with more memory", u,
+                                  r->mdesc.units[u].name, (unsigned long long)sh.numel, mb);
+            } else {
+                for (uint64_t i = 0; i < sh.numel; i++)
+                    if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
+                rc = r->dev.vt->copy(r->dev.self, us->decay_mask, shard_mask, sh.numel,
+                                     CT_COPY_H2D, err);
             }
+            free(shard_mask);
         }
         free(full);
         free(mask);
@@ -173,6 +177,25 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     if (val && *val) {
         r->val_data = loader_open(val, "val", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
         if (!r->val_data) return err->code;
+        const char *both = loader_partial_overlap(r->train_data, r->val_data);
+        if (both)
+            return ct_error_set(err, CT_ERR_INVALID, "%s: [data] train (%s) and val (%s) both "
+                                "take %s, though they are not the same shards: the model would "
+                                "be evaluated partly on text it trains on ---> make the train "
+                                "glob match the train shards only (e.g. DIR/train_*.bin)",
+                                config_origin(r->cfg, "data", "train"), train, val, both);
+        int64_t eval_batches = 8, eval_every = 0, per_epoch = loader_batches_per_epoch(r->val_data);
+        config_get_int(r->cfg, "run", "eval_batches", &eval_batches, NULL);
+        config_get_int(r->cfg, "run", "eval_every", &eval_every, NULL);
+        if (eval_every > 0 && eval_batches > per_epoch)
+            return ct_error_set(err, CT_ERR_INVALID, "%s: [run] eval_batches = %lld is more than "
+                                "the validation data holds: %lld micro-batch%s of %lld x %lld "
+                                "tokens per rank at world size %d (%s) ---> set eval_batches to "
+                                "at most %lld (more would read the same sequences again)",
+                                config_origin(r->cfg, "run", "eval_batches"),
+                                (long long)eval_batches, (long long)per_epoch,
+                                per_epoch == 1 ? "" : "es", (long long)r->B, (long long)r->T,
+                                (int)r->world, val, (long long)per_epoch);
     }
     return CT_OK;
 }
@@ -376,6 +399,7 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
         ct_import *im = NULL;
         *failed = "init_from";
         rc = import_open(init_from, cfg, &r->mdesc, &im, err);
+        if (rc == CT_OK) rc = import_check_values(im, err);
         import_close(im);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);

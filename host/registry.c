@@ -7,6 +7,8 @@
  */
 #include "registry.h"
 
+#include "files.h"
+
 #include "contract.h"
 #include "fatal.h"
 
@@ -189,6 +191,8 @@ static int32_t convert_params(host_plugin *p, const char *path, ct_error *err) {
  * err filled otherwise (the handle is closed again). */
 static host_plugin *load_file(const char *path, void **handle_out, ct_error *err) {
     *handle_out = NULL;
+    /* dlopen opens the file itself: a FIFO or a device would block it or be read as a library */
+    if (check_regular(path, "plugin", "give a plugin's .so file", err) != CT_OK) return NULL;
     dlerror();
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {

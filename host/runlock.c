@@ -3,6 +3,8 @@
  * Not for: waiting for the other run (a run is refused, never queued). */
 #include "runlock.h"
 
+#include "outfile.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -38,19 +40,9 @@ int32_t runlock_take(host_runlock *lk, const char *out_dir, ct_error *err) {
     lk->fd = -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/.lock", out_dir);
-    /* O_NOFOLLOW: the file is truncated below, so never through a link to some other file */
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (fd < 0)
-        return ct_error_set(err, CT_ERR_IO, "cannot open %s: %s ---> %s", path, strerror(errno),
-                            errno == ELOOP ? "it is a symbolic link; remove it (ctrain makes "
-                                             "its own)"
-                                           : "check [run] out_dir");
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_IO, "%s is not a regular file ---> remove it (ctrain "
-                            "makes its own)", path);
-    }
+    int fd;
+    int32_t rc = outfile_lock_open(path, &fd, err); /* the file is truncated below */
+    if (rc != CT_OK) return rc;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         if (e != EWOULDBLOCK) {

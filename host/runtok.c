@@ -4,6 +4,7 @@
 #include "data.h"
 
 #include "files.h"
+#include "outfile.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -14,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define RUNTOK_MAX_MODEL (1u << 30) /* a sentencepiece model larger than this is refused */
 
 struct runtok {
     int           bytes; /* 1: byte tokens, V = 256 */
@@ -26,73 +26,10 @@ static uint64_t fnv1a64(const unsigned char *p, size_t n) {
     return fnv64_update(HOST_FNV64_OFFSET, p, n);
 }
 
-/* The whole of a regular file into *buf (malloc'ed), *n bytes. */
-static int32_t slurp(const char *path, const char *what, const char *hint, unsigned char **buf,
-                     size_t *n, ct_error *err) {
-    int fd;
-    struct stat st;
-    *buf = NULL;
-    int32_t rc = open_regular(path, what, hint, &fd, &st, err);
-    if (rc != CT_OK) return rc;
-    if ((uint64_t)st.st_size > RUNTOK_MAX_MODEL) {
-        close(fd);
-        return ct_error_set(err, CT_ERR_INVALID, "%s %s is larger than 1 GiB ---> %s", what,
-                            path, hint);
-    }
-    *n = (size_t)st.st_size;
-    *buf = malloc(*n ? *n : 1);
-    size_t got = 0;
-    while (*buf && got < *n) {
-        ssize_t k = read(fd, *buf + got, *n - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    int saved = errno;
-    close(fd);
-    if (!*buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", path);
-    if (got != *n) {
-        free(*buf);
-        *buf = NULL;
-        return ct_error_set(err, CT_ERR_IO, "cannot read %s %s: %s", what, path,
-                            got < *n && saved ? strerror(saved) : "file shrank while read");
-    }
-    return CT_OK;
-}
-
-int32_t runtok_checksum(const char *path, uint64_t *out, ct_error *err) {
-    unsigned char *buf;
-    size_t n;
-    int32_t rc = slurp(path, "tokenizer model", "check the file", &buf, &n, err);
-    if (rc != CT_OK) return rc;
-    *out = fnv1a64(buf, n);
-    free(buf);
-    return CT_OK;
-}
-
-/* Write n bytes to `path` through a temporary beside it (fsync'd, renamed). */
-static int32_t write_file(const char *path, const void *data, size_t n, ct_error *err) {
-    char *tmp;
-    int fd;
-    int32_t rc = create_beside(path, &tmp, &fd, err);
-    if (rc != CT_OK) return rc;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = write(fd, (const char *)data + done, n - done);
-        if (k <= 0) break;
-        done += (size_t)k;
-    }
-    int bad = done != n || fsync(fd) != 0;
-    int saved = errno;
-    bad |= close(fd) != 0;
-    if (!bad && rename(tmp, path) == 0) {
-        free(tmp);
-        return CT_OK;
-    }
-    if (!saved) saved = errno ? errno : EIO;
-    unlink(tmp);
-    free(tmp);
-    return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space and that "
-                        "[run] out_dir is writable", path, strerror(saved));
+/* The whole of a tokenizer model file (files.h: read_bounded) into *buf, *n bytes. */
+static int32_t slurp(const char *path, const char *hint, unsigned char **buf, size_t *n,
+                     ct_error *err) {
+    return read_bounded(path, "tokenizer model", hint, TOKENIZER_MODEL_MAX, (char **)buf, n, err);
 }
 
 /* buf = a "/" b; CT_ERR_INVALID when it does not fit (never a truncated path). */
@@ -164,8 +101,8 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
         const char *sum = config_get(meta, "data", "tokenizer_fnv64");
         char src[PATH_MAX];
         rc = join(src, sizeof src, dir, name ? name : "tokenizer.model", err);
-        if (rc == CT_OK) rc = slurp(src, "tokenizer model", "make the shards again with `ctrain prepare`", &model,
-                   &model_n, err);
+        if (rc == CT_OK)
+            rc = slurp(src, "make the shards again with `ctrain prepare`", &model, &model_n, err);
         if (rc == CT_OK && sum) {
             char got[32];
             snprintf(got, sizeof got, "%016llx", (unsigned long long)fnv1a64(model, model_n));
@@ -175,7 +112,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
                                   "the shards again with `ctrain prepare`", src, got, meta_path,
                                   sum);
         }
-        if (rc == CT_OK) rc = write_file(model_out, model, model_n, err);
+        if (rc == CT_OK) rc = outfile_write_whole(model_out, model, model_n, 0, err);
         if (rc == CT_OK)
             snprintf(text, sizeof text, "; written by `ctrain train`: the tokenizer of the run's "
                      "data\n[tokenizer]\nkind = sentencepiece\nmodel = tokenizer.model\n"
@@ -186,7 +123,7 @@ int32_t runtok_record(const host_config *cfg, const char *out_dir, int required,
         snprintf(text, sizeof text, "; written by `ctrain train`: the tokenizer of the run's "
                  "data\n[tokenizer]\nkind = bytes\nvocab_size = 256\nsource = %s\n", meta_path);
     }
-    if (rc == CT_OK) rc = write_file(ini_path, text, strlen(text), err);
+    if (rc == CT_OK) rc = outfile_write_whole(ini_path, text, strlen(text), 0, err);
     if (rc == CT_OK) *found = 1;
     free(model);
     config_free(meta);
@@ -227,15 +164,18 @@ runtok *runtok_open(const char *run_dir, const char *spec, ct_error *err) {
         t->bytes = 1;
     } else if (rc == CT_OK && kind && !strcmp(kind, "sentencepiece")) {
         const char *sum = config_get(c, "tokenizer", "model_fnv1a64");
-        uint64_t h = 0;
-        rc = runtok_checksum(model, &h, err);
+        unsigned char *bytes = NULL; /* read once: the bytes checked are the bytes loaded */
+        size_t n = 0;
+        rc = slurp(model, "copy the run folder whole, or pass --tokenizer FILE.model", &bytes,
+                   &n, err);
         char got[32];
-        snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
+        snprintf(got, sizeof got, "%016llx", (unsigned long long)fnv1a64(bytes, n));
         if (rc == CT_OK && (!sum || strcmp(sum, got)))
             rc = ct_error_set(err, CT_ERR_INVALID, "%s has checksum %s, but %s records %s ---> "
                               "copy the run folder whole, or pass --tokenizer FILE.model",
                               model, got, ini, sum ? sum : "none");
-        if (rc == CT_OK && !(t->sp = tokenizer_load(model, err))) rc = err->code;
+        if (rc == CT_OK && !(t->sp = tokenizer_from_bytes(bytes, n, model, err))) rc = err->code;
+        free(bytes);
     } else if (rc == CT_OK) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: [tokenizer] kind is %s, not bytes or "
                           "sentencepiece ---> pass --tokenizer", ini, kind ? kind : "missing");

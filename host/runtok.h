@@ -15,9 +15,6 @@
 #include <ctrain/ctrain.h>
 #include <stddef.h>
 
-/* FNV-1a 64 of a file's bytes (the checksum meta.ini and tokenizer.ini record). */
-int32_t runtok_checksum(const char *path, uint64_t *out, ct_error *err);
-
 /* At the start of a run (the process that writes OUT/config.ini): find meta.ini in the folder
  * of [data] train; when it names a tokenizer, write OUT/tokenizer.ini and copy a sentencepiece
  * model to OUT/tokenizer.model (both through temporaries and renames), after checking the

@@ -225,38 +225,76 @@ static uint64_t dtype_size(const char *d) {
     return 0;
 }
 
-int32_t st_open(const char *path, st_file *f, ct_error *err) {
+/* The tensors' data must tile the data area exactly, as the reference reader demands: sorted
+ * by offset, the first at 0, each starting where the one before ends (no overlap, no gap), the
+ * last ending at the file's end (no trailing bytes). */
+static int32_t check_coverage(const st_file *f, ct_error *err) {
+    int32_t *order = malloc(((size_t)f->n + 1) * sizeof *order);
+    if (!order) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
+    for (int32_t i = 0; i < f->n; i++) { /* insertion sort by begin: headers are small */
+        int32_t j = i;
+        while (j > 0 && f->t[order[j - 1]].begin > f->t[i].begin) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    uint64_t at = 0, data = f->file_size - f->data_start;
+    int32_t rc = CT_OK;
+    for (int32_t k = 0; k < f->n && rc == CT_OK; k++) {
+        const st_tensor *t = &f->t[order[k]];
+        if (t->begin < at)
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: tensor %s's data_offsets [%llu, %llu] "
+                              "overlap tensor %s's bytes ---> the file is damaged: export it "
+                              "again", f->path, t->name, (unsigned long long)t->begin,
+                              (unsigned long long)t->end, f->t[order[k - 1]].name);
+        else if (t->begin > at)
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: %llu bytes at data offset %llu belong to "
+                              "no tensor (before %s) ---> the file is damaged: export it again",
+                              f->path, (unsigned long long)(t->begin - at),
+                              (unsigned long long)at, t->name);
+        at = t->end;
+    }
+    if (rc == CT_OK && at != data)
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: %llu bytes after the last tensor's data "
+                          "belong to no tensor (the tensors end at %llu of %llu data bytes) "
+                          "---> the file is damaged or has something appended: export it again",
+                          f->path, (unsigned long long)(data - at), (unsigned long long)at,
+                          (unsigned long long)data);
+    free(order);
+    return rc;
+}
+
+int32_t st_open_fd(int fd, const char *path, uint64_t file_size, st_file *f, ct_error *err) {
     memset(f, 0, sizeof *f);
-    f->fd = -1;
+    f->fd = fd;
     snprintf(f->path, sizeof f->path, "%s", path);
-    struct stat st;
-    int32_t rc = open_regular(path, "safetensors file", "check [model] init_from", &f->fd, &st, err);
-    if (rc != CT_OK) return rc;
-    f->file_size = (uint64_t)st.st_size;
+    f->file_size = file_size;
+    int32_t rc = CT_OK;
     unsigned char len8[8];
     if (pread(f->fd, len8, 8, 0) != 8) {
-        st_close(f);
-        return ct_error_set(err, CT_ERR_INVALID, "%s is shorter than a safetensors header (8 "
-                            "bytes) ---> give a .safetensors file", path);
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s is shorter than a safetensors header (8 "
+                          "bytes) ---> give a .safetensors file", path);
+        goto out_close;
     }
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
     if (hl > ST_HEADER_MAX || hl + 8 > f->file_size) {
-        st_close(f);
-        return ct_error_set(err, CT_ERR_INVALID, "%s: header length %llu does not fit the file "
-                            "(%llu bytes) ---> the file is not a safetensors file or is "
-                            "truncated", path, (unsigned long long)hl,
-                            (unsigned long long)f->file_size);
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: header length %llu does not fit the file "
+                          "(%llu bytes) ---> the file is not a safetensors file or is "
+                          "truncated", path, (unsigned long long)hl,
+                          (unsigned long long)f->file_size);
+        goto out_close;
     }
     char *h = malloc(hl ? hl : 1);
     if (!h) {
-        st_close(f);
-        return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", path);
+        rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", path);
+        goto out_close;
     }
     if (pread(f->fd, h, hl, 8) != (ssize_t)hl) {
         free(h);
-        st_close(f);
-        return ct_error_set(err, CT_ERR_IO, "cannot read %s", path);
+        rc = ct_error_set(err, CT_ERR_IO, "cannot read %s", path);
+        goto out_close;
     }
     jp p = {h, h + hl, h, path, err};
     rc = parse_header(&p, f);
@@ -276,8 +314,20 @@ int32_t st_open(const char *path, st_file *f, ct_error *err) {
                               "is damaged or truncated", path, t->name,
                               (unsigned long long)t->begin, (unsigned long long)t->end, t->dtype);
     }
-    if (rc != CT_OK) st_close(f);
+    if (rc == CT_OK) rc = check_coverage(f, err);
+    if (rc == CT_OK) return CT_OK;
+out_close:
+    st_close(f);
     return rc;
+}
+
+int32_t st_open(const char *path, st_file *f, ct_error *err) {
+    int fd;
+    struct stat st;
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int32_t rc = open_regular(path, "safetensors file", "check [model] init_from", &fd, &st, err);
+    return rc != CT_OK ? rc : st_open_fd(fd, path, (uint64_t)st.st_size, f, err);
 }
 
 void st_close(st_file *f) {

@@ -38,6 +38,10 @@ typedef struct st_file {
  * the file, matching the shape's size). CT_ERR_IO when it cannot be read, CT_ERR_INVALID
  * naming the file and the byte of the header that is wrong. Close with st_close. */
 int32_t st_open(const char *path, st_file *f, ct_error *err);
+/* The same on a file already opened through files.h (fd, file_size bytes): f owns fd from here
+ * on, also on error (it is closed then). The tensors' data must tile the data area exactly:
+ * no overlap, no gap, no trailing bytes (as the reference reader). */
+int32_t st_open_fd(int fd, const char *path, uint64_t file_size, st_file *f, ct_error *err);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_meta(const st_file *f, const char *key); /* NULL when absent */

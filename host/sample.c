@@ -3,6 +3,8 @@
  * [run] sample_every hook of training. */
 #include "sample.h"
 
+#include "outfile.h"
+
 #include "optim.h"
 #include "runtok.h"
 
@@ -325,18 +327,15 @@ static int32_t append_sample(const char *out_dir, int64_t step, const char *prom
         free(line);
         return ct_error_set(err, CT_ERR_NOMEM, "out of memory formatting a sample");
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
-    int32_t rc = CT_OK;
-    if (fd < 0) {
-        rc = ct_error_set(err, CT_ERR_IO, "cannot open %s: %s ---> check that [run] out_dir is "
-                          "writable", path, strerror(errno));
-    } else {
-        ssize_t w = write(fd, line, line_len);
+    int fd;
+    int32_t rc = outfile_append_open(path, 0, &fd, err);
+    if (rc == CT_OK) {
+        int bad = fd_write_all(fd, line, line_len) != 0;
         int saved = errno;
-        if (close(fd) != 0 && w == (ssize_t)line_len) w = -1, saved = errno;
-        if (w != (ssize_t)line_len)
+        if (close(fd) != 0 && !bad) bad = 1, saved = errno;
+        if (bad)
             rc = ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
-                              path, w < 0 ? strerror(saved) : "short write");
+                              path, strerror(saved ? saved : EIO));
     }
     free(line);
     return rc;

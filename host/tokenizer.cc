@@ -3,6 +3,8 @@
 // Not for: deciding how text becomes shards (prepare.c).
 #include "tokenizer.h"
 
+#include "files.h"
+
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -29,22 +31,15 @@ namespace {
 // are trained without a dummy prefix or normalization, so cutting there changes nothing.
 constexpr size_t kChunkBytes = TOKENIZER_CHUNK_BYTES;
 
-bool ends_with(const std::string &s, const std::string &suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(),
-                                                  suffix) == 0;
-}
-
 }  // namespace
 
 extern "C" int32_t tokenizer_train(const char *const *files, int32_t n_files,
-                                   const char *model_type, int32_t vocab_size,
-                                   const char *model_path, int32_t threads,
-                                   int64_t max_sentences, ct_error *err) {
+                                   const char *model_type, int32_t vocab_size, int32_t threads,
+                                   int64_t max_sentences, char **model, size_t *model_len,
+                                   ct_error *err) {
+    *model = nullptr;
+    *model_len = 0;
     try {
-        std::string path(model_path);
-        if (!ends_with(path, ".model"))
-            return ct_error_set(err, CT_ERR_INVALID, "tokenizer model path %s must end in "
-                                ".model", model_path);
         std::string type(model_type ? model_type : "bpe");
         if (type != "bpe" && type != "unigram")
             return ct_error_set(err, CT_ERR_INVALID, "sentencepiece model type '%s' is not "
@@ -60,7 +55,6 @@ extern "C" int32_t tokenizer_train(const char *const *files, int32_t n_files,
         }
         std::unordered_map<std::string, std::string> kw = {
             {"input", input},
-            {"model_prefix", path.substr(0, path.size() - std::strlen(".model"))},
             {"model_type", type},
             {"vocab_size", std::to_string(vocab_size)},
             {"num_threads", std::to_string(threads < 1 ? 1 : threads)},
@@ -74,7 +68,8 @@ extern "C" int32_t tokenizer_train(const char *const *files, int32_t n_files,
             {"shuffle_input_sentence", "true"},
         };
         sentencepiece::logging::SetMinLogLevel(1);  // warnings and errors only
-        auto status = sentencepiece::SentencePieceTrainer::Train(kw);
+        std::string serialized;  // the model comes back here; sentencepiece writes no file
+        auto status = sentencepiece::SentencePieceTrainer::Train(kw, nullptr, &serialized);
         if (!status.ok()) {
             // "Internal: ./src/x.cc(580) [expression] reason": keep the reason
             std::string why = status.ToString();
@@ -87,28 +82,45 @@ extern "C" int32_t tokenizer_train(const char *const *files, int32_t n_files,
                                 "text supports", type.c_str(), vocab_size, files[0],
                                 n_files > 1 ? " and more" : "", why.c_str());
         }
+        if (!(*model = static_cast<char *>(std::malloc(serialized.size() + 1))))
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory keeping the trained model");
+        std::memcpy(*model, serialized.data(), serialized.size());
+        *model_len = serialized.size();
         return CT_OK;
     } catch (const std::exception &e) {
         return ct_error_set(err, CT_ERR_INTERNAL, "sentencepiece training failed: %s", e.what());
     }
 }
 
-extern "C" host_tokenizer *tokenizer_load(const char *model_path, ct_error *err) {
+extern "C" host_tokenizer *tokenizer_from_bytes(const void *model, size_t len,
+                                                 const char *name, ct_error *err) {
     try {
         host_tokenizer *tok = new host_tokenizer();
-        auto status = tok->sp.Load(model_path);
+        auto status = tok->sp.LoadFromSerializedProto(
+            absl::string_view(static_cast<const char *>(model), len));
         if (!status.ok()) {
-            ct_error_set(err, CT_ERR_IO, "cannot load tokenizer model %s: %s", model_path,
+            ct_error_set(err, CT_ERR_INVALID, "%s is not a sentencepiece model: %s ---> give the "
+                         ".model file sentencepiece (or `ctrain prepare`) wrote", name,
                          status.ToString().c_str());
             delete tok;
             return nullptr;
         }
         return tok;
     } catch (const std::exception &e) {
-        ct_error_set(err, CT_ERR_NOMEM, "cannot load tokenizer model %s: %s", model_path,
-                     e.what());
+        ct_error_set(err, CT_ERR_NOMEM, "cannot load tokenizer model %s: %s", name, e.what());
         return nullptr;
     }
+}
+
+extern "C" host_tokenizer *tokenizer_load(const char *model_path, ct_error *err) {
+    char *bytes = nullptr;
+    size_t len = 0;
+    if (read_bounded(model_path, "tokenizer model", "give a sentencepiece .model file",
+                     TOKENIZER_MODEL_MAX, &bytes, &len, err) != CT_OK)
+        return nullptr;
+    host_tokenizer *tok = tokenizer_from_bytes(bytes, len, model_path, err);
+    std::free(bytes);
+    return tok;
 }
 
 extern "C" void tokenizer_free(host_tokenizer *tok) { delete tok; }

@@ -22,16 +22,25 @@ typedef struct host_tokenizer host_tokenizer;
  * streaming gives the very tokens of encoding a whole file at once. */
 #define TOKENIZER_CHUNK_BYTES (1 << 16)
 
-/* Train a sentencepiece model of vocab_size pieces (model_type "bpe" or "unigram") on the lines
- * of the given text files and write it to model_path, which must end in ".model" (a
- * human-readable ".vocab" file is written beside it). threads >= 1. Long training corpora are
- * sampled (at most max_sentences lines; 0 = all). CT_ERR_INVALID with sentencepiece's reason
- * (e.g. a vocabulary too small for the characters of the text, or too large for the text). */
-int32_t tokenizer_train(const char *const *files, int32_t n_files, const char *model_type,
-                        int32_t vocab_size, const char *model_path, int32_t threads,
-                        int64_t max_sentences, ct_error *err);
+/* A model file larger than this is refused (GiB-sized sentencepiece models do not exist). */
+#define TOKENIZER_MODEL_MAX (1ull << 30)
 
-/* Load a model file. NULL and err filled on failure. */
+/* Train a sentencepiece model of vocab_size pieces (model_type "bpe" or "unigram") on the lines
+ * of the given text files (ctrain's own sample file: sentencepiece opens it). The serialized
+ * model into *model (malloc'ed, the caller frees it; the caller writes it through outfile.h),
+ * *model_len bytes. threads >= 1. Long training corpora are sampled (at most max_sentences
+ * lines; 0 = all). CT_ERR_INVALID with sentencepiece's reason (e.g. a vocabulary too small for
+ * the characters of the text, or too large for the text). */
+int32_t tokenizer_train(const char *const *files, int32_t n_files, const char *model_type,
+                        int32_t vocab_size, int32_t threads, int64_t max_sentences,
+                        char **model, size_t *model_len, ct_error *err);
+
+/* A model from its serialized bytes; `name` (a path) names it in messages. NULL and err filled
+ * on failure. */
+host_tokenizer *tokenizer_from_bytes(const void *model, size_t len, const char *name,
+                                     ct_error *err);
+/* Load a model file through the one reader (files.h: a regular file of at most
+ * TOKENIZER_MODEL_MAX bytes). NULL and err filled on failure. */
 host_tokenizer *tokenizer_load(const char *model_path, ct_error *err);
 void tokenizer_free(host_tokenizer *tok);
 

@@ -16,6 +16,7 @@
 #include "init.h"
 #include "rank.h"
 #include "sample.h"
+#include "outfile.h"
 #include "whatif_grad.h"
 #include "whatif_model.h"
 #include "order_args.h"
@@ -411,11 +412,13 @@ static int32_t corpus_counts(whatif_run *wr, uint64_t *count, ct_error *err) {
 
 static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t n_cells,
                              int64_t V, const uint64_t *count, int64_t batches, ct_error *err) {
-    char tmp[PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return ct_error_set(err, CT_ERR_IO, "--per-row %s: cannot write %s: %s", path, tmp,
-                                strerror(errno));
+    outfile o;
+    int32_t rc = outfile_open(&o, path, err);
+    FILE *f = rc == CT_OK ? outfile_stream(&o, err) : NULL;
+    if (!f) {
+        if (rc == CT_OK) outfile_abort(&o);
+        return err->code;
+    }
     uint64_t total = 0;
     for (int64_t v = 0; v < V; v++) total += count[v];
     fprintf(f, "# ctrain what-if --per-row: per vocabulary row, means over %lld batch(es): "
@@ -433,13 +436,7 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
                     cl->row_ea[v] > 0 ? cl->row_d[v] / cl->row_ea[v] : 0.0,
                     cl->row_push[v] / (double)batches);
         }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        return ct_error_set(err, CT_ERR_IO, "--per-row %s: cannot write it", path);
-    }
-    return CT_OK;
+    return outfile_commit(&o, err);
 }
 
 /* The order a cell's all-reduce of count elements runs (algo = nccl: the tuner model's pick

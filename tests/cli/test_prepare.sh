@@ -66,7 +66,7 @@ rm -rf big big.txt base8.txt
 ct_run "$CTRAIN" prepare /usr/share/common-licenses/GPL-3 --out small
 if [[ "$ct_err" == *"prepare: tokenized 0/0 MB"*"tokens, ETA"* ]]; then ct_pass progress_line
 else ct_fail progress_line "stderr was: $ct_err"; fi
-ct_run "$CTRAIN" prepare /usr/share/common-licenses/GPL-3 --out small --quiet
+ct_run "$CTRAIN" prepare /usr/share/common-licenses/GPL-3 --out small --quiet --force
 if [ -z "$ct_out$ct_err" ]; then ct_pass quiet_is_quiet
 else ct_fail quiet_is_quiet "printed: $ct_out $ct_err"; fi
 

@@ -5,9 +5,10 @@
 # once-rounded f32 sum; a two-rank sum; reduce-scatter shards in rank order; ncclAvg's
 # premultiply), the part-by-part reading giving the whole-file bits, a precision plugin's hook
 # (bf16_fp32acc: one f32 sum in rank order rounded once), the tuner model's decision, --stats'
-# figures, and hostile inputs made in a temporary folder (a FIFO, a folder, sizes that do not
-# split, an empty file, the output named as the input, a missing output folder), each refused
-# with a message that names the thing and the arithmetic, never a hang or a half-written output.
+# figures, and hostile inputs made in a temporary folder (a FIFO or a folder as input or output,
+# sizes that do not split, an empty file, the output named as the input), each refused with a
+# message that names the thing and the arithmetic, never a hang or a half-written output; a
+# missing output folder is created.
 set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
@@ -115,7 +116,7 @@ ct_expect_success policy_sr "all 8 ranks hold the same bits" \
     --set seed_offset=3 --bucket 1000
 
 gen "$D/in2.bin" 2 4096 4
-ref rs2 "$D/in2.bin" 2 "$D/ref_rs2.bin"
+ref rs2 "$D/in2.bin" 2 "$D/ref_rs2.bin"   # two ranks: the all-reduce's sums too
 ct_expect_success reduce_scatter "every rank's shard in rank order" \
     "$CTRAIN" reduce --world-size 2 --in "$D/in2.bin" --out "$D/rs2.bin" --op reduce_scatter
 same reduce_scatter_shards_in_rank_order "$D/rs2.bin" "$D/ref_rs2.bin" "output differs from the two-rank sums"
@@ -166,8 +167,14 @@ cp "$D/in2.bin" "$D/same.bin"
 ct_expect_failure output_is_the_input "is the input file" \
     "$CTRAIN" reduce --world-size 2 --in "$D/same.bin" --out "$D/same.bin"
 cmp -s "$D/same.bin" "$D/in2.bin" && ct_pass input_untouched || ct_fail input_untouched "changed"
-ct_expect_failure missing_output_folder "$D/no/such" \
-    "$CTRAIN" reduce --world-size 2 --in "$D/in2.bin" --out "$D/no/such/x.bin"
+ct_expect_failure fifo_output_refused "is a FIFO (named pipe), not a regular file; it is left as it is" \
+    timeout 10 "$CTRAIN" reduce --world-size 2 --in "$D/in2.bin" --out "$D/fifo"
+[ -p "$D/fifo" ] && ct_pass fifo_output_left_as_it_is || ct_fail fifo_output_left_as_it_is "replaced"
+ct_expect_failure folder_output_refused "is a directory, not a regular file" \
+    "$CTRAIN" reduce --world-size 2 --in "$D/in2.bin" --out "$D/dir"
+ct_expect_success missing_output_folders_created "wrote" \
+    "$CTRAIN" reduce --world-size 2 --in "$D/in2.bin" --out "$D/new/sub/y.bin"
+same missing_output_folders_hold_the_result "$D/new/sub/y.bin" "$D/ref_rs2.bin" "not the two-rank sum"
 ls "$D" | grep -q '\.tmp\.' && ct_fail no_temporaries_left "$(ls "$D")" \
     || ct_pass no_temporaries_left
 [ ! -e "$D/x.bin" ] && ct_pass no_output_after_refusals || ct_fail no_output_after_refusals "x.bin exists"

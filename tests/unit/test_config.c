@@ -129,13 +129,14 @@ CT_TEST(config_missing_or_unreadable_file_is_a_clear_error) {
     host_config *cfg = config_new();
     ct_error err = new_err();
     CT_CHECK_INT(config_load_file(cfg, "/nonexistent/x.ini", &err), CT_ERR_IO);
-    CT_CHECK_STR_CONTAINS(err.message, "/nonexistent/x.ini: cannot open");
+    CT_CHECK_STR_CONTAINS(err.message, "cannot read configuration /nonexistent/x.ini");
     CT_CHECK_STR_CONTAINS(err.message, "No such file");
-    /* a directory opens but cannot be read, even as root */
+    /* a directory is refused by type, before any read */
     err = new_err();
     const char *dir = ct_test_tmpdir();
-    CT_CHECK_INT(config_load_file(cfg, dir, &err), CT_ERR_IO);
+    CT_CHECK_INT(config_load_file(cfg, dir, &err), CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(err.message, dir);
+    CT_CHECK_STR_CONTAINS(err.message, "is a directory, not a regular file");
     config_free(cfg);
 
     char path[512];

@@ -197,18 +197,24 @@ CT_TEST(launcher_torchrun_world_starts_nccl_with_master_addr_and_port) {
                                            "MASTER_PORT=65536", NULL};
     static const char *const port_text[] = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=h",
                                             "MASTER_PORT=29x", NULL};
-    struct { const char *const *env; const char *a, *b; } cases[] = {
-        {no_addr, "MASTER_ADDR=(unset)", "has no address"},
-        {empty_addr, "MASTER_ADDR=(unset)", "has no address"},
-        {no_port, "MASTER_PORT=(unset)", "is not a port 1..65535"},
-        {port0, "MASTER_PORT=0", "is not a port 1..65535"},
-        {port_big, "MASTER_PORT=65536", "is not a port 1..65535"},
-        {port_text, "MASTER_PORT=29x", "is not a port 1..65535"},
+    /* unset: refused when comm nccl needs them; set but wrong: refused as they are read, at
+     * any world size (at_read) */
+    struct { const char *const *env; const char *a, *b; int at_read; } cases[] = {
+        {no_addr, "MASTER_ADDR=(unset)", "has no address", 0},
+        {empty_addr, "MASTER_ADDR is set but empty", "rank 0's host", 1},
+        {no_port, "MASTER_PORT=(unset)", "is not a port 1..65535", 0},
+        {port0, "MASTER_PORT=0", "is not a port 1..65535", 1},
+        {port_big, "MASTER_PORT=65536", "is not a port 1..65535", 1},
+        {port_text, "MASTER_PORT=29x", "is not a port 1..65535", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        CT_CHECK_MSG(read_env(cases[i].env, &l, &e) == CT_OK, "case %zu: %s", i, e.message);
-        CT_CHECK_MSG(launcher_check_comm(&l, "nccl", 0, &e) == CT_ERR_INVALID,
-                     "case %zu accepted", i);
+        if (cases[i].at_read) {
+            CT_CHECK_MSG(read_env(cases[i].env, &l, &e) == CT_ERR_INVALID, "case %zu accepted", i);
+        } else {
+            CT_CHECK_MSG(read_env(cases[i].env, &l, &e) == CT_OK, "case %zu: %s", i, e.message);
+            CT_CHECK_MSG(launcher_check_comm(&l, "nccl", 0, &e) == CT_ERR_INVALID,
+                         "case %zu accepted", i);
+        }
         CT_CHECK_STR_CONTAINS(e.message, cases[i].a);
         CT_CHECK_STR_CONTAINS(e.message, cases[i].b);
         CT_CHECK_STR_CONTAINS(e.message, "WORLD_SIZE=2");
