@@ -592,8 +592,10 @@ CT_TEST(nccl_split_of_one_collective_is_enqueues_worked_by_hand) {
             CT_CHECK(part[k] == off && part[k + 1] - part[k] == len);
         }
     }
-    for (uint64_t count = 1000; count < 400000; count = count * 3 + 7) {
-        for (int32_t ch = 1; ch <= 9; ch++) {
+    static const int32_t chs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 64};
+    for (uint64_t count = 1000; count < 40000000; count = count * 3 + 7) {
+        for (size_t q = 0; q < sizeof chs / sizeof chs[0]; q++) {
+            int32_t ch = chs[q];
             ref_schedule(count, 2, 2, 0, ch, ch, &w);
             n = order_nccl_parts(count, 2, 2, ch, ch, part);
             CT_CHECK_MSG(n == w.hi - w.lo + 1 && n <= ch, "count %llu, %d channels: %d parts, "
@@ -627,6 +629,7 @@ CT_TEST(nccl_ring_all_reduce_gives_nccls_bits_at_any_count) {
     differs += check_ring(13, 1, 5, "simple", CT_DTYPE_BF16, 499979, 0, 5);   /* G = 1 */
     differs += check_ring(8, 8, 4, "simple", CT_DTYPE_BF16, 7, 0, 6);         /* tiny */
     differs += check_ring(8, 8, 8, "simple", CT_DTYPE_BF16, 131073, 0, 8);    /* overflow rule */
+    differs += check_ring(2, 2, 64, "simple", CT_DTYPE_BF16, 3000017, 0, 9);  /* 64 channels */
     differs += check_ring(4, 2, 2, "simple", CT_DTYPE_F32, 3000017, 0, 7);    /* f32: 2 loops, 4-aligned */
     /* the data must make the split visible, or the test proves little */
     CT_CHECK_MSG(differs > 10000, "only %llu elements differ from the even split",
