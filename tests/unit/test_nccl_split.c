@@ -697,6 +697,20 @@ CT_TEST(nccl_tree_all_reduce_gives_nccls_bits_at_any_count) {
     check_tree(24, 8, 5, 100003, 34);   /* 3 nodes: the shifted second tree */
 }
 
+/* One node of 8 ranks, count elements (a reduce-scatter's per rank when rs): the engine with
+ * [comm] ini gives the switch's sum of every element. */
+static void check_node_sum(uint64_t count, int rs, uint64_t seed, const char *ini,
+                           const char *what) {
+    ref_case c;
+    if (ref_case_open(&c, 8, CT_DTYPE_BF16, count, rs, seed)) {
+        for (uint64_t i = 0; i < c.total; i++) c.want[i] = ref_node_sum(&c, 8, 0, i);
+        run_and_compare(&c, ini, rs, what);
+    } else {
+        ct_test_fail(__FILE__, __LINE__, "out of memory");
+    }
+    ref_case_close(&c);
+}
+
 CT_TEST(nvls_inside_a_node_is_the_switchs_once_rounded_f32_sum) {
     ref_case c;
     if (!ref_case_open(&c, 8, CT_DTYPE_BF16, 1000003, 0, 41)) {
@@ -716,17 +730,11 @@ CT_TEST(nvls_inside_a_node_is_the_switchs_once_rounded_f32_sum) {
      * switch almost never matters */
     CT_CHECK_MSG(once_differs < c.count / 1000, "%llu of %llu f32 sums are not the exact sum "
                  "rounded once", (unsigned long long)once_differs, (unsigned long long)c.count);
-    /* and the reduce-scatter of one node is the same sum */
-    ref_case_close(&c);
-    if (!ref_case_open(&c, 8, CT_DTYPE_BF16, 100003, 1, 42)) {
-        ct_test_fail(__FILE__, __LINE__, "out of memory");
-        goto out;
-    }
-    for (uint64_t i = 0; i < c.total; i++) c.want[i] = ref_node_sum(&c, 8, 0, i);
-    run_and_compare(&c, "[comm]\nalgo = nvls\nchannels = 16\ngpus_per_node = 8\n", 1,
-                    "nvls reduce-scatter N=8 G=8");
 out:
     ref_case_close(&c);
+    /* and the reduce-scatter of one node is the same sum */
+    check_node_sum(100003, 1, 42, "[comm]\nalgo = nvls\nchannels = 16\ngpus_per_node = 8\n",
+                   "nvls reduce-scatter N=8 G=8");
 }
 
 CT_TEST(nvls_tree_sums_each_node_in_the_switch_then_runs_nccls_tree_per_channel) {
@@ -825,27 +833,20 @@ CT_TEST(algo_nccl_runs_the_tuner_models_pick_with_nccls_split) {
     tuner_choose(&q, &p);
     CT_CHECK(p.algo == REDUCE_DBTREE && p.comm_channels == 16 && p.task_channels == 16);
     ref_case c;
-    if (!ref_case_open(&c, 64, CT_DTYPE_BF16, 128000, 0, 71)) {
+    if (ref_case_open(&c, 64, CT_DTYPE_BF16, 128000, 0, 71)) {
+        ref_emulate(&c, REF_TREE, 8, 16, 0, 2, 0, 16);
+        run_and_compare(&c, "[comm]\nalgo = nccl\ngpu = a100\ngpus_per_node = 8\n"
+                        "timeout_s = 60\n", 0, "algo = nccl, A100 8x8, 128,000 bf16");
+    } else {
         ct_test_fail(__FILE__, __LINE__, "out of memory");
-        goto out;
     }
-    ref_emulate(&c, REF_TREE, 8, 16, 0, 2, 0, 16);
-    run_and_compare(&c, "[comm]\nalgo = nccl\ngpu = a100\ngpus_per_node = 8\ntimeout_s = 60\n",
-                    0, "algo = nccl, A100 8x8, 128,000 bf16");
     ref_case_close(&c);
     /* one node of 8 H100, 4 MB: NVLS (25 + 21.9 us, against ring LL128's 61.8), the switch's
      * sum (at 1 MB the model picks ring/LL: 27 us against NVLS's 30.5) */
     q = (tuner_query){ORDER_ALL_REDUCE, 4000006, 8, 8, TUNER_GPU_H100, 1, 1, 0};
     tuner_choose(&q, &p);
-    CT_CHECK_MSG(p.algo == REDUCE_NVLS, "H100 one node 8 MB: %s/%s", tuner_algo_name(p.nccl_algo),
+    CT_CHECK_MSG(p.algo == REDUCE_NVLS, "H100 one node 4 MB: %s/%s", tuner_algo_name(p.nccl_algo),
                  tuner_proto_name(p.nccl_proto));
-    if (!ref_case_open(&c, 8, CT_DTYPE_BF16, 2000003, 0, 72)) {
-        ct_test_fail(__FILE__, __LINE__, "out of memory");
-        goto out;
-    }
-    for (uint64_t i = 0; i < c.count; i++) c.want[i] = ref_node_sum(&c, 8, 0, i);
-    run_and_compare(&c, "[comm]\nalgo = nccl\ngpu = h100\ngpus_per_node = 8\n", 0,
-                    "algo = nccl, one node of 8 H100");
-out:
-    ref_case_close(&c);
+    check_node_sum(2000003, 0, 72, "[comm]\nalgo = nccl\ngpu = h100\ngpus_per_node = 8\n",
+                   "algo = nccl, one node of 8 H100");
 }
