@@ -21,6 +21,7 @@
     X(check_plugin, "FILE.so [--set key=value]... [--timeout SECONDS]", "prove a plugin keeps its kind's contract (finite differences, references)") \
     X(export,   "RUN_DIR|CHECKPOINT_DIR --format safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain]", "write a checkpoint's weights for other programs (Hugging Face, llm.c)") \
     X(what_if,  "RUN_DIR|CHECKPOINT_DIR --world-sizes N,... [--algo A,...] [--policies P,...] [--gpus-per-node G] [--per-row FILE]", "replay the head's gradient reduction at other world sizes, orders and policies (see --help)") \
+    X(reduce,   "--world-size N --in FILE --out FILE [--op all_reduce|reduce_scatter] [--dtype bf16|f32] [--algo A] [--channels K] [--gpus-per-node G] [--avg] [--policy NAME] [--stats]", "run N rank buffers through NCCL's reduction order as the threads engine does (see --help)") \
     X(logits,   "CONFIG.ini [--set s.k=v]... --tokens FILE --out FILE", "debug: the model's logits on int32 tokens, as raw f32 (B,T,V)") \
     X(help,     "[COMMAND]",                "this help")
 

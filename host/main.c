@@ -370,7 +370,7 @@ int main(int argc, char **argv) {
      * (calls.h, supervise.h) */
     static const char *const plugin_users[] = {"plugins", "inspect", "validate", "train",
                                                "sample", "check-plugin", "export", "what-if",
-                                               "logits", NULL};
+                                               "logits", "reduce", NULL};
     for (int i = 0; plugin_users[i]; i++)
         if (!strcmp(name, plugin_users[i])) {
             cmdout_separate();

@@ -20,8 +20,11 @@
 #include "outfile.h"
 #include "whatif_grad.h"
 #include "whatif_model.h"
+#include "order_args.h"
 #include "whatif_replay.h"
 #include "wiring.h"
+
+#include "../plugins/comm/threads/tuner.h"
 
 #include <ctrain/numerics.h>
 #include <errno.h>
@@ -37,21 +40,27 @@
 
 #define WHATIF_USAGE                                                                           \
     "usage: ctrain what-if RUN_DIR|CHECKPOINT_DIR --world-sizes N[,N...]\n"                    \
-    "           [--algo ring,dbtree,hier,tree] [--gpus-per-node G] [--channels K]\n"           \
+    "           [--algo ring,dbtree,hier,tree,nvls,nvls_tree,nccl] [--gpus-per-node G]\n"     \
+    "           [--channels K] [--split nccl|even] [--proto simple|ll|ll128]\n"              \
+    "           [--gpu a100|h100|h200] [--no-nvswitch]\n"                                    \
     "           [--policies pure_bf16,bf16_fp32acc,bf16_sr,amp] [--batches K]\n"               \
     "           [--global-batch SEQS] [--per-row FILE]\n"                                      \
     "Replays the output head's gradient reduction of the checkpoint's next step(s) at each\n"  \
     "world size, order and policy, and prints the probe's figures (relative error, bias,\n"    \
     "logit push per step) beside the model's prediction. Defaults: --algo ring,\n"             \
     "--gpus-per-node 0 (one node), --channels 1, every policy, --batches 1, the run's global\n" \
-    "batch. Orders as [comm] algo of the threads engine (dbtree: NCCL's tree; tree: heap).\n"
+    "batch. Orders as [comm] algo of the threads engine (dbtree: NCCL's tree; tree: heap;\n"  \
+    "nccl: what the model of NCCL's tuner picks for the head's size on --gpu nodes of\n"      \
+    "--gpus-per-node GPUs, printed once per world size), cut as NCCL cuts one all-reduce\n"   \
+    "(--split nccl, the default) or evenly (--split even, earlier versions).\n"
 
 typedef struct whatif_opts {
     const char *path, *per_row;
     int32_t     worlds[WHATIF_MAX_LIST], n_worlds;
-    int32_t     algos[4], n_algos;
+    int32_t     algos[REDUCE_N_ALGOS], n_algos;
     int32_t     policies[WHATIF_N_POLICIES], n_policies;
-    int64_t     gpus_per_node, channels, batches, global_batch;
+    int64_t     batches, global_batch;
+    order_config oc;             /* the order options (algo: each of algos) */
 } whatif_opts;
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
@@ -61,18 +70,8 @@ static int usage_error(const char *fmt, const char *a, const char *b) {
     return 2;
 }
 
-/* A whole-string integer in [lo, hi], or a usage error naming the flag. */
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!v[0] || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "ctrain what-if: %s '%s' is not an integer in [%lld, %lld] ---> see "
-                "`ctrain what-if --help`\n", flag, v, (long long)lo, (long long)hi);
-        return 2;
-    }
-    *out = x;
-    return 0;
+    return order_args_int("what-if", flag, v, lo, hi, out);
 }
 
 /* "a,b,c" into items (each parsed by kind: 'w' world size, 'a' algo, 'p' policy). */
@@ -84,12 +83,13 @@ static int parse_list(const char *flag, const char *v, char kind, int32_t *out, 
     *n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (*n == cap) return usage_error("%s: more than the %s items it takes", flag,
-                                          kind == 'w' ? "16" : "4");
+                                          kind == 'w' ? "16" : kind == 'a' ? "7" : "4");
         int64_t x;
         if (kind == 'w') {
             if (parse_int(flag, tok, 1, WHATIF_MAX_WORLD, &x)) return 2;
         } else if ((x = kind == 'a' ? whatif_algo_parse(tok) : whatif_policy_parse(tok)) < 0) {
-            return usage_error(kind == 'a' ? "%s: unknown algo '%s' ---> ring, dbtree, hier or tree"
+            return usage_error(kind == 'a' ? "%s: unknown algo '%s' ---> ring, dbtree, hier, "
+                                             "tree, nvls, nvls_tree or nccl"
                                            : "%s: unknown policy '%s' ---> pure_bf16, "
                                              "bf16_fp32acc, bf16_sr or amp", flag, tok);
         }
@@ -100,12 +100,20 @@ static int parse_list(const char *flag, const char *v, char kind, int32_t *out, 
     return 0;
 }
 
+/* The threads engine's order config of algo under the options. */
+static order_config order_of(const whatif_opts *o, int32_t algo) {
+    order_config oc = o->oc;
+    oc.algo = algo;
+    return oc;
+}
+
 static int parse_args(int argc, char **argv, whatif_opts *o) {
     memset(o, 0, sizeof *o);
     o->algos[0] = REDUCE_RING, o->n_algos = 1;
     for (int32_t p = 0; p < WHATIF_N_POLICIES; p++) o->policies[p] = p;
     o->n_policies = WHATIF_N_POLICIES;
-    o->channels = 1, o->batches = 1;
+    o->batches = 1;
+    o->oc = order_config_default(REDUCE_RING);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -117,9 +125,15 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             o->path = a;
             continue;
         }
-        static const char *const valued[] = {"--world-sizes", "--algo", "--gpus-per-node",
-                                             "--channels", "--policies", "--batches",
-                                             "--global-batch", "--per-row", NULL};
+        int takes = 0, r = order_args_option("what-if", a, i + 1 < argc ? argv[i + 1] : NULL,
+                                             &o->oc, &takes);
+        if (r >= 0) {
+            if (r) return r;
+            i += takes;
+            continue;
+        }
+        static const char *const valued[] = {"--world-sizes", "--algo", "--policies",
+                                             "--batches", "--global-batch", "--per-row", NULL};
         int known = 0;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
@@ -127,11 +141,10 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
         const char *v = argv[++i];
         int bad = 0;
         if (!strcmp(a, "--world-sizes")) bad = parse_list(a, v, 'w', o->worlds, &o->n_worlds, WHATIF_MAX_LIST);
-        else if (!strcmp(a, "--algo")) bad = parse_list(a, v, 'a', o->algos, &o->n_algos, 4);
+        else if (!strcmp(a, "--algo"))
+            bad = parse_list(a, v, 'a', o->algos, &o->n_algos, REDUCE_N_ALGOS);
         else if (!strcmp(a, "--policies"))
             bad = parse_list(a, v, 'p', o->policies, &o->n_policies, WHATIF_N_POLICIES);
-        else if (!strcmp(a, "--gpus-per-node")) bad = parse_int(a, v, 0, WHATIF_MAX_WORLD, &o->gpus_per_node);
-        else if (!strcmp(a, "--channels")) bad = parse_int(a, v, 1, 64, &o->channels);
         else if (!strcmp(a, "--batches")) bad = parse_int(a, v, 1, 1000000, &o->batches);
         else if (!strcmp(a, "--global-batch")) bad = parse_int(a, v, 1, 1 << 24, &o->global_batch);
         else o->per_row = v;
@@ -142,11 +155,11 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     /* every order must fit every world size: say which pair does not */
     for (int32_t i = 0; i < o->n_worlds; i++)
         for (int32_t j = 0; j < o->n_algos; j++) {
-            order_config oc = {o->algos[j], (int32_t)o->channels, (int32_t)o->gpus_per_node};
+            order_config oc = order_of(o, o->algos[j]);
             char why[256];
             if (order_check(&oc, o->worlds[i], why, sizeof why) != 0) {
                 fprintf(stderr, "ctrain what-if: --world-sizes %d with --gpus-per-node %lld: %s\n",
-                        (int)o->worlds[i], (long long)o->gpus_per_node, why);
+                        (int)o->worlds[i], (long long)o->oc.gpus_per_node, why);
                 return 2;
             }
         }
@@ -325,7 +338,7 @@ static int32_t replay_world(const whatif_batch *b, const whatif_opts *o, whatif_
                                                    "at N = %d", (int)N);
     for (int32_t i = 0; rc == CT_OK && i < n_cells; i++) {
         whatif_cell *cl = &cells[i];
-        order_config oc = {cl->algo, (int32_t)o->channels, (int32_t)o->gpus_per_node};
+        order_config oc = order_of(o, cl->algo);
         rc = whatif_replay_open(&cl->rp, &oc, N, (uint64_t)(V * C), part, cl->policy, err);
         cl->d2 = cl->e2 = cl->ds = cl->ea = 0;
         for (int64_t c = 0; c < C; c++) cl->ebar[c] = 0;
@@ -427,14 +440,47 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
     return outfile_commit(&o, err);
 }
 
+/* The order a cell's all-reduce of count elements runs (algo = nccl: the tuner model's pick
+ * for its size in the policy's reduce dtype). */
+static int32_t resolved_algo(const whatif_opts *o, const whatif_cell *cl, uint64_t count) {
+    if (cl->algo != REDUCE_NCCL) return cl->algo;
+    order_config oc = order_of(o, cl->algo);
+    char why[256];
+    if (order_check(&oc, cl->N, why, sizeof why) != 0) return REDUCE_RING;
+    order_plan plan;
+    order_plan_make(&plan, &oc, cl->N, ORDER_ALL_REDUCE, count,
+                    cl->policy == WHATIF_AMP ? 4 : 2, 1, 0);
+    return plan.oc.algo;
+}
+
+/* algo = nccl: the tuner model's pick at each world size, for the bf16 and (amp) f32 head. */
+static void print_picks(const whatif_opts *o, uint64_t count) {
+    int32_t nccl = 0, f32 = 0;
+    for (int32_t a = 0; a < o->n_algos; a++) nccl |= o->algos[a] == REDUCE_NCCL;
+    for (int32_t p = 0; p < o->n_policies; p++) f32 |= o->policies[p] == WHATIF_AMP;
+    for (int32_t i = 0; nccl && i < o->n_worlds; i++)
+        for (int32_t es = 2; es <= (f32 ? 4 : 2); es += 2) {
+            order_config oc = order_of(o, REDUCE_NCCL);
+            char why[256], line[512];
+            if (order_check(&oc, o->worlds[i], why, sizeof why) != 0) continue;
+            tuner_query q = {ORDER_ALL_REDUCE, count * (uint64_t)es, o->worlds[i],
+                             oc.gpus_per_node, oc.gpu, oc.nvswitch, 1, 0};
+            tuner_pick pk;
+            tuner_choose(&q, &pk);
+            tuner_describe(&q, &pk, line, sizeof line);
+            fprintf(cmdout(), "what-if: N = %d, %s head: %s\n", (int)o->worlds[i], es == 2 ? "bf16" : "f32",
+                   line);
+        }
+}
+
 static void print_table(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
                         int64_t n_tok) {
-    fprintf(cmdout(), "%6s %-7s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy", "tokens/rank",
-            "rel_err", "bias", "logit_push", "predicted");
+    fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy",
+            "tokens/rank", "rel_err", "bias", "logit_push", "predicted");
     double K = (double)o->batches;
     for (int32_t i = 0; i < n_cells; i++) {
         const whatif_cell *cl = &cells[i];
-        fprintf(cmdout(), "%6d %-7s %-13s %11.4g %12.4g %12.4g %12.4g %12.4g\n", (int)cl->N,
+        fprintf(cmdout(), "%6d %-9s %-13s %11.4g %12.4g %12.4g %12.4g %12.4g\n", (int)cl->N,
                 whatif_algo_name(cl->algo), whatif_policy_name(cl->policy),
                 (double)n_tok / cl->N, cl->rel_err / K, cl->bias / K, cl->push / K,
                 cl->pred / K);
@@ -542,18 +588,20 @@ int cmd_what_if(int argc, char **argv) {
         hbar2 += hn2 / (double)o.batches;
         for (int32_t i = 0; i < n_cells; i++) {
             whatif_cell *cl = &cells[i];
-            whatif_model_in mi = {cl->N, cl->algo, (int32_t)o.gpus_per_node, cl->policy, V,
+            whatif_model_in mi = {cl->N, resolved_algo(&o, cl, (uint64_t)(V * C)),
+                                  o.oc.gpus_per_node, cl->policy, V,
                                   (double)n_tok / cl->N, hn2, q};
             cl->pred += whatif_model_push(&mi);
         }
     }
-    fprintf(cmdout(), "what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, mean over the "
-            "batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
-            (long long)o.channels, (long long)o.gpus_per_node);
+    fprintf(cmdout(), "what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, "
+            "mean over the batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
+            (long long)o.oc.channels, (long long)o.oc.gpus_per_node);
     if (o.per_row) {
         if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
             goto out_fail;
     }
+    print_picks(&o, (uint64_t)(V * C));
     print_table(&o, cells, n_cells, n_tok);
     status = 0;
     goto out_free;

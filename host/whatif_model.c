@@ -16,9 +16,11 @@ static double lost_terms(const whatif_model_in *in, double q) {
     switch (in->algo) {
     case REDUCE_RING: return qT < tau ? (N - 1) / 2.0 : 0.0;
     case REDUCE_HIER: return (qT < tau ? (G - 1) / 2.0 : 0.0) + (G * qT < tau ? (M - 1) / 2.0 * G : 0.0);
+    case REDUCE_NVLS: return G * qT < tau ? (M - 1) / 2.0 * G : 0.0; /* f32 inside the node */
     default: { /* trees: dbtree's chain inside the node, then sibling subtrees of 2^j nodes */
         int32_t g = in->algo == REDUCE_DBTREE ? G : 1;
         double lost = qT < tau ? (g - 1) / 2.0 : 0.0;
+        if (in->algo == REDUCE_NVLS_TREE) g = G, lost = 0; /* the node's sum loses nothing */
         for (double s = g; s < N; s *= 2)
             if (s * qT < tau) lost += s;
         return lost;
@@ -31,6 +33,7 @@ static double chain(const whatif_model_in *in) {
     int32_t N = in->N, G = in->gpus_per_node > 0 ? in->gpus_per_node : N;
     if (in->algo == REDUCE_RING) return N;
     if (in->algo == REDUCE_HIER) return (double)N / G > G ? (double)N / G : G;
+    if (in->algo == REDUCE_NVLS) return (double)N / G;
     return 1;
 }
 

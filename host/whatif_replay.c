@@ -15,7 +15,8 @@
 static const char *const policy_names[WHATIF_N_POLICIES] = {"pure_bf16", "bf16_fp32acc",
                                                             "bf16_sr", "amp"};
 /* indexed by reduce_algo, as [comm] algo's choices */
-static const char *const algo_names[] = {"ring", "tree", "dbtree", "hier"};
+static const char *const algo_names[REDUCE_N_ALGOS] = {"ring", "tree", "dbtree", "hier",
+                                                       "nvls", "nvls_tree", "nccl"};
 
 const char *whatif_policy_name(int32_t policy) {
     return policy >= 0 && policy < WHATIF_N_POLICIES ? policy_names[policy] : "?";
@@ -28,11 +29,11 @@ int32_t whatif_policy_parse(const char *name) {
 }
 
 const char *whatif_algo_name(int32_t algo) {
-    return algo >= 0 && algo < 4 ? algo_names[algo] : "?";
+    return algo >= 0 && algo < REDUCE_N_ALGOS ? algo_names[algo] : "?";
 }
 
 int32_t whatif_algo_parse(const char *name) {
-    for (int32_t a = 0; a < 4; a++)
+    for (int32_t a = 0; a < REDUCE_N_ALGOS; a++)
         if (!strcmp(name, algo_names[a])) return a;
     return -1;
 }
@@ -42,9 +43,6 @@ static int32_t reduce_dtype(int32_t policy) {
 }
 
 void whatif_replay_close(whatif_replay *w) {
-    free(w->unit_begin);
-    free(w->unit_k);
-    free(w->unit_u);
     free(w->prog);
     free(w->scratch);
     free(w->pre);
@@ -64,45 +62,20 @@ int32_t whatif_replay_open(whatif_replay *w, const order_config *oc, int32_t N, 
     w->policy = policy;
     w->count = count;
     w->max_part = max_part;
-    int32_t units = w->oc.channels * N;
-    size_t es = ct_dtype_size(reduce_dtype(policy));
-    w->unit_begin = malloc(((size_t)units + 1) * sizeof *w->unit_begin);
-    w->unit_k = malloc((size_t)units * sizeof *w->unit_k);
-    w->unit_u = malloc((size_t)units * sizeof *w->unit_u);
+    int32_t dt = reduce_dtype(policy);
+    size_t es = ct_dtype_size(dt);
     w->prog = malloc((size_t)order_max_steps(N) * sizeof *w->prog);
     w->scratch = malloc(REDUCE_SCRATCH * sizeof *w->scratch);
     w->pre = malloc((size_t)N * max_part * es);
     w->out = malloc(max_part * es);
     w->srcs = malloc((size_t)N * sizeof *w->srcs);
-    if (!w->unit_begin || !w->unit_k || !w->unit_u || !w->prog || !w->scratch || !w->pre ||
-        !w->out || !w->srcs) {
+    if (!w->prog || !w->scratch || !w->pre || !w->out || !w->srcs) {
         whatif_replay_close(w);
         return ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory for a replay at N = %d "
                             "(%llu elements per part)", (int)N, (unsigned long long)max_part);
     }
-    /* the units in buffer order: channels are contiguous, and inside a channel unit u's
-     * elements follow unit u-1's for every order (orders.c) */
-    for (int32_t k = 0; k < w->oc.channels; k++)
-        for (int32_t u = 0; u < N; u++) {
-            uint64_t b, e;
-            order_all_reduce_unit(&w->oc, N, count, k, u, &b, &e, w->prog);
-            w->unit_begin[w->n_units] = b;
-            w->unit_k[w->n_units] = k;
-            w->unit_u[w->n_units++] = u;
-        }
-    w->unit_begin[w->n_units] = count;
+    order_plan_make(&w->plan, &w->oc, N, ORDER_ALL_REDUCE, count, (uint32_t)es, 1, 0);
     return CT_OK;
-}
-
-/* The last unit position whose first element is <= i. */
-static int32_t unit_at(const whatif_replay *w, uint64_t i) {
-    int32_t lo = 0, hi = w->n_units - 1;
-    while (lo < hi) {
-        int32_t mid = (lo + hi + 1) / 2;
-        if (w->unit_begin[mid] <= i) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 void whatif_replay_part(whatif_replay *w, uint64_t first, uint64_t m, const uint16_t *x,
@@ -132,20 +105,16 @@ void whatif_replay_part(whatif_replay *w, uint64_t first, uint64_t m, const uint
     }
     size_t es = ct_dtype_size(dt);
     for (uint64_t lo = first; lo < first + m;) {
-        int32_t pos = unit_at(w, lo);
         uint64_t b = 0, end = 0;
-        int32_t steps = order_all_reduce_unit(&w->oc, N, w->count, w->unit_k[pos],
-                                              w->unit_u[pos], &b, &end, w->prog);
-        /* the last unit starting at or before lo holds lo: units tile the buffer in order */
-        assert(steps > 0 && b <= lo && lo < end);
+        int32_t steps = order_unit_at(&w->plan, lo, &b, &end, w->prog);
         uint64_t hi = end < first + m ? end : first + m;
         uint64_t off = lo - first, len = hi - lo;
         for (int32_t n = 0; n < N; n++)
             w->srcs[n] = (const char *)w->pre + ((uint64_t)n * m + off) * es;
         void *dst = w->out;
         reduce_sr sr = {sr_stream, lo, N}; /* bf16_sr: every combine rounded stochastically */
-        reduce_run(w->srcs, w->prog, steps, &dst, 1, len, dt, CT_REDUCE_SUM,
-                   w->policy == WHATIF_BF16_SR ? &sr : NULL, w->scratch);
+        reduce_arith ar = {dt, CT_REDUCE_SUM, N, w->policy == WHATIF_BF16_SR ? &sr : NULL};
+        reduce_run(w->srcs, w->prog, steps, &dst, 1, len, &ar, w->scratch);
         for (uint64_t i = 0; i < len; i++)
             p[off + i] = (dt == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)w->out)[i])
                                               : ((float *)w->out)[i]) / post;

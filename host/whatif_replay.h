@@ -8,7 +8,9 @@
  *
  * What is replayed is the reduction-error probe's (host/probe.c): rank n's local value x_n (bf16
  * as the policy keeps local gradients) is divided by f = ct_skit_predivide_factor(N), cast to
- * the policy's reduce dtype, all-reduced, and the result divided by N / f:
+ * the policy's reduce dtype, all-reduced (one collective of the whole head, cut as the engine
+ * cuts it: NCCL's split by default, the tuner model's pick with algo = nccl), and the result
+ * divided by N / f:
  *   pure_bf16     the comm's bf16 all-reduce in the given order (every combine rounded to bf16)
  *   amp           the same in f32
  *   bf16_fp32acc  f32 sum in rank order of the bf16 values, rounded to bf16 once
@@ -36,20 +38,19 @@ typedef enum whatif_policy {
 const char *whatif_policy_name(int32_t policy);
 int32_t whatif_policy_parse(const char *name);
 
-/* The algorithm's name as [comm] algo spells it ("ring", "dbtree", "hier", "tree"), and back
- * (-1: none). */
+/* The algorithm's name as [comm] algo spells it ("ring", "dbtree", "hier", "tree", "nvls",
+ * "nvls_tree", "nccl"), and back (-1: none). */
 const char *whatif_algo_name(int32_t algo);
 int32_t whatif_algo_parse(const char *name);
 
 /* One replayer: N ranks, the order (checked with order_check), `count` elements in the whole
- * buffer, parts of at most max_part elements. */
+ * buffer (one all-reduce, planned as the threads engine plans it: orders.h), parts of at most
+ * max_part elements. */
 typedef struct whatif_replay {
     order_config  oc;
     int32_t       N, policy;
     uint64_t      count, max_part;
-    uint64_t     *unit_begin; /* (channels*N + 1) first element of unit (k, u), in order */
-    int32_t      *unit_k, *unit_u; /* (channels*N) the unit at each position of unit_begin */
-    int32_t       n_units;
+    order_plan    plan;       /* the all-reduce's split, in the policy's reduce dtype */
     order_step   *prog;       /* (order_max_steps(N)) */
     double       *scratch;    /* (REDUCE_SCRATCH) */
     void         *pre;        /* (N * max_part) pre-divided values in the reduce dtype */

@@ -58,6 +58,7 @@ for node in fifo zero zlink; do
     bounded "prepare_sp_model_$node" "$NOT_REG" "$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 \
         --tokenizer sentencepiece --sp-model "$node" --out "prep_sp_$node"
     bounded "logits_tokens_$node" "$NOT_REG" "$CTRAIN" logits "$CKPT" --tokens "$node" --out "l_$node.bin"
+    bounded "reduce_input_$node" "$NOT_REG" "$CTRAIN" reduce --world-size 2 --in "$node" --out "r_$node.bin"
 done
 bounded check_plugin_fifo "$NOT_REG" "$CTRAIN" check-plugin ./fifo.so
 bounded inspect_fifo "$NOT_REG" "$CTRAIN" inspect ./fifo.so
@@ -90,6 +91,7 @@ for node in fifo zero; do
     bounded "plot_onto_$node" "$NOT_REG" "$CTRAIN" plot run --metric loss --out "$node"
     bounded "logits_onto_$node" "$NOT_REG" "$CTRAIN" logits "$CKPT" --tokens data/val_000000.bin --out "$node"
     bounded "what_if_per_row_onto_$node" "$NOT_REG" "$CTRAIN" what-if "$CKPT" --world-sizes 2 --per-row "$node"
+    bounded "reduce_onto_$node" "$NOT_REG" "$CTRAIN" reduce --world-size 1 --in data/val_000000.bin --out "$node"
     bounded "export_folder_onto_$node" "not a folder" "$CTRAIN" export run --format safetensors --out "$node"
     bounded "prepare_folder_onto_$node" "not a folder" "$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out "$node"
 done

@@ -2,7 +2,8 @@
 # test_whatif.sh — `ctrain what-if`: a run trained with the threads engine at N = 16 (pure_bf16,
 # full_shard, probe on, a 1000-token sentencepiece vocabulary) is replayed from its checkpoint of
 # step 2, and the replay of step 3 at N = 16 gives the probe's head figures of step 3 (ring,
-# and a run trained with NCCL's tree at 4 ranks per node against --algo dbtree); the
+# a run trained with NCCL's tree at 4 ranks per node against --algo dbtree, and one trained
+# with algo = nccl against --algo nccl: the tuner model's pick, the same code path); the
 # hierarchical order at one rank per node equals the ring; --per-row writes a row per
 # vocabulary entry; every error names its flag and exits 2 (usage) or 1, never a signal.
 #
@@ -160,13 +161,32 @@ else
     near "dbtree pure_bf16 head logit_push = the probe's" "$(echo "$r" | awk '{print $7}')" "$(probe "$W/tree" probe/head/logit_push)" 0.01
 fi
 
+# ---- 2b. NCCL's choice: a run trained with algo = nccl (2 nodes x 8 H100) and what-if --algo
+# nccl: the same model of the tuner picks the same order for the head, and both say so
+train "$W/nccl" --set comm.algo=nccl --set comm.gpu=h100 --set comm.gpus_per_node=8
+grep -q "NCCL 2.30 would run this .* at 2 nodes x 8 H100 as" "$W/nccl.log" \
+    && ct_pass "train with algo = nccl logs the tuner model's pick" \
+    || ct_fail "train logs the pick" "$(grep -i nccl "$W/nccl.log" | head -3)"
+ct_run "$CTRAIN" what-if "$W/nccl/checkpoints/step_00000002" --world-sizes 16 --algo nccl \
+    --gpu h100 --gpus-per-node 8 --policies pure_bf16
+if [ "$ct_rc" -ne 0 ]; then
+    ct_fail "what-if nccl" "exited $ct_rc: $ct_err"
+else
+    grep -q "what-if: N = 16, bf16 head: NCCL 2.30 would run this" "$CT_TMP/out" \
+        && ct_pass "what-if --algo nccl prints the pick" || ct_fail "what-if pick" "$ct_out"
+    r=$(row nccl pure_bf16)
+    near "nccl pure_bf16 head rel_err = the probe's" "$(echo "$r" | awk '{print $5}')" "$(probe "$W/nccl" probe/head/rel_err)" 0.01
+    near "nccl pure_bf16 head logit_push = the probe's" "$(echo "$r" | awk '{print $7}')" "$(probe "$W/nccl" probe/head/logit_push)" 0.01
+fi
+
 # ---- 3. errors: each names its flag -------------------------------------------------------
 C2="$W/ring/checkpoints/step_00000002"
 ct_expect_failure "no --world-sizes" "--world-sizes is required" "$CTRAIN" what-if "$C2"
 ct_expect_failure "world size 0" "--world-sizes '0' is not an integer in [1, 65536]" \
     "$CTRAIN" what-if "$C2" --world-sizes 8,0
 ct_expect_failure "world size not a number" "--world-sizes 'x8'" "$CTRAIN" what-if "$C2" --world-sizes x8
-ct_expect_failure "unknown algo" "--algo: unknown algo 'nvls'" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo ring,nvls
+ct_expect_failure "unknown algo" "--algo: unknown algo 'butterfly'" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo ring,butterfly
+ct_expect_failure "unknown gpu" "--gpu 'v100' is not one of a100, h100, h200" "$CTRAIN" what-if "$C2" --world-sizes 8 --algo nccl --gpu v100
 ct_expect_failure "unknown policy" "--policies: unknown policy 'fp8'" "$CTRAIN" what-if "$C2" --world-sizes 8 --policies fp8
 ct_expect_failure "gpus per node not dividing N" "--world-sizes 12 with --gpus-per-node 8|not a whole number of nodes" \
     "$CTRAIN" what-if "$C2" --world-sizes 16,12 --algo hier --gpus-per-node 8

@@ -1,13 +1,14 @@
 /* test_comm_threads.c — the threads comm engine (plugins/comm/threads) run with real rank
  * threads: bf16/f32 sums in every order (ring, ring with channels over a node layout, NCCL's
- * double binary tree, the hierarchical ring, the heap tree) equal a sequential emulation
- * written here bit for bit, error against an fp64 sum grows with the world size, copies are
+ * double binary tree, the hierarchical ring, the heap tree), cut by the even split, equal a
+ * sequential emulation written here bit for bit, error against an fp64 sum grows with the world size, copies are
  * exact, abort / timeout / mismatched calls end every rank's call with an error naming the
  * failed rank.
  * Not for: the mpi engine (tests/cli/test_mpi.sh).
  */
 #include "ct_test.h"
 #include "harness.h"
+#include "threads_world.h"
 
 #include <ctrain/numerics.h>
 
@@ -18,107 +19,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_RANKS 64
-
-/* ---------------------------------------------------------------------------------------
- * an in-process world of N ranks, each with its own plugin instance and thread
- * ------------------------------------------------------------------------------------- */
-
-typedef struct world_run {
-    ct_harness           *h;
-    const ct_comm_vtable *vt;
-    void                 *world;
-    void                 *ranks[MAX_RANKS];
-    int32_t               n;
-} world_run;
-
-typedef struct rank_job rank_job;
-struct rank_job {
-    world_run *w;
-    int32_t    rank;
-    void     (*fn)(rank_job *job);
-    void      *arg;     /* the test's shared data */
-    int32_t    rc;      /* what the rank's calls returned (first failure) */
-    ct_error   err;
-    double     seconds; /* how long fn ran */
-};
-
-/* Opens a world of n ranks configured by the [comm] text `ini`; 0 on failure (test failed). */
-static int world_open(world_run *w, int32_t n, const char *ini) {
-    memset(w, 0, sizeof *w);
-    w->n = n;
-    w->h = harness_new(ini);
-    if (!w->h) return 0;
-    ct_error err = {.struct_size = sizeof err};
-    ct_harness_plugin p; /* validates [comm] against the schema (defaults filled) */
-    if (harness_create(w->h, "comm_threads.so", "comm", &p, &err) != CT_OK) {
-        ct_test_fail(__FILE__, __LINE__, "comm_threads.so: %s", err.message);
-        return 0;
-    }
-    w->vt = p.vt;
-    ct_create_args a0 = harness_args_rank(w->h, "comm", 0, n);
-    w->world = w->vt->world_create(n, &a0, &err);
-    if (!w->world) {
-        ct_test_fail(__FILE__, __LINE__, "world_create(%d): %s", (int)n, err.message);
-        return 0;
-    }
-    for (int32_t r = 0; r < n; r++) {
-        ct_create_args a = harness_args_rank(w->h, "comm", r, n);
-        a.comm_world = w->world;
-        w->ranks[r] = w->vt->create(&a, &err);
-        if (!w->ranks[r]) {
-            ct_test_fail(__FILE__, __LINE__, "create rank %d: %s", (int)r, err.message);
-            return 0;
-        }
-    }
-    return 1;
+/* The emulations of this file cut a collective as earlier versions did (split = even: equal
+ * contiguous parts and chunks, one loop), so every world here adds `split = even` to an ini
+ * that does not name a split; NCCL's own split (the default) is checked in test_nccl_split.c. */
+static int open_even(world_run *w, int32_t n, const char *ini) {
+    char even[512];
+    if (!strstr(ini, "split") && !strncmp(ini, "[comm]\n", 7) &&
+        snprintf(even, sizeof even, "[comm]\nsplit = even\n%s", ini + 7) < (int)sizeof even)
+        ini = even;
+    return world_open(w, n, ini);
 }
-
-static void world_close(world_run *w) {
-    for (int32_t r = 0; r < w->n; r++)
-        if (w->ranks[r]) w->vt->destroy(w->ranks[r]);
-    if (w->world) w->vt->world_destroy(w->world);
-    harness_free(w->h);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void *job_thread(void *p) {
-    rank_job *job = p;
-    double t0 = now_s();
-    job->fn(job);
-    job->seconds = now_s() - t0;
-    return NULL;
-}
-
-/* Runs fn on every rank in its own thread and joins them; jobs has w->n entries. */
-static void world_run_all(world_run *w, void (*fn)(rank_job *), void *arg, rank_job *jobs) {
-    pthread_t tid[MAX_RANKS];
-    for (int32_t r = 0; r < w->n; r++) {
-        jobs[r] = (rank_job){.w = w, .rank = r, .fn = fn, .arg = arg,
-                             .err = {.struct_size = sizeof(ct_error)}};
-        pthread_create(&tid[r], NULL, job_thread, &jobs[r]);
-    }
-    for (int32_t r = 0; r < w->n; r++) pthread_join(tid[r], NULL);
-}
-
-static void *job_comm(rank_job *job) { return job->w->ranks[job->rank]; }
-
-/* Record the first failing call of a rank. */
-static void job_note(rank_job *job, int32_t rc) {
-    if (rc != CT_OK && job->rc == CT_OK) job->rc = rc;
-}
-
-static void check_all_ok(const rank_job *jobs, int32_t n) {
-    for (int32_t r = 0; r < n; r++)
-        CT_CHECK_MSG(jobs[r].rc == CT_OK, "rank %d returned %d: %s", (int)r, (int)jobs[r].rc,
-                     jobs[r].err.message);
-}
-
 /* ---------------------------------------------------------------------------------------
  * independent references: bf16 rounding through frexp/rint in double, the orders written out
  * ------------------------------------------------------------------------------------- */
@@ -261,7 +171,7 @@ static int check_ring_all_reduce_bf16(int32_t n, uint64_t count, int32_t in_plac
         expect[i] = ref_ring_bf16(vals, n, ref_chunk_of(i, count, n));
         differs_from_once += expect[i] != ref_round_bf16(exact);
     }
-    if (!world_open(&w, n, "[comm]\nalgo = ring\ntimeout_s = 20\n")) goto out_close;
+    if (!open_even(&w, n, "[comm]\nalgo = ring\ntimeout_s = 20\n")) goto out_close;
     world_run_all(&w, job_all_reduce, &c, jobs);
     check_all_ok(jobs, n);
     int bad = 0;
@@ -307,7 +217,7 @@ static void check_ring_reduce_scatter_bf16(int32_t n, uint64_t count, uint64_t s
         ct_test_fail(__FILE__, __LINE__, "out of memory");
         goto out_free;
     }
-    if (!world_open(&w, n, "[comm]\nalgo = ring\ntimeout_s = 20\n")) goto out_close;
+    if (!open_even(&w, n, "[comm]\nalgo = ring\ntimeout_s = 20\n")) goto out_close;
     world_run_all(&w, job_reduce_scatter, &c, jobs);
     check_all_ok(jobs, n);
     int bad = 0;
@@ -369,7 +279,7 @@ CT_TEST(threads_ring_all_reduce_f32_adds_in_ring_order) {
     }
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\nalgo = ring\n")) {
+    if (open_even(&w, N, "[comm]\nalgo = ring\n")) {
         world_run_all(&w, job_typed_all_reduce, &t, jobs);
         check_all_ok(jobs, N);
         int bad = 0, order_matters = 0;
@@ -404,7 +314,7 @@ CT_TEST(threads_tree_all_reduce_bf16_equals_heap_tree_emulation_and_differs_from
     }
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\nalgo = tree\n")) {
+    if (open_even(&w, N, "[comm]\nalgo = tree\n")) {
         world_run_all(&w, job_tree_bf16, &t, jobs);
         check_all_ok(jobs, N);
         int bad = 0, differs_from_ring = 0;
@@ -442,7 +352,7 @@ CT_TEST(threads_all_reduce_f64_i32_sums_and_bf16_f32_max_min_are_exact) {
     si[1][0] = 2147483647; /* wraps: 2^31-1 + others, as int32 adds modulo 2^32 do */
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\n")) {
+    if (open_even(&w, N, "[comm]\n")) {
         typed_case t = {.count = COUNT};
         struct { int32_t dtype, op; } runs[] = {
             {CT_DTYPE_F64, CT_REDUCE_SUM}, {CT_DTYPE_I32, CT_REDUCE_SUM},
@@ -512,7 +422,7 @@ static double mean_rel_error(int32_t n, const char *ini, uint64_t seed) {
         for (int i = 0; i < COUNT; i++)
             g.send[r][i] = ref_bf16_bits(ref_round_bf16(0.5 + 0.5 * rng_uniform(&s)));
     }
-    if (!jobs || !world_open(&w, n, ini)) goto out_close;
+    if (!jobs || !open_even(&w, n, ini)) goto out_close;
     world_run_all(&w, job_growth, &g, jobs);
     check_all_ok(jobs, n);
     double sum_err = 0;
@@ -600,7 +510,7 @@ CT_TEST(threads_all_gather_all_to_all_broadcast_copy_bits_exactly) {
         }
         world_run w;
         rank_job jobs[8];
-        if (world_open(&w, n, "[comm]\n")) {
+        if (open_even(&w, n, "[comm]\n")) {
             world_run_all(&w, job_copies, &c, jobs);
             check_all_ok(jobs, n);
             for (int32_t j = 0; j < n; j++)
@@ -670,7 +580,7 @@ static int run_sr(sr_case *sc, int32_t n, const char *ini, uint64_t count, uint6
     }
     world_run w;
     rank_job jobs[MAX_RANKS];
-    int ok = world_open(&w, n, ini);
+    int ok = open_even(&w, n, ini);
     if (ok) {
         world_run_all(&w, job_sr, sc, jobs);
         check_all_ok(jobs, n);
@@ -750,7 +660,7 @@ CT_TEST(threads_sr_every_order_is_unbiased_exact_on_integers_and_the_same_on_eve
         sw.c.dtype = CT_DTYPE_BF16;
         world_run w;
         rank_job jobs[N];
-        if (world_open(&w, N, inis[o])) {
+        if (open_even(&w, N, inis[o])) {
             world_run_all(&w, job_sr, &sw, jobs);
             check_all_ok(jobs, N);
             double mean = 0;
@@ -794,7 +704,7 @@ CT_TEST(threads_sr_of_another_dtype_fails_on_every_rank_saying_bf16_only) {
     enum { N = 3 };
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\ntimeout_s = 20\n")) {
+    if (open_even(&w, N, "[comm]\ntimeout_s = 20\n")) {
         world_run_all(&w, job_sr_f32, NULL, jobs);
         for (int32_t r = 0; r < N; r++) {
             CT_CHECK_INT(jobs[r].rc, CT_ERR_UNSUPPORTED);
@@ -828,7 +738,7 @@ CT_TEST(threads_send_recv_match_by_peer_and_tag) {
     int32_t got[4 * N] = {0};
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\n")) {
+    if (open_even(&w, N, "[comm]\n")) {
         world_run_all(&w, job_ring_messages, got, jobs);
         check_all_ok(jobs, N);
         for (int r = 0; r < N; r++) {
@@ -862,7 +772,7 @@ CT_TEST(threads_async_all_reduce_completes_by_wait_and_a_second_wait_is_an_error
     float buf[N] = {0};
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\n")) {
+    if (open_even(&w, N, "[comm]\n")) {
         world_run_all(&w, job_async_twice, buf, jobs);
         check_all_ok(jobs, N);
         for (int r = 0; r < N; r++) CT_CHECK_CLOSE(buf[r], 6.0, 0, 0);
@@ -895,7 +805,7 @@ CT_TEST(threads_abort_ends_every_blocked_call_with_an_error_naming_the_failed_ra
     enum { N = 5 };
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\ntimeout_s = 60\n")) { /* far longer: abort must be faster */
+    if (open_even(&w, N, "[comm]\ntimeout_s = 60\n")) { /* far longer: abort must be faster */
         world_run_all(&w, job_abort_rank2, NULL, jobs);
         for (int r = 0; r < N; r++) {
             CT_CHECK_INT(jobs[r].rc, CT_ERR_COMM);
@@ -919,7 +829,7 @@ CT_TEST(threads_a_rank_that_never_joins_is_named_after_timeout_s) {
     enum { N = 3 };
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\ntimeout_s = 0.3\n")) {
+    if (open_even(&w, N, "[comm]\ntimeout_s = 0.3\n")) {
         world_run_all(&w, job_rank1_absent, NULL, jobs);
         for (int r = 0; r < N; r += 2) {
             CT_CHECK_INT(jobs[r].rc, CT_ERR_COMM);
@@ -947,7 +857,7 @@ CT_TEST(threads_ranks_calling_different_collectives_all_fail_naming_the_odd_rank
     enum { N = 4 };
     world_run w;
     rank_job jobs[N];
-    if (world_open(&w, N, "[comm]\ntimeout_s = 10\n")) {
+    if (open_even(&w, N, "[comm]\ntimeout_s = 10\n")) {
         world_run_all(&w, job_mismatch, NULL, jobs);
         for (int r = 0; r < N; r++) {
             CT_CHECK_INT(jobs[r].rc, CT_ERR_COMM);
@@ -1134,7 +1044,7 @@ static void check_order_all_reduce(const layout *L, const char *ini, ref_order_f
         expect[i] = ref(L, vals, i, count);
         if (differs_ring) *differs_ring += expect[i] != ref_ring_bf16(vals, n, ref_chunk_of(i, count, n));
     }
-    if (!world_open(&w, n, ini)) goto out_close;
+    if (!open_even(&w, n, ini)) goto out_close;
     world_run_all(&w, job_all_reduce, &c, jobs);
     check_all_ok(jobs, n);
     int bad = 0;
@@ -1247,7 +1157,7 @@ CT_TEST(threads_reduce_scatter_with_channels_uses_each_channels_ring_ending_at_t
             ct_test_fail(__FILE__, __LINE__, "out of memory");
             goto out_free;
         }
-        if (!world_open(&w, n, ini)) goto out_close;
+        if (!open_even(&w, n, ini)) goto out_close;
         world_run_all(&w, job_reduce_scatter, &c, jobs);
         check_all_ok(jobs, n);
         int bad = 0;

@@ -68,6 +68,8 @@ struct world_case {
     uint64_t                   padded[MAX_UNITS];
     uint64_t                   mem[MAX_RANKS][3];
     int32_t                    replicated;
+    const char                *expect_error; /* a rank failing with this text is no failure */
+    int32_t                    got_expected; /* ... and it did */
 };
 
 static double grad_random(const world_case *wc, int32_t step, int32_t r, uint32_t u, uint64_t i) {
@@ -283,8 +285,11 @@ static int run_world(world_case *wc) {
         for (int32_t r = 0; r < wc->N; r++) pthread_join(th[r], NULL);
         for (int32_t r = 0; r < wc->N; r++)
             if (rcs[r].rc != CT_OK) {
-                ct_test_fail(__FILE__, __LINE__, "%s N=%d rank %d: %s", wc->so, wc->N, r,
-                             rcs[r].err.message);
+                if (wc->expect_error && strstr(rcs[r].err.message, wc->expect_error))
+                    wc->got_expected = 1;
+                else
+                    ct_test_fail(__FILE__, __LINE__, "%s N=%d rank %d: %s", wc->so, wc->N, r,
+                                 rcs[r].err.message);
                 failed = 1;
             }
     }
@@ -774,7 +779,116 @@ CT_TEST(strategy_full_shard_limit_all_gathers_and_reshard_after_forward) {
     }
 }
 
-/* ---- 8. the kit's arithmetic --------------------------------------------------------------- */
+/* ---- 8. grad_divide: FSDP2's AVG in the collective, SUM then divide ------------------------ */
+
+/* grad_divide = avg at N = 3 over the threads engine's ring (one channel, NCCL's split): every
+ * rank's bf16 gradient is premultiplied by bf16(1/3) = 0.333984375 and summed along the ring,
+ * and nothing is divided. Written out here: full_shard's reduce-scatter of element i starts at
+ * rank owner+1 and ends at the owner; no_shard's all-reduce cuts the padded unit into chunks
+ * of ceil(P/3) rounded up to 8 elements (16 bytes), chunk c starting at rank c+1. */
+static double expect_avg_ring(const world_case *wc, uint32_t u, uint64_t i, double *tol) {
+    const int32_t N = wc->N;
+    float s = ct_round_bf16((float)(1.0 / N));
+    uint64_t P = ct_skit_padded_numel(wc->numel[u], N);
+    int32_t first;
+    if (!wc->replicated) {
+        first = (int32_t)(i / (P / (uint64_t)N)) + 1; /* after the owner */
+    } else {
+        uint64_t cc = ((P + (uint64_t)N - 1) / (uint64_t)N + 7) / 8 * 8;
+        first = (int32_t)(i / cc) + 1;
+    }
+    float acc = 0;
+    for (int32_t k = 0; k < N; k++) {
+        int32_t r = (first + k) % N;
+        float p = ct_round_bf16((float)as_grad_dtype(wc, wc->grad(wc, 0, r, u, i)) * s);
+        acc = k ? ct_round_bf16(acc + p) : p;
+    }
+    *tol = 0;
+    return acc;
+}
+
+CT_TEST(strategy_grad_divide_avg_is_nccl_avg_in_the_collective_bit_for_bit) {
+    static const char *const sos[] = {"strategy_full_shard.so", "strategy_no_shard.so"};
+    for (int i = 0; i < 2; i++) {
+        world_case avg = bf16_case(sos[i], 3, grad_random, 0);
+        world_case fsdp1 = bf16_case(sos[i], 3, grad_random, 0);
+        avg.ini = "grad_divide = avg\n";
+        case_alloc(&avg), case_alloc(&fsdp1);
+        if (run_world(&avg) == 0 && run_world(&fsdp1) == 0) {
+            check_result(&avg, expect_avg_ring, "avg N=3");
+            /* bf16(1/3) is 0.2% above 1/3: AVG's mean is N bf16(1/N) = 1.00195 x FSDP1's */
+            double ratio = 0;
+            int64_t n = 0;
+            for (uint32_t u = 0; u < avg.n_units; u++)
+                for (uint64_t k = 0; k < avg.numel[u]; k++)
+                    for (int32_t r = 0; r < 3; r++) {
+                        double a = avg.got[r][u][k], f = fsdp1.got[r][u][k];
+                        if (isnan(a) || fabs(f) < 0.05) continue;
+                        ratio += a / f, n++;
+                    }
+            ratio /= (double)n;
+            CT_CHECK_MSG(fabs(ratio - 3 * 0.333984375) < 5e-4, "%s: AVG / FSDP1 = %.6f over %lld"
+                         " elements, expected %.6f", sos[i], ratio, (long long)n,
+                         3 * 0.333984375);
+        }
+        case_free(&avg), case_free(&fsdp1);
+    }
+}
+
+/* At N a power of two, bf16(1/N) = 1/N and every premultiply is exact: AVG, FSDP1's pre/post
+ * divide, SUM-then-divide and DDP's divide first give the same bits. */
+CT_TEST(strategy_grad_divide_modes_agree_bit_for_bit_at_power_of_two_n) {
+    static const char *const sos[] = {"strategy_full_shard.so", "strategy_no_shard.so",
+                                      "strategy_ddp.so"};
+    static const char *const other[] = {"grad_divide = post\n", "grad_divide = post\n",
+                                        "grad_divide = pre\n"};
+    for (int i = 0; i < 3; i++) {
+        world_case a = bf16_case(sos[i], 4, grad_random, 0), b = a, c = a;
+        a.ini = "grad_divide = avg\n";
+        b.ini = other[i];
+        case_alloc(&a), case_alloc(&b), case_alloc(&c);
+        if (run_world(&a) == 0 && run_world(&b) == 0 && run_world(&c) == 0) {
+            int bad = 0;
+            for (uint32_t u = 0; u < a.n_units; u++)
+                for (uint64_t k = 0; k < a.numel[u]; k++)
+                    for (int32_t r = 0; r < 4; r++) {
+                        double x = a.got[r][u][k], y = b.got[r][u][k], z = c.got[r][u][k];
+                        if (isnan(x) && isnan(y) && isnan(z)) continue;
+                        if ((x != y || x != z) && bad++ < 3)
+                            ct_test_fail(__FILE__, __LINE__, "%s unit %u [%llu] rank %d: avg "
+                                         "%.9g, %s%.9g, default %.9g", sos[i], u,
+                                         (unsigned long long)k, (int)r, x, other[i], y, z);
+                    }
+        }
+        case_free(&a), case_free(&b), case_free(&c);
+    }
+}
+
+/* A precision plugin that reduces through its own (summing) hook cannot average in the
+ * collective: setup says so. */
+CT_TEST(strategy_grad_divide_avg_refuses_a_precision_reduction_hook) {
+    static const ct_precision_vtable hooks = {.struct_size = sizeof hooks,
+                                              .reduce_scatter = hook_reduce_scatter,
+                                              .all_reduce = hook_all_reduce};
+    static const char *const sos[] = {"strategy_ddp.so", "strategy_no_shard.so",
+                                      "strategy_full_shard.so"};
+    for (int i = 0; i < 3; i++) {
+        hook_counts counts = {0, 0, PTHREAD_MUTEX_INITIALIZER};
+        world_case wc = {.so = sos[i], .ini = "grad_divide = avg\n", .N = 2, .steps = 1,
+                         .micro = 1, .n_units = 1, .numel = {100}, .grad = grad_random,
+                         .pol = policy(CT_DTYPE_BF16, CT_DTYPE_BF16, CT_DTYPE_BF16),
+                         .precision = &hooks, .precision_self = &counts,
+                         .expect_error = "grad_divide = avg averages in the comm's collective"};
+        case_alloc(&wc);
+        int failed = run_world(&wc);
+        CT_CHECK_MSG(failed && wc.got_expected, "%s: avg with a summing hook was not refused",
+                     sos[i]);
+        CT_CHECK_INT(counts.all_reduce + counts.reduce_scatter, 0);
+        case_free(&wc);
+    }
+}
+
+/* ---- 9. the kit's arithmetic --------------------------------------------------------------- */
 
 CT_TEST(strategy_kit_divide_factors_match_fsdp1) {
     /* worked by hand from FSDP1's loop: f = 1; while N % f == 0 and N / f > f: f *= 2 */

@@ -58,10 +58,17 @@ static int32_t check_dtype(int32_t dtype, const char *what, ct_error *err) {
                         (int)dtype);
 }
 
-static int32_t check_op(int32_t op, const char *what, ct_error *err) {
+/* Every op over one rank is a copy: AVG's premultiplier is the dtype's 1/1 = 1 (floating
+ * dtypes only, as in every engine). */
+static int32_t check_op(int32_t op, int32_t dtype, const char *what, ct_error *err) {
     if (op == CT_REDUCE_SUM || op == CT_REDUCE_MAX || op == CT_REDUCE_MIN) return CT_OK;
-    return ct_error_set(err, CT_ERR_INVALID, "comm local: %s with unknown reduce op %d "
-                        "---> use CT_REDUCE_SUM, _MAX or _MIN", what, (int)op);
+    if (op == CT_REDUCE_AVG && (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16 ||
+                                dtype == CT_DTYPE_F64))
+        return CT_OK;
+    return ct_error_set(err, op == CT_REDUCE_AVG ? CT_ERR_UNSUPPORTED : CT_ERR_INVALID,
+                        "comm local: %s with reduce op %d over %s ---> use CT_REDUCE_SUM, _MAX "
+                        "or _MIN, or _AVG over f32, bf16 or f64", what, (int)op,
+                        ct_dtype_name(dtype));
 }
 
 /* The traffic of a collective in a world of one: (N-1)/N * n = 0 bytes. */
@@ -90,7 +97,7 @@ static int32_t copy_through(local_comm *self, const void *send, void *recv, uint
 static int32_t local_all_reduce(void *p, const void *send, void *recv, uint64_t count,
                                 int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
     int32_t rc = check_dtype(dtype, "all_reduce", err);
-    if (rc == CT_OK) rc = check_op(op, "all_reduce", err);
+    if (rc == CT_OK) rc = check_op(op, dtype, "all_reduce", err);
     if (rc != CT_OK) return rc;
     return copy_through(p, send, recv, count, dtype, req, err);
 }
@@ -99,7 +106,7 @@ static int32_t local_reduce_scatter(void *p, const void *send, void *recv, uint6
                                     int32_t dtype, int32_t op, ct_request **req,
                                     ct_error *err) {
     int32_t rc = check_dtype(dtype, "reduce_scatter", err);
-    if (rc == CT_OK) rc = check_op(op, "reduce_scatter", err);
+    if (rc == CT_OK) rc = check_op(op, dtype, "reduce_scatter", err);
     if (rc != CT_OK) return rc;
     return copy_through(p, send, recv, count, dtype, req, err); /* world_size*count == count */
 }

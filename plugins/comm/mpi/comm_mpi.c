@@ -294,6 +294,13 @@ static int32_t map_op(const mpi_comm *self, int32_t dtype, int32_t op, MPI_Op *o
     case CT_REDUCE_SUM: *out = bf ? self->bf16_sum : MPI_SUM; return CT_OK;
     case CT_REDUCE_MAX: *out = bf ? self->bf16_max : MPI_MAX; return CT_OK;
     case CT_REDUCE_MIN: *out = bf ? self->bf16_min : MPI_MIN; return CT_OK;
+    case CT_REDUCE_AVG: /* a SUM of premultiplied copies (avg_copy) */
+        if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_F64) {
+            *out = bf ? self->bf16_sum : MPI_SUM;
+            return CT_OK;
+        }
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm mpi: AVG over %s ---> AVG is for "
+                            "f32, bf16 and f64", ct_dtype_name(dtype));
     default:
         return ct_error_set(err, CT_ERR_INVALID, "comm mpi: unknown reduce op %d ---> use "
                             "CT_REDUCE_SUM, _MAX or _MIN", (int)op);
@@ -403,15 +410,45 @@ static int32_t started(mpi_comm *self, mpi_call *c, int mrc, int32_t wire, uint6
  * collectives
  * ------------------------------------------------------------------------------------- */
 
+/* CT_REDUCE_AVG (ncclAvg): a malloc'd copy of send's n elements, each multiplied by the
+ * dtype's 1/N and rounded to it (numerics.h), which the SUM then reduces. Open MPI's order of
+ * the sum is its own (see docs/collectives.md). NULL with err when out of memory. */
+static void *avg_copy(const mpi_comm *self, const void *send, uint64_t n, int32_t dtype,
+                      ct_error *err) {
+    size_t es = ct_dtype_size(dtype);
+    void *pre = malloc(n ? n * es : 1);
+    if (!pre) return ct_error_set(err, CT_ERR_NOMEM, "comm mpi: out of memory for AVG"), NULL;
+    int bf = dtype == CT_DTYPE_BF16;
+    float s = ct_avg_scalar(self->size, bf);
+    for (uint64_t i = 0; i < n; i++) {
+        if (dtype == CT_DTYPE_F64)
+            ((double *)pre)[i] = ((const double *)send)[i] * (1.0 / (double)self->size);
+        else if (bf)
+            ((uint16_t *)pre)[i] = ct_bf16_from_f32(
+                ct_avg_premul(ct_bf16_to_f32(((const uint16_t *)send)[i]), s, 1));
+        else
+            ((float *)pre)[i] = ct_avg_premul(((const float *)send)[i], s, 0);
+    }
+    return pre;
+}
+
 static int32_t mpi_all_reduce(void *p, const void *send, void *recv, uint64_t count,
                               int32_t dtype, int32_t op, ct_request **req, ct_error *err) {
     mpi_comm *self = p;
     mpi_call c;
     int32_t rc = start(self, &c, "all_reduce", count, dtype, 1, op, req, err);
     if (rc != CT_OK) return rc;
+    void *pre = NULL;
+    if (op == CT_REDUCE_AVG) { /* synchronous: the copy lives until the sum is done */
+        if (!(pre = avg_copy(self, send, count, dtype, err))) return err->code;
+        send = pre;
+        req = NULL;
+    }
     int mrc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, c.t, c.o,
                              self->comm, &c.r);
-    return started(self, &c, mrc, WIRE_ALL_REDUCE, count, dtype, req, err);
+    rc = started(self, &c, mrc, WIRE_ALL_REDUCE, count, dtype, req, err);
+    free(pre);
+    return rc;
 }
 
 static int32_t mpi_reduce_scatter(void *p, const void *send, void *recv, uint64_t count,
@@ -426,8 +463,17 @@ static int32_t mpi_reduce_scatter(void *p, const void *send, void *recv, uint64_
     if (count && s < d + count * es && d < s + count * (uint64_t)self->size * es)
         return ct_error_set(err, CT_ERR_INVALID, "comm mpi: %s: send and recv overlap ---> "
                             "reduce_scatter is not in place here", c.what);
+    void *pre = NULL;
+    if (op == CT_REDUCE_AVG) { /* synchronous: the copy lives until the sum is done */
+        if (!(pre = avg_copy(self, send, count * (uint64_t)self->size, dtype, err)))
+            return err->code;
+        send = pre;
+        req = NULL;
+    }
     int mrc = MPI_Ireduce_scatter_block(send, recv, (int)count, c.t, c.o, self->comm, &c.r);
-    return started(self, &c, mrc, WIRE_BLOCKS, count, dtype, req, err);
+    rc = started(self, &c, mrc, WIRE_BLOCKS, count, dtype, req, err);
+    free(pre);
+    return rc;
 }
 
 static int32_t mpi_all_gather(void *p, const void *send, void *recv, uint64_t count,

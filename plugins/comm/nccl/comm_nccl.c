@@ -473,6 +473,7 @@ static int32_t nccl_op(int32_t op, ncclRedOp_t *out, ct_error *err) {
     case CT_REDUCE_SUM: *out = ncclSum; return CT_OK;
     case CT_REDUCE_MAX: *out = ncclMax; return CT_OK;
     case CT_REDUCE_MIN: *out = ncclMin; return CT_OK;
+    case CT_REDUCE_AVG: *out = ncclAvg; return CT_OK; /* NCCL's PreMulSum for floating types */
     default:
         return ct_error_set(err, CT_ERR_INVALID, "comm nccl: reduce op %d is not a ct_reduce_op",
                             (int)op);

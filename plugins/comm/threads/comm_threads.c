@@ -2,10 +2,13 @@
  * in shared memory with NCCL's ring arithmetic (a low-precision SUM rounds the partial sum to
  * the wire dtype after every hop, N-1 roundings per element), so one machine reproduces the
  * numerics of N GPUs. The orders (orders.c): NCCL's ring split into `channels`, NCCL's tree
- * (chain per node, double binary tree across nodes of `gpus_per_node` ranks), a hierarchical
- * ring, and a heap-ordered binary tree for comparison (key algo). ABI 1.5's all_reduce_sr /
- * reduce_scatter_sr run the same orders with every combine rounded stochastically
- * (ct_bf16_add_sr), for the bf16_sr policy.
+ * (chain per node, double binary tree across nodes of `gpus_per_node` ranks), NVLS and
+ * NVLS_TREE (the switch's once-rounded f32 sum of a node, then a ring or NCCL's tree across
+ * nodes), a hierarchical ring, a heap-ordered binary tree for comparison, and `nccl`: what a
+ * model of NCCL's tuner would pick per collective (tuner.c), each cut into channels, loops and
+ * chunks as NCCL's enqueue does (key split). ncclAvg (CT_REDUCE_AVG, ABI 1.6) premultiplies
+ * every contribution. ABI 1.5's all_reduce_sr / reduce_scatter_sr run the same orders with
+ * every combine rounded stochastically (ct_bf16_add_sr), for the bf16_sr policy.
  * Not for: GPU memory (it reads other ranks' buffers with the CPU) or several processes (mpi).
  *
  * How a collective runs: each rank posts its arguments (kind, count, dtype, op, buffers) in
@@ -20,6 +23,7 @@
 #include <ctrain/ctrain.h>
 
 #include "reduce.h"
+#include "tuner.h"
 #include "world.h"
 
 #include <stdlib.h>
@@ -39,55 +43,95 @@ typedef struct threads_comm {
     int64_t       outstanding; /* requests handed out and not yet waited for */
     const ct_host_api *api;   /* for the traffic metric; NULL: not reported */
     ct_host           *host;
+    uint64_t           told[32]; /* rank 0, algo = nccl: collectives whose pick was logged */
+    int32_t            n_told;
 } threads_comm;
 
-static const char *const algo_choices[] = {"ring", "tree", "dbtree", "hier", NULL};
+/* indexed by reduce_algo */
+static const char *const algo_choices[] = {"ring", "tree", "dbtree", "hier", "nvls",
+                                           "nvls_tree", "nccl", NULL};
+static const char *const split_choices[] = {"nccl", "even", NULL}; /* by order_split */
+static const char *const proto_choices[] = {"simple", "ll", "ll128", NULL}; /* by order_proto */
+static const char *const gpu_choices[] = {"a100", "h100", "h200", NULL}; /* by tuner_gpu */
 
 /* [comm] world_size is a host key (the host runs that many rank threads and passes it to
  * world_create); these are the engine's own keys. */
 static const ct_param_spec threads_params[] = {
     CT_PARAM_ENUM("algo", "ring", algo_choices,
                   "reduction order: ring (NCCL's ring, N-1 roundings per element), dbtree "
-                  "(NCCL's tree: a chain in each node, double binary tree across nodes), hier "
-                  "(ring inside each node, then ring across nodes) or tree (binary tree in heap "
-                  "order rooted at rank 0, for comparison); docs/collectives.md"),
+                  "(NCCL's tree: a chain in each node, double binary tree across nodes), nvls / "
+                  "nvls_tree (the NVSwitch sums each node in f32 and rounds once; then a ring / "
+                  "NCCL's tree across nodes), nccl (what a model of NCCL 2.30's tuner picks per "
+                  "collective for [comm] gpu, logged once per size), hier (ring inside each "
+                  "node, then ring across nodes) or tree (binary tree in heap order rooted at "
+                  "rank 0, for comparison); docs/collectives.md"),
     CT_PARAM_INT("channels", "1", 1, 64,
-                 "NCCL channels: the buffer is cut into this many contiguous parts, each reduced "
-                 "by its own ring (or tree) with its own chunking; 1 = one ring"),
+                 "NCCL channels of the communicator (nvls, nvls_tree: its NVLS channels): a "
+                 "collective is cut into contiguous parts, one per channel it uses, each "
+                 "reduced by its own ring (or tree); 1 = one ring. algo = nccl takes the "
+                 "tuner model's instead"),
     CT_PARAM_INT("gpus_per_node", "0", 0, 1024,
-                 "ranks per node of the emulated cluster (ring order, tree and hier layout); "
-                 "0 = all ranks on one node; must divide world_size"),
+                 "ranks per node of the emulated cluster (ring order, tree, nvls and hier "
+                 "layout); 0 = all ranks on one node; must divide world_size"),
+    CT_PARAM_ENUM("split", "nccl", split_choices,
+                  "how a collective is cut: nccl (NCCL 2.30's enqueue: channels by traffic, the "
+                  "protocol's chunks, loops, the aligned last loop: NCCL's bits at any count) "
+                  "or even (earlier versions: equal contiguous parts and chunks, one loop)"),
+    CT_PARAM_ENUM("proto", "simple", proto_choices,
+                  "NCCL protocol whose chunks the split uses (simple: 2 MiB ring chunks; ll, "
+                  "ll128); algo = nccl takes the tuner model's"),
+    CT_PARAM_ENUM("gpu", "h100", gpu_choices,
+                  "algo = nccl: the GPUs of the modelled DGX/HGX-like nodes (a100: NVLink 3, "
+                  "200 Gb/s NICs; h100, h200: NVLink 4, NVLS, 400 Gb/s NICs)"),
+    CT_PARAM_BOOL("nvswitch", "true",
+                  "algo = nccl: the node's GPUs sit on an NVSwitch (on h100/h200 this gives "
+                  "NVLS); false: no NVLS"),
     CT_PARAM_FLOAT("timeout_s", "300", 0.001, 1e7,
                    "longest wait for a peer rank before the run is declared failed"),
     CT_PARAM_END,
 };
 
+/* The index of `value` in a NULL-ended choice list, or -1. */
+static int32_t choice_index(const char *const *choices, const char *value) {
+    for (int32_t i = 0; choices[i]; i++)
+        if (!strcmp(value, choices[i])) return i;
+    return -1;
+}
+
 /* ---------------------------------------------------------------------------------------
  * world_create / world_destroy / create / destroy
  * ------------------------------------------------------------------------------------- */
 
-/* Read algo, channels, gpus_per_node and timeout_s from the instance's section (defaults
- * without a host) and check the order against world_size. */
+/* Read the order keys and timeout_s from the instance's section (defaults without a host)
+ * and check the order against world_size. */
 static int32_t read_config(const ct_create_args *args, int32_t world_size, order_config *order,
                            double *timeout_s, ct_error *err) {
-    *order = (order_config){REDUCE_RING, 1, 0};
+    *order = order_config_default(REDUCE_RING);
     *timeout_s = 300.0;
     const char *section = args && args->section ? args->section : "comm";
     if (args && args->api && args->section) {
-        const char *a = NULL;
+        const ct_host_api *api = args->api;
+        const char *a = NULL, *sp = NULL, *pr = NULL, *gp = NULL;
         int64_t channels = 1, gpn = 0;
-        if (args->api->get_string(args->host, section, "algo", &a, err) != CT_OK ||
-            args->api->get_int(args->host, section, "channels", &channels, err) != CT_OK ||
-            args->api->get_int(args->host, section, "gpus_per_node", &gpn, err) != CT_OK ||
-            args->api->get_float(args->host, section, "timeout_s", timeout_s, err) != CT_OK)
+        int32_t nvswitch = 1;
+        if (api->get_string(args->host, section, "algo", &a, err) != CT_OK ||
+            api->get_int(args->host, section, "channels", &channels, err) != CT_OK ||
+            api->get_int(args->host, section, "gpus_per_node", &gpn, err) != CT_OK ||
+            api->get_string(args->host, section, "split", &sp, err) != CT_OK ||
+            api->get_string(args->host, section, "proto", &pr, err) != CT_OK ||
+            api->get_string(args->host, section, "gpu", &gp, err) != CT_OK ||
+            api->get_bool(args->host, section, "nvswitch", &nvswitch, err) != CT_OK ||
+            api->get_float(args->host, section, "timeout_s", timeout_s, err) != CT_OK)
             return err ? err->code : CT_ERR_INVALID;
-        static const int32_t algos[] = {REDUCE_RING, REDUCE_TREE, REDUCE_DBTREE, REDUCE_HIER};
-        int found = 0;
-        for (int i = 0; algo_choices[i]; i++)
-            if (strcmp(a, algo_choices[i]) == 0) order->algo = algos[i], found = 1;
-        if (!found)
-            return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] algo = %s is not known "
-                                "---> use ring, tree, dbtree or hier", section, a);
+        order->algo = choice_index(algo_choices, a);
+        order->split = choice_index(split_choices, sp);
+        order->proto = choice_index(proto_choices, pr);
+        order->gpu = choice_index(gpu_choices, gp);
+        order->nvswitch = nvswitch != 0;
+        if (order->algo < 0 || order->split < 0 || order->proto < 0 || order->gpu < 0)
+            return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] algo = %s, split = %s, "
+                                "proto = %s or gpu = %s is not known ---> see `ctrain inspect "
+                                "threads`", section, a, sp, pr, gp);
         if (channels < 1 || channels > 64 || gpn < 0 || gpn > 1024)
             return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] channels = %lld or "
                                 "gpus_per_node = %lld out of range ---> channels 1..64, "
@@ -274,8 +318,16 @@ static int32_t check_posts(const threads_comm *self, const char *what, int32_t *
     if (is_reduction(p0->kind) && !reduce_supported(p0->dtype, p0->op))
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "comm threads: %s: reduce op %d over %s is not supported ---> use "
-                            "SUM, MAX or MIN over f32, bf16, f64 or i32",
-                            what, (int)p0->op, ct_dtype_name(p0->dtype));
+                            "SUM, MAX or MIN over f32, bf16, f64 or i32, AVG over f32, bf16 or "
+                            "f64", what, (int)p0->op, ct_dtype_name(p0->dtype));
+    int32_t algo = self->world->order.algo;
+    if (is_reduction(p0->kind) && p0->op == CT_REDUCE_AVG &&
+        (algo == REDUCE_NVLS || algo == REDUCE_NVLS_TREE))
+        return ct_error_set(err, CT_ERR_UNSUPPORTED,
+                            "comm threads: %s: AVG with algo = %s: NCCL's NVLS reduces SUM, MIN "
+                            "and MAX only (ncclAvg is a premultiplied sum it runs on the ring or "
+                            "tree) ---> use algo = nccl, ring or dbtree", what,
+                            algo == REDUCE_NVLS ? "nvls" : "nvls_tree");
     if (p0->sr && (p0->dtype != CT_DTYPE_BF16 || p0->op != CT_REDUCE_SUM))
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "comm threads: %s_sr over %s: stochastic rounding is for bf16 "
@@ -313,47 +365,88 @@ static const void *at_c(const void *p, uint64_t elems, size_t es) {
 }
 static void *at(void *p, uint64_t elems, size_t es) { return (char *)p + elems * es; }
 
-/* All-reduce: in every channel, rank u reduces unit u (orders.h) of every rank's send and
- * writes it into every rank's recv: the reduce and the broadcast (or all-gather) phases of
- * NCCL's algorithm in one pass, so every rank gets identical bits. */
+/* The plan of the reduction the ranks posted (every rank makes the same). */
+static void plan_of(const threads_comm *self, order_plan *plan) {
+    const coll_post *p0 = &self->world->posts[0];
+    int32_t dt = p0->dtype, op = p0->op;
+    int32_t nvls_ok = (dt == CT_DTYPE_BF16 || dt == CT_DTYPE_F32) && op == CT_REDUCE_SUM;
+    order_plan_make(plan, &self->world->order, self->world_size,
+                    p0->kind == COLL_ALL_REDUCE ? ORDER_ALL_REDUCE : ORDER_REDUCE_SCATTER,
+                    p0->count, (uint32_t)ct_dtype_size(dt), nvls_ok, op == CT_REDUCE_AVG);
+}
+
+/* algo = nccl: rank 0 logs the model's pick once per collective, size, dtype and op. */
+static void tell_pick(threads_comm *self, const order_plan *plan) {
+    const coll_post *p0 = &self->world->posts[0];
+    if (!plan->tuned || self->rank != 0 || !self->api || !self->api->log) return;
+    uint64_t key = ct_hash64(p0->count * 131 + (uint64_t)p0->kind,
+                             (uint64_t)p0->dtype * 7 + (uint64_t)p0->op);
+    for (int32_t i = 0; i < self->n_told; i++)
+        if (self->told[i] == key) return;
+    if (self->n_told == (int32_t)(sizeof self->told / sizeof self->told[0])) return;
+    self->told[self->n_told++] = key;
+    const order_config *oc = &self->world->order;
+    tuner_query q = {plan->kind, plan->count * plan->esize *
+                                     (plan->kind == ORDER_ALL_REDUCE ? 1 : (uint64_t)plan->world_size),
+                     plan->world_size, oc->gpus_per_node, oc->gpu, oc->nvswitch,
+                     (p0->dtype == CT_DTYPE_BF16 || p0->dtype == CT_DTYPE_F32) &&
+                         p0->op == CT_REDUCE_SUM,
+                     p0->op == CT_REDUCE_AVG};
+    tuner_pick pk;
+    tuner_choose(&q, &pk);
+    char line[512], msg[600];
+    tuner_describe(&q, &pk, line, sizeof line);
+    snprintf(msg, sizeof msg, "%s (%s)", line, ct_dtype_name(p0->dtype));
+    self->api->log(self->host, CT_LOG_INFO, msg);
+}
+
+/* All-reduce: in every part (channel) and loop, rank u reduces unit u (orders.h) of every
+ * rank's send and writes it into every rank's recv: the reduce and the broadcast (or
+ * all-gather) phases of NCCL's algorithm in one pass, so every rank gets identical bits. */
 static void do_all_reduce(threads_comm *self) {
     const coll_post *posts = self->world->posts;
-    const order_config *order = &self->world->order;
     int32_t n = self->world_size;
     size_t es = ct_dtype_size(posts[0].dtype);
-    for (int32_t k = 0; k < order->channels; k++) {
-        uint64_t b, e;
-        int32_t steps = order_all_reduce_unit(order, n, posts[0].count, k, self->rank, &b, &e,
-                                              self->prog);
-        if (!steps) continue;
-        for (int32_t r = 0; r < n; r++) {
-            self->srcs[r] = at_c(posts[r].send, b, es);
-            self->dsts[r] = at(posts[r].recv, b, es);
+    order_plan plan;
+    plan_of(self, &plan);
+    tell_pick(self, &plan);
+    for (int32_t k = 0; k < plan.n_parts; k++) {
+        int64_t loops = order_loops(&plan, k);
+        for (int64_t l = 0; l < loops; l++) {
+            uint64_t b, e;
+            int32_t steps = order_unit(&plan, k, l, self->rank, &b, &e, self->prog);
+            if (!steps) continue;
+            for (int32_t r = 0; r < n; r++) {
+                self->srcs[r] = at_c(posts[r].send, b, es);
+                self->dsts[r] = at(posts[r].recv, b, es);
+            }
+            reduce_sr sr = {posts[0].sr_stream, b, n};
+            reduce_arith ar = {posts[0].dtype, posts[0].op, n, posts[0].sr ? &sr : NULL};
+            reduce_run(self->srcs, self->prog, steps, self->dsts, n, e - b, &ar, self->scratch);
         }
-        reduce_sr sr = {posts[0].sr_stream, b, n};
-        reduce_run(self->srcs, self->prog, steps, self->dsts, n, e - b, posts[0].dtype,
-                   posts[0].op, posts[0].sr ? &sr : NULL, self->scratch);
     }
 }
 
-/* Reduce-scatter: rank c reduces block c of every rank's send into its recv, channel part by
- * channel part, each by the ring of its channel that ends at rank c. */
+/* Reduce-scatter: rank c reduces block c of every rank's send into its recv, part by part,
+ * each by the ring of its channel that ends at rank c. */
 static void do_reduce_scatter(threads_comm *self) {
     const coll_post *posts = self->world->posts;
-    const order_config *order = &self->world->order;
     int32_t n = self->world_size, c = self->rank;
     uint64_t count = posts[0].count;
     size_t es = ct_dtype_size(posts[0].dtype);
-    for (int32_t k = 0; k < order->channels; k++) {
+    order_plan plan;
+    plan_of(self, &plan);
+    tell_pick(self, &plan);
+    for (int32_t k = 0; k < plan.n_parts; k++) {
         uint64_t b, e;
-        int32_t steps = order_reduce_scatter_part(order, n, count, k, c, &b, &e, self->prog);
+        int32_t steps = order_rs_part(&plan, k, c, &b, &e, self->prog);
         if (!steps) continue;
         for (int32_t r = 0; r < n; r++)
             self->srcs[r] = at_c(posts[r].send, (uint64_t)c * count + b, es);
         void *dst = at(posts[c].recv, b, es);
         reduce_sr sr = {posts[0].sr_stream, (uint64_t)c * count + b, n};
-        reduce_run(self->srcs, self->prog, steps, &dst, 1, e - b, posts[0].dtype, posts[0].op,
-                   posts[0].sr ? &sr : NULL, self->scratch);
+        reduce_arith ar = {posts[0].dtype, posts[0].op, n, posts[0].sr ? &sr : NULL};
+        reduce_run(self->srcs, self->prog, steps, &dst, 1, e - b, &ar, self->scratch);
     }
 }
 
@@ -598,8 +691,8 @@ static const ct_comm_vtable threads_vtable = {
 CT_DEFINE_PLUGIN(
     .kind    = CT_KIND_COMM,
     .name    = "threads",
-    .version = "1.1.0",
-    .summary = "N ranks as threads of one process; NCCL ring (or tree) arithmetic",
+    .version = "1.2.0",
+    .summary = "N ranks as threads of one process; NCCL's orders, split and tuner (model)",
     .params  = threads_params,
     .devices = CT_DEVICE_CPU,
     .vtable  = &threads_vtable,

@@ -92,6 +92,28 @@ static void combine_block_sr(double *acc, const double *x, uint64_t n, const red
     }
 }
 
+/* The switch's f32 accumulation (NVLS's multimem ld_reduce with an f32 accumulator): acc[i] +=
+ * x[i] in f32 for bf16 and f32 wires, exactly in double for f64 and i32, not rounded to the
+ * wire; MAX/MIN as their combine. */
+static void accumulate_block(double *acc, const double *x, uint64_t n, int32_t dtype,
+                             int32_t op) {
+    if (op == CT_REDUCE_MAX || op == CT_REDUCE_MIN) {
+        combine_block(acc, x, n, dtype, op);
+    } else if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32) {
+        for (uint64_t i = 0; i < n; i++) acc[i] = wire_add_f32(acc[i], x[i]);
+    } else {
+        for (uint64_t i = 0; i < n; i++) acc[i] += x[i];
+    }
+}
+
+/* The switch's one rounding of its accumulator to the wire dtype. */
+static void round_block(double *acc, uint64_t n, int32_t dtype) {
+    if (dtype == CT_DTYPE_BF16)
+        for (uint64_t i = 0; i < n; i++) acc[i] = ct_round_bf16((float)acc[i]);
+    else if (dtype == CT_DTYPE_F32)
+        for (uint64_t i = 0; i < n; i++) acc[i] = (float)acc[i];
+}
+
 static const void *offset_c(const void *p, uint64_t elems, size_t esize) {
     return (const char *)p + elems * esize;
 }
@@ -99,28 +121,37 @@ static const void *offset_c(const void *p, uint64_t elems, size_t esize) {
 static void *offset(void *p, uint64_t elems, size_t esize) { return (char *)p + elems * esize; }
 
 void reduce_run(const void *const *srcs, const order_step *prog, int32_t n_steps,
-                void *const *dsts, int32_t n_dsts, uint64_t n, int32_t dtype, int32_t op,
-                const reduce_sr *sr, double *scratch) {
-    assert(reduce_supported(dtype, op) && n_steps >= 1);
-    assert(!sr || (dtype == CT_DTYPE_BF16 && op == CT_REDUCE_SUM));
+                void *const *dsts, int32_t n_dsts, uint64_t n, const reduce_arith *a,
+                double *scratch) {
+    const int32_t dtype = a->dtype, avg = a->op == CT_REDUCE_AVG;
+    const int32_t op = avg ? CT_REDUCE_SUM : a->op; /* AVG: premultiplied contributions, SUM */
+    const reduce_sr *sr = a->sr;
+    assert(reduce_supported(dtype, a->op) && n_steps >= 1);
+    assert(!sr || (dtype == CT_DTYPE_BF16 && a->op == CT_REDUCE_SUM));
+    const double s = avg ? reduce_avg_scalar(dtype, a->world_size) : 1.0;
     size_t es = ct_dtype_size(dtype);
     double *x = scratch + (size_t)ORDER_MAX_SLOTS * REDUCE_BLOCK; /* (BLOCK) a rank's input */
     for (uint64_t base = 0; base < n; base += REDUCE_BLOCK) {
         uint64_t m = n - base < REDUCE_BLOCK ? n - base : REDUCE_BLOCK;
-        int32_t k = 0; /* combines so far */
-        for (int32_t s = 0; s < n_steps; s++) {
-            const order_step *st = &prog[s];
+        int32_t k = 0; /* rounded combines so far */
+        for (int32_t st_i = 0; st_i < n_steps; st_i++) {
+            const order_step *st = &prog[st_i];
             double *slot = scratch + (size_t)st->slot * REDUCE_BLOCK;
-            if (st->op == STEP_LOAD) {
-                load_block(offset_c(srcs[st->arg], base, es), dtype, m, slot);
+            if (st->op == STEP_ROUND) {
+                round_block(slot, m, dtype);
                 continue;
             }
             const double *y = scratch + (size_t)st->arg * REDUCE_BLOCK; /* ADD_SLOT */
-            if (st->op == STEP_ADD_RANK) {
-                load_block(offset_c(srcs[st->arg], base, es), dtype, m, x);
+            if (st->op != STEP_ADD_SLOT) { /* a rank's contribution */
+                double *dst = st->op == STEP_LOAD ? slot : x;
+                load_block(offset_c(srcs[st->arg], base, es), dtype, m, dst);
+                if (avg)
+                    for (uint64_t i = 0; i < m; i++) dst[i] = reduce_premul(dst[i], s, dtype);
+                if (st->op == STEP_LOAD) continue;
                 y = x;
             }
-            if (sr) combine_block_sr(slot, y, m, sr, base, ++k);
+            if (st->op == STEP_ACC_RANK) accumulate_block(slot, y, m, dtype, op);
+            else if (sr) combine_block_sr(slot, y, m, sr, base, ++k);
             else combine_block(slot, y, m, dtype, op);
         }
         for (int32_t j = 0; j < n_dsts; j++)

@@ -33,8 +33,8 @@ typedef struct avg_precision {
     uint64_t      pre_cap;          /*   capacity in elements */
 } avg_precision;
 
-/* NCCL's premultiplier on sm_80+: the bf16 nearest to 1/N, as a float. */
-static inline float avg_premul(int32_t N) { return ct_round_bf16(1.0f / (float)N); }
+/* NCCL's premultiplier on sm_80+: the bf16 nearest to float(1/N), as a float. */
+static inline float avg_premul(int32_t N) { return ct_avg_scalar(N, 1); }
 
 static void *avg_create(const ct_create_args *args, ct_error *err) {
     int32_t accum;

@@ -8,10 +8,12 @@
  * reduce_scatter_sr (threads), it runs them, so the stochastic rounding happens at every
  * combine of the engine's own order ([comm] algo, channels, gpus_per_node) in one pass over
  * shared memory; elsewhere (mpi, local, or path = send_recv) the plugin runs its own ring over
- * the comm's send/recv, in the order of the threads engine's flat ring (and NCCL's): the partial
- * sum of chunk c is born at rank c+1 (its own value, unrounded), each next rank adds its value
- * in f32 and rounds, rank c adds last. With [comm] algo = ring and channels = 1 the two paths
- * give the same bits (tests/unit/test_research_precision.c).
+ * the comm's send/recv, in the order of NCCL's ring on one channel (the threads engine's flat
+ * ring with its default split): loops of N chunks of 2 MiB, the last loop's chunks ceil(rem/N)
+ * rounded up to 16 bytes; the partial sum of chunk c is born at rank c+1 (its own value,
+ * unrounded), each next rank adds its value in f32 and rounds, rank c adds last. With [comm]
+ * algo = ring, channels = 1 and split = nccl (the defaults) the two paths give the same bits
+ * (tests/unit/test_research_precision.c).
  * Not for: GPUs (the hop's arithmetic runs on the CPU; ct_bf16_add_sr is CT_HD, ready for a
  * CUDA kernel) or f32 wires (other dtypes go to the comm's own collective).
  *
@@ -113,29 +115,44 @@ static int32_t ring_exchange(ct_comm_ref comm, const uint16_t *out, uint64_t sn,
     return rc;
 }
 
-/* Where chunk c of the buffer lies: begin[c] .. begin[c+1]. reduce_scatter: blocks of `count`;
- * all_reduce: the threads engine's split, floor(c*count/N). */
-static uint64_t chunk_begin(int all_reduce, uint64_t count, int32_t c, int32_t N) {
-    return all_reduce ? count * (uint64_t)c / (uint64_t)N : (uint64_t)c * count;
+/* Where the ring's chunks lie: chunk c of a window is [begin(c), begin(c+1)) with begin(c) =
+ * base + min(c * chunk, limit). reduce_scatter: one window of N blocks of `count`. all_reduce:
+ * NCCL's ring on one channel (the threads engine's default split): loops of N chunks of
+ * SR_NCCL_CHUNK elements (2 MiB of bf16), and in the last, partial loop of rem elements chunks
+ * of ceil(rem / N) rounded up to a multiple of 8 (16 bytes). */
+#define SR_NCCL_CHUNK 1048576ull
+typedef struct sr_window {
+    uint64_t base, chunk, limit;
+} sr_window;
+
+static uint64_t chunk_begin(const sr_window *w, int32_t c) {
+    uint64_t at = (uint64_t)c * w->chunk;
+    return w->base + (at < w->limit ? at : w->limit);
 }
 
-/* The reduce-scatter phase of a ring over `send` (host memory, bf16): after it, self->out
- * holds the final sum of chunk `rank`. At step s (0 .. N-2) rank r sends the partial of chunk
- * (r-1-s) mod N and receives the partial of chunk (r-2-s) mod N, to which it adds its own value
- * (hop s+1). */
+/* Loop l's window of an all-reduce of count elements over N ranks. */
+static sr_window loop_window(uint64_t count, int32_t N, uint64_t l) {
+    uint64_t loop = SR_NCCL_CHUNK * (uint64_t)N, off = l * loop, rem = count - off;
+    uint64_t cc = SR_NCCL_CHUNK;
+    if (rem < loop) cc = ((rem + (uint64_t)N - 1) / (uint64_t)N + 7) / 8 * 8;
+    return (sr_window){off, cc, rem < loop ? rem : loop};
+}
+
+/* The reduce-scatter phase of a ring over the window w of `send` (host memory, bf16): after
+ * it, self->out holds the final sum of chunk `rank`. At step s (0 .. N-2) rank r sends the
+ * partial of chunk (r-1-s) mod N and receives the partial of chunk (r-2-s) mod N, to which it
+ * adds its own value (hop s+1). */
 static int32_t ring_reduce(sr_precision *self, ct_comm_ref comm, const uint16_t *send,
-                           uint64_t count, int all_reduce, uint64_t stream, ct_error *err) {
+                           const sr_window *w, uint64_t stream, ct_error *err) {
     int32_t N = comm.world_size, r = comm.rank;
 #define CHUNK(c) ((((c) % N) + N) % N)
     int32_t c0 = CHUNK(r - 1);
-    uint64_t b0 = chunk_begin(all_reduce, count, c0, N);
-    uint64_t e0 = chunk_begin(all_reduce, count, c0 + 1, N);
+    uint64_t b0 = chunk_begin(w, c0), e0 = chunk_begin(w, c0 + 1);
     memcpy(self->out, send + b0, (size_t)(e0 - b0) * sizeof *self->out);
     uint64_t out_n = e0 - b0;
     for (int32_t s = 0; s <= N - 2; s++) {
         int32_t c = CHUNK(r - 2 - s);
-        uint64_t b = chunk_begin(all_reduce, count, c, N);
-        uint64_t e = chunk_begin(all_reduce, count, c + 1, N);
+        uint64_t b = chunk_begin(w, c), e = chunk_begin(w, c + 1);
         int32_t rc = ring_exchange(comm, self->out, out_n, self->in, e - b, err);
         if (rc != CT_OK) return rc;
         for (uint64_t j = 0; j < e - b; j++)
@@ -172,16 +189,18 @@ static int32_t sr_reduce_scatter(void *p, ct_comm_ref comm, ct_device_ref device
     int32_t rc = check_device(device, err);
     ct_pkit_sr_fn engine = engine_sr(self, comm, 0);
     if (engine) return rc == CT_OK ? engine(comm.self, send, recv, count, dtype, stream, err) : rc;
+    sr_window w = {0, count, (uint64_t)N * count};
     if (rc == CT_OK) rc = ensure_scratch(self, count, err);
-    if (rc == CT_OK) rc = ring_reduce(self, comm, send, count, 0, stream, err);
+    if (rc == CT_OK) rc = ring_reduce(self, comm, send, &w, stream, err);
     if (rc == CT_OK) memcpy(recv, self->out, (size_t)count * sizeof *self->out);
     return rc;
 }
 
-/* SUM all-reduce: send, recv (n) bf16, may be the same buffer. The stochastic ring
- * reduce-scatter over the threads engine's chunks, then a ring all-gather: at step s rank r
+/* SUM all-reduce: send, recv (n) bf16, may be the same buffer. Loop by loop (NCCL's ring
+ * on one channel), the stochastic ring reduce-scatter, then a ring all-gather: at step s rank r
  * forwards chunk (r-s) mod N and receives chunk (r-1-s) mod N, so every rank gets the bits of
- * the rank that reduced each chunk. */
+ * the rank that reduced each chunk. send and recv may alias: a loop reads only its own window
+ * of send, and writes recv only inside that window after the last read. */
 static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, const void *send,
                              void *recv, uint64_t count, int32_t dtype, ct_error *err) {
     sr_precision *self = p;
@@ -189,23 +208,26 @@ static int32_t sr_all_reduce(void *p, ct_comm_ref comm, ct_device_ref device, co
     if (dtype != CT_DTYPE_BF16 || N == 1)
         return ct_pkit_comm_all_reduce(comm, send, recv, count, dtype, err);
     uint64_t stream = ct_hash64(self->seed, self->calls++);
-    uint64_t max_chunk = count / (uint64_t)N + 1;
+    uint64_t max_chunk = count < SR_NCCL_CHUNK ? count / (uint64_t)N + 8 : SR_NCCL_CHUNK;
     int32_t rc = check_device(device, err);
     ct_pkit_sr_fn engine = engine_sr(self, comm, 1);
     if (engine) return rc == CT_OK ? engine(comm.self, send, recv, count, dtype, stream, err) : rc;
     if (rc == CT_OK) rc = ensure_scratch(self, max_chunk, err);
-    if (rc == CT_OK) rc = ring_reduce(self, comm, send, count, 1, stream, err);
-    if (rc != CT_OK) return rc;
-    /* send is no longer read: recv may alias it from here on. */
     uint16_t *dst = recv;
-    uint64_t b = chunk_begin(1, count, r, N), e = chunk_begin(1, count, r + 1, N);
-    memcpy(dst + b, self->out, (size_t)(e - b) * sizeof *dst);
-    for (int32_t s = 0; s <= N - 2 && rc == CT_OK; s++) {
-        int32_t cs = ((r - s) % N + N) % N, cr = ((r - 1 - s) % N + N) % N;
-        uint64_t sb = chunk_begin(1, count, cs, N), se = chunk_begin(1, count, cs + 1, N);
-        uint64_t rb = chunk_begin(1, count, cr, N), re = chunk_begin(1, count, cr + 1, N);
-        memcpy(self->out, dst + sb, (size_t)(se - sb) * sizeof *dst);
-        rc = ring_exchange(comm, self->out, se - sb, dst + rb, re - rb, err);
+    for (uint64_t l = 0; rc == CT_OK && l * SR_NCCL_CHUNK * (uint64_t)N < count; l++) {
+        sr_window w = loop_window(count, N, l);
+        rc = ring_reduce(self, comm, send, &w, stream, err);
+        if (rc != CT_OK) break;
+        /* this window of send is no longer read: recv may alias it from here on */
+        uint64_t b = chunk_begin(&w, r), e = chunk_begin(&w, r + 1);
+        memcpy(dst + b, self->out, (size_t)(e - b) * sizeof *dst);
+        for (int32_t s = 0; s <= N - 2 && rc == CT_OK; s++) {
+            int32_t cs = ((r - s) % N + N) % N, cr = ((r - 1 - s) % N + N) % N;
+            uint64_t sb = chunk_begin(&w, cs), se = chunk_begin(&w, cs + 1);
+            uint64_t rb = chunk_begin(&w, cr), re = chunk_begin(&w, cr + 1);
+            memcpy(self->out, dst + sb, (size_t)(se - sb) * sizeof *dst);
+            rc = ring_exchange(comm, self->out, se - sb, dst + rb, re - rb, err);
+        }
     }
     return rc;
 }

@@ -32,6 +32,7 @@ typedef struct ddp {
     int32_t             world;
     double              bucket_mb;
     int32_t             wire_from_policy; /* key reduce_dtype = policy */
+    ct_skit_grad_divide divide;           /* grad_divide: pre N and SUM, or AVG */
     ct_precision_policy policy;
     int32_t             wire_dtype;  /* grad_accum_dtype, or policy.reduce_dtype */
     uint32_t            n_units;
@@ -51,7 +52,8 @@ static void *ddp_create(const ct_create_args *a, ct_error *err) {
     if (!s) return ct_error_set(err, CT_ERR_NOMEM, DDP_WHO ": out of memory"), NULL;
     const char *wire = NULL;
     if (a->api->get_float(a->host, a->section, "bucket_mb", &s->bucket_mb, err) ||
-        a->api->get_string(a->host, a->section, "reduce_dtype", &wire, err)) {
+        a->api->get_string(a->host, a->section, "reduce_dtype", &wire, err) ||
+        ct_skit_get_divide(a, DDP_WHO, ct_skit_world_size(a->comm), &s->divide, err)) {
         free(s);
         return NULL;
     }
@@ -89,6 +91,7 @@ static int32_t ddp_setup(void *p, const ct_strategy_setup *setup_in, ct_error *e
         return err->code;
     const ct_precision_policy *pol = &s->policy;
     s->wire_dtype = s->wire_from_policy ? pol->reduce_dtype : pol->grad_accum_dtype;
+    if (ct_skit_check_divide(DDP_WHO, &s->reducer, s->divide.op, 1, err)) return err->code;
     if (ct_skit_result_dtype(&s->reducer, pol, 1) != pol->reduce_dtype)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, DDP_WHO ": the precision plugin hands "
                             "back its sums in %s, but ddp all-reduces its buckets in place "
@@ -185,8 +188,8 @@ static int32_t launch_bucket(ddp *s, uint64_t n, ct_error *err) {
     if (s->n_reqs == s->max_reqs)
         return ct_error_set(err, CT_ERR_INTERNAL, DDP_WHO ": more buckets than planned");
     void *b = storage_at(s, s->bucket_start);
-    int32_t rc = ct_skit_all_reduce_sum(&s->reducer, b, b, n, s->wire_dtype,
-                                       &s->reqs[s->n_reqs], err);
+    int32_t rc = ct_skit_all_reduce_op(&s->reducer, s->divide.op, b, b, n, s->wire_dtype,
+                                      &s->reqs[s->n_reqs], err);
     if (rc) return rc;
     s->n_reqs++;
     s->bucket_start += n;
@@ -205,7 +208,7 @@ static int32_t ddp_unit_backward_done(void *p, uint32_t u, int32_t last, ct_erro
     x->seg = s->cursor;
     int32_t rc = ct_skit_convert_and_divide(s->dev, storage_at(s, x->seg), s->wire_dtype,
                                            x->r.grad_local, s->policy.grad_accum_dtype,
-                                           x->r.padded, s->world, err);
+                                           x->r.padded, s->divide.pre, err);
     if (rc) return rc;
     x->packed = 1;
     s->cursor += x->r.padded;
@@ -284,6 +287,7 @@ static int32_t ddp_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *
 }
 
 static const char *const ddp_wire_choices[] = {"grad", "policy", NULL};
+static const char *const ddp_divide_choices[] = {"pre", "avg", NULL};
 
 static const ct_param_spec ddp_params[] = {
     CT_PARAM_FLOAT("bucket_mb", "25", 1e-6, 1e6,
@@ -291,6 +295,9 @@ static const ct_param_spec ddp_params[] = {
     CT_PARAM_ENUM("reduce_dtype", "grad", ddp_wire_choices,
                   "grad: all-reduce in the gradient's own dtype (grad_accum_dtype), as DDP does;"
                   " policy: cast to the policy's reduce_dtype first (like bf16_compress_hook)"),
+    CT_PARAM_ENUM("grad_divide", "pre", ddp_divide_choices,
+                  "how the all-reduce averages: pre (divide by N before a SUM, as DDP does) or"
+                  " avg (ncclAvg in the collective)"),
     CT_PARAM_END,
 };
 
@@ -315,8 +322,9 @@ static const ct_strategy_vtable ddp_vtable = {
 CT_DEFINE_PLUGIN(
     .kind    = CT_KIND_STRATEGY,
     .name    = "ddp",
-    .version = "1.0.0",
-    .summary = "DistributedDataParallel: replicated, bucketed all-reduce dividing by N first",
+    .version = "1.1.0",
+    .summary = "DistributedDataParallel: replicated, bucketed all-reduce dividing by N first"
+               " (or averaging in the collective)",
     .params  = ddp_params,
     .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
     .vtable  = &ddp_vtable)

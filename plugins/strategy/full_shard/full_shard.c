@@ -4,7 +4,8 @@
  * forward and again before its backward; release() frees it when the last hold goes. The local
  * gradient (unsharded, grad_accum_dtype) lives from the unit's first backward of a step until its
  * reduce-scatter is done: cast to reduce_dtype, divided by FSDP1's pre-divide factor f, SUM
- * reduce-scattered, divided by N/f, cast to f32. Not for: replicated strategies (ddp, no_shard).
+ * reduce-scattered, divided by N/f, cast to f32 (key grad_divide: or SUM then / N, or FSDP2's
+ * ncclAvg in the collective). Not for: replicated strategies (ddp, no_shard).
  * Semantics, limits and choices: docs/strategies.md.
  */
 #include <ctrain/ctrain.h>
@@ -45,8 +46,7 @@ typedef struct full_shard {
     ct_device_ref       dev;
     ct_skit_reducer      reducer;
     int32_t             world, rank;
-    int32_t             pre;                /* FSDP1 divide factors: pre * post == world */
-    double              post;
+    ct_skit_grad_divide divide;             /* grad_divide: divisors and the op */
     int32_t             limit_all_gathers;
     int32_t             reshard_after_forward;
     int32_t             prefetch;           /* FS_PREFETCH_* */
@@ -68,7 +68,8 @@ static void *fs_create(const ct_create_args *a, ct_error *err) {
     if (a->api->get_bool(a->host, a->section, "limit_all_gathers", &s->limit_all_gathers, err) ||
         a->api->get_bool(a->host, a->section, "reshard_after_forward",
                          &s->reshard_after_forward, err) ||
-        a->api->get_string(a->host, a->section, "backward_prefetch", &prefetch, err)) {
+        a->api->get_string(a->host, a->section, "backward_prefetch", &prefetch, err) ||
+        ct_skit_get_divide(a, FS_WHO, ct_skit_world_size(a->comm), &s->divide, err)) {
         free(s);
         return NULL;
     }
@@ -82,8 +83,6 @@ static void *fs_create(const ct_create_args *a, ct_error *err) {
     s->reducer.device = a->device;
     s->world = ct_skit_world_size(a->comm);
     s->rank = ct_skit_rank(a->comm);
-    s->pre = ct_skit_predivide_factor(s->world);
-    s->post = ct_skit_postdivide_factor(s->world);
     return s;
 }
 
@@ -175,6 +174,7 @@ static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
     if (ct_skit_setup_begin(FS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer,
                            err))
         return err->code;
+    if (ct_skit_check_divide(FS_WHO, &s->reducer, s->divide.op, 0, err)) return err->code;
     const ct_precision_policy *pol = &s->policy;
     s->units = calloc(su.n_units, sizeof *s->units);
     s->bwd_now = calloc(su.n_units, sizeof *s->bwd_now);
@@ -367,8 +367,8 @@ static int32_t fs_begin_step(void *p, ct_error *err) {
 static int32_t finish_unit(full_shard *s, fs_unit *x, ct_error *err) {
     const int32_t rdt = ct_skit_result_dtype(&s->reducer, &s->policy, 0);
     int32_t rc = ct_skit_wait(s->reducer.comm, &x->req, err);
-    if (!rc) rc = ct_skit_divide_to_f32(s->dev, x->grad_out, x->rs_out, rdt, x->shard_n, s->post,
-                                       err);
+    if (!rc) rc = ct_skit_divide_to_f32(s->dev, x->grad_out, x->rs_out, rdt, x->shard_n,
+                                       s->divide.post, err);
     grads_free(s, x);
     return rc;
 }
@@ -390,9 +390,10 @@ static int32_t fs_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     }
     if (!rc && !x->grad_local) rc = grads_alloc(s, u, err); /* no backward: zeros */
     if (!rc) rc = ct_skit_convert_and_divide(s->dev, x->grad_wire, rdt, x->grad_local,
-                                            s->policy.grad_accum_dtype, x->padded, s->pre, err);
-    if (!rc) rc = ct_skit_reduce_scatter_sum(&s->reducer, x->grad_wire, x->rs_out, x->shard_n, rdt,
-                                            &x->req, err);
+                                            s->policy.grad_accum_dtype, x->padded,
+                                            s->divide.pre, err);
+    if (!rc) rc = ct_skit_reduce_scatter_op(&s->reducer, s->divide.op, x->grad_wire, x->rs_out,
+                                           x->shard_n, rdt, &x->req, err);
     if (rc) return rc;
     x->reduce_started = 1;
     return CT_OK;
@@ -468,6 +469,7 @@ static int32_t fs_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
 }
 
 static const char *const fs_prefetch_choices[] = {"backward_pre", "backward_post", "none", NULL};
+static const char *const fs_divide_choices[] = {"fsdp1", "post", "avg", NULL};
 
 static const ct_param_spec fs_params[] = {
     CT_PARAM_BOOL("limit_all_gathers", "true",
@@ -478,6 +480,10 @@ static const ct_param_spec fs_params[] = {
     CT_PARAM_BOOL("reshard_after_forward", "true",
                   "free gathered parameters after forward (false: keep them until backward,"
                   " FSDP's SHARD_GRAD_OP)"),
+    CT_PARAM_ENUM("grad_divide", "fsdp1", fs_divide_choices,
+                  "how the reduce-scatter averages: fsdp1 (divide by f before a SUM and by N/f"
+                  " after, FSDP1), post (SUM, then divide by N), avg (ncclAvg in the collective,"
+                  " FSDP2's default for bf16/f32)"),
     CT_PARAM_END,
 };
 
@@ -502,9 +508,9 @@ static const ct_strategy_vtable fs_vtable = {
 CT_DEFINE_PLUGIN(
     .kind = CT_KIND_STRATEGY,
     .name = "full_shard",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .summary = "FSDP FULL_SHARD: params, grads and optimizer state sharded 1/N; all-gather in"
-               " param dtype, reduce-scatter with FSDP1's pre/post divide",
+               " param dtype, reduce-scatter with FSDP1's pre/post divide (or FSDP2's AVG)",
     .params = fs_params,
     .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
     .vtable = &fs_vtable,)

@@ -2,7 +2,8 @@
  * f32 master, its compute copy (param_dtype) and a local gradient (grad_accum_dtype); when a
  * unit's backward ends on the last micro-batch its gradient is cast to reduce_dtype, divided by
  * FSDP1's pre-divide factor f, SUM all-reduced (one collective per unit, asynchronous where the
- * comm allows), then divided by N/f and cast to f32. Not for: bucketing (ddp) or sharding
+ * comm allows), then divided by N/f and cast to f32 (key grad_divide: or SUM then / N, or
+ * FSDP2's ncclAvg in the collective). Not for: bucketing (ddp) or sharding
  * (full_shard). Semantics and choices: docs/strategies.md.
  */
 #include <ctrain/ctrain.h>
@@ -28,8 +29,7 @@ typedef struct no_shard {
     ct_device_ref       dev;
     ct_skit_reducer      reducer;
     int32_t             world;
-    int32_t             pre;          /* FSDP1 divide factors: pre * post == world */
-    double              post;
+    ct_skit_grad_divide divide;       /* grad_divide: divisors and the op */
     ct_precision_policy policy;
     uint32_t            n_units;
     ns_unit            *units;        /* (n_units), host memory */
@@ -39,14 +39,16 @@ static void *ns_create(const ct_create_args *a, ct_error *err) {
     if (ct_skit_check_engines(a, NS_WHO, err)) return NULL;
     no_shard *s = calloc(1, sizeof *s);
     if (!s) return ct_error_set(err, CT_ERR_NOMEM, NS_WHO ": out of memory"), NULL;
+    if (ct_skit_get_divide(a, NS_WHO, ct_skit_world_size(a->comm), &s->divide, err)) {
+        free(s);
+        return NULL;
+    }
     s->api = a->api;
     s->host = a->host;
     s->dev = a->device;
     s->reducer.comm = a->comm;
     s->reducer.device = a->device;
     s->world = ct_skit_world_size(a->comm);
-    s->pre = ct_skit_predivide_factor(s->world);
-    s->post = ct_skit_postdivide_factor(s->world);
     return s;
 }
 
@@ -71,6 +73,7 @@ static int32_t ns_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
     ct_strategy_setup su;
     if (ct_skit_setup_begin(NS_WHO, s->units != NULL, setup_in, &su, &s->policy, &s->reducer, err))
         return err->code;
+    if (ct_skit_check_divide(NS_WHO, &s->reducer, s->divide.op, 1, err)) return err->code;
     const ct_precision_policy *pol = &s->policy;
     s->units = calloc(su.n_units, sizeof *s->units);
     if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, NS_WHO ": out of memory");
@@ -155,12 +158,13 @@ static int32_t ns_unit_backward_done(void *p, uint32_t u, int32_t last, ct_error
     const int32_t rdt = s->policy.reduce_dtype;
     if (x->reduce_started) return ct_skit_error_reduced_twice(NS_WHO, u, err);
     int32_t rc = ct_skit_convert_and_divide(s->dev, x->grad_wire, rdt, x->r.grad_local,
-                                           s->policy.grad_accum_dtype, x->r.padded, s->pre, err);
+                                           s->policy.grad_accum_dtype, x->r.padded,
+                                           s->divide.pre, err);
     /* in place, unless the precision hook hands back f32 sums: then into grad_out */
     void *recv = ct_skit_result_dtype(&s->reducer, &s->policy, 1) == rdt ? x->grad_wire
                                                                          : (void *)x->grad_out;
-    if (!rc) rc = ct_skit_all_reduce_sum(&s->reducer, x->grad_wire, recv, x->r.padded, rdt,
-                                        &x->req, err);
+    if (!rc) rc = ct_skit_all_reduce_op(&s->reducer, s->divide.op, x->grad_wire, recv,
+                                       x->r.padded, rdt, &x->req, err);
     if (rc) return rc;
     x->reduce_started = 1;
     return CT_OK;
@@ -183,7 +187,8 @@ static int32_t ns_finish_backward(void *p, ct_error *err) {
             continue;
         }
         void *sum = rdt == s->policy.reduce_dtype ? x->grad_wire : (void *)x->grad_out;
-        rc = ct_skit_divide_to_f32(s->dev, x->grad_out, sum, rdt, x->r.padded, s->post, err);
+        rc = ct_skit_divide_to_f32(s->dev, x->grad_out, sum, rdt, x->r.padded, s->divide.post,
+                                   err);
     }
     return rc;
 }
@@ -231,7 +236,15 @@ static int32_t ns_memory(void *p, uint64_t *params, uint64_t *grads, uint64_t *g
     return CT_OK;
 }
 
-static const ct_param_spec ns_params[] = {CT_PARAM_END};
+static const char *const ns_divide_choices[] = {"fsdp1", "post", "avg", NULL};
+
+static const ct_param_spec ns_params[] = {
+    CT_PARAM_ENUM("grad_divide", "fsdp1", ns_divide_choices,
+                  "how the all-reduce averages: fsdp1 (divide by f before a SUM and by N/f"
+                  " after, FSDP1), post (SUM, then divide by N), avg (ncclAvg in the collective,"
+                  " FSDP2's default for bf16/f32)"),
+    CT_PARAM_END,
+};
 
 static const ct_strategy_vtable ns_vtable = {
     .struct_size = sizeof(ct_strategy_vtable),
@@ -254,9 +267,9 @@ static const ct_strategy_vtable ns_vtable = {
 CT_DEFINE_PLUGIN(
     .kind = CT_KIND_STRATEGY,
     .name = "no_shard",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .summary = "FSDP NO_SHARD: replicated units, one all-reduce per unit with FSDP1's"
-               " pre/post divide",
+               " pre/post divide (or FSDP2's AVG)",
     .params = ns_params,
     .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
     .vtable = &ns_vtable,)

@@ -108,7 +108,9 @@
  *     `ctrain what-if` needs one forward per sequence, not one per prefix); 1.5 added
  *     ct_comm_vtable.all_reduce_sr / reduce_scatter_sr (bf16 sums stochastically rounded at
  *     every combine of the engine's own order, so the bf16_sr policy needs no ring of its own
- *     where the engine offers them). Plugins built for 1.0 .. 1.4 keep loading.
+ *     where the engine offers them); 1.6 added CT_REDUCE_AVG (NCCL's ncclAvg, for
+ *     strategies that average in the collective as PyTorch FSDP2 does). Plugins built for
+ *     1.0 .. 1.5 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -133,7 +135,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 5
+#define CT_ABI_MINOR 6
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -588,6 +590,14 @@ typedef enum ct_reduce_op {
     CT_REDUCE_SUM = 0,
     CT_REDUCE_MAX = 1,
     CT_REDUCE_MIN = 2,
+    /* Since ABI 1.6: the mean over ranks as NCCL's ncclAvg computes it for floating dtypes
+     * (f32, bf16, f64): every rank's contribution is first multiplied by 1/world_size rounded
+     * to the dtype (bf16(1/3) = 0.333984375) with the product rounded to the dtype, then summed
+     * like SUM; nothing is divided afterwards. An engine that cannot do it (an older build)
+     * returns CT_ERR_UNSUPPORTED on every rank; over integer dtypes an engine refuses it too
+     * (threads, mpi, local) or divides the sum (nccl: NCCL's SumPostDiv). A call with req
+     * non-NULL may complete before it returns (mpi does: it premultiplies a copy). */
+    CT_REDUCE_AVG = 3,
 } ct_reduce_op;
 
 typedef struct ct_request ct_request; /* opaque, owned by the comm instance */

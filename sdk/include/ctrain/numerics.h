@@ -67,6 +67,23 @@ CT_HD uint16_t ct_bf16_from_f32_sr(float x, uint32_t r16) {
 /* x rounded to the nearest bf16 value, kept as f32 (the emulation of bf16 storage). */
 CT_HD float ct_round_bf16(float x) { return ct_bf16_to_f32(ct_bf16_from_f32(x)); }
 
+/* --- ncclAvg (CT_REDUCE_AVG): the premultiplied sum -------------------------------------
+ * NCCL averages floating types by multiplying every contribution by the element type's 1/N
+ * before the sum (PreMulSum): the scalar is float(1/N) rounded to the type (bf16(1/3) =
+ * 0.333984375), the product rounded to the type (bf16: __hmul). */
+
+/* The premultiplier of N ranks as a bf16 value (bf16 = 1) or an f32 value (bf16 = 0). */
+CT_HD float ct_avg_scalar(int32_t world_size, int bf16) {
+    float s = (float)(1.0 / (double)world_size);
+    return bf16 ? ct_round_bf16(s) : s;
+}
+
+/* One contribution premultiplied: x * s rounded to bf16 (the f32 product of two bf16 values
+ * is exact, so this is the correctly rounded bf16 product) or to f32. */
+CT_HD float ct_avg_premul(float x, float s, int bf16) {
+    return bf16 ? ct_round_bf16(x * s) : x * s;
+}
+
 /* --- counter-based random numbers (SplitMix64): reproducible and parallel -------------- */
 
 /* A 64-bit hash of (seed, counter); the same on every device and thread order. */

@@ -38,6 +38,65 @@ static inline double ct_skit_postdivide_factor(int32_t world_size) {
     return (double)world_size / (double)ct_skit_predivide_factor(world_size);
 }
 
+/* How a strategy turns the ranks' gradients into their mean (the key grad_divide of the
+ * built-in strategies): the divisor before the collective, the one after, and the collective's
+ * op. With N ranks and FSDP1's factor f:
+ *   fsdp1  x / f, SUM, / (N/f)      FSDP1 (torch.distributed.fsdp, FlatParameter)
+ *   pre    x / N, SUM               DDP (its reducer divides the bucket before the all-reduce)
+ *   post   SUM, / N                 FSDP2 with force_sum_reduction_for_comms (bf16/f32)
+ *   avg    AVG                      FSDP2's default for bf16/f32 reduce dtypes: ncclAvg, every
+ *                                   contribution premultiplied by the dtype's 1/N in the
+ *                                   collective (CT_REDUCE_AVG, ABI 1.6), nothing divided */
+typedef enum ct_skit_divide_mode {
+    CT_SKIT_DIVIDE_FSDP1 = 0,
+    CT_SKIT_DIVIDE_PRE = 1,
+    CT_SKIT_DIVIDE_POST = 2,
+    CT_SKIT_DIVIDE_AVG = 3,
+} ct_skit_divide_mode;
+
+/* The key's spellings, by mode (NULL-ended, for CT_PARAM_ENUM). */
+static const char *const ct_skit_divide_names[] = {"fsdp1", "pre", "post", "avg", NULL};
+
+/* The mode of a spelling, or -1. */
+static inline int32_t ct_skit_divide_parse(const char *name) {
+    for (int32_t i = 0; ct_skit_divide_names[i]; i++)
+        if (name && strcmp(name, ct_skit_divide_names[i]) == 0) return i;
+    return -1;
+}
+
+typedef struct ct_skit_grad_divide {
+    double  pre, post; /* divisors before and after the collective (1: none) */
+    int32_t op;        /* CT_REDUCE_SUM or CT_REDUCE_AVG */
+} ct_skit_grad_divide;
+
+static inline ct_skit_grad_divide ct_skit_divide_plan(int32_t mode, int32_t world_size) {
+    ct_skit_grad_divide d = {1.0, 1.0, CT_REDUCE_SUM};
+    switch (mode) {
+    case CT_SKIT_DIVIDE_PRE: d.pre = world_size; break;
+    case CT_SKIT_DIVIDE_POST: d.post = world_size; break;
+    case CT_SKIT_DIVIDE_AVG: d.op = world_size > 1 ? CT_REDUCE_AVG : CT_REDUCE_SUM; break;
+    default:
+        d.pre = ct_skit_predivide_factor(world_size);
+        d.post = ct_skit_postdivide_factor(world_size);
+    }
+    return d;
+}
+
+/* create()'s reading of [section] grad_divide into the plan for this world: the collective's
+ * op and the divisors around it. */
+static inline int32_t ct_skit_get_divide(const ct_create_args *a, const char *who,
+                                        int32_t world_size, ct_skit_grad_divide *out,
+                                        ct_error *err) {
+    const char *name = NULL;
+    if (a->api->get_string(a->host, a->section, "grad_divide", &name, err)) return err->code;
+    int32_t mode = ct_skit_divide_parse(name);
+    if (mode < 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: grad_divide = %s is not known ---> use "
+                            "fsdp1, pre, post or avg", who, name);
+    *out = ct_skit_divide_plan(mode, world_size);
+    return CT_OK;
+}
+
 /* A unit of `numel` elements laid out as one flat buffer, padded so it splits into world_size
  * equal shards that each start on a CT_TENSOR_ALIGN boundary (ct_shard.padded_numel). Never 0,
  * so every buffer of a unit is a real allocation. */
@@ -127,33 +186,60 @@ typedef struct ct_skit_reducer {
     void                      *precision_self;
 } ct_skit_reducer;
 
-/* SUM all-reduce of count elements of dtype. With a precision hook the call is synchronous
- * and *req is NULL; otherwise the comm's all_reduce is asynchronous when req is non-NULL and
- * the comm can wait (then *req must go to ct_skit_wait). */
-static inline int32_t ct_skit_all_reduce_sum(const ct_skit_reducer *r, const void *send,
-                                            void *recv, uint64_t count, int32_t dtype,
-                                            ct_request **req, ct_error *err) {
+/* All-reduce of count elements of dtype with op (CT_REDUCE_SUM, or CT_REDUCE_AVG for
+ * grad_divide = avg). A SUM goes to the precision plugin's hook when it has one (then the call
+ * is synchronous and *req is NULL); otherwise, and for AVG (a hook only sums:
+ * ct_skit_check_divide refuses the pair at setup), the comm's all_reduce, asynchronous when
+ * req is non-NULL and the comm can wait (then *req must go to ct_skit_wait). */
+static inline int32_t ct_skit_all_reduce_op(const ct_skit_reducer *r, int32_t op,
+                                           const void *send, void *recv, uint64_t count,
+                                           int32_t dtype, ct_request **req, ct_error *err) {
     if (req) *req = NULL;
-    if (CT_SKIT_HAS(r->precision, ct_precision_vtable, all_reduce))
+    if (op == CT_REDUCE_SUM && CT_SKIT_HAS(r->precision, ct_precision_vtable, all_reduce))
         return r->precision->all_reduce(r->precision_self, r->comm, r->device, send, recv, count,
                                         dtype, err);
     if (!r->comm.vt->wait) req = NULL;
-    return r->comm.vt->all_reduce(r->comm.self, send, recv, count, dtype, CT_REDUCE_SUM, req,
-                                  err);
+    return r->comm.vt->all_reduce(r->comm.self, send, recv, count, dtype, op, req, err);
 }
 
-/* SUM reduce-scatter: send holds world_size*count elements, recv gets this rank's count. Same
- * dispatch and asynchrony as ct_skit_all_reduce_sum. */
-static inline int32_t ct_skit_reduce_scatter_sum(const ct_skit_reducer *r, const void *send,
-                                                void *recv, uint64_t count, int32_t dtype,
-                                                ct_request **req, ct_error *err) {
+/* Reduce-scatter: send holds world_size*count elements, recv gets this rank's count. Same ops,
+ * dispatch and asynchrony as ct_skit_all_reduce_op. */
+static inline int32_t ct_skit_reduce_scatter_op(const ct_skit_reducer *r, int32_t op,
+                                               const void *send, void *recv, uint64_t count,
+                                               int32_t dtype, ct_request **req, ct_error *err) {
     if (req) *req = NULL;
-    if (CT_SKIT_HAS(r->precision, ct_precision_vtable, reduce_scatter))
+    if (op == CT_REDUCE_SUM && CT_SKIT_HAS(r->precision, ct_precision_vtable, reduce_scatter))
         return r->precision->reduce_scatter(r->precision_self, r->comm, r->device, send, recv,
                                             count, dtype, err);
     if (!r->comm.vt->wait) req = NULL;
-    return r->comm.vt->reduce_scatter(r->comm.self, send, recv, count, dtype, CT_REDUCE_SUM, req,
-                                      err);
+    return r->comm.vt->reduce_scatter(r->comm.self, send, recv, count, dtype, op, req, err);
+}
+
+/* The SUM forms of the two (FSDP1, DDP). */
+static inline int32_t ct_skit_all_reduce_sum(const ct_skit_reducer *r, const void *send,
+                                            void *recv, uint64_t count, int32_t dtype,
+                                            ct_request **req, ct_error *err) {
+    return ct_skit_all_reduce_op(r, CT_REDUCE_SUM, send, recv, count, dtype, req, err);
+}
+static inline int32_t ct_skit_reduce_scatter_sum(const ct_skit_reducer *r, const void *send,
+                                                void *recv, uint64_t count, int32_t dtype,
+                                                ct_request **req, ct_error *err) {
+    return ct_skit_reduce_scatter_op(r, CT_REDUCE_SUM, send, recv, count, dtype, req, err);
+}
+
+/* setup()'s check of grad_divide = avg: the precision plugin must not reduce through its own
+ * hook for this collective (all_reduce non-zero: the all-reduce hook, else the reduce-scatter
+ * hook), since a hook sums; `who` and the precision's name go into the message. */
+static inline int32_t ct_skit_check_divide(const char *who, const ct_skit_reducer *r,
+                                          int32_t op, int all_reduce, ct_error *err) {
+    int hook = all_reduce ? CT_SKIT_HAS(r->precision, ct_precision_vtable, all_reduce)
+                          : CT_SKIT_HAS(r->precision, ct_precision_vtable, reduce_scatter);
+    if (op != CT_REDUCE_AVG || !hook) return CT_OK;
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: grad_divide = avg averages in the "
+                        "comm's collective (ncclAvg), but the precision policy reduces through "
+                        "its own hook, which sums ---> use grad_divide = fsdp1 (or pre for "
+                        "ddp), or a policy without a reduction hook (pure_bf16, amp, fp32)",
+                        who);
 }
 
 /* The dtype a SUM reduction's result comes back in: the policy's result_dtype (ABI 1.2) when
