@@ -4,8 +4,10 @@
 # /usr/local/cuda when present). Then PyPI's numpy and safetensors (tests/export_check.py)
 # through pip, only when python3 cannot import them.
 set -euo pipefail
+# libdnnl-dev: oneDNN (Debian 12 ships 2.6.3) for the gpt plugin's bf16 products
+# (plugins/model/gpt/onednn.c); the plugin builds without it too (OpenBLAS only).
 packages=(build-essential pkg-config libinih-dev libopenmpi-dev openmpi-bin libopenblas-dev
-          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev python3 iproute2)
+          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev python3 iproute2 libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
