@@ -301,14 +301,11 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
     else
         m->F = 4 * m->C;
 
-    /* [device] threads: 0 or absent = the cores shared among the ranks, as the cpu device
-     * divides them (more OpenMP threads than cores only adds spinning: at 64 rank threads on 2
-     * cores, 2 threads each made 128) */
+    /* [device] threads: 0 or absent = all cores */
     int64_t threads = 0;
     ct_error ignored = {sizeof ignored, 0, {0}};
     if (api->get_int(a->host, "device", "threads", &threads, &ignored) != CT_OK) threads = 0;
-    int ranks_here = a->world_size > 1 ? (int)a->world_size : 1;
-    m->threads = threads > 0 ? (int)threads : omp_get_num_procs() / ranks_here;
+    m->threads = threads > 0 ? (int)threads : omp_get_num_procs();
     if (m->threads < 1) m->threads = 1;
     /* one thread pool: the plugin splits products over OpenMP threads itself, so OpenBLAS
      * runs each part on the calling thread (a second spinning pool halves the throughput) */
