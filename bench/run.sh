@@ -16,7 +16,7 @@
 # Reports; never gates (docs/benchmarks.md). Usage: bench/run.sh [small|gpt2|all] (default
 # all). Env: STEPS (default 6), BUILD, TORCH (0: skip the PyTorch runs), PYTHON (default
 # python3: the interpreter that has torch), PRECISIONS (default "fp32 amp pure_bf16"),
-# PRODUCT_REPS (repetitions of onednn_products, default 3), BF16_MATMUL
+# PRODUCT_REPS (repetitions of onednn_products, default 2), BF16_MATMUL
 # (the gpt plugin's [model] bf16_matmul for the bf16 rows; default its own, auto), PERF (1:
 # training runs under `perf record` and two lines say what share of its steps the product
 # kernels took, how fast they ran and where the rest went: bench/kernel_share.py; needs perf,
@@ -67,8 +67,8 @@ if cc -O2 -fopenmp -DGPT_HAVE_ONEDNN -Isdk/include -Ihost -o "$work/onednn_produ
     bench/onednn_products.c plugins/model/gpt/onednn.c host/blas_core.c \
     $(pkg-config --cflags --libs openblas) -ldnnl -ldl 2> "$work/onednn_products.err"; then
     for shape in $([ "$which" = all ] && echo small gpt2 || echo "$which"); do
-        "$work/onednn_products" "$shape" "${PRODUCT_REPS:-3}" > "$work/onednn_$shape.log" 2>&1 || true
-        sed -n 's/^onednn_products: /products: /p; s/^onednn_products \([a-z0-9]*\) step \(.*\)/products: \1, the step'"'"'s products through oneDNN: \2/p' "$work/onednn_$shape.log"
+        "$work/onednn_products" "$shape" "${PRODUCT_REPS:-2}" > "$work/onednn_$shape.log" 2>&1 || true
+        sed -n 's/^onednn_products: /products: /p; s/^onednn_products \([a-z0-9]*\) step \(.*\)/products: \1, the step'"'"'s products through oneDNN: \2/p; s/^onednn_products \([a-z0-9]*\) \([a-z_]*\) \(.*\)/products: \1, \2: \3/p' "$work/onednn_$shape.log"
     done
 else
     echo "products: oneDNN not measured: bench/onednn_products.c does not build here (libdnnl-dev?)"
