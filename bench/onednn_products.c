@@ -15,6 +15,7 @@
  */
 #include "../plugins/model/gpt/onednn.h"
 #include "blas_core.h"
+#include "split.h"
 
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
@@ -41,22 +42,18 @@ static double now(void) {
 static void split_sgemm(int threads, int ta, int tb, int64_t M, int64_t N, int64_t K,
                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                         float *C, int64_t ldc) {
-    int rows = M >= N;
-    int64_t len = rows ? M : N;
 #pragma omp parallel num_threads(threads)
     {
-        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int64_t per = ((len + nt - 1) / nt + 15) / 16 * 16;
-        int64_t s = t * per, e = s + per < len ? s + per : len;
-        if (s < e) {
-            int64_t m = rows ? e - s : M, n = rows ? N : e - s;
-            const float *a = rows ? (ta ? A + s : A + s * lda) : A;
-            const float *b = rows ? B : (tb ? B + s * ldb : B + s);
-            float *c = rows ? C + s * ldc : C + s;
+        int rows;
+        int64_t s, e;
+        split_part(M, N, omp_get_num_threads(), omp_get_thread_num(), &rows, &s, &e);
+        if (s < e)
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                        tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)K, 1.0f, a, (int)lda,
-                        b, (int)ldb, beta, c, (int)ldc);
-        }
+                        tb ? CblasTrans : CblasNoTrans, (int)(rows ? e - s : M),
+                        (int)(rows ? N : e - s), (int)K, 1.0f,
+                        rows ? (ta ? A + s : A + s * lda) : A, (int)lda,
+                        rows ? B : (tb ? B + s * ldb : B + s), (int)ldb, beta,
+                        rows ? C + s * ldc : C + s, (int)ldc);
     }
 }
 
