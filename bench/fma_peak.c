@@ -18,6 +18,10 @@
  * Timing on a shared machine: every figure is the best of many short windows (a window in
  * which the thread was descheduled is slower, never faster), each core's best summed.
  *
+ * Where the CPU has AVX512-BF16, the same independent set of its bf16 dot products (vdpbf16ps:
+ * 16 lanes x 2 bf16 pairs x 2 FLOPs) is timed too, for the bf16 products' ceiling without AMX
+ * (one line: its rate per cycle and its peak against the f32 FMA peak). AMX is not timed.
+ *
  * Build: cc -O2 -pthread bench/fma_peak.c (no -m flags: the AVX-512 / AVX2 code carries target
  * attributes and runs only where cpuid says it can). Usage: fma_peak [seconds, default 1.0].
  */
@@ -101,6 +105,26 @@ FMA_INDEP_FN(fma_indep_512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, 
 FMA_INDEP_FN(fma_indep_256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, REG_X,
              _mm256_cvtss_f32)
 
+/* 16 independent chains of vdpbf16ps (x += a.b over bf16 pairs, f32 lanes), n rounds. */
+#define DP(x) x = _mm512_dpbf16_ps(x, va, vb)
+__attribute__((target("avx512f,avx512bf16"))) static float bf16_dot_indep(long n, float a,
+                                                                         float b) {
+    __m512bh va = _mm512_cvtne2ps_pbh(_mm512_set1_ps(a), _mm512_set1_ps(a));
+    __m512bh vb = _mm512_cvtne2ps_pbh(_mm512_set1_ps(b), _mm512_set1_ps(b));
+    __m512 x0 = _mm512_set1_ps(1.0f), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0,
+           x7 = x0, x8 = x0, x9 = x0, xa = x0, xb = x0, xc = x0, xd = x0, xe = x0, xf = x0;
+    for (long i = 0; i < n; i++) {
+        DP(x0), DP(x1), DP(x2), DP(x3), DP(x4), DP(x5), DP(x6), DP(x7);
+        DP(x8), DP(x9), DP(xa), DP(xb), DP(xc), DP(xd), DP(xe), DP(xf);
+        __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5),
+                         "+v"(x6), "+v"(x7));
+        __asm__ volatile("" : "+v"(x8), "+v"(x9), "+v"(xa), "+v"(xb), "+v"(xc), "+v"(xd),
+                         "+v"(xe), "+v"(xf));
+    }
+    return _mm512_cvtss_f32(x0);
+}
+#undef DP
+
 __attribute__((target("avx2,fma"))) static float fma_chain_256(long n, float a, float b) {
     __m256 x = _mm256_set1_ps(1.0f), va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
     for (long i = 0; i < n; i++)
@@ -162,6 +186,8 @@ typedef struct worker {
     double add_per_s;     /* best rate of dependent adds (= clock in Hz) */
     double chain_per_s;   /* best rate of dependent FMAs */
     double fma_per_s;     /* best rate of independent FMA instructions */
+    int bf16;             /* the CPU has AVX512-BF16: time vdpbf16ps as well */
+    double dp_per_s;      /* best rate of independent vdpbf16ps instructions */
     volatile float sink;
 } worker;
 
@@ -194,6 +220,12 @@ static void *run_worker(void *p) {
                              : fma_indep_256(CHAIN_REPS * WINDOW_REPS / INDEP, a, b);
         r = (double)INDEP * (CHAIN_REPS * WINDOW_REPS / INDEP) / (now_s() - t);
         if (r > w->fma_per_s) w->fma_per_s = r;
+        if (w->bf16) {
+            t = now_s();
+            s += bf16_dot_indep(CHAIN_REPS * WINDOW_REPS / INDEP, 1.0f, 1e-3f);
+            r = (double)INDEP * (CHAIN_REPS * WINDOW_REPS / INDEP) / (now_s() - t);
+            if (r > w->dp_per_s) w->dp_per_s = r;
+        }
         w->sink += s;
     } while (now_s() < end);
 #else
@@ -272,6 +304,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     int lanes = width / 32, cpus[1024];
+    int bf16 = width == 512 && __builtin_cpu_supports("avx512bf16");
     int n = cores_to_use(cpus, 1024);
     if (n < 1) n = 1, cpus[0] = -1;
     worker *w = calloc((size_t)n, sizeof *w);
@@ -281,7 +314,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int i = 0; i < n; i++) {
-        w[i] = (worker){.cpu = cpus[i], .width = width, .seconds = seconds, .go = &go};
+        w[i] = (worker){.cpu = cpus[i], .width = width, .seconds = seconds, .go = &go,
+                        .bf16 = bf16};
         if (pthread_create(&w[i].id, NULL, run_worker, &w[i]) != 0) {
             fprintf(stderr, "fma_peak: cannot start thread %d of %d\n", i + 1, n);
             return 1;
@@ -319,6 +353,14 @@ int main(int argc, char **argv) {
            "unit(s)), %d core(s): peak %.1f GFLOP/s = %d x %.0f MHz x %.2f x %d lanes x 2\n",
            width == 512 ? "AVX-512" : "AVX2+FMA", lanes, upc, units, n, gflops, n, clock / 1e6,
            upc, lanes);
+    if (bf16) { /* 16 lanes x 2 pairs x 2 FLOPs per vdpbf16ps */
+        double dp_sum = 0;
+        for (int i = 0; i < n; i++) dp_sum += w[i].dp_per_s;
+        double bf16_gflops = dp_sum * 64 / 1e9;
+        printf("fma_peak: AVX512-BF16: %.2f vdpbf16ps per cycle per core: bf16 dot-product peak "
+               "%.1f GFLOP/s = %.2f x the f32 FMA peak (no AMX timed)\n", dp_sum / clock_sum,
+               bf16_gflops, bf16_gflops / gflops);
+    }
     printf("fma_peak gflops %.1f clock_mhz %.0f fma_per_cycle %.2f isa %s lanes %d cores %d\n",
            gflops, clock / 1e6, upc, width == 512 ? "AVX-512" : "AVX2+FMA", lanes, n);
     free(w);

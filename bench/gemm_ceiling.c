@@ -25,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "split.h"
+
 void openblas_set_num_threads(int num_threads); /* OpenBLAS's own cblas.h declares it */
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -212,13 +214,11 @@ static double kernel_alone(int threads) {
 static void split_product(int ours, int threads, float **work, int ta, int tb, int64_t M,
                           int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                           int64_t ldb, float beta, float *C, int64_t ldc) {
-    int     rows = M >= N;
-    int64_t len  = rows ? M : N;
 #pragma omp parallel num_threads(threads)
     {
-        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int64_t per = ((len + nt - 1) / nt + 15) / 16 * 16;
-        int64_t s = t * per, e = s + per < len ? s + per : len;
+        int rows;
+        int64_t s, e, t = omp_get_thread_num();
+        split_part(M, N, omp_get_num_threads(), t, &rows, &s, &e);
         if (s < e) {
             int64_t      m = rows ? e - s : M, n = rows ? N : e - s;
             const float *a = rows ? (ta ? A + s : A + s * lda) : A;

@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
-# bench/run.sh — CPU training throughput, fp32 + AdamW, B=4, T=256, on (a) L=4 C=256 H=4
-# V=50257 and (b) GPT-2 124M, against four references measured in the same run:
+# bench/run.sh — CPU training throughput, AdamW, B=4, T=256, on (a) L=4 C=256 H=4 V=50257 and
+# (b) GPT-2 124M, in fp32, amp and pure_bf16 (PRECISIONS; the bf16 rows name the path that
+# multiplies: the gpt plugin's start-up line "cpu bf16: ..."), against references measured in
+# the same run:
 #   - the BLAS sgemm peak with the kernel ctrain uses (bench/peak.c, which makes the same
 #     OPENBLAS_CORETYPE decision as `ctrain train`: host/blas_core.c; the kernels are compared),
 #   - the CPU's arithmetic peak (bench/fma_peak.c: clock and FMA rate timed, all cores),
 #   - the GFLOP/s of one GPT-2 124M step's matrix products alone, OpenBLAS's and a hand-written
 #     AVX-512 GEMM's, on one thread and on all (bench/gemm_ceiling.c),
 #   - PyTorch's tokens/s for the same shape, B, T and thread count (bench/torch_gpt2.py, eager
-#     fp32, torch given the same BLAS environment), when `python3 -c 'import torch'` works.
+#     fp32 beside fp32, bf16 autocast beside amp and pure_bf16; torch given the same BLAS
+#     environment), when `python3 -c 'import torch'` works,
+#   - with oneDNN installed: one step's products per shape class through OpenBLAS, oneDNN's
+#     f32 matmul, dnnl_sgemm and oneDNN's bf16 matmul (bench/onednn_products.c).
 # Reports; never gates (docs/benchmarks.md). Usage: bench/run.sh [small|gpt2|all] (default
 # all). Env: STEPS (default 6), BUILD, TORCH (0: skip the PyTorch runs), PYTHON (default
-# python3: the interpreter that has torch), PERF (1: training runs under `perf record` and a
-# line says what share of its steps the sgemm micro-kernel took and how fast it ran:
-# bench/kernel_share.py; needs perf, costs ~1% of the tokens/s).
+# python3: the interpreter that has torch), PRECISIONS (default "fp32 amp pure_bf16"),
+# PRODUCT_REPS (repetitions of onednn_products, default 2), BF16_MATMUL
+# (the gpt plugin's [model] bf16_matmul for the bf16 rows; default its own, auto), PERF (1:
+# training runs under `perf record` and two lines say what share of its steps the product
+# kernels took, how fast they ran and where the rest went: bench/kernel_share.py; needs perf,
+# costs ~1% of the tokens/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 which=${1:-all}
 steps=${STEPS:-6}
 python=${PYTHON:-python3}
+precisions=${PRECISIONS:-fp32 amp pure_bf16}
 case $which in small | gpt2 | all) ;; *)
     echo "bench/run.sh: unknown shape '$which' ---> use small, gpt2 or all" >&2
     exit 2 ;;
@@ -53,6 +62,18 @@ cc -O2 -fopenmp -o "$work/gemm_ceiling" bench/gemm_ceiling.c host/blas_core.c -I
 grep -v '^|\|^gemm_ceiling products_s' "$work/gemm_ceiling.log" | sed 's/^gemm_ceiling: /products: /'
 products=$(awk '/^gemm_ceiling products_s/ {print $7}' "$work/gemm_ceiling.log")
 
+# ---- one step's products through oneDNN, f32 and bf16, against OpenBLAS (when installed) ----
+if cc -O2 -fopenmp -DGPT_HAVE_ONEDNN -Isdk/include -Ihost -o "$work/onednn_products" \
+    bench/onednn_products.c plugins/model/gpt/onednn.c host/blas_core.c \
+    $(pkg-config --cflags --libs openblas) -ldnnl -ldl 2> "$work/onednn_products.err"; then
+    for shape in $([ "$which" = all ] && echo small gpt2 || echo "$which"); do
+        "$work/onednn_products" "$shape" "${PRODUCT_REPS:-2}" > "$work/onednn_$shape.log" 2>&1 || true
+        sed -n 's/^onednn_products: /products: /p; s/^onednn_products \([a-z0-9]*\) step \(.*\)/products: \1, the step'"'"'s products through oneDNN: \2/p; s/^onednn_products \([a-z0-9]*\) \([a-z_]*\) \(.*\)/products: \1, \2: \3/p' "$work/onednn_$shape.log"
+    done
+else
+    echo "products: oneDNN not measured: bench/onednn_products.c does not build here (libdnnl-dev?)"
+fi
+
 perf_ok=0
 if [ "${PERF:-0}" = 1 ]; then
     if perf record -q -o "$work/probe.perf" -- true 2>/dev/null; then perf_ok=1
@@ -80,12 +101,13 @@ PY
 }
 
 rows=()
-run_shape() {  # label L C H
-    local label=$1 L=$2 C=$3 H=$4
-    cat > "$work/$label.ini" <<INI
+run_shape() {  # label L C H precision
+    local label=$1 L=$2 C=$3 H=$4 prec=$5
+    local run=${label}_$prec
+    cat > "$work/$run.ini" <<INI
 [run]
-name = $label
-out_dir = $work/$label
+name = $run
+out_dir = $work/$run
 steps = $steps
 log_every = 1
 [data]
@@ -100,52 +122,69 @@ d_model = $C
 vocab_size = 50257
 seq_len = 256
 tie_embeddings = true
+${BF16_MATMUL:+bf16_matmul = $BF16_MATMUL}
 [precision]
-plugin = fp32
+plugin = $prec
 [strategy]
 plugin = ddp
 [optim]
 lr = 1e-4
 INI
-    echo "== $label: L=$L C=$C H=$H, load average $(load)"
+    echo "== $run: L=$L C=$C H=$H, $prec, load average $(load)"
     local perf_cmd=()
-    [ "$perf_ok" = 1 ] && perf_cmd=(perf record -q -o "$work/$label.perf" --)
-    "${perf_cmd[@]}" "$BUILD/ctrain" train "$work/$label.ini" > "$work/$label.log"
-    grep "^mfu: " "$work/$label.log" | sed "s/^/$label: /"
+    [ "$perf_ok" = 1 ] && perf_cmd=(env ONEDNN_JIT_PROFILE=2 perf record -q -o "$work/$run.perf" --)
+    "${perf_cmd[@]}" "$BUILD/ctrain" train "$work/$run.ini" > "$work/$run.log" 2> "$work/$run.err"
+    grep "^mfu: " "$work/$run.log" | sed "s/^/$run: /"
+    { grep -o "cpu bf16: .*" "$work/$run.err" || true; } | head -1 | sed "s/^/$run: /"
     local kernel
-    kernel=$(sed -n 's/^mfu: .*BLAS: .*, kernel \([A-Za-z0-9_]*\).*/\1/p' "$work/$label.log" | head -1)
+    kernel=$(sed -n 's/^mfu: .*BLAS: .*, kernel \([A-Za-z0-9_]*\).*/\1/p' "$work/$run.log" | head -1)
     if [ "$kernel" != "$peak_kernel" ]; then
-        echo "$label: WARNING: training ran OpenBLAS's '${kernel:-?}' kernel, the sgemm reference '$peak_kernel': the % of sgemm peak compares different kernels"
+        echo "$run: WARNING: training ran OpenBLAS's '${kernel:-?}' kernel, the sgemm reference '$peak_kernel': the % of sgemm peak compares different kernels"
     fi
-    read -r tps gflops step fpt tps_every < <(median_step "$work/$label/metrics.jsonl")
-    [ "$perf_ok" = 1 ] && python3 bench/kernel_share.py "$label" "$work/$label.perf" "$tps_every" "$fpt" "$arith"
-    local ttps="-" ratio="-"
+    read -r tps gflops step fpt tps_every < <(median_step "$work/$run/metrics.jsonl")
+    if [ "$perf_ok" = 1 ]; then
+        python3 bench/kernel_share.py "$run" "$work/$run.perf" "$tps_every" "$fpt" "$arith"
+        # oneDNN's symbol map for perf (ONEDNN_JIT_PROFILE=2), /tmp/perf-PID.map: no longer needed
+        for pid in $(perf report -i "$work/$run.perf" --sort pid --stdio 2>/dev/null |
+                     sed -n 's/^ *[0-9.]*% *\([0-9]*\):.*/\1/p'); do
+            rm -f "/tmp/perf-$pid.map"
+        done
+    fi
+    local ttps="-" ratio="-" tdtype=fp32
+    [ "$prec" = fp32 ] || tdtype=bf16 # PyTorch's bf16 autocast beside amp and pure_bf16
     if [ "$torch_ok" = 1 ]; then
         # the same BLAS setting as ctrain (torch links MKL, which ignores it: its line says) and
-        # the same thread count
-        if OPENBLAS_CORETYPE=$peak_kernel OMP_NUM_THREADS=$threads "$python" bench/torch_gpt2.py --device cpu \
-            --dtype fp32 --no-compile --threads "$threads" --batch 4 --seq 256 --layers "$L" \
+        # the same thread count; one PyTorch run per shape and dtype
+        if [ -s "$work/${label}_$tdtype.torch.log" ] || OPENBLAS_CORETYPE=$peak_kernel OMP_NUM_THREADS=$threads \
+            "$python" bench/torch_gpt2.py --device cpu \
+            --dtype $tdtype --no-compile --threads "$threads" --batch 4 --seq 256 --layers "$L" \
             --heads "$H" --dim "$C" --vocab 50257 --steps $((steps - 2)) --warmup 2 \
-            > "$work/$label.torch.log" 2>&1; then
-            sed -n 's/^torch: /torch: /p' "$work/$label.torch.log" | head -1 | sed "s/^/$label: /"
-            ttps=$(sed -n 's/^bench [^:]*: \([0-9.]*\) tokens\/s.*/\1/p' "$work/$label.torch.log")
+            > "$work/${label}_$tdtype.torch.log" 2>&1; then
+            sed -n 's/^torch: /torch: /p' "$work/${label}_$tdtype.torch.log" | head -1 | sed "s/^/$run: /"
+            ttps=$(sed -n 's/^bench [^:]*: \([0-9.]*\) tokens\/s.*/\1/p' "$work/${label}_$tdtype.torch.log")
             ratio=$(awk -v a="$tps" -v b="$ttps" 'BEGIN {printf "%.2f", a / b}')
         else
-            echo "$label: torch failed: $(tail -1 "$work/$label.torch.log")"
+            echo "$run: torch failed: $(tail -1 "$work/${label}_$tdtype.torch.log")"
             ttps="failed"
         fi
     fi
-    rows+=("$(awk -v l="$label" -v L="$L" -v C="$C" -v f="$fpt" -v t="$tps" -v g="$gflops" \
-        -v s="$sgemm" -v a="$arith" -v tt="$ttps" -v r="$ratio" -v st="$step" 'BEGIN {
-        printf "| %s (L=%d C=%d) | %.2f M | %.0f | %.1f | %.1f%% | %.1f%% | %s | %s |", l, L, C,
-            f / 1e6, t, g, 100 * g / s, 100 * g / a, tt == "-" || tt == "failed" ? tt : sprintf("%.0f", tt), r }')")
+    local torch_label=$([ $tdtype = fp32 ] && echo "eager fp32" || echo "bf16 autocast")
+    rows+=("$(awk -v l="$label" -v p="$prec" -v L="$L" -v C="$C" -v f="$fpt" -v t="$tps" -v g="$gflops" \
+        -v s="$sgemm" -v a="$arith" -v tt="$ttps" -v r="$ratio" -v st="$step" -v tl="$torch_label" 'BEGIN {
+        printf "| %s (L=%d C=%d) | %s | %.2f M | %.0f | %.1f | %.1f%% | %.1f%% | %s | %s |", l, L, C, p,
+            f / 1e6, t, g, 100 * g / s, 100 * g / a, tt == "-" || tt == "failed" ? tt : sprintf("%.0f (%s)", tt, tl), r }')")
 }
-[ "$which" = all ] || [ "$which" = small ] && run_shape small 4 256 4
-[ "$which" = all ] || [ "$which" = gpt2 ] && run_shape gpt2 12 768 12
+for prec in $precisions; do
+    [ "$which" = all ] || [ "$which" = small ] && run_shape small 4 256 4 "$prec"
+done
+for prec in $precisions; do
+    [ "$which" = all ] || [ "$which" = gpt2 ] && run_shape gpt2 12 768 12 "$prec"
+done
 echo
-echo "fp32 + AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith GFLOP/s; GPT-2 124M's products alone ${products:-?} GFLOP/s (OpenBLAS, $threads threads)"
-echo "| shape | FLOPs/token | tokens/s | GFLOP/s | of sgemm peak | of arith peak | PyTorch tokens/s | ctrain/PyTorch |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith GFLOP/s; GPT-2 124M's products alone ${products:-?} GFLOP/s (OpenBLAS, $threads threads)"
+echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(grep -m1 -owE 'amx_bf16|avx512_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "| shape | precision | FLOPs/token | tokens/s | GFLOP/s | of sgemm peak | of arith peak | PyTorch tokens/s | ctrain/PyTorch |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo "load average at the end: $(load)"
 exit 0

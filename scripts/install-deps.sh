@@ -7,8 +7,11 @@
 # GPT-2's ranks file into .deps/tokenizers (scripts/get-gpt2-tokenizer.sh). A failed download
 # is a notice, not a failure: those tests then say why they are skipped.
 set -euo pipefail
+# libdnnl-dev: oneDNN (Debian 12 ships 2.6.3) for the gpt plugin's bf16 products
+# (plugins/model/gpt/onednn.c); the plugin builds without it too (OpenBLAS only).
 packages=(build-essential pkg-config libinih-dev libopenmpi-dev openmpi-bin libopenblas-dev
-          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev libpcre2-dev python3 iproute2)
+          gnuplot-nox libsentencepiece-dev sentencepiece zlib1g-dev libpcre2-dev python3 iproute2
+          libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

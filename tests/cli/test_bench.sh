@@ -5,8 +5,10 @@
 # (bench/fma_peak.c) measures an FMA latency of 3.5-5.5 cycles against its 1-cycle add chain
 # (so its clock is a clock) and a peak that is cores x clock x FMA/cycle x lanes x 2; the
 # hand-written GEMM of bench/gemm_ceiling.c matches a double-precision product; and
-# bench/run.sh prints a table row with all its columns for a 3-step run of the small shape, and
-# with PERF=1 the micro-kernel's share of the steps (bench/kernel_share.py) or why not.
+# bench/run.sh prints a table row with all its columns for 3-step fp32 and amp runs of the small
+# shape (the amp run naming its bf16 path), one step's products through oneDNN where it is
+# installed, and with PERF=1 the product kernels' share of the steps and where the rest went
+# (bench/kernel_share.py) or why not.
 # Not for: the figures themselves (they depend on the machine and its load: docs/benchmarks.md).
 set -u
 cd "$(dirname "$0")/../.."
@@ -75,22 +77,34 @@ else
 fi
 
 # ---- 3. run.sh: one table row with every column, and PERF=1's line -------------------------
-BUILD="$BUILD" STEPS=3 TORCH=0 PERF=1 bash bench/run.sh small > "$work/run.log" 2>&1 \
+BUILD="$BUILD" STEPS=3 TORCH=0 PERF=1 PRECISIONS="fp32 amp" PRODUCT_REPS=1 bash bench/run.sh small \
+    > "$work/run.log" 2>&1 \
     || fail "bench/run.sh small exited $?: $(tail -3 "$work/run.log")"
 # with perf: the micro-kernel's share and rate as numbers in range; without: a line says why
-share=$(grep '^small: perf: ' "$work/run.log" || true)
-if echo "$share" | grep -qE 'took ([1-9][0-9]?|100)\.[0-9]% of the steps.* ran [0-9.]+ GFLOP/s over all its steps, so the kernel ran [0-9.]+ GFLOP/s = [0-9.]+% of the arithmetic peak'; then
-    ok "run.sh PERF=1: ${share#small: }"
+share=$(grep '^small_fp32: perf: the product' "$work/run.log" || true)
+parts=$(grep "^small_amp: perf: products' kernels" "$work/run.log" || true)
+if echo "$share" | grep -qE 'took ([1-9][0-9]?|100)\.[0-9]% of the steps.* ran [0-9.]+ GFLOP/s over all its steps, so the kernels ran [0-9.]+ GFLOP/s = [0-9.]+% of the arithmetic peak' \
+    && echo "$parts" | grep -qE "kernels [0-9.]+% \(OpenBLAS micro-kernel [0-9.]+%, oneDNN's JIT kernels [0-9.]+%\), packing and BLAS copies [0-9.]+%, bf16 conversions [0-9.]+%, OpenMP waits [0-9.]+%, the rest [0-9.]+%$"; then
+    ok "run.sh PERF=1: ${share#small_fp32: }; ${parts#small_amp: }"
 elif grep -q "^perf: not measured: 'perf record' does not run here" "$work/run.log"; then
     ok "run.sh PERF=1: perf does not run here, and run.sh says so"
 else
     fail "run.sh PERF=1: no kernel-share line nor a reason: $(grep perf "$work/run.log" | tail -3)"
 fi
-row=$(grep '^| small (L=4 C=256) |' "$work/run.log")
-if echo "$row" | grep -qE '^\| small \(L=4 C=256\) \| 99\.30 M \| [0-9]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+% \| - \| - \|$' \
-    && grep -q "^torch: not measured: TORCH=0" "$work/run.log" && ! grep -q WARNING "$work/run.log"; then
-    ok "run.sh: $row"
-else
-    fail "run.sh's table row or torch line: $(tail -8 "$work/run.log")"
+for prec in fp32 amp; do
+    row=$(grep "^| small (L=4 C=256) | $prec |" "$work/run.log")
+    if echo "$row" | grep -qE '^\| small \(L=4 C=256\) \| [a-z0-9_]+ \| 99\.30 M \| [0-9]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+% \| - \| - \|$' \
+        && grep -q "^torch: not measured: TORCH=0" "$work/run.log" && ! grep -q WARNING "$work/run.log"; then
+        ok "run.sh: $row"
+    else
+        fail "run.sh's $prec table row or torch line: $(tail -8 "$work/run.log")"
+    fi
+done
+grep -q "^small_amp: cpu bf16: " "$work/run.log" && ok "run.sh: the amp row's path: $(grep '^small_amp: cpu bf16: ' "$work/run.log")" \
+    || fail "run.sh: the amp run's 'cpu bf16:' line is missing: $(grep '^small_amp' "$work/run.log")"
+if [ -e "$BUILD/.onednn-on" ] || [ -e "build/.onednn-on" ]; then
+    grep -qE "^products: small, the step's products through oneDNN: openblas_s [0-9.]+ f32_s [0-9.]+ sgemm_s [0-9.]+ bf16_s [0-9.]+ " "$work/run.log" \
+        && ok "run.sh: $(grep "^products: small, the step" "$work/run.log")" \
+        || fail "run.sh: no oneDNN products line: $(grep '^products' "$work/run.log")"
 fi
 finish

@@ -1,7 +1,9 @@
 /* attention.c — causal multi-head self-attention of the gpt plugin on the CPU, and the rotary
  * position embedding. Scores and products go through OpenBLAS sgemm one (batch, head) pair
  * at a time, the pairs spread over OpenMP threads; backward recomputes the probabilities from
- * the saved row log-sum-exp (no (B,NH,T,T) tensor is kept, as in flash attention).
+ * the saved row log-sum-exp (no (B,NH,T,T) tensor is kept, as in flash attention). On the
+ * oneDNN path (m->use_dnnl, bf16) the same products take the same bf16 values as bf16 bits,
+ * each OpenMP thread with its own one-thread oneDNN context (m->dnnl_att).
  * Not for: the q/k/v projections (stages.c).
  * Shape legend: see gpt.h. q, k, v of row n, head h are qkv[n*3C + {0,C,2C} + h*HD + d].
  */
@@ -45,15 +47,6 @@ void gpt_rope(const gpt *m, float *qkv, int64_t N, int inverse) {
 
 /* Query rows come in blocks of GPT_ATT_QB: block [r0, r1) only meets keys [0, r1), so the
  * products skip most of the masked upper triangle. */
-/* S (r1-r0, r1) = scale * Q[r0:r1] K[0:r1]^T for one (b,h), row stride T; Q, K of stride 3C. */
-static void scores(const gpt *m, float *S, const float *Q, const float *K, int64_t r0,
-                   int64_t r1) {
-    int64_t ld = 3 * m->C;
-    float scale = 1.0f / sqrtf((float)m->HD);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)r1, (int)m->HD,
-                scale, Q + r0 * ld, (int)ld, K, (int)ld, 0.0f, S, (int)m->T);
-}
-
 /* row[j] = exp(row[j] - lse) for j < n, rounded to bf16 when asked. Vectorizes (ct_exp). */
 GPT_VECTOR_CLONES static void exp_span(float *row, int64_t n, float lse, int bf16) {
     if (bf16) {
@@ -94,24 +87,60 @@ static void probs(const gpt *m, float *S, const float *lse, int64_t r0, int64_t 
     }
 }
 
+/* One product of a (b,h) pair inside the parallel loop: C (M,N) = alpha op(A) op(B) + beta C.
+ * OpenBLAS on the f32 operands A, B; or, when d (the calling thread's oneDNN context) is not
+ * NULL, oneDNN on A16, B16, the same values as bf16 bits. */
+static void att_gemm(gpt *m, gpt_dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                     float alpha, const float *A, const uint16_t *A16, int64_t lda,
+                     const float *B, const uint16_t *B16, int64_t ldb, float beta, float *C,
+                     int64_t ldc) {
+    if (d) {
+        gpt_gemm_bf16(m, d, ta, tb, M, N, K, alpha, A16, lda, B16, ldb, beta, C, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+/* The calling thread's oneDNN context and bf16 scratch (2 x GPT_ATT_QB x T: P, then dS), or
+ * NULL on the OpenBLAS path. */
+static gpt_dnnl *att_context(const gpt *m, uint16_t **scratch) {
+    *scratch = NULL;
+    if (!(m->use_dnnl && m->bf16)) return NULL;
+    int t = omp_get_thread_num();
+    *scratch = m->att_b + (int64_t)t * 2 * GPT_ATT_QB * m->T;
+    return m->dnnl_att[t];
+}
+
 /* The (b,h) pairs are spread over the threads; each thread has its own (GPT_ATT_QB,T) scratch
  * and calls OpenBLAS on its own (single-threaded) products. */
 void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)HD);
+    int dnnl = m->use_dnnl && m->bf16;
+    if (dnnl) gpt_to_bf16(m, m->qkvb, qkv, m->N, 3 * C, 3 * C);
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         float *S = m->att_s + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
-        const float *Q = qkv + b * T * ld + h * HD, *K = Q + C, *V = Q + 2 * C;
+        uint16_t *P16;
+        gpt_dnnl *c = att_context(m, &P16);
+        int64_t at = b * T * ld + h * HD; /* Q of (b,h); K and V follow at +C, +2C */
+        const float *Q = qkv + at, *K = Q + C, *V = Q + 2 * C;
+        const uint16_t *Q16 = dnnl ? m->qkvb + at : NULL, *K16 = dnnl ? Q16 + C : NULL;
+        const uint16_t *V16 = dnnl ? Q16 + 2 * C : NULL;
         float *O = att + b * T * C + h * HD;
         float *L = lse + (b * NH + h) * T;
         for (int64_t r0 = 0; r0 < T; r0 += GPT_ATT_QB) {
-            int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T;
-            scores(m, S, Q, K, r0, r1);
+            int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T, nr = r1 - r0;
+            /* S (nr, r1) = scale Q[r0:r1] K[0:r1]^T: the block meets keys [0, r1) only */
+            att_gemm(m, c, 0, 1, nr, r1, HD, scale, Q + r0 * ld, dnnl ? Q16 + r0 * ld : NULL, ld,
+                     K, K16, ld, 0.0f, S, T);
             for (int64_t t = r0; t < r1; t++) L[t] = row_lse(S + (t - r0) * T, t + 1); /* j <= t */
             probs(m, S, L, r0, r1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)HD,
-                        (int)r1, 1.0f, S, (int)T, V, (int)ld, 0.0f, O + r0 * C, (int)C);
+            if (P16) gpt_to_bf16(m, P16, S, nr, r1, T);
+            att_gemm(m, c, 0, 0, nr, HD, r1, 1.0f, S, P16, P16 ? r1 : T, V, V16, ld, 0.0f,
+                     O + r0 * C, C);
         }
     }
 }
@@ -120,26 +149,41 @@ void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float 
                             const float *lse) {
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HD);
+    int dnnl = m->use_dnnl && m->bf16;
+    if (dnnl) { /* q, k, v and dO as bf16 bits, once */
+        gpt_to_bf16(m, m->qkvb, qkv, m->N, 3 * C, 3 * C);
+        gpt_to_bf16(m, m->yb, datt, m->N, C, C);
+    }
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         float *P = m->att_s + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
         float *dP = m->att_dp + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
-        const float *Q = qkv + b * T * ld + h * HD, *K = Q + C, *V = Q + 2 * C;
-        const float *dO = datt + b * T * C + h * HD;
+        uint16_t *P16;
+        gpt_dnnl *c = att_context(m, &P16);
+        uint16_t *dS16 = P16 ? P16 + GPT_ATT_QB * T : NULL;
+        int64_t at = b * T * ld + h * HD, ao = b * T * C + h * HD;
+        const float *Q = qkv + at, *K = Q + C, *V = Q + 2 * C;
+        const uint16_t *Q16 = dnnl ? m->qkvb + at : NULL, *K16 = dnnl ? Q16 + C : NULL;
+        const uint16_t *V16 = dnnl ? Q16 + 2 * C : NULL, *dO16 = dnnl ? m->yb + ao : NULL;
+        const float *dO = datt + ao;
         const float *L = lse + (b * NH + h) * T;
-        float *dQ = dqkv + b * T * ld + h * HD, *dK = dQ + C, *dV = dQ + 2 * C;
+        float *dQ = dqkv + at, *dK = dQ + C, *dV = dQ + 2 * C;
         for (int64_t t = 0; t < T; t++) /* dK, dV accumulate over query blocks */
             for (int64_t d = 0; d < HD; d++) dK[t * ld + d] = dV[t * ld + d] = 0.0f;
         for (int64_t r0 = 0; r0 < T; r0 += GPT_ATT_QB) {
-            int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T;
-            int nr = (int)(r1 - r0), nk = (int)r1;
-            scores(m, P, Q, K, r0, r1);
+            int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T, nr = r1 - r0, nk = r1;
+            att_gemm(m, c, 0, 1, nr, r1, HD, scale, Q + r0 * ld, dnnl ? Q16 + r0 * ld : NULL, ld,
+                     K, K16, ld, 0.0f, P, T);
             probs(m, P, L, r0, r1);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, (int)HD, nr, 1.0f, P, (int)T,
-                        dO + r0 * C, (int)C, 1.0f, dV, (int)ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, (int)HD, 1.0f,
-                        dO + r0 * C, (int)C, V, (int)ld, 0.0f, dP, (int)T);
+            if (P16) gpt_to_bf16(m, P16, P, nr, nk, T);
+            int64_t ldp = P16 ? nk : T; /* the bf16 copies are dense */
+            /* dV[0:nk] += P^T dO[r0:r1] */
+            att_gemm(m, c, 1, 0, nk, HD, nr, 1.0f, P, P16, ldp, dO + r0 * C,
+                     dnnl ? dO16 + r0 * C : NULL, C, 1.0f, dV, ld);
+            /* dP (nr, nk) = dO[r0:r1] V[0:nk]^T */
+            att_gemm(m, c, 0, 1, nr, nk, HD, 1.0f, dO + r0 * C, dnnl ? dO16 + r0 * C : NULL, C,
+                     V, V16, ld, 0.0f, dP, T);
             for (int64_t t = r0; t < r1; t++) { /* dS = P * (dP - sum_j P dP), in place of dP */
                 const float *p = P + (t - r0) * T;
                 float *dp = dP + (t - r0) * T;
@@ -151,10 +195,12 @@ void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float 
                 }
                 for (int64_t j = t + 1; j < r1; j++) dp[j] = 0.0f;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, (int)HD, nk, scale, dP,
-                        (int)T, K, (int)ld, 0.0f, dQ + r0 * ld, (int)ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, (int)HD, nr, scale, dP,
-                        (int)T, Q + r0 * ld, (int)ld, 1.0f, dK, (int)ld);
+            if (dS16) gpt_to_bf16(m, dS16, dP, nr, nk, T);
+            /* dQ[r0:r1] = scale dS K[0:nk]; dK[0:nk] += scale dS^T Q[r0:r1] */
+            att_gemm(m, c, 0, 0, nr, HD, nk, scale, dP, dS16, ldp, K, K16, ld, 0.0f, dQ + r0 * ld,
+                     ld);
+            att_gemm(m, c, 1, 0, nk, HD, nr, scale, dP, dS16, ldp, Q + r0 * ld,
+                     dnnl ? Q16 + r0 * ld : NULL, ld, 1.0f, dK, ld);
         }
     }
 }

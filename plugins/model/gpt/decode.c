@@ -77,10 +77,10 @@ int32_t gpt_prepare_decode(void *self, int64_t max_T, int32_t dtype, ct_error *e
 
 /* y (n,M) = x (n,K) W^T + b. One row (a token at a time) is a matrix-vector product: sgemm
  * would pack all of W for it, which costs more than the product. */
-static void linear(const gpt *m, float *y, const float *x, const float *w, const float *b,
+static void linear(gpt *m, float *y, const float *x, const float *w, const float *b,
                    int64_t n, int64_t K, int64_t M) {
     if (n > 1) {
-        gpt_linear_forward(m, y, x, w, b, n, K, M);
+        gpt_linear_forward(m, y, x, w, NULL, b, n, K, M); /* f32 weights: OpenBLAS */
         return;
     }
     cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)M, (int)K, 1.0f, w, (int)K, x, 1, 0.0f, y, 1);

@@ -34,6 +34,7 @@ static const char *const pos_choices[] = {"learned", "rope", NULL};
 static const char *const init_choices[] = {"gpt2", "open_lm", NULL};
 static const char *const attention_choices[] = {"flash", "naive", NULL}; /* gpt_att_kind order */
 static const char *const epilogue_choices[] = {"cublaslt", "kernels", NULL}; /* gpt_epi_kind */
+static const char *const bf16_mm_choices[] = {"auto", "onednn", "openblas", NULL}; /* gpt_mm_kind */
 
 static const ct_param_spec gpt_params[] = {
     CT_PARAM_INT("n_layer", "4", 1, 1024, "L: transformer blocks"),
@@ -58,6 +59,11 @@ static const ct_param_spec gpt_params[] = {
     CT_PARAM_ENUM("mlp_epilogue", "cublaslt", epilogue_choices,
                   "CUDA gelu MLP: cublaslt (bias+GELU and GELU-gradient+bias-gradient fused into the "
                   "GEMMs) or kernels (separate passes; the fallback); swiglu and the CPU ignore it"),
+    CT_PARAM_ENUM("bf16_matmul", "auto", bf16_mm_choices,
+                  "CPU products of bf16 operands (amp, pure_bf16): onednn (oneDNN's bf16 x bf16 -> "
+                  "f32 matmul: AMX or AVX512-BF16 kernels), openblas (f32 products of the same bf16 "
+                  "values), auto (onednn where oneDNN runs AMX, else openblas); the start-up line "
+                  "'cpu bf16:' says which runs"),
     CT_PARAM_FLOAT("norm_eps", "1e-5", 1e-12, 1.0, "epsilon of every norm"),
     CT_PARAM_FLOAT("rope_theta", "10000", 1.0, 1e12, "rotary base (pos = rope)"),
     CT_PARAM_END
@@ -214,11 +220,14 @@ static int32_t build_units(gpt *m, ct_error *err) {
  * create / destroy
  * ------------------------------------------------------------------------------------- */
 
+static void dnnl_contexts_free(gpt *m); /* below, with the bf16 products */
+
 static void gpt_destroy(void *self) {
     gpt *m = self;
     if (!m) return;
     if (m->on_cuda) m->cu.free(m); /* the device arena; m->arena becomes NULL */
     if (m->arena) m->api->free_mem(m->host, m->arena);
+    dnnl_contexts_free(m);
     gpt_decode_free(m);
     free(m->units);
     free(m->stages);
@@ -265,7 +274,8 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
         get_enum(a, "pos", pos_choices, &m->pos, err) != CT_OK ||
         get_enum(a, "init", init_choices, &m->init, err) != CT_OK ||
         get_enum(a, "attention", attention_choices, &m->attention, err) != CT_OK ||
-        get_enum(a, "mlp_epilogue", epilogue_choices, &m->mlp_epilogue, err) != CT_OK)
+        get_enum(a, "mlp_epilogue", epilogue_choices, &m->mlp_epilogue, err) != CT_OK ||
+        get_enum(a, "bf16_matmul", bf16_mm_choices, &m->bf16_matmul, err) != CT_OK)
         return CT_ERR_INVALID;
     double eps, theta;
     if (api->get_float(a->host, sec, "norm_eps", &eps, err) != CT_OK ||
@@ -357,6 +367,7 @@ static void *gpt_create(const ct_create_args *a, ct_error *err) {
     m->api = a->api;
     m->host = a->host;
     m->dev = a->device;
+    m->rank = a->rank;
     if (a->device.type == CT_DEVICE_CUDA) {
 #ifdef CT_HAVE_CUDA
         if (gpt_cuda_load(m, err) != CT_OK) goto out_destroy;
@@ -480,11 +491,66 @@ static uint64_t layout(gpt *m, char *base) {
     m->gbuf = carve(base, &c, g);
     m->wbuf = NULL;
     m->dlog = NULL;
+    m->xb = m->yb = m->qkvb = m->att_b = NULL;
     if (m->dtype == CT_DTYPE_BF16) {
         m->wbuf = carve(base, &c, m->unit_numel_max);
         m->dlog = carve(base, &c, N * GPT_VCHUNK);
     }
+    if (m->dtype == CT_DTYPE_BF16 && m->use_dnnl) { /* bf16 operands: 2 bytes, half a float */
+        uint64_t wmax = 3 * C > FH ? 3 * C : FH;
+        m->xb = (uint16_t *)carve(base, &c, (N * wmax + 1) / 2);
+        m->yb = (uint16_t *)carve(base, &c, (N * wmax + 1) / 2);
+        m->qkvb = (uint16_t *)carve(base, &c, (N * 3 * C + 1) / 2);
+        m->att_b = (uint16_t *)carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
+    }
     return c;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * bf16 products: OpenBLAS or oneDNN (onednn.c)
+ * ------------------------------------------------------------------------------------- */
+
+static void dnnl_contexts_free(gpt *m) {
+    gpt_dnnl_free(m->dnnl);
+    m->dnnl = NULL;
+    if (m->dnnl_att)
+        for (int t = 0; t < m->threads; t++) gpt_dnnl_free(m->dnnl_att[t]);
+    free(m->dnnl_att);
+    m->dnnl_att = NULL;
+}
+
+/* Choose how this instance multiplies bf16 operands (m->use_dnnl), create its oneDNN contexts
+ * when that is oneDNN, and write the start-up line into line. Called by the first bf16
+ * prepare() on the CPU. */
+static void choose_bf16_path(gpt *m, char *line, size_t n) {
+    gpt_dnnl_info in;
+    gpt_dnnl_probe(&in);
+    const char *why = NULL;
+    if (m->bf16_matmul == GPT_MM_OPENBLAS) why = "[model] bf16_matmul = openblas";
+    else if (!in.built) why = "this build of model_gpt.so has no oneDNN (install libdnnl-dev, rebuild)";
+    else if (!in.bf16) why = "that ISA has no bf16 instructions";
+    else if (m->bf16_matmul == GPT_MM_AUTO && !in.amx)
+        why = "without AMX its bf16 kernels ran at half the f32 rate here (docs/benchmarks.md); "
+              "[model] bf16_matmul = onednn uses them";
+    if (!why) {
+        m->dnnl = gpt_dnnl_new(m->threads);
+        m->dnnl_att = calloc((size_t)m->threads, sizeof *m->dnnl_att);
+        int ok = m->dnnl && m->dnnl_att;
+        for (int t = 0; ok && t < m->threads; t++) ok = (m->dnnl_att[t] = gpt_dnnl_new(1)) != NULL;
+        if (!ok) {
+            dnnl_contexts_free(m);
+            why = "its engine could not be created";
+        }
+    }
+    m->use_dnnl = why == NULL;
+    if (m->use_dnnl)
+        snprintf(line, n, "cpu bf16: oneDNN %s, %s (%s): bf16 x bf16 -> f32 products", in.version,
+                 in.isa, in.impl[0] ? in.impl : "?");
+    else if (in.built)
+        snprintf(line, n, "cpu bf16: OpenBLAS, f32 products of the bf16 values; oneDNN %s runs %s: "
+                 "%s", in.version, in.isa, why);
+    else
+        snprintf(line, n, "cpu bf16: OpenBLAS, f32 products of the bf16 values: %s", why);
 }
 
 static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_error *err) {
@@ -499,6 +565,12 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
                             "model gpt: compute dtype %s is not supported ---> use f32 or bf16",
                             ct_dtype_name(dtype));
     if (m->on_cuda) return m->cu.prepare(m, B, T, dtype, err);
+    if (dtype == CT_DTYPE_BF16 && !m->mm_said) { /* once per instance */
+        char line[400];
+        choose_bf16_path(m, line, sizeof line);
+        m->mm_said = 1;
+        if (m->rank == 0 && m->api->log) m->api->log(m->host, CT_LOG_INFO, line);
+    }
     if (m->arena && m->B == B && m->T == T && m->dtype == dtype) return CT_OK;
     if (m->arena) m->api->free_mem(m->host, m->arena);
     m->arena = NULL;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "gpt_cuda.h" /* gpt_cuda_fns, the companion's entry points (plain C declarations) */
+#include "onednn.h"   /* gpt_dnnl: products through oneDNN's matmul primitive */
 
 typedef enum { GPT_NORM_LAYERNORM = 0, GPT_NORM_RMSNORM = 1, GPT_NORM_GAIN_ONLY = 2 } gpt_norm;
 typedef enum { GPT_MLP_GELU = 0, GPT_MLP_SWIGLU = 1 } gpt_mlp;
@@ -24,6 +25,8 @@ typedef enum { GPT_INIT_GPT2 = 0, GPT_INIT_OPENLM = 1 } gpt_init_kind;
 typedef enum { GPT_ATT_FLASH = 0, GPT_ATT_NAIVE = 1 } gpt_att_kind;
 /* [model] mlp_epilogue: the CUDA gelu MLP's bias/GELU steps (the CPU always runs layers.c). */
 typedef enum { GPT_EPI_CUBLASLT = 0, GPT_EPI_KERNELS = 1 } gpt_epi_kind;
+/* [model] bf16_matmul: how the CPU multiplies bf16 operands (gpt.c, choose_bf16_path). */
+typedef enum { GPT_MM_AUTO = 0, GPT_MM_ONEDNN = 1, GPT_MM_OPENBLAS = 2 } gpt_mm_kind;
 
 /* Element offsets of the root unit's tensors in its flat buffer; -1 when absent. */
 typedef struct {
@@ -70,7 +73,9 @@ typedef struct gpt {
     int     attention; /* gpt_att_kind: which CUDA attention (flash_attention.cu or gpt_cuda.cu) */
     int     mlp_epilogue; /* gpt_epi_kind: CUDA gelu MLP through mlp_lt.cu or gpt_cuda.cu's kernels */
     float   eps, rope_theta;
-    int     threads; /* OpenMP threads of element-wise loops (>= 1) */
+    int     threads; /* OpenMP threads of element-wise loops and products (>= 1) */
+    int     bf16_matmul; /* gpt_mm_kind: [model] bf16_matmul */
+    int     rank;     /* this instance's rank (the start-up line is rank 0's) */
 
     /* units and stages, as describe() returns them */
     gpt_root_layout  root;
@@ -102,9 +107,23 @@ typedef struct gpt {
     float          *att_s, *att_dp; /* (threads,GPT_ATT_QB,T) per-thread scores /
                                        probabilities and their gradient, one query block */
     float          *wbuf;         /* (unit_numel_max) f32 copy of bf16 params, else NULL */
+    int             head_w_ready; /* wbuf holds the head's weights of this micro-batch
+                                     (stages.c, head_weights) */
     float          *gbuf;         /* (gbuf_n) f32 scratch for parameter gradients */
     int64_t         gbuf_n;
-    float          *dlog;         /* (N, VCHUNK) rounded slice of dlogits (bf16 only) */
+    float          *dlog;         /* (N, VCHUNK) rounded slice of dlogits (bf16 only); its
+                                     bytes hold the slice as bf16 bits on the oneDNN path */
+
+    /* bf16 products through oneDNN (onednn.c), when prepare() was given bf16 and
+     * choose_bf16_path (gpt.c) chose it: operands as bf16 bits, products into f32 */
+    int             use_dnnl;     /* 1: the bf16 stages multiply through oneDNN */
+    int             mm_said;      /* the start-up line "cpu bf16: ..." was logged */
+    int             mm_warned;    /* a refusal was logged (once per instance) */
+    gpt_dnnl       *dnnl;         /* products of the rank's thread, on m->threads threads */
+    gpt_dnnl      **dnnl_att;     /* (threads) one per OpenMP thread of attention, 1 thread each */
+    uint16_t       *xb, *yb;      /* (N, WMAX) bf16 copies of a product's activation operands */
+    uint16_t       *qkvb;         /* (N,3C) bf16 copy of attention's q, k, v */
+    uint16_t       *att_b;        /* (threads, 2, GPT_ATT_QB, T) per-thread bf16 P and dS */
     int32_t        *tok_order;    /* (N) positions sorted by token, for the embedding grad */
     int32_t        *tok_start;    /* (V+1) counting-sort buckets */
 
@@ -172,6 +191,26 @@ void gpt_round_bf16(const gpt *m, float *x, int64_t n);
 /* f32 view of n elements of the stage's params at element offset off: the params themselves
  * when they are f32, else converted (exactly) into wbuf at the same offset. */
 const float *gpt_weights(gpt *m, const ct_stage_args *a, int64_t off, int64_t n);
+/* f32 view of a unit's parameters for a stage: gpt_weights of the whole unit, except on the
+ * oneDNN path, where only its vectors (norms, biases) are converted: its matrices are read as
+ * bf16 (gpt_w16). Element offsets as in the unit. */
+const float *gpt_unit_weights(gpt *m, const ct_stage_args *a, const ct_unit_spec *u, int64_t n);
+/* The bf16 matrix at element offset off of the stage's params, when the stage multiplies
+ * through oneDNN (m->use_dnnl, bf16 params); else NULL (products take the f32 view). */
+static inline const uint16_t *gpt_w16(const gpt *m, const ct_stage_args *a, int64_t off) {
+    return m->use_dnnl && m->bf16 && off >= 0 ? (const uint16_t *)a->params + off : NULL;
+}
+
+/* dst (rows, cols) dense = the bf16 bits of src (rows, cols; row stride ld), rounded to
+ * nearest even (exact for values that are already bf16). */
+void gpt_to_bf16(const gpt *m, uint16_t *dst, const float *src, int64_t rows, int64_t cols,
+                 int64_t ld);
+/* C (M,N) = alpha op(A) op(B) + beta C (beta 0 or 1) for bf16 A, B through oneDNN context d,
+ * accumulated in f32; a product oneDNN refuses runs through OpenBLAS on the widened operands
+ * (logged once). Same argument conventions as gpt_sgemm. */
+void gpt_gemm_bf16(gpt *m, gpt_dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc);
 
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major (ta/tb: 0 plain, 1 transposed). Split along
  * the longer side of C over m->threads OpenMP threads, each part one single-threaded OpenBLAS
@@ -180,9 +219,10 @@ const float *gpt_weights(gpt *m, const ct_stage_args *a, int64_t off, int64_t n)
 void gpt_sgemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc);
-/* y (N,M) = x (N,K) W^T + b; W (M,K), b (M) or NULL. */
-void gpt_linear_forward(const gpt *m, float *y, const float *x, const float *w, const float *b, int64_t N,
-                        int64_t K, int64_t M);
+/* y (N,M) = x (N,K) W^T + b; W (M,K) f32, or bf16 w16 when not NULL (oneDNN; x is then
+ * bf16-valued); b (M) or NULL. */
+void gpt_linear_forward(gpt *m, float *y, const float *x, const float *w, const uint16_t *w16,
+                        const float *b, int64_t N, int64_t K, int64_t M);
 /* dx (N,K) = beta*dx + dy (N,M) W; W (M,K). */
 void gpt_linear_backward_dx(const gpt *m, float *dx, const float *dy, const float *w, int64_t N, int64_t K,
                             int64_t M, float beta);
@@ -190,6 +230,10 @@ void gpt_linear_backward_dx(const gpt *m, float *dx, const float *dy, const floa
  * (bf16: summed in f32, then g = bf16(f32(g) + sum), in row chunks of gbuf). */
 void gpt_grad_matmul(gpt *m, const ct_stage_args *a, int64_t off, const float *dy, int64_t ldy,
                      const float *x, int64_t ldx, int64_t N, int64_t M, int64_t K);
+/* The same with bf16 dy and x, through oneDNN (gpt_gemm_bf16). */
+void gpt_grad_matmul_bf16(gpt *m, const ct_stage_args *a, int64_t off, const uint16_t *dy,
+                          int64_t ldy, const uint16_t *x, int64_t ldx, int64_t N, int64_t M,
+                          int64_t K);
 /* grads[off..off+n) += d[0..n) in the stage's grad dtype. */
 void gpt_grad_add(const ct_stage_args *a, int64_t off, const float *d, int64_t n);
 /* db (M) = column sums of dy (N,M). */

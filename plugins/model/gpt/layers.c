@@ -1,14 +1,17 @@
-/* layers.c — the gpt plugin's layer kernels on the CPU: linear layers through OpenBLAS sgemm,
- * norms (layernorm / rmsnorm / gain-only layernorm), the MLP activations (gelu, swiglu), bf16
- * emulation and the adding of parameter gradients in the host's grad dtype. Forward and
- * backward of each layer sit side by side. Not for: attention (attention.c), stage order
- * (stages.c). Shape legend: see gpt.h.
+/* layers.c — the gpt plugin's layer kernels on the CPU: linear layers through OpenBLAS sgemm
+ * (or, for bf16 operands, oneDNN's matmul: gpt_gemm_bf16), norms (layernorm / rmsnorm /
+ * gain-only layernorm), the MLP activations (gelu, swiglu), bf16 emulation and the adding of
+ * parameter gradients in the host's grad dtype. Forward and backward of each layer sit side by
+ * side. Not for: attention (attention.c), stage order (stages.c), oneDNN itself (onednn.c).
+ * Shape legend: see gpt.h.
  */
 #include "gpt.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* Loops over fewer elements than this stay on one thread. */
 #define GPT_PAR_MIN 32768
@@ -49,6 +52,61 @@ void gpt_sgemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, fl
 }
 
 /* ---------------------------------------------------------------------------------------
+ * bf16 operands through oneDNN. The operands are the bf16 values the OpenBLAS path widens to
+ * f32 and the sums are f32 in both, so only the order of the f32 sums differs.
+ * ------------------------------------------------------------------------------------- */
+
+void gpt_to_bf16(const gpt *m, uint16_t *dst, const float *src, int64_t rows, int64_t cols,
+                 int64_t ld) {
+#pragma omp parallel for num_threads(m->threads) if (rows * cols > GPT_PAR_MIN && !omp_in_parallel()) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) dst[r * cols + j] = ct_bf16_from_f32(src[r * ld + j]);
+}
+
+/* The stored matrix of op(X) (M x K when not transposed) widened to a dense f32 copy, for the
+ * rare product oneDNN refuses. NULL when out of memory. */
+static float *widen(const uint16_t *X, int trans, int64_t rows, int64_t cols, int64_t ld,
+                    int64_t *ld_out) {
+    int64_t r = trans ? cols : rows, c = trans ? rows : cols; /* as stored */
+    float *w = malloc((size_t)(r * c) * sizeof *w);
+    if (!w) return NULL;
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) w[i * c + j] = ct_bf16_to_f32(X[i * ld + j]);
+    *ld_out = c;
+    return w;
+}
+
+void gpt_gemm_bf16(gpt *m, gpt_dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc) {
+    assert(beta == 0.0f || beta == 1.0f);
+    if (M == 0 || N == 0) return;
+    if (d && gpt_dnnl_gemm(d, CT_DTYPE_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                           ldc) == 0)
+        return;
+    int first = 0;
+#pragma omp atomic capture
+    first = m->mm_warned++;
+    if (first == 0 && m->api && m->api->log) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "%s; such products run through OpenBLAS on the same bf16 "
+                 "values (slower) ---> report it with the shapes above",
+                 d ? gpt_dnnl_error(d) : "no oneDNN context");
+        m->api->log(m->host, CT_LOG_WARN, msg);
+    }
+    int64_t la = 0, lb = 0;
+    float *a32 = widen(A, ta, M, K, lda, &la), *b32 = widen(B, tb, K, N, ldb, &lb);
+    if (a32 && b32) /* one plain call: this may run inside attention's parallel loop */
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (int)M, (int)N, (int)K, alpha, a32, (int)la, b32, (int)lb, beta, C, (int)ldc);
+    else
+        for (int64_t i = 0; i < M; i++) /* out of memory too: NaN, which stops the run */
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = NAN;
+    free(a32);
+    free(b32);
+}
+
+/* ---------------------------------------------------------------------------------------
  * bf16 emulation, weights, gradients
  * ------------------------------------------------------------------------------------- */
 
@@ -68,6 +126,17 @@ const float *gpt_weights(gpt *m, const ct_stage_args *a, int64_t off, int64_t n)
     return dst;
 }
 
+const float *gpt_unit_weights(gpt *m, const ct_stage_args *a, const ct_unit_spec *u, int64_t n) {
+    if (!(m->use_dnnl && m->bf16)) return gpt_weights(m, a, 0, n);
+    int64_t off = 0; /* the matrices are read as bf16 (gpt_w16): only the vectors are widened */
+    for (uint32_t k = 0; k < u->n_tensors; k++) {
+        int64_t len = (int64_t)ct_tensor_numel(&u->tensors[k]);
+        if (u->tensors[k].ndim < 2) gpt_weights(m, a, off, len);
+        off += (int64_t)ct_align_up((uint64_t)len, CT_TENSOR_ALIGN);
+    }
+    return m->wbuf;
+}
+
 /* One gradient element in bf16: the sum is formed in f32 and rounded once. */
 static inline uint16_t bf16_add(uint16_t g, float d) {
     return ct_bf16_from_f32(ct_bf16_to_f32(g) + d);
@@ -84,6 +153,30 @@ void gpt_grad_add(const ct_stage_args *a, int64_t off, const float *d, int64_t n
     }
 }
 
+/* g[0..n) = bf16(f32(g) + d) for the rows of a bf16 gradient computed in gbuf. */
+static void grad_add_bf16(const gpt *m, uint16_t *g, const float *d, int64_t n) {
+#pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) g[i] = bf16_add(g[i], d[i]);
+}
+
+void gpt_grad_matmul_bf16(gpt *m, const ct_stage_args *a, int64_t off, const uint16_t *dy,
+                          int64_t ldy, const uint16_t *x, int64_t ldx, int64_t N, int64_t M,
+                          int64_t K) {
+    assert(off >= 0);
+    if (a->grad_dtype == CT_DTYPE_F32) { /* the product adds straight into the f32 gradient */
+        gpt_gemm_bf16(m, m->dnnl, 1, 0, M, K, N, 1.0f, dy, ldy, x, ldx, 1.0f,
+                      (float *)a->grads + off, K);
+        return;
+    }
+    int64_t rows = m->gbuf_n / K; /* rows of dW per chunk, as gpt_grad_matmul */
+    assert(rows >= 1);
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+        int64_t mr = M - r0 < rows ? M - r0 : rows;
+        gpt_gemm_bf16(m, m->dnnl, 1, 0, mr, K, N, 1.0f, dy + r0, ldy, x, ldx, 0.0f, m->gbuf, K);
+        grad_add_bf16(m, (uint16_t *)a->grads + off + r0 * K, m->gbuf, mr * K);
+    }
+}
+
 void gpt_grad_matmul(gpt *m, const ct_stage_args *a, int64_t off, const float *dy, int64_t ldy,
                      const float *x, int64_t ldx, int64_t N, int64_t M, int64_t K) {
     assert(off >= 0);
@@ -96,11 +189,7 @@ void gpt_grad_matmul(gpt *m, const ct_stage_args *a, int64_t off, const float *d
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
         int64_t mr = M - r0 < rows ? M - r0 : rows;
         gpt_sgemm(m, 1, 0, mr, K, N, 1.0f, dy + r0, ldy, x, ldx, 0.0f, m->gbuf, K);
-        uint16_t *g = (uint16_t *)a->grads + off + r0 * K;
-        int64_t n = mr * K;
-        const float *d = m->gbuf;
-#pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) g[i] = bf16_add(g[i], d[i]);
+        grad_add_bf16(m, (uint16_t *)a->grads + off + r0 * K, m->gbuf, mr * K);
     }
 }
 
@@ -116,9 +205,14 @@ void gpt_colsum(float *db, const float *dy, int64_t N, int64_t M) {
  * Linear layer: y = x W^T + b
  * ------------------------------------------------------------------------------------- */
 
-void gpt_linear_forward(const gpt *m, float *y, const float *x, const float *w, const float *b,
-                        int64_t N, int64_t K, int64_t M) {
-    gpt_sgemm(m, 0, 1, N, M, K, 1.0f, x, K, w, K, 0.0f, y, M);
+void gpt_linear_forward(gpt *m, float *y, const float *x, const float *w, const uint16_t *w16,
+                        const float *b, int64_t N, int64_t K, int64_t M) {
+    if (w16) {
+        gpt_to_bf16(m, m->xb, x, N, K, K);
+        gpt_gemm_bf16(m, m->dnnl, 0, 1, N, M, K, 1.0f, m->xb, K, w16, K, 0.0f, y, M);
+    } else {
+        gpt_sgemm(m, 0, 1, N, M, K, 1.0f, x, K, w, K, 0.0f, y, M);
+    }
     if (!b) return;
 #pragma omp parallel for num_threads(m->threads) if (N * M > GPT_PAR_MIN) schedule(static)
     for (int64_t n = 0; n < N; n++)

@@ -6,7 +6,10 @@
  * accumulate in f32 (sgemm), and every activation and activation gradient a GPU would store in
  * bf16 (outputs of each op, the residual stream, the logits, dlogits) is rounded with
  * ct_round_bf16. Parameter gradients are summed in f32 within a stage, then added once into the
- * host's buffer in grad_dtype. With f32 params nothing is rounded. Shape legend: see gpt.h.
+ * host's buffer in grad_dtype. With f32 params nothing is rounded. On the oneDNN path
+ * (m->use_dnnl) the products take the same bf16 values as bf16 bits (the weights straight from
+ * the params, the activations through gpt_to_bf16) and accumulate in f32 as well: only the order
+ * of the f32 sums differs from the OpenBLAS path. Shape legend: see gpt.h.
  */
 #include "gpt.h"
 
@@ -29,6 +32,27 @@ static void bias_grad(gpt *m, const ct_stage_args *a, int64_t b_off, const float
     if (b_off < 0) return;
     gpt_colsum(m->gbuf, dy, m->N, M);
     gpt_grad_add(a, b_off, m->gbuf, M);
+}
+
+/* Backward of y = x W^T + b (x (N,K), W (M,K) at w_off, b at b_off or -1): the weight and bias
+ * gradients added, dx (N,K) = dy W written. On the oneDNN path dy and x become bf16 once for
+ * both products. */
+static void linear_backward(gpt *m, const ct_stage_args *a, int64_t w_off, int64_t b_off,
+                            const float *w, float *dx, const float *dy, const float *x, int64_t K,
+                            int64_t M) {
+    int64_t N = m->N;
+    const uint16_t *w16 = gpt_w16(m, a, w_off);
+    if (w16) {
+        gpt_to_bf16(m, m->yb, dy, N, M, M);
+        gpt_to_bf16(m, m->xb, x, N, K, K);
+        gpt_grad_matmul_bf16(m, a, w_off, m->yb, M, m->xb, K, N, M, K);
+        bias_grad(m, a, b_off, dy, M);
+        gpt_gemm_bf16(m, m->dnnl, 0, 0, N, K, M, 1.0f, m->yb, M, w16, K, 0.0f, dx, K);
+        return;
+    }
+    gpt_grad_matmul(m, a, w_off, dy, M, x, K, N, M, K);
+    bias_grad(m, a, b_off, dy, M);
+    gpt_linear_backward_dx(m, dx, dy, w, N, K, M, 0.0f);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -107,8 +131,9 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
     int64_t N = m->N, C = m->C, F = m->F;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
-    const float *P = gpt_weights(m, a, 0, (int64_t)m->block_numel);
+    const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
 #define W(off) ((off) >= 0 ? P + (off) : NULL)
+#define W16(off) gpt_w16(m, a, off)
     gpt_block_acts *A = &m->acts[l];
     const float *x = m->res + l * N * C;
     float *out = m->res + (l + 1) * N * C;
@@ -116,7 +141,8 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
 
     gpt_norm_forward(m, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, W(o->ln1_w), W(o->ln1_b), N, C);
     store(m, A->ln1, N * C);
-    gpt_linear_forward(m, A->qkv, A->ln1, W(o->qkv_w), W(o->qkv_b), N, C, 3 * C);
+    gpt_linear_forward(m, A->qkv, A->ln1, W(o->qkv_w), W16(o->qkv_w), W(o->qkv_b), N, C,
+                       3 * C);
     store(m, A->qkv, N * 3 * C);
     if (A->qkv_att != A->qkv) {
         memcpy(A->qkv_att, A->qkv, (size_t)(N * 3 * C) * sizeof(float));
@@ -134,7 +160,7 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
     }
     gpt_attention_forward(m, A->att, A->lse, A->qkv_att);
     store(m, A->att, N * C);
-    gpt_linear_forward(m, tmp, A->att, W(o->proj_w), W(o->proj_b), N, C, C);
+    gpt_linear_forward(m, tmp, A->att, W(o->proj_w), W16(o->proj_w), W(o->proj_b), N, C, C);
     store(m, tmp, N * C);
     for (int64_t i = 0; i < N * C; i++) A->xmid[i] = x[i] + tmp[i];
     store(m, A->xmid, N * C);
@@ -142,15 +168,16 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
     gpt_norm_forward(m, A->ln2, C, A->ln2_mean, A->ln2_rstd, A->xmid, C, W(o->ln2_w),
                      W(o->ln2_b), N, C);
     store(m, A->ln2, N * C);
-    gpt_linear_forward(m, A->h, A->ln2, W(o->fc_w), W(o->fc_b), N, C, FH);
+    gpt_linear_forward(m, A->h, A->ln2, W(o->fc_w), W16(o->fc_w), W(o->fc_b), N, C, FH);
     store(m, A->h, N * FH);
     gpt_act_forward(m, A->g, A->h, N);
     store(m, A->g, N * F);
-    gpt_linear_forward(m, tmp, A->g, W(o->fc2_w), W(o->fc2_b), N, F, C);
+    gpt_linear_forward(m, tmp, A->g, W(o->fc2_w), W16(o->fc2_w), W(o->fc2_b), N, F, C);
     store(m, tmp, N * C);
     for (int64_t i = 0; i < N * C; i++) out[i] = A->xmid[i] + tmp[i];
     store(m, out, N * C);
 #undef W
+#undef W16
 }
 
 /* m->dres: d loss / d out on entry, d loss / d x on return. */
@@ -158,22 +185,18 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
     int64_t N = m->N, C = m->C, F = m->F;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
-    const float *P = gpt_weights(m, a, 0, (int64_t)m->block_numel);
+    const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
 #define W(off) ((off) >= 0 ? P + (off) : NULL)
     gpt_block_acts *A = &m->acts[l];
     const float *x = m->res + l * N * C;
     float *dres = m->dres, *dnc = m->dnc;
 
     /* MLP branch: its output's gradient is dres */
-    gpt_grad_matmul(m, a, o->fc2_w, dres, C, A->g, F, N, C, F);
-    bias_grad(m, a, o->fc2_b, dres, C);
-    gpt_linear_backward_dx(m, m->dg, dres, W(o->fc2_w), N, F, C, 0.0f);
+    linear_backward(m, a, o->fc2_w, o->fc2_b, W(o->fc2_w), m->dg, dres, A->g, F, C);
     store(m, m->dg, N * F);
     gpt_act_backward(m, m->dh, m->dg, A->h, N);
     store(m, m->dh, N * FH);
-    gpt_grad_matmul(m, a, o->fc_w, m->dh, FH, A->ln2, C, N, FH, C);
-    bias_grad(m, a, o->fc_b, m->dh, FH);
-    gpt_linear_backward_dx(m, dnc, m->dh, W(o->fc_w), N, C, FH, 0.0f);
+    linear_backward(m, a, o->fc_w, o->fc_b, W(o->fc_w), dnc, m->dh, A->ln2, C, FH);
     store(m, dnc, N * C);
     norm_grads_begin(m);
     gpt_norm_backward(m, dres, C, m->gbuf, o->ln2_b >= 0 ? m->gbuf + C : NULL, dnc, C, A->xmid,
@@ -182,9 +205,7 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
     store(m, dres, N * C); /* now d loss / d x_mid */
 
     /* attention branch */
-    gpt_grad_matmul(m, a, o->proj_w, dres, C, A->att, C, N, C, C);
-    bias_grad(m, a, o->proj_b, dres, C);
-    gpt_linear_backward_dx(m, dnc, dres, W(o->proj_w), N, C, C, 0.0f);
+    linear_backward(m, a, o->proj_w, o->proj_b, W(o->proj_w), dnc, dres, A->att, C, C);
     store(m, dnc, N * C);
     gpt_attention_backward(m, m->dqkv, dnc, A->qkv_att, A->lse);
     store(m, m->dqkv, N * 3 * C);
@@ -204,9 +225,7 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
         norm_grads_end(m, a, o->kn_w, o->kn_b);
         store(m, m->dqkv, N * 3 * C);
     }
-    gpt_grad_matmul(m, a, o->qkv_w, m->dqkv, 3 * C, A->ln1, C, N, 3 * C, C);
-    bias_grad(m, a, o->qkv_b, m->dqkv, 3 * C);
-    gpt_linear_backward_dx(m, dnc, m->dqkv, W(o->qkv_w), N, C, 3 * C, 0.0f);
+    linear_backward(m, a, o->qkv_w, o->qkv_b, W(o->qkv_w), dnc, m->dqkv, A->ln1, C, 3 * C);
     store(m, dnc, N * C);
     norm_grads_begin(m);
     gpt_norm_backward(m, dres, C, m->gbuf, o->ln1_b >= 0 ? m->gbuf + C : NULL, dnc, C, x, C,
@@ -225,6 +244,21 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
  * that ends at N runs the final norm's backward over all N rows, as a whole-batch call does.
  * ------------------------------------------------------------------------------------- */
 
+/* The head's weights (V,C) as f32 (the OpenBLAS path). With bf16 params they are widened into
+ * wbuf once per micro-batch, by the forward range that starts at row 0, and the later ranges of
+ * the micro-batch, forward and backward, read that copy: the params of a micro-batch do not
+ * change between its stages (ctrain.h), and every other stage clears head_w_ready (gpt_forward,
+ * gpt_backward), since a block's weights reuse wbuf. */
+static const float *head_weights(gpt *m, const ct_stage_args *a, int64_t r0, int forward) {
+    int64_t V = m->V, C = m->C;
+    if (a->param_dtype == CT_DTYPE_F32) return (const float *)a->params + m->root.head;
+    if (!m->head_w_ready || (forward && r0 == 0)) {
+        gpt_weights(m, a, m->root.head, V * C);
+        m->head_w_ready = 1;
+    }
+    return m->wbuf + m->root.head;
+}
+
 static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
     int64_t N = m->N, C = m->C, V = m->V, r0, n;
     if (!a->logits)
@@ -237,10 +271,26 @@ static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
         gpt_norm_forward(m, m->lnf, C, m->lnf_mean, m->lnf_rstd, x, C, w, b, N, C);
         store(m, m->lnf, N * C);
     }
-    const float *wh = gpt_weights(m, a, m->root.head, V * C);
-    gpt_linear_forward(m, a->logits, m->lnf + r0 * C, wh, NULL, n, C, V);
+    const uint16_t *wh16 = gpt_w16(m, a, m->root.head);
+    const float *wh = wh16 ? NULL : head_weights(m, a, r0, 1);
+    gpt_linear_forward(m, a->logits, m->lnf + r0 * C, wh, wh16, NULL, n, C, V);
     store(m, a->logits, n * V);
     return CT_OK;
+}
+
+/* The range's dlogits columns [v0, v0+vc) rounded to bf16 (the values a GPU's bf16 dlogits
+ * hold): as f32 into d (n,vc), or as bf16 bits into d16 (n,vc). */
+static void dlogits_slice(const gpt *m, const ct_stage_args *a, int64_t n, int64_t v0, int64_t vc,
+                          float *d, uint16_t *d16) {
+    const float *src = a->dlogits + v0;
+    int64_t V = m->V;
+    if (d16) {
+        gpt_to_bf16(m, d16, src, n, vc, V);
+        return;
+    }
+#pragma omp parallel for num_threads(m->threads) if (n * vc > 32768) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < vc; j++) d[i * vc + j] = ct_round_bf16(src[i * V + j]);
 }
 
 static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
@@ -248,19 +298,28 @@ static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     if (!a->dlogits)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage head got no dlogits (NULL)");
     gpt_head_rows(m, a, &r0, &n);
-    const float *wh = gpt_weights(m, a, m->root.head, V * C);
+    const uint16_t *wh16 = gpt_w16(m, a, m->root.head);
+    const float *wh = wh16 ? NULL : head_weights(m, a, r0, 0);
     const float *lnf = m->lnf + r0 * C; /* (n,C) the range's rows */
     float *dlnf = m->dnc + r0 * C;
     if (!m->bf16) {
         gpt_linear_backward_dx(m, dlnf, a->dlogits, wh, n, C, V, 0.0f);
         gpt_grad_matmul(m, a, m->root.head, a->dlogits, V, lnf, C, n, V, C);
+    } else if (wh16) { /* oneDNN: the same slices as below, as bf16 bits */
+        uint16_t *d16 = (uint16_t *)m->dlog;
+        gpt_to_bf16(m, m->xb, lnf, n, C, C);
+        for (int64_t v0 = 0; v0 < V; v0 += GPT_VCHUNK) {
+            int64_t vc = V - v0 < GPT_VCHUNK ? V - v0 : GPT_VCHUNK;
+            dlogits_slice(m, a, n, v0, vc, NULL, d16);
+            gpt_gemm_bf16(m, m->dnnl, 0, 0, n, C, vc, 1.0f, d16, vc, wh16 + v0 * C, C,
+                          v0 ? 1.0f : 0.0f, dlnf, C);
+            gpt_grad_matmul_bf16(m, a, m->root.head + v0 * C, d16, vc, m->xb, C, n, vc, C);
+        }
     } else { /* slices of GPT_VCHUNK vocabulary columns: dlogits rounded to bf16 first */
         for (int64_t v0 = 0; v0 < V; v0 += GPT_VCHUNK) {
             int64_t vc = V - v0 < GPT_VCHUNK ? V - v0 : GPT_VCHUNK;
             float *d = m->dlog;
-#pragma omp parallel for num_threads(m->threads) if (n * vc > 32768) schedule(static)
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t j = 0; j < vc; j++) d[i * vc + j] = ct_round_bf16(a->dlogits[i * V + v0 + j]);
+            dlogits_slice(m, a, n, v0, vc, d, NULL);
             gpt_sgemm(m, 0, 0, n, C, vc, 1.0f, d, vc, wh + v0 * C, C, v0 ? 1.0f : 0.0f, dlnf, C);
             gpt_grad_matmul(m, a, m->root.head + v0 * C, d, vc, lnf, C, n, vc, C);
         }
@@ -322,8 +381,9 @@ int32_t gpt_forward(void *self, const ct_stage_args *a, ct_error *err) {
     int32_t rc = check_args(m, a, 0, err);
     if (rc != CT_OK) return rc;
     if (m->on_cuda) return m->cu.forward(m, a, err); /* the companion's gpt_cuda.cu */
-    if (a->stage == 0) return embed_forward(m, a, err);
     if (a->stage == m->L + 1) return head_forward(m, a, err);
+    m->head_w_ready = 0; /* head_weights */
+    if (a->stage == 0) return embed_forward(m, a, err);
     block_forward(m, a, a->stage - 1);
     return CT_OK;
 }
@@ -333,8 +393,9 @@ int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err) {
     int32_t rc = check_args(m, a, 1, err);
     if (rc != CT_OK) return rc;
     if (m->on_cuda) return m->cu.backward(m, a, err);
-    if (a->stage == 0) return embed_backward(m, a, err);
     if (a->stage == m->L + 1) return head_backward(m, a, err);
+    m->head_w_ready = 0;
+    if (a->stage == 0) return embed_backward(m, a, err);
     block_backward(m, a, a->stage - 1);
     return CT_OK;
 }
