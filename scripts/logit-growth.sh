@@ -29,8 +29,8 @@
 #   The runs at real tokens per rank (group sp8k-tpr: base-sp8k.ini at 32768 sequences x 4 =
 #   131,072 tokens per step, 4096 / 2048 / 1024 tokens per rank at N = 32 / 64 / 128; tiers P1,
 #   P2, P3 in priority order; docs/logit-growth.md, "At real tokens per rank"):
-#   LG_TIERS="P1 P2 P3" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=32768
-#   LG_CHECKPOINT_EVERY=50 LG_OUT=/work/runs/logit-growth-tpr nice -n 10 scripts/logit-growth.sh
+#   LG_TIERS="P1 P2 P3" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=32768 LG_KEEP_CHECKPOINTS=1
+#   LG_CHECKPOINT_EVERY=25 LG_OUT=/work/runs/logit-growth-tpr nice -n 19 scripts/logit-growth.sh
 #   The long runs (2000 steps, N up to 256, V = 8k, base-sp8k.ini; tiers L1 and L2 are two
 #   lanes that may run at the same time, each in its own shell):
 #   LG_TIERS=L1 LG_GROUPS="sp8k-ce sp8k-zloss" LG_STEPS=2000 LG_GLOBAL_BATCH=256
