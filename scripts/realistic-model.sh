@@ -11,7 +11,7 @@
 # Knobs (environment):
 #   RM_OUT=runs/realistic-sp50k   the run; milestones are kept in RM_OUT/milestones/step_N
 #   RM_DATA=data/big-sp50k        the token shards (made here when missing: get-big-corpus.sh,
-#                                 then a 50,000-piece sentencepiece BPE model trained on 40 MB
+#                                 then a 50,000-piece sentencepiece BPE model trained on 20 MB
 #                                 sampled across the corpus)
 #   RM_MILESTONES="25 50 100 200 400 800 1600 3200 6400 12800"   steps to keep a checkpoint at
 #   RM_CTRAIN=build/ctrain
@@ -28,7 +28,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 if [ ! -s "$data/meta.ini" ]; then
     mapfile -t texts < <(scripts/get-big-corpus.sh)
     "$ctrain" prepare "${texts[@]}" --out "$data" --tokenizer sentencepiece --vocab-size 50000 \
-        --sp-sample-bytes 40000000
+        --sp-sample-bytes 20000000
 fi
 mkdir -p "$out/milestones"
 for m in $milestones; do
