@@ -18,14 +18,7 @@ ct_need_ctrain
 cd "$ROOT"
 work="$CT_TMP"
 V=300
-python3 - "$work/d.bin" "$V" <<'PY'
-import struct, sys
-n, V = 6000, int(sys.argv[2])
-toks = [(i * 7919 + i * i // 3) % V for i in range(n)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *toks))
-PY
+ct_shard "$work/d.bin" 6000 "$V"
 cat > "$work/t.ini" <<EOF
 [run]
 name = ddp_amp
