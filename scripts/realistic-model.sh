@@ -44,6 +44,12 @@ for m in $milestones; do
     [ -d "$ckpt" ] || { echo "FAIL  no checkpoint $ckpt after training to $m"; exit 1; }
     # checkpoint files are written whole and never changed: hard links keep them once
     cp -al "$ckpt" "$keep.tmp" && mv "$keep.tmp" "$keep"
-    awk -v m="$m" '/"step": / { line = $0 } END { print "kept  step " m ": " line }' \
-        "$out/metrics.jsonl" | cut -c1-160
+    python3 - "$out/metrics.jsonl" "$m" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+last = [r for r in rows if r.get("step") == int(sys.argv[2]) and "loss" in r][-1:]
+val = [r["val/loss"] for r in rows if "val/loss" in r][-1:]
+print(f"kept  step {sys.argv[2]}: loss {last[0]['loss']:.4f}" if last else f"kept  step {sys.argv[2]}",
+      f"(last val loss {val[0]:.4f})" if val else "")
+PY
 done
