@@ -18,9 +18,19 @@
 #   The cost of each policy at N = 32 (no probe): LG_TIERS=c LG_GROUPS=sp32k-cost LG_STEPS=30
 #   LG_OUT=runs/logit-growth-cost; CPU seconds in probe-sp32k-cost.txt
 #   LG_GROUPS="sp32k-ce bytes-ce sp32k-zloss"   which groups of the plan to run
+#   LG_POLICIES=              only these policies of the plan (and every N = 1 reference); empty
+#                             = all. The ddp runs with their references and amp beside them:
+#                             LG_POLICIES="ddp amp" scripts/logit-growth.sh
 #   LG_CTRAIN=build/ctrain
 #   LG_GLOBAL_BATCH=32        sequences per step at every world size (batch_size = this / N)
 #   LG_KEEP_CHECKPOINTS=0     1: keep each run's final checkpoint (for `ctrain what-if`)
+#   LG_CHECKPOINT_EVERY=0     K > 0: checkpoint every K steps, and resume an unfinished run from
+#                             its newest checkpoint instead of starting it again
+#   The runs at real tokens per rank (group sp8k-tpr: base-sp8k.ini at 32768 sequences x 4 =
+#   131,072 tokens per step, 4096 / 2048 / 1024 tokens per rank at N = 32 / 64 / 128; tiers P1,
+#   P2, P3 in priority order; docs/logit-growth.md, "At real tokens per rank"):
+#   LG_TIERS="P1 P2 P3" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=32768 LG_KEEP_CHECKPOINTS=1
+#   LG_CHECKPOINT_EVERY=25 LG_OUT=/work/runs/logit-growth-tpr nice -n 19 scripts/logit-growth.sh
 #   The long runs (2000 steps, N up to 256, V = 8k, base-sp8k.ini; tiers L1 and L2 are two
 #   lanes that may run at the same time, each in its own shell):
 #   LG_TIERS=L1 LG_GROUPS="sp8k-ce sp8k-zloss" LG_STEPS=2000 LG_GLOBAL_BATCH=256
@@ -37,11 +47,13 @@ steps=${LG_STEPS:-80}
 lr=${LG_LR:-5e-3}
 groups=${LG_GROUPS:-"sp32k-ce bytes-ce sp32k-zloss"}
 tiers=${LG_TIERS:-"1 2 3"}
+policies=${LG_POLICIES:-}
 seed=${LG_SEED:-1337}
 ctrain=${LG_CTRAIN:-build/ctrain}
 inis=ini/experiments/logit-growth
 global_batch=${LG_GLOBAL_BATCH:-32}
 keep_checkpoints=${LG_KEEP_CHECKPOINTS:-0}
+checkpoint_every=${LG_CHECKPOINT_EVERY:-0}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # 32 rank threads already fill 2 cores
 
 [ -x "$ctrain" ] || { echo "logit-growth: $ctrain not found ---> run make first" >&2; exit 1; }
@@ -63,9 +75,9 @@ prepare_data() {
 # finished DIR: its metrics.jsonl has a line for the final step
 finished() { [ -s "$1/metrics.jsonl" ] && grep -q "\"step\": $steps," "$1/metrics.jsonl"; }
 
-# run GROUP N POLICY[:ALGO]: one training run; POLICY is a precision plugin or ddp_f32
-# (ddp + amp with the bf16 local gradient cast to f32 before the all-reduce); ALGO an order of
-# the threads engine (dbtree, hier) with 8 ranks per node, under no_shard (all-reduce: NCCL's
+# run GROUP N POLICY[:ALGO]: one training run; POLICY is a precision plugin or ddp (strategy
+# ddp with amp: PyTorch DDP under autocast, f32 local gradients all-reduced in f32); ALGO an order
+# of the threads engine (dbtree, hier) with 8 ranks per node, under no_shard (all-reduce: NCCL's
 # reduce-scatter, full_shard's reduction, is a ring whatever the algorithm).
 run() {
     local group=$1 n=$2 policy=${3%%:*} algo=
@@ -81,15 +93,20 @@ run() {
         fi
     fi
     echo $$ > "$dir.lock/pid"
-    rm -rf "$dir"
+    local resume=()
+    if [ "$checkpoint_every" -gt 0 ] && ls -d "$dir"/checkpoints/step_* > /dev/null 2>&1; then
+        resume=(--resume)   # the newest valid checkpoint; the metrics file goes on
+    else
+        rm -rf "$dir"
+    fi
     local sets=(--set "run.out_dir=$dir" --set "run.steps=$steps"
                 --set "optim.lr=$lr" --set "optim.min_lr=$lr"
                 --set "data.batch_size=$((global_batch / n))" --set "comm.world_size=$n"
                 --set "run.seed=$seed" --set "run.name=n${n}_$policy${algo:+_$algo}")
     [ "$n" -gt 1 ] && sets+=(--set comm.plugin=threads)
     [ -n "$algo" ] && sets+=(--set "comm.algo=$algo" --set comm.gpus_per_node=8)
-    if [ "$policy" = ddp_f32 ]; then
-        sets+=(--set strategy.plugin=ddp --set strategy.reduce_dtype=policy --set precision.plugin=amp)
+    if [ "$policy" = ddp ]; then
+        sets+=(--set strategy.plugin=ddp --set precision.plugin=amp)
     elif [ -n "$algo" ]; then
         # NCCL's reduce-scatter (full_shard's gradient reduction) is ring-only, and so is the
         # threads engine's: an order other than the ring needs an all-reduce, i.e. no_shard
@@ -98,6 +115,15 @@ run() {
         sets+=(--set strategy.plugin=full_shard --set "precision.plugin=$policy")
     fi
     [ "$loss" = zloss ] && sets+=(--set "loss.plugins=ce, zloss" --set loss.zloss.coef=1e-4)
+    # group *-tpr (thousands of tokens per rank): no validation split (the corpus's is smaller
+    # than one global batch); the local gradient summed in f32 and cast to the reduce dtype
+    # before the collective. With one micro-batch per step that is the same single bf16 rounding
+    # of each rank's gradient as a bf16 buffer gives (up to the order of f32 sums), and it lets
+    # the head run by row ranges: 25 MB of logits per rank instead of 8.4 GB per run.
+    [ "$loss" = tpr ] && sets+=(--set data.val= --set precision.grad_accum_dtype=f32
+                                  --set run.log_every=25)
+    [ "$checkpoint_every" -gt 0 ] && sets+=(--set "run.checkpoint_every=$checkpoint_every"
+                                            --set run.keep_checkpoints=2)
     # group *-cost: the cost of each policy alone (no probe, no evaluation); compare CPU seconds
     [ "$loss" = cost ] && sets+=(--set run.probe=false --set run.eval_every=0)
     local t0=$SECONDS
@@ -106,11 +132,13 @@ run() {
     # that survives a machine shared with other work; tokens/s does not)
     local timer=()
     [ -x /usr/bin/time ] && timer=(/usr/bin/time -o "$dir.time" -f "%e %U %S")
-    if ! "${timer[@]}" "$ctrain" train "$inis/base-$vocab.ini" "${sets[@]}" < /dev/null > "$dir.log" 2>&1; then
+    if ! "${timer[@]}" "$ctrain" train "$inis/base-$vocab.ini" "${sets[@]}" "${resume[@]}" \
+            < /dev/null >> "$dir.log" 2>&1; then
         echo "FAIL  $dir (see $dir.log)"; tail -3 "$dir.log"; return 0
     fi
     [ "$keep_checkpoints" = 1 ] || rm -rf "$dir/checkpoints"   # the sweep needs metrics only
-    [ -f "$dir.time" ] && mv "$dir.time" "$dir/time.txt"
+    # time.txt: one line per sitting of a resumed run
+    [ -f "$dir.time" ] && cat "$dir.time" >> "$dir/time.txt" && rm -f "$dir.time"
     rm -rf "$dir.lock"
     echo "done  $dir $((SECONDS - t0)) s"
 }
@@ -125,7 +153,7 @@ run() {
 plan() {
     local n p
     for p in amp pure_bf16; do echo "1 sp32k-ce 1 $p"; done
-    for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp_f32; do echo "1 sp32k-ce 32 $p"; done
+    for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp; do echo "1 sp32k-ce 32 $p"; done
     for n in 4 16; do for p in pure_bf16 amp bf16_fp32acc; do echo "1 sp32k-ce $n $p"; done; done
     for p in pure_bf16 amp; do echo "1 sp32k-zloss 32 $p"; done
     echo "1 sp32k-zloss 1 pure_bf16"
@@ -133,15 +161,15 @@ plan() {
     echo "1 bytes-ce 1 pure_bf16"
     echo "x sp32k-ce 1 pure_bf16"
     for p in pure_bf16 amp bf16_fp32acc; do echo "x sp32k-ce 32 $p"; done
-    for n in 4 16; do for p in bf16_sr ddp_f32; do echo "2 sp32k-ce $n $p"; done; done
+    for n in 4 16; do for p in bf16_sr ddp; do echo "2 sp32k-ce $n $p"; done; done
     echo "2 sp32k-zloss 32 bf16_fp32acc"
     for n in 4 16; do echo "2 sp32k-zloss $n pure_bf16"; echo "2 bytes-ce $n pure_bf16"; done
     echo "2 bytes-ce 32 bf16_fp32acc"
-    for n in 4 16 32; do for p in amp bf16_fp32acc bf16_sr ddp_f32; do
+    for n in 4 16 32; do for p in amp bf16_fp32acc bf16_sr ddp; do
         echo "3 bytes-ce $n $p"; done; done
     for n in 4 16; do for p in amp bf16_fp32acc; do echo "3 sp32k-zloss $n $p"; done; done
-    for p in bf16_sr ddp_f32; do echo "3 sp32k-zloss 32 $p"; done
-    for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp_f32; do echo "c sp32k-cost 32 $p"; done
+    for p in bf16_sr ddp; do echo "3 sp32k-zloss 32 $p"; done
+    for p in amp pure_bf16 bf16_fp32acc bf16_sr ddp; do echo "c sp32k-cost 32 $p"; done
     # the long runs, in the issue's priority order, dealt to two lanes of about equal work
     # (what fits ~95 minutes of a shared 2-core machine is the first two of each lane)
     echo "L1 sp8k-ce 1 pure_bf16";          echo "L2 sp8k-ce 256 bf16_fp32acc"
@@ -156,6 +184,14 @@ plan() {
     # engine's stochastic rounding, ABI 1.5, to fit the machine at N = 256)
     for p in pure_bf16 amp bf16_fp32acc; do echo "L3 sp8k-zloss 64 $p"; done
     echo "L4 sp8k-zloss 64 bf16_sr";         echo "L4 sp8k-zloss 256 bf16_sr"
+    # real tokens per rank (sp8k-tpr, global batch 131,072 tokens): the N = 1 reference and the
+    # ring at the largest N first, then its control and NCCL's tree, then N = 64 and 32.
+    # pure_bf16:nccl (NCCL's own choice of algorithm) joins each N when the threads engine has it.
+    echo "P1 sp8k-tpr 1 pure_bf16"
+    echo "P1 sp8k-tpr 128 pure_bf16"
+    echo "P2 sp8k-tpr 128 bf16_fp32acc";     echo "P2 sp8k-tpr 128 pure_bf16:dbtree"
+    for n in 64 32; do for p in pure_bf16 bf16_fp32acc pure_bf16:dbtree; do
+        echo "P3 sp8k-tpr $n $p"; done; done
 }
 
 # probe_table DIR...: per run, the mean over log steps of the reduction-error probe's figures.
@@ -211,11 +247,10 @@ derive() {
 report_group() {
     local group=$1 g=$out/$1 d ref=$out/$1/n1_pure_bf16
     local -a all=() multi=() dn32=() dpure=()
-    for d in "$g"/n1_* "$g"/n4_* "$g"/n16_* "$g"/n32_* "$g"/n64_* "$g"/n256_*; do
+    for d in "$g"/n1_* "$g"/n4_* "$g"/n16_* "$g"/n32_* "$g"/n64_* "$g"/n128_* "$g"/n256_*; do
         finished "$d" && all+=("$d")
     done
-    # the probe's plot: pure_bf16 at every N > 1, then the other N = 32 policies (ddp_f32's probe
-    # figures are amp's: the probe reduces the policy's way whatever the strategy)
+    # the probe's plot: pure_bf16 at every N > 1, then the other N = 32 policies
     for d in "$g"/n4_pure_bf16 "$g"/n16_pure_bf16 "$g"/n32_pure_bf16 "$g"/n32_bf16_sr \
              "$g"/n32_bf16_fp32acc "$g"/n32_amp "$g"/n64_pure_bf16 "$g"/n256_pure_bf16 \
              "$g"/n256_bf16_fp32acc "$g"/n256_amp; do
@@ -232,7 +267,7 @@ report_group() {
         [ "$d" = "$ref" ] && continue
         derive "$ref" "$d" "$out/delta/$group/$(basename "$d")"
         case $(basename "$d") in
-            n32_* | n256_*) dn32+=("$out/delta/$group/$(basename "$d")") ;;
+            n32_* | n128_* | n256_*) dn32+=("$out/delta/$group/$(basename "$d")") ;;
         esac
         case $(basename "$d") in
             n*_pure_bf16) dpure+=("$out/delta/$group/$(basename "$d")") ;;
@@ -257,6 +292,9 @@ prepare_data
 t_all=$SECONDS
 plan | while read -r tier group n policy; do
     case " $tiers " in *" $tier "*) ;; *) continue ;; esac
+    if [ -n "$policies" ] && [ "$n" != 1 ]; then
+        case " $policies " in *" $policy "*) ;; *) continue ;; esac
+    fi
     case " $groups " in *" $group "*) run "$group" "$n" "$policy" ;; esac
 done
 for group in $groups; do report_group "$group"; done

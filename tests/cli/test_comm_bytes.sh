@@ -68,8 +68,8 @@ expect "ddp fp32 N=2: all-reduce 2(N-1)/N * 4P" "$(value ddp2 comm/bytes_per_ran
 expect "full_shard fp32 N=2: 2 all-gathers + reduce-scatter, 3 (N-1)/N * 4P" \
     "$(value fs2 comm/bytes_per_rank 2)" "$(python3 -c "print(3 * 1 / 2 * 4 * $P2)")" 256
 P4=$(python3 -c "print($(value ddp4amp mem/optim_bytes 1) / 8)")
-expect "ddp amp N=4: bf16 all-reduce 2(N-1)/N * 2P" "$(value ddp4amp comm/bytes_per_rank 2)" \
-    "$(python3 -c "print(2 * 3 / 4 * 2 * $P4)")" 512
+expect "ddp amp N=4: f32 all-reduce (DDP's f32 .grad under autocast) 2(N-1)/N * 4P" \
+    "$(value ddp4amp comm/bytes_per_rank 2)" "$(python3 -c "print(2 * 3 / 4 * 4 * $P4)")" 512
 expect "full_shard amp N=4: (N-1)/N * P * (2 + 2 bf16 gathers + 4 f32 reduce-scatter)" \
     "$(value fs4amp comm/bytes_per_rank 2)" "$(python3 -c "print(3 / 4 * $P4 * 8)")" 512
 expect "full_shard pure_bf16 N=4: (N-1)/N * P * (2 + 2 + 2)" \

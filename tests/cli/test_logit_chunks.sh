@@ -134,10 +134,13 @@ run aw0 --set precision.plugin=amp --set precision.grad_accum_dtype=f32 \
         --set run.logit_chunk_rows=8 \
     && same "amp (bf16 compute, f32 accumulation): ranges of 8 rows equal the whole micro-batch" \
         ac8 aw0 1e-5
-# amp's default bf16 accumulation: training keeps whole micro-batches (a range's head gradient
-# would take its own bf16 rounding), evaluation still goes by ranges
-run bw0 --set precision.plugin=amp --set run.logit_chunk_rows=0 \
-    && run bc8 --set precision.plugin=amp --set run.logit_chunk_rows=8 && {
+# amp's bf16 accumulation (FSDP's, its default under full_shard and no_shard): training keeps
+# whole micro-batches (a range's head gradient would take its own bf16 rounding), evaluation
+# still goes by ranges
+run bw0 --set precision.plugin=amp --set precision.grad_accum_dtype=bf16 \
+    --set run.logit_chunk_rows=0 \
+    && run bc8 --set precision.plugin=amp --set precision.grad_accum_dtype=bf16 \
+        --set run.logit_chunk_rows=8 && {
     same "amp with bf16 accumulation: training equals the whole path, evaluation by ranges" \
         bc8 bw0 1e-5
     says "amp with bf16 accumulation: the start-up line says why training keeps whole batches" \

@@ -54,6 +54,23 @@ CT_TEST(precision_amp_is_fsdp_mixed_bf16_compute_f32_reduce_f32_master) {
                  (dtypes){BF16, F32, F32, F32, BF16});
 }
 
+/* grad_accum_dtype = auto (the default): DDP under autocast holds f32 gradients, FSDP the bf16
+ * flat parameter's; the strategy is read from [strategy] plugin, by name or path. */
+CT_TEST(precision_amp_holds_f32_gradients_under_ddp_and_bf16_under_fsdp) {
+    check_policy("precision_amp.so", "[strategy]\nplugin = ddp\n[precision]\n",
+                 (dtypes){BF16, F32, F32, F32, BF16});
+    check_policy("precision_amp.so", "[strategy]\nplugin = build/plugins/strategy_ddp.so\n"
+                 "[precision]\n", (dtypes){BF16, F32, F32, F32, BF16});
+    check_policy("precision_amp.so", "[strategy]\nplugin = full_shard\n[precision]\n",
+                 (dtypes){BF16, F32, F32, BF16, BF16});
+    check_policy("precision_amp.so", "[strategy]\nplugin = no_shard\n[precision]\n",
+                 (dtypes){BF16, F32, F32, BF16, BF16});
+    check_policy("precision_amp.so", "[strategy]\nplugin = ddp\n[precision]\n"
+                 "grad_accum_dtype = bf16\n", (dtypes){BF16, F32, F32, BF16, BF16});
+    check_policy("precision_amp.so", "[strategy]\nplugin = full_shard\n[precision]\n"
+                 "grad_accum_dtype = f32\n", (dtypes){BF16, F32, F32, F32, BF16});
+}
+
 CT_TEST(precision_pure_bf16_reduces_in_bf16_and_keeps_f32_master) {
     check_policy("precision_pure_bf16.so", "[precision]\n", (dtypes){BF16, BF16, F32, BF16, BF16});
     check_policy("precision_pure_bf16.so", "[precision]\ngrad_accum_dtype = f32\n",
