@@ -22,15 +22,20 @@
 #                             = all. The ddp runs with their references and amp beside them:
 #                             LG_POLICIES="ddp amp" scripts/logit-growth.sh
 #   LG_CTRAIN=build/ctrain
+#   LG_DATA=                  shards to train on instead of the ini's [data] train (a folder)
+#   LG_SEQ_LEN=               sequence length instead of the ini's (data and model)
 #   LG_GLOBAL_BATCH=32        sequences per step at every world size (batch_size = this / N)
 #   LG_KEEP_CHECKPOINTS=0     1: keep each run's final checkpoint (for `ctrain what-if`)
 #   LG_CHECKPOINT_EVERY=0     K > 0: checkpoint every K steps, and resume an unfinished run from
 #                             its newest checkpoint instead of starting it again
-#   The runs at real tokens per rank (group sp8k-tpr: base-sp8k.ini at 32768 sequences x 4 =
-#   131,072 tokens per step, 4096 / 2048 / 1024 tokens per rank at N = 32 / 64 / 128; tiers P1,
-#   P2, P3 in priority order; docs/logit-growth.md, "At real tokens per rank"):
-#   LG_TIERS="P1 P2 P3" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=32768 LG_KEEP_CHECKPOINTS=1
-#   LG_CHECKPOINT_EVERY=25 LG_OUT=/work/runs/logit-growth-tpr nice -n 19 scripts/logit-growth.sh
+#   The runs at real tokens per rank (group sp8k-tpr: base-sp8k.ini at 131,072 tokens per step,
+#   4096 / 2048 / 1024 tokens per rank at N = 32 / 64 / 128; tiers P1, P2, P3 in priority order;
+#   docs/logit-growth.md, "At real tokens per rank"), as run: 2048 sequences of 64 tokens of the
+#   large corpus (scripts/get-big-corpus.sh) in the 8k vocabulary (`ctrain prepare DIR
+#   --tokenizer sentencepiece --sp-model data/sp8k/tokenizer.model --val-fraction 0.01`):
+#   LG_TIERS="P1 P2 P3" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=2048 LG_SEQ_LEN=64
+#   LG_DATA=BIG_SP8K LG_KEEP_CHECKPOINTS=1 LG_CHECKPOINT_EVERY=100 LG_OUT=runs/logit-growth-tpr
+#   nice -n 15 scripts/logit-growth.sh
 #   The long runs (2000 steps, N up to 256, V = 8k, base-sp8k.ini; tiers L1 and L2 are two
 #   lanes that may run at the same time, each in its own shell):
 #   LG_TIERS=L1 LG_GROUPS="sp8k-ce sp8k-zloss" LG_STEPS=2000 LG_GLOBAL_BATCH=256
@@ -54,6 +59,8 @@ inis=ini/experiments/logit-growth
 global_batch=${LG_GLOBAL_BATCH:-32}
 keep_checkpoints=${LG_KEEP_CHECKPOINTS:-0}
 checkpoint_every=${LG_CHECKPOINT_EVERY:-0}
+data=${LG_DATA:-}
+seq_len=${LG_SEQ_LEN:-}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}   # 32 rank threads already fill 2 cores
 
 [ -x "$ctrain" ] || { echo "logit-growth: $ctrain not found ---> run make first" >&2; exit 1; }
@@ -105,6 +112,9 @@ run() {
                 --set "run.seed=$seed" --set "run.name=n${n}_$policy${algo:+_$algo}")
     [ "$n" -gt 1 ] && sets+=(--set comm.plugin=threads)
     [ -n "$algo" ] && sets+=(--set "comm.algo=$algo" --set comm.gpus_per_node=8)
+    [ "$algo" = nccl ] && sets+=(--set comm.gpu=a100)   # NCCL's own pick on A100 nodes
+    [ -n "$data" ] && sets+=(--set "data.train=$data")
+    [ -n "$seq_len" ] && sets+=(--set "data.seq_len=$seq_len" --set "model.seq_len=$seq_len")
     if [ "$policy" = ddp ]; then
         sets+=(--set strategy.plugin=ddp --set precision.plugin=amp)
     elif [ -n "$algo" ]; then
@@ -185,13 +195,15 @@ plan() {
     for p in pure_bf16 amp bf16_fp32acc; do echo "L3 sp8k-zloss 64 $p"; done
     echo "L4 sp8k-zloss 64 bf16_sr";         echo "L4 sp8k-zloss 256 bf16_sr"
     # real tokens per rank (sp8k-tpr, global batch 131,072 tokens): the N = 1 reference and the
-    # ring at the largest N first, then its control and NCCL's tree, then N = 64 and 32.
-    # pure_bf16:nccl (NCCL's own choice of algorithm) joins each N when the threads engine has it.
+    # ring at the largest N first (full_shard's reduce-scatter: a ring, NCCL's choice too), then
+    # N = 32 and 64 (the scaling in N at a fixed batch), then the control and NCCL's own
+    # all-reduce pick (no_shard, algo = nccl on A100 nodes: its tree at this size), then the rest.
     echo "P1 sp8k-tpr 1 pure_bf16"
     echo "P1 sp8k-tpr 128 pure_bf16"
-    echo "P2 sp8k-tpr 128 bf16_fp32acc";     echo "P2 sp8k-tpr 128 pure_bf16:dbtree"
-    for n in 64 32; do for p in pure_bf16 bf16_fp32acc pure_bf16:dbtree; do
-        echo "P3 sp8k-tpr $n $p"; done; done
+    echo "P2 sp8k-tpr 32 pure_bf16";         echo "P2 sp8k-tpr 64 pure_bf16"
+    echo "P3 sp8k-tpr 128 bf16_fp32acc";     echo "P3 sp8k-tpr 128 pure_bf16:nccl"
+    for n in 64 32; do for p in bf16_fp32acc pure_bf16:nccl; do
+        echo "P4 sp8k-tpr $n $p"; done; done
 }
 
 # probe_table DIR...: per run, the mean over log steps of the reduction-error probe's figures.
