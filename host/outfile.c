@@ -45,8 +45,7 @@ static int32_t parent_of(const char *path, char *buf, size_t cap, ct_error *err)
     return CT_OK;
 }
 
-/* mkdir -p of `dir` itself. */
-static int32_t make_folders(const char *dir, ct_error *err) {
+int32_t out_make_folders(const char *dir, ct_error *err) {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
         return ct_error_set(err, CT_ERR_INVALID, "folder name too long: %.200s...", dir);
@@ -71,7 +70,7 @@ fail:
 int32_t out_make_parents(const char *path, ct_error *err) {
     char dir[PATH_MAX];
     int32_t rc = parent_of(path, dir, sizeof dir, err);
-    return rc != CT_OK ? rc : make_folders(dir, err);
+    return rc != CT_OK ? rc : out_make_folders(dir, err);
 }
 
 static int is_step_name(const char *s) {
@@ -427,7 +426,7 @@ int32_t outdir_prepare(const char *path, const char *what, int force, ct_error *
         if (errno != ENOENT)
             return ct_error_set(err, CT_ERR_IO, "cannot create output folder %s (%s): %s ---> "
                                 "choose another folder", path, what, strerror(errno));
-        int32_t rc = make_folders(path, err);
+        int32_t rc = out_make_folders(path, err);
         if (rc != CT_OK) return rc;
     } else if (S_ISLNK(st.st_mode)) {
         return ct_error_set(err, CT_ERR_INVALID, "%s %s is a symbolic link; ctrain does not "

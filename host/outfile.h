@@ -84,6 +84,9 @@ int32_t scratch_open(const char *dir, int *fd, ct_error *err);
 int out_remove_tree(const char *path);
 /* fsync the folder `path` (not followed when it is a link). 0, or -1 with errno set. */
 int out_fsync_folder(const char *path);
+/* mkdir -p of the folder `dir` itself (a run's out_dir); CT_ERR_INVALID when a part of it is
+ * not a folder, CT_ERR_IO naming the folder that could not be made. */
+int32_t out_make_folders(const char *dir, ct_error *err);
 /* mkdir -p of path's parent folders (not path itself). */
 int32_t out_make_parents(const char *path, ct_error *err);
 

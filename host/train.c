@@ -11,6 +11,7 @@
 #include "launcher.h"
 #include "mfu.h"
 #include "optim.h"
+#include "outfile.h"
 #include "param_norms.h"
 #include "preempt.h"
 #include "rank.h"
@@ -57,22 +58,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int32_t mkdir_p(const char *path, ct_error *err) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
-    return CT_OK;
-fail:
-    return ct_error_set(err, CT_ERR_IO, "cannot create folder %s: %s ---> check [run] out_dir",
-                        buf, strerror(errno));
 }
 
 /* Host-side figures of one log interval, summed over steps; reduced over ranks at log time. */
@@ -566,7 +551,7 @@ int cmd_train(int argc, char **argv) {
     /* the process that writes the folder's config.ini holds its lock for the whole run (the
      * in-process ranks share it; the other processes of an mpirun job take none) */
     calls_host_op("preparing [run] out_dir (lock, config.ini, tokenizer)");
-    int prepared = mkdir_p(out_dir, &err) == CT_OK &&
+    int prepared = out_make_folders(out_dir, &err) == CT_OK &&
                    (!first_process || runlock_take(&lock, out_dir, &err) == CT_OK) &&
                    (!first_process || checkpoint_write_config(cfg, out_dir, &err) == CT_OK) &&
                    (!first_process || record_tokenizer(cfg, out_dir, &err) == CT_OK);
