@@ -30,6 +30,9 @@ export OMPI_MCA_mpi_yield_when_idle=1
 run() {
     local name=$1 np=$2 mode=$3 ranks=$4 out
     out=$(timeout 120 mpirun --oversubscribe -np "$np" "$bin" "$mode" "$plugin" 2>&1)
+    # nothing at all printed: mpirun's own start-up failed (seen once in ~20 runs on a loaded
+    # machine); the program never ran, so that is not a verdict on the plugin: start it again
+    [ -z "$out" ] && out=$(timeout 120 mpirun --oversubscribe -np "$np" "$bin" "$mode" "$plugin" 2>&1)
     local ok bad
     ok=$(printf '%s\n' "$out" | grep -c '^ok ')
     bad=$(printf '%s\n' "$out" | grep -c '^FAIL')
