@@ -5,7 +5,7 @@
 # failure); outputs aimed at such nodes, at a command's own input, into a run's checkpoints
 # folder, through a symbolic link or onto an existing export are refused and leave the target
 # as it was; strings never reach gnuplot as program text; malformed inputs that used to be
-# accepted are refused by name. The one reader is host/files.c, the one writer host/outfile.c.
+# accepted are refused by name. The one reader is host/io/files.c, the one writer host/io/outfile.c.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"   # small_run_setup
 cd "$CT_TMP" || exit 1
