@@ -1,8 +1,8 @@
-/* check_plugin.h — `ctrain check-plugin FILE.so [--set k=v]...`, the plugin author's proof of
- * conformance: what the per-kind checks share (the verdict lines and counters, a configuration
- * holding the plugin's own keys, the CPU device opened from the search path) and one entry
- * point per kind (check_loss.c, check_precision.c, check_strategy.c, check_model.c,
- * check_engines.c). Not for: the host's own tests (tests/) or loading plugins (registry.h).
+/* check.h — the checks of `ctrain check-plugin FILE.so [--set k=v]...` (cli/check_plugin.c),
+ * the plugin author's proof of conformance: what the per-kind checks share (the verdict lines
+ * and counters, a configuration holding the plugin's own keys, the CPU device opened from the
+ * search path) and one entry point per kind (check_loss.c, check_precision.c, check_strategy.c,
+ * check_model.c, check_engines.c). Not for: the host's own tests (tests/) or loading plugins (registry.h).
  *
  * Every check prints one line, "ok   KIND NAME: claim (figures)" or
  * "FAIL KIND NAME: claim: expected X got Y tol Z", and counts; the command ends with
@@ -11,8 +11,8 @@
  * plugin that crashes, exits, hangs or writes out of bounds fails a check and the summary
  * still prints.
  */
-#ifndef CTRAIN_HOST_CHECK_PLUGIN_H
-#define CTRAIN_HOST_CHECK_PLUGIN_H
+#ifndef CTRAIN_HOST_CHECK_H
+#define CTRAIN_HOST_CHECK_H
 
 #include "config/config.h"
 #include "plugin/hostapi.h"
@@ -131,4 +131,4 @@ void check_model(host_check *c);
 void check_device(host_check *c);
 void check_comm(host_check *c);
 
-#endif /* CTRAIN_HOST_CHECK_PLUGIN_H */
+#endif /* CTRAIN_HOST_CHECK_H */

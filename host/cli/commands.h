@@ -1,7 +1,7 @@
 /* commands.h — the subcommands of `ctrain`. Adding one is one line in HOST_COMMANDS below plus
- * its function `int cmd_<name>(int argc, char **argv)` anywhere in host/ (argv[0] is the
- * subcommand's name; return the process exit status: 0 ok, 1 failure, 2 usage error).
- * Not for: shared set-up (wiring.h: session_configure) or the commands' logic.
+ * its function `int cmd_<name>(int argc, char **argv)` in a file of its own in host/cli/ (argv[0]
+ * is the subcommand's name; return the process exit status: 0 ok, 1 failure, 2 usage error).
+ * Not for: shared set-up (run/session.h: session_configure) or the commands' logic.
  */
 #ifndef CTRAIN_HOST_COMMANDS_H
 #define CTRAIN_HOST_COMMANDS_H

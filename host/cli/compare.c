@@ -5,7 +5,7 @@
  * Not for: reading metrics files (jsonl.c) or drawing them (plot.c).
  */
 #include "cli/commands.h"
-#include "io/jsonl.h"
+#include "cli/runlog.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
  */
 #include "cli/commands.h"
 #include "config/config.h"
-#include "io/jsonl.h"
+#include "cli/runlog.h"
 #include "io/outfile.h"
 #include "base/printable.h"
 

@@ -22,6 +22,11 @@
 
 #include <ctrain/ctrain.h>
 
+/* The sentencepiece vocabularies prepare trains: byte fallback needs the 256 byte pieces plus
+ * <unk> <s> </s> and some; tokens are stored as uint16. */
+#define SP_VOCAB_MIN 260
+#define SP_VOCAB_MAX 65535
+
 typedef struct prepare_options {
     const char *const *texts;      /* n_texts text files (any bytes; .gz read through zlib)
                                     * or folders of them (recursively, sorted) */
@@ -58,8 +63,5 @@ typedef struct prepare_summary {
 /* Do the work. Errors name the file or option and say what to do. */
 int32_t prepare_run(const prepare_options *opt, prepare_summary *out, ct_error *err);
 
-/* The subcommand: argv[0] is "prepare", options follow (see --help). Returns the exit status:
- * 0 done, 1 failed, 2 bad command line. */
-int cmd_prepare(int argc, char **argv);
 
 #endif /* CTRAIN_HOST_PREPARE_H */

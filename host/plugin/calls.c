@@ -5,7 +5,7 @@
 #include "plugin/calls.h"
 
 #include "base/fatal.h"
-#include "plugin/registry.h"
+#include "plugin/plugin.h"
 
 #include <stdio.h>
 #include <stdlib.h>

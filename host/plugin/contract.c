@@ -6,7 +6,7 @@
 #include "plugin/contract.h"
 
 #include "config/config.h"
-#include "plugin/registry.h"
+#include "plugin/plugin.h"
 
 #include <stddef.h>
 #include <stdlib.h>

@@ -53,22 +53,6 @@ struct host_registry {
     int         scanned;   /* registry_scan has run */
 };
 
-/* ---- kinds --------------------------------------------------------------------------- */
-
-static const char *const kind_names[] = {NULL,        "model", "loss",  "strategy",
-                                         "precision", "comm",  "device"};
-#define N_KINDS 6
-
-const char *kind_name(int32_t kind) {
-    return kind >= 1 && kind <= N_KINDS ? kind_names[kind] : "?";
-}
-
-int32_t kind_from_name(const char *name) {
-    for (int32_t k = 1; k <= N_KINDS; k++)
-        if (!strcmp(kind_names[k], name)) return k;
-    return 0;
-}
-
 /* sizeof the host's vtable for a kind; 0 for an unknown kind. */
 static size_t vtable_size(int32_t kind) {
     switch (kind) {

@@ -6,20 +6,9 @@
 #ifndef CTRAIN_HOST_REGISTRY_H
 #define CTRAIN_HOST_REGISTRY_H
 
-#include <ctrain/ctrain.h>
+#include "plugin/plugin.h"
 
-/* One loaded plugin. Everything is owned by the registry and lives until registry_close();
- * the .so is never unloaded, not even by registry_close (strings in desc point into it). */
-typedef struct host_plugin {
-    const char          *path;    /* the .so file, as found ("build/plugins/loss_ce.so") */
-    ct_plugin_desc       desc;    /* zero-extended copy of the plugin's descriptor; desc.params
-                                     and desc.vtable still point at the plugin's own arrays */
-    const void          *vtable;  /* zero-extended host copy of the kind's vtable, our sizeof
-                                     (ct_model_vtable, ...); struct_size is the plugin's */
-    const ct_param_spec *params;  /* converted to our sizeof(ct_param_spec), ended by
-                                     CT_PARAM_END; never NULL */
-    int32_t              n_params;
-} host_plugin;
+#include <ctrain/ctrain.h>
 
 typedef struct host_registry host_registry;
 
@@ -95,10 +84,5 @@ const char *registry_warning_at(const host_registry *reg, int32_t i);
 /* The folders searched, in order (existing or not). */
 int32_t registry_dir_count(const host_registry *reg);
 const char *registry_dir_at(const host_registry *reg, int32_t i);
-
-/* "model", "loss", ... for a ct_kind; "?" for another value. */
-const char *kind_name(int32_t kind);
-/* The ct_kind named `name`, or 0. */
-int32_t kind_from_name(const char *name);
 
 #endif /* CTRAIN_HOST_REGISTRY_H */

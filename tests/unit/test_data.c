@@ -7,6 +7,7 @@
 #include "shards_read.h"
 
 #include "data/data.h"
+#include "cli/commands.h"
 #include "data/prepare.h"
 #include "io/outfile.h"
 #include "data/tokenizer.h"

@@ -9,6 +9,7 @@
 #include "data/data.h"
 #include "plugin/registry.h"
 #include "plugin/wiring.h"
+#include "run/session.h"
 
 #include <stdlib.h>
 #include <string.h>
