@@ -46,15 +46,15 @@ Q := @
 endif
 
 # ---- host --------------------------------------------------------------------------------
-HOST_C   := $(wildcard host/*.c)
-HOST_CXX := $(wildcard host/*.cc)
+HOST_C   := $(wildcard host/*/*.c)
+HOST_CXX := $(wildcard host/*/*.cc)
 # The threads engine's pure order programs, tuner model and rounding loops, also built into the
-# host for `ctrain what-if` (host/whatif_replay.c) and `ctrain reduce` (host/reduce_cmd.c),
+# host for `ctrain what-if` (host/whatif/whatif_replay.c) and `ctrain reduce` (host/cli/reduce.c),
 # which run its reductions.
 HOST_SHARED_OBJ := $(BUILD)/obj/plugins/comm/threads/orders.o $(BUILD)/obj/plugins/comm/threads/reduce.o \
                    $(BUILD)/obj/plugins/comm/threads/tuner.o
 HOST_OBJ := $(HOST_C:%.c=$(BUILD)/obj/%.o) $(HOST_CXX:%.cc=$(BUILD)/obj/%.o) $(HOST_SHARED_OBJ)
-HOST_LIB_OBJ := $(filter-out $(BUILD)/obj/host/main.o,$(HOST_OBJ))
+HOST_LIB_OBJ := $(filter-out $(BUILD)/obj/host/cli/main.o,$(HOST_OBJ))
 
 # ---- plugins: every folder plugins/<kind>/<name>/ becomes build/plugins/<kind>_<name>.so ----
 # A folder may hold plugin.mk setting <kind>_<name>_LIBS / _CFLAGS / _NVCCFLAGS / _CUDA_ONLY /

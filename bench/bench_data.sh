@@ -72,7 +72,7 @@ mkdir -p "$work/old"
 for f in data.c data.h files.c files.h; do git show "$BASE:host/$f" > "$work/old/$f"; done
 inih="$(pkg-config --cflags --libs inih)"
 cc -O2 -std=c11 -D_GNU_SOURCE -Isdk/include -Ihost -o "$work/open_new" bench/loader_open.c \
-    host/data.c host/files.c $inih -lm
+    host/data/data.c host/io/files.c host/io/outfile.c $inih -lm
 cc -O2 -std=c11 -D_GNU_SOURCE -Isdk/include -I"$work/old" -o "$work/open_old" \
     bench/loader_open.c "$work/old/data.c" "$work/old/files.c" -lm
 cat "$work"/bytes/train_*.bin > /dev/null  # the same warm page cache for both

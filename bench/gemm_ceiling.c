@@ -7,11 +7,11 @@
  * side). Not for: training (the model uses OpenBLAS: the kernel here is no faster, see
  * docs/benchmarks.md), CPUs without AVX-512F (it prints a line and exits 0).
  *
- *   cc -O2 -fopenmp bench/gemm_ceiling.c -Ihost host/blas_core.c $(pkg-config --cflags --libs openblas) -ldl
+ *   cc -O2 -fopenmp bench/gemm_ceiling.c -Ihost host/base/blas_core.c $(pkg-config --cflags --libs openblas) -ldl
  *   ./a.out ARITH_PEAK_GFLOPS     (bench/fma_peak.c's figure; run.sh passes it)
  *   ./a.out --check               (the GEMM against a double-precision reference; tests/cli/test_bench.sh)
  */
-#include "blas_core.h"
+#include "base/blas_core.h"
 
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <assert.h>

@@ -2,7 +2,7 @@
  * seconds one open takes (B=8, T=1024, vocab limit 65536, so the old full scan runs).
  * Built against the data.c being measured (today's, or an older one from git).
  * Usage: loader_open DIR */
-#include "data.h"
+#include "data/data.h"
 
 #include <stdio.h>
 #include <time.h>

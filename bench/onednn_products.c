@@ -9,12 +9,12 @@
  * chooses by [model] bf16_matmul); the f32-vs-bf16 question is in the bf16 column.
  *
  *   cc -O2 -fopenmp -DGPT_HAVE_ONEDNN -Isdk/include -Ihost bench/onednn_products.c \
- *      plugins/model/gpt/onednn.c host/blas_core.c $(pkg-config --cflags --libs openblas) -ldnnl -ldl
+ *      plugins/model/gpt/onednn.c host/base/blas_core.c $(pkg-config --cflags --libs openblas) -ldnnl -ldl
  *   ./a.out [small|gpt2] [REPS]       (bench/run.sh runs it when oneDNN is installed)
  * Prints a table and one line per class: "onednn_products CLASS openblas_s f32_s sgemm_s bf16_s".
  */
 #include "../plugins/model/gpt/onednn.h"
-#include "blas_core.h"
+#include "base/blas_core.h"
 #include "split.h"
 
 #include <ctrain/ctrain.h>

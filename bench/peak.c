@@ -2,14 +2,14 @@
  * the best of several large cblas_sgemm calls (all cores, OpenBLAS's own threads). Not a test:
  * it reports, it does not gate; not the silicon's peak (bench/fma_peak.c).
  *
- * The kernel: built with host/blas_core.c and calling blas_core_choose() first, exactly as
+ * The kernel: built with host/base/blas_core.c and calling blas_core_choose() first, exactly as
  * `ctrain train` does, so this process restarts itself with the same OPENBLAS_CORETYPE when
  * OpenBLAS picks a generic kernel (and keeps a user's setting). It prints the kernel it ran on,
  * "kernel NAME", so bench/run.sh can check it against training's first log line.
- * Output: "peak_gflops N kernel NAME" (one line). Build: cc -O2 bench/peak.c host/blas_core.c
+ * Output: "peak_gflops N kernel NAME" (one line). Build: cc -O2 bench/peak.c host/base/blas_core.c
  * -Ihost $(pkg-config --cflags --libs openblas) -ldl. Usage: peak [n, default 2048].
  */
-#include "blas_core.h"
+#include "base/blas_core.h"
 
 #include <cblas.h>
 #include <stdio.h>

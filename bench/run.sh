@@ -4,7 +4,7 @@
 # multiplies: the gpt plugin's start-up line "cpu bf16: ..."), against references measured in
 # the same run:
 #   - the BLAS sgemm peak with the kernel ctrain uses (bench/peak.c, which makes the same
-#     OPENBLAS_CORETYPE decision as `ctrain train`: host/blas_core.c; the kernels are compared),
+#     OPENBLAS_CORETYPE decision as `ctrain train`: host/base/blas_core.c; the kernels are compared),
 #   - the CPU's arithmetic peak (bench/fma_peak.c: clock and FMA rate timed, all cores),
 #   - the GFLOP/s of one GPT-2 124M step's matrix products alone, OpenBLAS's and a hand-written
 #     AVX-512 GEMM's, on one thread and on all (bench/gemm_ceiling.c),
@@ -46,7 +46,7 @@ nominal=$(python3 bench/nominal_peak.py)
 echo "arith: nominal estimate (bench/nominal_peak.py, not used below): ${nominal#*|} = ${nominal%%|*} GFLOP/s"
 
 # ---- the BLAS sgemm peak with the kernel training will use ---------------------------------
-cc -O2 -o "$work/peak" bench/peak.c host/blas_core.c -Ihost \
+cc -O2 -o "$work/peak" bench/peak.c host/base/blas_core.c -Ihost \
     $(pkg-config --cflags --libs openblas) -ldl
 # the best of three measurements: a one-off disturbance lowers one of them, not all
 for i in 1 2 3; do "$work/peak"; done > "$work/peak.log"
@@ -56,7 +56,7 @@ echo "sgemm: 2048^3 on OpenBLAS's own threads, kernel $peak_kernel${OPENBLAS_COR
 
 # ---- what the products themselves reach: OpenBLAS and a hand-written AVX-512 GEMM ---------
 # (bench/gemm_ceiling.c: one GPT-2 124M step's products, 1 thread and all threads; ~10 s)
-cc -O2 -fopenmp -o "$work/gemm_ceiling" bench/gemm_ceiling.c host/blas_core.c -Ihost \
+cc -O2 -fopenmp -o "$work/gemm_ceiling" bench/gemm_ceiling.c host/base/blas_core.c -Ihost \
     $(pkg-config --cflags --libs openblas) -ldl
 "$work/gemm_ceiling" "$arith" > "$work/gemm_ceiling.log"
 grep -v '^|\|^gemm_ceiling products_s' "$work/gemm_ceiling.log" | sed 's/^gemm_ceiling: /products: /'
@@ -64,7 +64,7 @@ products=$(awk '/^gemm_ceiling products_s/ {print $7}' "$work/gemm_ceiling.log")
 
 # ---- one step's products through oneDNN, f32 and bf16, against OpenBLAS (when installed) ----
 if cc -O2 -fopenmp -DGPT_HAVE_ONEDNN -Isdk/include -Ihost -o "$work/onednn_products" \
-    bench/onednn_products.c plugins/model/gpt/onednn.c host/blas_core.c \
+    bench/onednn_products.c plugins/model/gpt/onednn.c host/base/blas_core.c \
     $(pkg-config --cflags --libs openblas) -ldnnl -ldl 2> "$work/onednn_products.err"; then
     for shape in $([ "$which" = all ] && echo small gpt2 || echo "$which"); do
         "$work/onednn_products" "$shape" "${PRODUCT_REPS:-2}" > "$work/onednn_$shape.log" 2>&1 || true

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""whatif-fit.py — fit the constants of the logit-push model (host/whatif_model.c; docs/
+"""whatif-fit.py — fit the constants of the logit-push model (host/whatif/whatif_model.c; docs/
 logit-growth.md, "A model of the push") to `ctrain what-if` replays, and report the error on
 replays held out of the fit. Not for: predicting in production (what-if does that in C; this
 file mirrors its formula to search the constants, and prints its predictions so that they can
@@ -47,7 +47,7 @@ def read_table(path):
 
 
 def lost_terms(N, G, algo, qT, tau):
-    """Mirror of lost_terms() in host/whatif_model.c (vectorised over qT)."""
+    """Mirror of lost_terms() in host/whatif/whatif_model.c (vectorised over qT)."""
     G = G if G > 0 else N
     M = N / G
     if algo == "ring":

@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 unset OPENBLAS_CORETYPE CTRAIN_BLAS_REEXEC
 
 # ---- 1. peak.c runs training's kernel -----------------------------------------------------
-if cc -O2 -o "$work/peak" bench/peak.c host/blas_core.c -Ihost $(pkg-config --cflags --libs openblas) \
+if cc -O2 -o "$work/peak" bench/peak.c host/base/blas_core.c -Ihost $(pkg-config --cflags --libs openblas) \
     -ldl 2> "$work/cc.log"; then
     small_run_setup "$work" || { finish; exit 1; }
     "$CTRAIN" train "$work/t.ini" --set run.steps=1 --set run.out_dir="$work/one" \
@@ -66,7 +66,7 @@ fi
 
 # ---- 2b. gemm_ceiling.c's hand-written GEMM computes the product it times ------------------
 if cc -O2 -fopenmp -Wall -Wextra -Werror -o "$work/gemm_ceiling" bench/gemm_ceiling.c \
-    host/blas_core.c -Ihost $(pkg-config --cflags --libs openblas) -ldl 2> "$work/cc.log"; then
+    host/base/blas_core.c -Ihost $(pkg-config --cflags --libs openblas) -ldl 2> "$work/cc.log"; then
     if "$work/gemm_ceiling" --check > "$work/gc.log" 2>&1; then
         ok "$(cat "$work/gc.log")"
     else

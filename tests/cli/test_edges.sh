@@ -5,7 +5,7 @@
 # failure); outputs aimed at such nodes, at a command's own input, into a run's checkpoints
 # folder, through a symbolic link or onto an existing export are refused and leave the target
 # as it was; strings never reach gnuplot as program text; malformed inputs that used to be
-# accepted are refused by name. The one reader is host/files.c, the one writer host/outfile.c.
+# accepted are refused by name. The one reader is host/io/files.c, the one writer host/io/outfile.c.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"   # small_run_setup
 cd "$CT_TMP" || exit 1
@@ -200,8 +200,8 @@ else ct_fail validate_prints_values_escaped "rc $ct_rc: $(cat -v "$CT_TMP/out" |
 # ---- the one reader and the one writer ------------------------------------------------------
 # (cmdout.c's fdopen is of a duplicate of the command's stdout, no path; a string that says
 # "open()" is text)
-opens=$(grep -nE '\b(fopen|fdopen|open|openat)\s*\(' "$ROOT"/host/*.c "$ROOT"/host/*.cc \
-        | grep -vE '^[^:]*/(files|outfile)\.c:' | grep -vE '^[^:]*/cmdout\.c:[0-9]+: *FILE \*f = fdopen\(keep' \
+opens=$(grep -nE '\b(fopen|fdopen|open|openat)\s*\(' "$ROOT"/host/*/*.c "$ROOT"/host/*/*.cc \
+        | grep -vE '^[^:]*/io/(files|outfile)\.c:' | grep -vE '^[^:]*/base/cmdout\.c:[0-9]+: *FILE \*f = fdopen\(keep' \
         | grep -vE '"[^"]*open\(\)' | cut -d: -f1 | xargs -r -n1 basename | sort -u)
 [ -z "$opens" ] && ct_pass one_reader_one_writer || ct_fail one_reader_one_writer "files that open files themselves: $opens"
 

@@ -1,12 +1,12 @@
 /* harness.c — the unit tests' host (see harness.h). */
 #include "harness.h"
 
-#include "config.h"
-#include "contract.h"
+#include "config/config.h"
+#include "plugin/contract.h"
 #include "ct_test.h"
-#include "hostapi.h"
-#include "metrics.h"
-#include "registry.h"
+#include "plugin/hostapi.h"
+#include "io/metrics.h"
+#include "plugin/registry.h"
 
 #include <math.h>
 #include <stdlib.h>

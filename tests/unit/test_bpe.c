@@ -1,15 +1,15 @@
-/* test_bpe.c — byte-level BPE (host/bpe.c) on a small ranks file made here: merges against an
+/* test_bpe.c — byte-level BPE (host/data/bpe.c) on a small ranks file made here: merges against an
  * independent reference written in the test (byte strings, lowest rank first, leftmost), the
  * heap path of long pieces against it too, every cut place splitting text without changing
  * its ids, `ctrain prepare` with units of 3000 bytes on 1 and 3 threads equal to encoding
  * each file whole, and the Hugging Face files written from it read back to the same ids.
  * GPT-2's own file against tiktoken and tokenizers: tests/bpe_check.py (test_bpe.sh).
  */
-#include "bpe.h"
-#include "bpe_write.h"
+#include "data/bpe.h"
+#include "data/bpe_write.h"
 #include "ct_test.h"
-#include "data.h"
-#include "prepare.h"
+#include "data/data.h"
+#include "data/prepare.h"
 #include "shards_read.h"
 
 #include <stdlib.h>

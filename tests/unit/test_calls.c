@@ -1,6 +1,6 @@
 /* test_calls.c — claims about what ctrain knows of the plugin call each thread is in
- * (host/calls.c), the report the stop watchdog prints from it (host/watchdog.c) and
- * check-plugin's fenced buffers (host/check_guard.c): an exit() inside a plugin call ends the
+ * (host/plugin/calls.c), the report the stop watchdog prints from it (host/run/watchdog.c) and
+ * check-plugin's fenced buffers (host/check/check_guard.c): an exit() inside a plugin call ends the
  * process with CALLS_EXIT_PLUGIN_EXIT naming plugin, call and rank, while ctrain's own exit()
  * keeps its status; a crash report names the call of the thread, or for a thread ctrain did not
  * start the calls in progress elsewhere; nested calls restore the outer record; the watchdog
@@ -8,11 +8,11 @@
  * one is named. The exit guard runs in forked children (it ends the process it runs in).
  * Not for: whole runs (tests/cli/test_plugin_faults.sh).
  */
-#include "calls.h"
-#include "check_plugin.h"
+#include "plugin/calls.h"
+#include "check/check.h"
 #include "ct_test.h"
-#include "registry.h"
-#include "watchdog.h"
+#include "plugin/registry.h"
+#include "run/watchdog.h"
 
 #include <pthread.h>
 #include <signal.h>

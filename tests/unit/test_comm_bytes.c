@@ -5,8 +5,8 @@
  * the mpi engine (tests/cli/test_comm_bytes.sh compares it with this one end to end).
  */
 #include "ct_test.h"
-#include "config.h"
-#include "hostapi.h"
+#include "config/config.h"
+#include "plugin/hostapi.h"
 
 #include <dlfcn.h>
 #include <math.h>

@@ -1,11 +1,11 @@
-/* test_config.c — claims about host/config.c: INI parsing with line numbers and origins,
+/* test_config.c — claims about host/config/config.c: INI parsing with line numbers and origins,
  * the 199-character line limit, duplicates, --set overrides, schema validation messages,
  * defaults, typed getters, the edit distance behind "did you mean", and lookups that stay O(1)
  * per key however many keys there are.
  * Not for: plugin loading (test_registry.c).
  */
 #include "ct_test.h"
-#include "config.h"
+#include "config/config.h"
 
 #include <stdlib.h>
 #include <string.h>

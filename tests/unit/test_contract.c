@@ -1,9 +1,9 @@
-/* test_contract.c — the load-time contract (host/contract.c): a vtable lacking any REQUIRED
+/* test_contract.c — the load-time contract (host/plugin/contract.c): a vtable lacking any REQUIRED
  * member of its kind is named, OPTIONAL members may be NULL, and a schema that contradicts
  * itself (default out of its range, enum default not a choice, enum without choices, a key
  * twice, a bad key) is refused naming the key. Not for: loading files (test_registry.c).
  */
-#include "contract.h"
+#include "plugin/contract.h"
 #include "ct_test.h"
 
 #include <stdio.h>

@@ -6,10 +6,11 @@
 #include "ct_test.h"
 #include "shards_read.h"
 
-#include "data.h"
-#include "prepare.h"
-#include "outfile.h"
-#include "tokenizer.h"
+#include "data/data.h"
+#include "cli/commands.h"
+#include "data/prepare.h"
+#include "io/outfile.h"
+#include "data/tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>

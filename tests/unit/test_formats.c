@@ -5,10 +5,10 @@
  * class: normal, subnormal, zero, infinity) and BF16 writing (round to nearest even).
  */
 #include "ct_test.h"
-#include "json.h"
-#include "safetensors.h"
-#include "tensorboard.h"
-#include "utf8.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "io/tensorboard.h"
+#include "base/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* test_launcher.c — claims about host/launcher.c: each launcher's variables give rank, local
+/* test_launcher.c — claims about host/base/launcher.c: each launcher's variables give rank, local
  * rank and world; launchers found together must agree; incomplete, non-integer or out-of-range
  * values and contradictions are errors naming the variables; CTRAIN_LAUNCHER picks one; several
  * launched processes refuse the local and in-process engines; torchrun-style worlds start nccl
@@ -6,7 +6,7 @@
  * Not for: the end-to-end refusals of `ctrain train` (tests/cli/test_launchers.sh).
  */
 #include "ct_test.h"
-#include "launcher.h"
+#include "base/launcher.h"
 
 #include <string.h>
 

@@ -1,12 +1,12 @@
 /* test_mfu.c — claims about model FLOPs utilisation's inputs: the FLOPs per token the host
- * computes (host/mfu.c) from the gpt model's description, against a count made here from the
+ * computes (host/run/mfu.c) from the gpt model's description, against a count made here from the
  * shape alone (6 N + 12 L T C, N = parameters without the position table, a tied head once);
  * the fallback 6 * n_params for a model that gives no count; and the cpu device's peak_flops
  * (a positive rate, the BLAS named). Not for: the metrics of a run (tests/cli/test_mfu.sh).
  */
 #include "ct_test.h"
 #include "harness.h"
-#include "mfu.h"
+#include "run/mfu.h"
 
 #include <string.h>
 

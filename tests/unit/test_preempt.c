@@ -1,11 +1,11 @@
-/* test_preempt.c — claims about host/preempt.c: the first SIGTERM / SIGINT / SIGUSR1 only sets
+/* test_preempt.c — claims about host/run/preempt.c: the first SIGTERM / SIGINT / SIGUSR1 only sets
  * the request (the process goes on, preempt_requested names the signal); the second ends the
  * process at once with status 128 + its number. Each claim runs in a forked child, so this
  * process's own signal dispositions are untouched.
  * Not for: the training loop's agreement and checkpoint (tests/cli/test_preempt.sh).
  */
 #include "ct_test.h"
-#include "preempt.h"
+#include "run/preempt.h"
 
 #include <signal.h>
 #include <string.h>

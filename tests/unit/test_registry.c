@@ -1,14 +1,15 @@
-/* test_registry.c — claims about host/registry.c and host/wiring.c: ABI acceptance rules,
+/* test_registry.c — claims about host/plugin/registry.c and host/plugin/wiring.c: ABI acceptance rules,
  * zero-extended copies of vtables and schemas, shadowing, problems reported with the reason,
  * name/path/kind resolution, and wiring a configuration onto plugins.
  * Fixture plugins are compiled from tests/abi/fixture_plugin.c with cc into a temporary folder
  * (tests run from the repository root). Not for: INI parsing (test_config.c).
  */
 #include "ct_test.h"
-#include "config.h"
-#include "data.h"
-#include "registry.h"
-#include "wiring.h"
+#include "config/config.h"
+#include "data/data.h"
+#include "plugin/registry.h"
+#include "plugin/wiring.h"
+#include "run/session.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* test_sample.c — claims about choosing the next token (host/sample.c): greedy is the argmax
+/* test_sample.c — claims about choosing the next token (host/run/sample.c): greedy is the argmax
  * (lowest id among equals) and top-k 1 is greedy; counts over many draws follow the
  * temperature-scaled softmax (chi-square); a higher temperature raises the entropy of the
  * counts; top-k keeps exactly the k largest; top-p keeps exactly the smallest most-likely set
@@ -6,8 +6,8 @@
  * escaping of sample texts (quotes, control bytes, invalid UTF-8).
  */
 #include "ct_test.h"
-#include "json.h"
-#include "sample.h"
+#include "io/json.h"
+#include "run/sample.h"
 
 #include <ctrain/numerics.h>
 #include <math.h>

@@ -1,11 +1,11 @@
-/* test_supervise.c — claims about host/supervise.c, the watcher of a process's rank threads:
+/* test_supervise.c — claims about host/plugin/supervise.c, the watcher of a process's rank threads:
  * a real error is printed the moment it is recorded, a comm error (the echo of another rank's
  * failure) never comes before the real cause that follows it within the settle time, a comm
  * error alone is printed, and ranks that do not stop within the grace period are named.
  * Not for: the whole run (tests/cli/test_faults.sh drives ctrain with a failing plugin).
  */
 #include "ct_test.h"
-#include "supervise.h"
+#include "plugin/supervise.h"
 
 #include <pthread.h>
 #include <string.h>

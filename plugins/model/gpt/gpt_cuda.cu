@@ -37,7 +37,7 @@
  * micro-batch's embed backward, which needs the tokens on the host anyway (it waits on the
  * event, long complete by then), or, without a backward (evaluation), at the next forward when
  * the event has completed. The host's loader checks every window against vocab_size before
- * upload as well (host/data.c), so on the host's own path this check never fires.
+ * upload as well (host/data/data.c), so on the host's own path this check never fires.
  * Shape legend: see gpt.h; BH = B*NH.
  */
 #include "gpt.h"

@@ -1,0 +1,54 @@
+/* cli.c — the command table and the helpers host/cli/'s commands share (cli.h).
+ * Not for: dispatching (main.c) or any command's own work.
+ */
+#include "cli/cli.h"
+
+#include "cli/commands.h"
+
+#include <stdio.h>
+
+#define HOST_COMMAND_ROW(name, usage, summary) {#name, usage, summary, cmd_##name},
+static const command commands[] = {HOST_COMMANDS(HOST_COMMAND_ROW)};
+#undef HOST_COMMAND_ROW
+
+const command *cli_commands(int *n) {
+    *n = (int)(sizeof commands / sizeof *commands);
+    return commands;
+}
+
+int cli_command_is(const char *name, const char *arg) {
+    for (; *name && *arg; name++, arg++)
+        if (*name != *arg && !(*name == '_' && *arg == '-')) return 0;
+    return *name == *arg;
+}
+
+const char *cli_command_text(const char *name, char *buf, size_t cap) {
+    size_t i = 0;
+    for (; name[i] && i + 1 < cap; i++) buf[i] = name[i] == '_' ? '-' : name[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+int cli_fail(const ct_error *err) {
+    fprintf(stderr, "ctrain: error: %s\n", err->message);
+    return 1;
+}
+
+ct_error cli_new_err(void) {
+    ct_error e = {.struct_size = sizeof(ct_error)};
+    return e;
+}
+
+void cli_registry_warnings(const host_registry *reg) {
+    for (int32_t i = 0; i < registry_problem_count(reg); i++)
+        fprintf(stderr, "warning: %s\n", registry_problem_message(reg, i));
+    for (int32_t i = 0; i < registry_warning_count(reg); i++)
+        fprintf(stderr, "warning: %s\n", registry_warning_at(reg, i));
+}
+
+const char *cli_devices_text(uint32_t mask, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s%s", mask & CT_DEVICE_CPU ? "cpu" : "",
+             (mask & CT_DEVICE_CPU) && (mask & CT_DEVICE_CUDA) ? "," : "",
+             mask & CT_DEVICE_CUDA ? "cuda" : "");
+    return buf;
+}

@@ -1,0 +1,61 @@
+/* main.c — the ctrain command line: makes stderr safe for the terminal, chooses OpenBLAS's
+ * kernel for the commands that multiply, keeps a plugin's output off the command's own for the
+ * commands that load plugins, and dispatches to the command (one file each in host/cli/,
+ * listed in commands.h). Not for: any command's own work.
+ */
+#include "base/blas_core.h"
+#include "base/cmdout.h"
+#include "base/printable.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "config/config.h"
+#include "plugin/calls.h"
+#include "plugin/supervise.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    int n_commands;
+    const command *commands = cli_commands(&n_commands);
+    printable_stderr(); /* messages quote configs and paths: never raw control characters */
+    if (argc < 2) {
+        cmd_help(0, NULL);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+        fprintf(cmdout(), "ctrain %s (plugin ABI %d.%d)\n", CTRAIN_VERSION, CT_ABI_MAJOR,
+                CT_ABI_MINOR);
+        return 0;
+    }
+    if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
+    /* the commands that run matrix products: OpenBLAS's kernel is chosen before a plugin
+     * loads it (may restart this program once) */
+    static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", "what-if", NULL};
+    for (int i = 0; blas_users[i]; i++)
+        if (!strcmp(name, blas_users[i])) blas_core_choose(argv);
+    /* the commands that load plugins: what a plugin prints goes to stderr, never into the
+     * command's output (cmdout.h); an exit() or a crash inside a plugin call is named
+     * (calls.h, supervise.h) */
+    static const char *const plugin_users[] = {"plugins", "inspect", "validate", "train",
+                                               "sample", "check-plugin", "export", "what-if",
+                                               "logits", "reduce", NULL};
+    for (int i = 0; plugin_users[i]; i++)
+        if (!strcmp(name, plugin_users[i])) {
+            cmdout_separate();
+            calls_start();
+            supervise_report_fatal_signals();
+        }
+    for (int i = 0; i < n_commands; i++)
+        if (cli_command_is(commands[i].name, name)) return commands[i].fn(argc - 1, argv + 1);
+    const char *names[64];
+    char texts[64][64];
+    for (int i = 0; i < n_commands && i < 64; i++)
+        names[i] = cli_command_text(commands[i].name, texts[i], sizeof texts[i]);
+    const char *near = config_nearest(name, names, n_commands < 64 ? n_commands : 64);
+    fprintf(stderr, "ctrain: unknown command '%s'%s%s%s ---> `ctrain help` lists the commands\n",
+            name, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+    return 2;
+}

@@ -1,0 +1,166 @@
+/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume | --resume-from DIR]
+ * [--stop-after N]` (stop after step N as if interrupted, e.g. to test resuming): resolves the
+ * configuration exactly as `validate` does (run/session.h), prepares the out_dir (its lock,
+ * config.ini, the data's tokenizer), installs the stop signals, creates an in-process engine's
+ * world and starts the ranks (threads of this process for in-process engines, else one rank per
+ * process, placed by the launcher: launcher.h) through the training loop (run/loop.h).
+ * Not for: the loop itself (run/loop.c) or reading the launcher's variables (launcher.c). */
+#include "base/cmdout.h"
+#include "base/launcher.h"
+#include "cli/commands.h"
+#include "data/runtok.h"
+#include "io/outfile.h"
+#include "plugin/calls.h"
+#include "run/checkpoint.h"
+#include "run/loop.h"
+#include "run/optim.h"
+#include "run/preempt.h"
+#include "run/runlock.h"
+#include "run/session.h"
+#include "run/watchdog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OUT/tokenizer.ini (+ .model) from the data's meta.ini; required when [run] sample_every > 0. */
+static int32_t record_tokenizer(const host_config *cfg, const char *out_dir, ct_error *err) {
+    int64_t every = 0;
+    int found = 0;
+    config_get_int(cfg, "run", "sample_every", &every, NULL);
+    return runtok_record(cfg, out_dir, every > 0, &found, err);
+}
+
+int cmd_train(int argc, char **argv) {
+    ct_error err = {.struct_size = sizeof err};
+    host_config *cfg = NULL;
+    host_registry *reg = NULL;
+    host_wiring w;
+    int n_rest = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    host_runlock lock = {.fd = -1};
+    int32_t resume = 0, status = 2;
+    int64_t stop_after = 0;
+    const char *resume_from = NULL;
+    if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", rest ? err.message : "out of memory");
+        free(rest);
+        return 2;
+    }
+    for (int i = 0; i < n_rest; i++) {
+        char *end = NULL;
+        if (strcmp(rest[i], "--resume") == 0) resume = 1;
+        else if (strcmp(rest[i], "--resume-from") == 0 && i + 1 < n_rest)
+            resume_from = rest[++i];
+        else if (strcmp(rest[i], "--stop-after") == 0 && i + 1 < n_rest &&
+                 (stop_after = strtoll(rest[i + 1], &end, 10)) > 0 && *end == 0)
+            i++;
+        else {
+            fprintf(stderr, "ctrain train: %s '%s' ---> see `ctrain help`\n",
+                    strcmp(rest[i], "--resume-from") == 0 ? "a folder must follow"
+                    : strcmp(rest[i], "--stop-after") == 0 ? "a step > 0 must follow"
+                                                            : "unknown option",
+                    rest[i]);
+            goto out_session;
+        }
+    }
+    if (resume && resume_from) {
+        fprintf(stderr, "ctrain train: --resume and --resume-from exclude each other ---> "
+                "--resume takes the newest valid checkpoint of [run] out_dir, --resume-from DIR "
+                "that folder\n");
+        goto out_session;
+    }
+    host_optim_config oc; /* the optimiser's bounds, before anything is written */
+    if (optim_config(cfg, &oc, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", err.message);
+        goto out_session;
+    }
+    const char *out_dir = NULL;
+    config_get_string(cfg, "run", "out_dir", &out_dir, NULL);
+    int64_t world = 1;
+    config_get_int(cfg, "comm", "world_size", &world, NULL);
+    const ct_comm_vtable *cv = w.comm->vtable;
+    status = 1;
+    /* SIGTERM / SIGINT / SIGUSR1 from here on: checkpoint at the end of the step, then exit;
+     * a step that does not end within [run] stop_grace_s is reported (watchdog.h) */
+    double grace_s = 30;
+    config_get_float(cfg, "run", "stop_grace_s", &grace_s, NULL);
+    if (preempt_install() != 0 || watchdog_start(grace_s) != 0) {
+        fprintf(stderr, "ctrain train: cannot install the stop-signal handlers: %s\n",
+                strerror(errno));
+        goto out_session;
+    }
+    /* under a launcher every process gets here: the first one of the job (rank 0 by the
+     * launcher: mpirun, srun or torchrun-style) writes config.ini */
+    const host_launch *launch = launcher_current();
+    int first_process = launch->rank == 0;
+    /* --resume before the first checkpoint starts fresh, so a requeue script can always pass
+     * it; a folder that holds checkpoints, none of them valid, stays an error (rank_open) */
+    int n_saved = 0;
+    calls_host_op("looking for checkpoints to resume from");
+    int counted = !resume || checkpoint_count(out_dir, &n_saved, &err) == CT_OK;
+    calls_host_op(NULL);
+    if (!counted) {
+        fprintf(stderr, "ctrain train: --resume: %s\n", err.message);
+        goto out_session;
+    }
+    if (resume && n_saved == 0) {
+        if (first_process)
+            fprintf(stderr, "ctrain train: --resume: no checkpoint under %s/checkpoints yet; "
+                    "starting from step 0\n", out_dir);
+        resume = 0;
+    }
+    /* the process that writes the folder's config.ini holds its lock for the whole run (the
+     * in-process ranks share it; the other processes of an mpirun job take none) */
+    calls_host_op("preparing [run] out_dir (lock, config.ini, tokenizer)");
+    int prepared = out_make_folders(out_dir, &err) == CT_OK &&
+                   (!first_process || runlock_take(&lock, out_dir, &err) == CT_OK) &&
+                   (!first_process || checkpoint_write_config(cfg, out_dir, &err) == CT_OK) &&
+                   (!first_process || record_tokenizer(cfg, out_dir, &err) == CT_OK);
+    calls_host_op(NULL);
+    if (!prepared) {
+        fprintf(stderr, "ctrain train: %s\n", err.message);
+        goto out_session;
+    }
+    run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world, .resume = resume,
+                     .resume_from = resume_from, .stop_after = stop_after, .out_dir = out_dir,
+                     .launch = launch};
+    if (cv->world_create) {
+        /* the engine reads its own keys ([comm] algo, timeout_s, ...) here, through the host
+         * API exactly as at create(); wh lives until world_destroy */
+        ct_host wh;
+        hostapi_init(&wh, cfg, 0, w.comm->desc.name, NULL);
+        ct_create_args a = {.struct_size = sizeof a,
+                            .api = hostapi_table(),
+                            .host = &wh,
+                            .section = "comm",
+                            .rank = 0,
+                            .world_size = (int32_t)world};
+        sh.comm_world = CALLS(w.comm, "world_create", cv->world_create((int32_t)world, &a, &err));
+        if (!sh.comm_world) {
+            char who[96]; /* the engine's message may already start with "comm NAME" */
+            snprintf(who, sizeof who, "comm %s", w.comm->desc.name);
+            int named = strncmp(err.message, who, strlen(who)) == 0;
+            fprintf(stderr, "ctrain train: %s%s%s\n", named ? "" : who, named ? "" : ": ",
+                    err.message);
+            goto out_session;
+        }
+        status = run_ranks(&sh, 0, (int32_t)world);
+        CALLS_VOID(w.comm, "world_destroy", cv->world_destroy(sh.comm_world));
+    } else {
+        /* world_size > 1 without an in-process engine was refused by preflight_check; the
+         * comm plugin learns its world itself and train_rank checks it against the launcher's */
+        sh.world = launch->world;
+        status = run_ranks(&sh, launch->rank, 1);
+    }
+    /* train_rank printed "stopped by SIG after checkpointing step N" */
+    if (status == 0 && sh.stopped_at > 0) status = PREEMPT_EXIT_STOPPED;
+    if (status == 0 && first_process) fprintf(cmdout(), "metrics: %s/metrics.jsonl\n", out_dir);
+out_session:
+    runlock_release(&lock);
+    registry_close(reg);
+    config_free(cfg);
+    free(rest);
+    return status;
+}

@@ -1,0 +1,814 @@
+/* checkpoint.c — atomic per-rank checkpoints and resharding resume (see checkpoint.h).
+ *
+ * rank_NNNNN.bin, little-endian:
+ *   char magic[8] "CTCKPT01"; uint32 version (1); int32 rank; int32 world; int64 step;
+ *   uint32 n_units; uint64 loader_epoch; uint64 loader_position;
+ *   per unit: uint64 unit_numel; uint64 offset; uint64 numel; int32 replicated;
+ *             float master[numel]; float m[numel]; float v[numel];
+ *   uint64 fnv1a64 of every byte before it.
+ *
+ * A save: check every value is finite (all ranks), make step_N.tmp, every rank writes and
+ * fsyncs its file, rank 0 adds config.ini, fsyncs the folder and renames it to step_N. Any
+ * failure removes step_N.tmp. Folders are removed in-process (openat/unlinkat, links never
+ * followed); no shell ever sees a path.
+ */
+#include "run/checkpoint.h"
+
+#include "io/files.h"
+#include "run/optim.h"
+#include "io/outfile.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_MAGIC "CTCKPT01"
+#define CKPT_VERSION 1u
+#define CKPT_MAX_LISTED 65536 /* checkpoint folders considered in one listing */
+
+/* The three arrays saved per unit, in file order. */
+static const char *const part_name[3] = {"master weights", "AdamW m", "AdamW v"};
+
+/* ---- paths and folders ------------------------------------------------------------------ */
+
+/* snprintf into buf; CT_ERR_INVALID when the path does not fit (never a truncated path). */
+__attribute__((format(printf, 4, 5)))
+static int32_t path_fmt(char *buf, size_t n, ct_error *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    if (len < 0 || (size_t)len >= n)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "path too long (%d bytes, at most %zu) starting '%.80s' ---> use a "
+                            "shorter [run] out_dir", len, n - 1, buf);
+    return CT_OK;
+}
+
+/* The step of a complete checkpoint folder's name "step_" + digits (at least 8, nothing
+ * else); -1 for anything else (step_N.tmp, step_N.old, other files). */
+static long long parse_step_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0) return -1;
+    const char *p = name + 5;
+    size_t n = strlen(p);
+    if (n < 8 || n > 18) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9') return -1;
+    return strtoll(p, NULL, 10);
+}
+
+/* A temporary left by an interrupted save: "step_" + digits + ".tmp" or ".old". */
+static int is_stale_name(const char *name) {
+    size_t n = strlen(name);
+    if (n < 9 || strncmp(name, "step_", 5) != 0) return 0;
+    return strcmp(name + n - 4, ".tmp") == 0 || strcmp(name + n - 4, ".old") == 0;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x < y) - (x > y);
+}
+
+/* Steps of the complete checkpoint folders under root, newest first, into a new array. */
+static int32_t list_steps(const char *root, long long **steps, int *n, ct_error *err) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? CT_OK : ct_error_set(err, CT_ERR_IO, "cannot list %s: %s",
+                                                          root, strerror(errno));
+    int cap = 0;
+    struct dirent *e;
+    int32_t rc = CT_OK;
+    while ((e = readdir(d)) && *n < CKPT_MAX_LISTED) {
+        long long s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            long long *g = realloc(*steps, (size_t)cap * sizeof *g);
+            if (!g) {
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory listing %s", root);
+                break;
+            }
+            *steps = g;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (rc != CT_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+    return CT_OK;
+}
+
+/* ---- small file helpers: a writer that hashes what it writes --------------------------- */
+
+typedef struct hfile {
+    FILE       *f;
+    uint64_t    hash;
+    const char *path;
+    int         failed;
+    int         err_no; /* errno of the first failed write */
+} hfile;
+
+static void hash_bytes(uint64_t *h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) *h = (*h ^ b[i]) * 0x100000001b3ull;
+}
+
+static void hwrite(hfile *hf, const void *p, size_t n) {
+    if (hf->failed) return;
+    hash_bytes(&hf->hash, p, n);
+    if (fwrite(p, 1, n, hf->f) != n) {
+        hf->failed = 1;
+        hf->err_no = errno;
+    }
+}
+
+/* The checkpoint files are written and read through stdio streams over the one writer and the
+ * one reader (outfile.h, files.h). */
+static int hread(hfile *hf, void *p, size_t n) {
+    if (hf->failed) return -1;
+    if (fread(p, 1, n, hf->f) != n) {
+        hf->failed = 1;
+        return -1;
+    }
+    hash_bytes(&hf->hash, p, n);
+    return 0;
+}
+
+int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_error *err) {
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/config.ini", out_dir);
+    if (rc != CT_OK) return rc;
+    outfile o;
+    if ((rc = outfile_open_as(&o, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    FILE *f = outfile_stream(&o, err);
+    if (!f) {
+        outfile_abort(&o);
+        return err->code;
+    }
+    config_print(cfg, f);
+    return outfile_commit(&o, err);
+}
+
+/* Agree over ranks on a collective phase: CT_OK only when every rank's rc is CT_OK. A rank
+ * that failed returns its own error; the others CT_ERR_COMM saying another rank failed. */
+static int32_t agree(host_rank *r, int32_t rc, const char *phase, ct_error *err) {
+    double bad = rc != CT_OK;
+    ct_error scratch = {.struct_size = sizeof scratch};
+    int32_t rc2 = optim_allreduce_f64(r, &bad, 1, CT_REDUCE_MAX, rc != CT_OK ? &scratch : err);
+    if (rc != CT_OK) return rc;
+    if (rc2 != CT_OK) return rc2;
+    if (bad > 0)
+        return ct_error_set(err, CT_ERR_COMM, "checkpoint: %s failed on another rank", phase);
+    return CT_OK;
+}
+
+static int32_t copy_d2h(host_rank *r, void *dst, const void *src, uint64_t bytes, ct_error *err) {
+    return RANK_DEV(r, copy, dst, src, bytes, CT_COPY_D2H, err);
+}
+
+static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_error *err) {
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/rank_%05d.bin", dir, r->rank);
+    if (rc != CT_OK) return rc;
+    outfile out;
+    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
+    if (!hf.f) {
+        outfile_abort(&out);
+        return err->code;
+    }
+    uint32_t version = CKPT_VERSION, nu = r->mdesc.n_units;
+    int32_t rank = r->rank, world = r->world;
+    host_loader_state ls = loader_get_state(r->train_data);
+    hwrite(&hf, CKPT_MAGIC, 8);
+    hwrite(&hf, &version, 4);
+    hwrite(&hf, &rank, 4);
+    hwrite(&hf, &world, 4);
+    hwrite(&hf, &step, 8);
+    hwrite(&hf, &nu, 4);
+    hwrite(&hf, &ls.epoch, 8);
+    hwrite(&hf, &ls.position, 8);
+    float *buf = NULL;
+    for (uint32_t u = 0; u < nu && rc == CT_OK && !hf.failed; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
+        uint64_t numel = sh.numel;
+        float *nb = realloc(buf, (numel ? numel : 1) * sizeof(float));
+        if (!nb) {
+            rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
+            break;
+        }
+        buf = nb;
+        hwrite(&hf, &r->units[u].numel, 8);
+        hwrite(&hf, &sh.offset, 8);
+        hwrite(&hf, &numel, 8);
+        hwrite(&hf, &sh.replicated, 4);
+        const float *parts[3] = {sh.master, r->units[u].m, r->units[u].v};
+        for (int k = 0; k < 3 && rc == CT_OK; k++) {
+            rc = copy_d2h(r, buf, parts[k], numel * sizeof(float), err);
+            /* the host copy is checked too: a non-finite value never reaches the disk */
+            for (uint64_t i = 0; rc == CT_OK && i < numel; i++)
+                if (!isfinite(buf[i]))
+                    rc = ct_error_set(err, CT_ERR_INVALID,
+                                      "step %lld: unit %u (%s) holds %s in its %s at element "
+                                      "%llu; checkpoint not written ---> lower [optim] lr, then "
+                                      "resume with --resume",
+                                      (long long)step, u, r->mdesc.units[u].name,
+                                      isnan(buf[i]) ? "NaN" : "Inf", part_name[k],
+                                      (unsigned long long)(sh.offset + i));
+            if (rc == CT_OK) hwrite(&hf, buf, numel * sizeof(float));
+        }
+    }
+    free(buf);
+    uint64_t h = hf.hash;
+    hwrite(&hf, &h, 8);
+    if (rc == CT_OK && hf.failed) {
+        outfile_abort(&out);
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
+                            "out_dir; the newest complete checkpoint is intact (resume with "
+                            "--resume)", path, strerror(hf.err_no ? hf.err_no : EIO));
+    }
+    if (rc != CT_OK) {
+        outfile_abort(&out);
+        return rc;
+    }
+    if ((rc = outfile_commit(&out, err)) != CT_OK) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        rc = ct_error_set(err, rc, "%s; the newest complete checkpoint is intact (resume with "
+                          "--resume)", why);
+    }
+    return rc;
+}
+
+/* Remove complete checkpoints of steps after `step` (named on stderr when `announce`) and
+ * beyond the newest `keep` of the others, and stale temporaries. Rank 0, after a successful
+ * save of `step` or a resume from it. A failure to remove is reported on stderr and does not
+ * fail the run. */
+static void prune(const char *root, int64_t step, int32_t keep, int announce) {
+    long long *steps = NULL;
+    int n = 0;
+    ct_error err = {.struct_size = sizeof err};
+    if (list_steps(root, &steps, &n, &err) != CT_OK) {
+        fprintf(stderr, "ctrain: warning: %s\n", err.message);
+        return;
+    }
+    char path[PATH_MAX];
+    int kept = 0;
+    for (int i = 0; i < n; i++) { /* newest first */
+        if (steps[i] <= step && kept < keep) {
+            kept++;
+            continue;
+        }
+        if (path_fmt(path, sizeof path, &err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        if (out_remove_tree(path) != 0)
+            fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
+        else if (announce && steps[i] > step)
+            fprintf(stderr, "ctrain: removed %s: newer than the resumed step %lld\n", path,
+                    (long long)step);
+    }
+    free(steps);
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!is_stale_name(e->d_name)) continue;
+        if (path_fmt(path, sizeof path, &err, "%s/%s", root, e->d_name) != CT_OK) continue;
+        if (out_remove_tree(path) != 0)
+            fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
+    }
+    if (d) closedir(d);
+}
+
+/* Rank 0: a fresh, empty tmp folder (a stale one of an interrupted save removed first). */
+static int32_t make_tmp(const char *root, const char *tmp, ct_error *err) {
+    if (out_remove_tree(tmp) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot remove the stale %s: %s", tmp,
+                            strerror(errno));
+    if (mkdir(root, 0755) != 0 && errno != EEXIST)
+        return ct_error_set(err, CT_ERR_IO, "cannot create %s: %s ---> check [run] out_dir",
+                            root, strerror(errno));
+    if (mkdir(tmp, 0755) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot create %s: %s ---> check free disk space",
+                            tmp, strerror(errno));
+    return CT_OK;
+}
+
+/* Rank 0: config.ini into tmp, then tmp becomes dir. An older folder of the same step (a save
+ * before a resume from an older checkpoint) is set aside as dir.old and removed after. */
+static int32_t finish_save(const host_rank *r, const char *root, const char *tmp, const char *dir,
+                           ct_error *err) {
+    char old[PATH_MAX];
+    int32_t rc = path_fmt(old, sizeof old, err, "%s.old", dir);
+    if (rc == CT_OK) rc = checkpoint_write_config(r->cfg, tmp, err);
+    if (rc != CT_OK) return rc;
+    if (out_fsync_folder(tmp) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot sync %s: %s", tmp, strerror(errno));
+    struct stat st;
+    int had_old = lstat(dir, &st) == 0;
+    if (had_old && (out_remove_tree(old) != 0 || rename(dir, old) != 0))
+        return ct_error_set(err, CT_ERR_IO, "cannot set aside the older %s: %s", dir,
+                            strerror(errno));
+    if (rename(tmp, dir) != 0) {
+        int saved = errno;
+        if (had_old) rename(old, dir);
+        return ct_error_set(err, CT_ERR_IO, "cannot rename %s to %s: %s", tmp, dir,
+                            strerror(saved));
+    }
+    if (out_fsync_folder(root) != 0)
+        fprintf(stderr, "ctrain: warning: cannot sync %s: %s\n", root, strerror(errno));
+    if (had_old && out_remove_tree(old) != 0)
+        fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", old, strerror(errno));
+    return CT_OK;
+}
+
+int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
+                        ct_error *err) {
+    char dir[PATH_MAX], tmp[PATH_MAX], root[PATH_MAX];
+    int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
+    if (rc == CT_OK) rc = path_fmt(dir, sizeof dir, err, "%s/step_%08lld", root, (long long)step);
+    if (rc == CT_OK) rc = path_fmt(tmp, sizeof tmp, err, "%s.tmp", dir);
+    if ((rc = agree(r, rc, "naming the folder", err)) != CT_OK) return rc;
+    /* every rank gets the same verdict; nothing is on disk yet */
+    if ((rc = optim_check_finite(r, step, err)) != CT_OK) return rc;
+
+    if (r->rank == 0) rc = make_tmp(root, tmp, err);
+    if ((rc = agree(r, rc, "creating the folder", err)) != CT_OK) goto out_remove_tmp;
+    rc = write_rank_file(r, tmp, step, err);
+    if ((rc = agree(r, rc, "writing a rank file", err)) != CT_OK) goto out_remove_tmp;
+    if (r->rank == 0) rc = finish_save(r, root, tmp, dir, err);
+    if ((rc = agree(r, rc, "finishing the folder", err)) != CT_OK) goto out_remove_tmp;
+    if (r->rank == 0) prune(root, step, keep, 0);
+    return CT_OK;
+
+out_remove_tmp:
+    /* every rank is past its writes (agree is a barrier): rank 0 removes what was made */
+    if (r->rank == 0 && out_remove_tree(tmp) != 0)
+        fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", tmp, strerror(errno));
+    return rc;
+}
+
+int32_t checkpoint_count(const char *out_dir, int *n, ct_error *err) {
+    char root[PATH_MAX];
+    long long *steps = NULL;
+    *n = 0;
+    int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
+    if (rc == CT_OK) rc = list_steps(root, &steps, n, err);
+    free(steps);
+    return rc;
+}
+
+int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err) {
+    char root[PATH_MAX];
+    int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
+    long long *steps = NULL;
+    int count = 0;
+    if (rc == CT_OK) rc = list_steps(root, &steps, &count, err);
+    if (rc != CT_OK) return rc;
+    long long best = count ? steps[0] : -1;
+    free(steps);
+    if (best < 0)
+        return ct_error_set(err, CT_ERR_IO,
+                            "no checkpoint under %s ---> train without --resume first", root);
+    *step = best;
+    return path_fmt(buf, n, err, "%s/step_%08lld", root, best);
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* One saved rank file, parsed up to its unit table. */
+typedef struct saved_unit {
+    uint64_t unit_numel, offset, numel;
+    int32_t  replicated;
+    long     data_pos; /* file offset of master[0] */
+} saved_unit;
+
+typedef struct saved_rank {
+    FILE           *f;
+    char            path[PATH_MAX];
+    int32_t         world;
+    int64_t         step;
+    host_loader_state ls;
+    saved_unit     *units;
+    uint32_t        n_units;
+} saved_rank;
+
+/* Open and verify one rank file: header, checksum over the whole file, every value finite. */
+static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error *err) {
+    memset(s, 0, sizeof *s);
+    int32_t rc = path_fmt(s->path, sizeof s->path, err, "%s/rank_%05d.bin", dir, rank);
+    if (rc != CT_OK) return rc;
+    if ((rc = fopen_regular(s->path, "checkpoint file", "the checkpoint folder is damaged: "
+                            "resume from another one (--resume-from)", &s->f, err)) != CT_OK)
+        return rc;
+    hfile hf = {.f = s->f, .hash = 0xcbf29ce484222325ull, .path = s->path};
+    char magic[8];
+    uint32_t version;
+    int32_t rank_saved;
+    hread(&hf, magic, 8);
+    hread(&hf, &version, 4);
+    hread(&hf, &rank_saved, 4);
+    hread(&hf, &s->world, 4);
+    hread(&hf, &s->step, 8);
+    hread(&hf, &s->n_units, 4);
+    hread(&hf, &s->ls.epoch, 8);
+    hread(&hf, &s->ls.position, 8);
+    if (hf.failed || memcmp(magic, CKPT_MAGIC, 8) != 0 || version != CKPT_VERSION ||
+        rank_saved != rank || s->n_units > 1u << 20 || s->world < 1 || s->world > 1 << 20)
+        return ct_error_set(err, CT_ERR_INVALID, "%s is not a ctrain v%u checkpoint of rank %d",
+                            s->path, CKPT_VERSION, rank);
+    s->units = calloc(s->n_units ? s->n_units : 1, sizeof *s->units);
+    if (!s->units) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", s->path);
+    /* walk the whole file once to verify the checksum and the values before anything is loaded */
+    float chunk[4096];
+    for (uint32_t u = 0; u < s->n_units && !hf.failed; u++) {
+        saved_unit *su = &s->units[u];
+        hread(&hf, &su->unit_numel, 8);
+        hread(&hf, &su->offset, 8);
+        hread(&hf, &su->numel, 8);
+        hread(&hf, &su->replicated, 4);
+        su->data_pos = ftell(s->f);
+        for (int k = 0; k < 3 && !hf.failed; k++)
+            for (uint64_t left = su->numel; left > 0 && !hf.failed;) {
+                uint64_t n = left < 4096 ? left : 4096;
+                if (hread(&hf, chunk, n * sizeof(float)) != 0) break;
+                for (uint64_t i = 0; i < n; i++)
+                    if (!isfinite(chunk[i]))
+                        return ct_error_set(err, CT_ERR_INVALID,
+                                            "%s: unit %u holds %s in its %s (element %llu)",
+                                            s->path, u, isnan(chunk[i]) ? "NaN" : "Inf",
+                                            part_name[k],
+                                            (unsigned long long)(su->offset + su->numel - left + i));
+                left -= n;
+            }
+    }
+    uint64_t want = hf.hash, got = 0;
+    if (hf.failed || fread(&got, 8, 1, s->f) != 1 || got != want)
+        return ct_error_set(err, CT_ERR_INVALID, "%s is truncated or corrupt (checksum mismatch)",
+                            s->path);
+    return CT_OK;
+}
+
+static void close_saved(saved_rank *s) {
+    if (s->f) fclose(s->f);
+    free(s->units);
+    memset(s, 0, sizeof *s);
+}
+
+/* Every rank file of the checkpoint folder dir, verified (open_saved) and consistent with rank
+ * 0's (world, step, units), plus a readable config.ini, into *out (world entries; close each
+ * with close_saved and free the array). The folder's config.ini, loaded, into *saved_cfg. */
+static int32_t open_checkpoint(const char *dir, saved_rank **out, int32_t *world,
+                               host_config **saved_cfg, ct_error *err) {
+    *out = NULL;
+    *saved_cfg = NULL;
+    saved_rank first;
+    int32_t rc = open_saved(dir, 0, &first, err);
+    if (rc != CT_OK) {
+        close_saved(&first);
+        return rc;
+    }
+    saved_rank *saved = calloc((size_t)first.world, sizeof *saved);
+    if (!saved) {
+        close_saved(&first);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    }
+    saved[0] = first;
+    int32_t q = 1;
+    for (; q < first.world && rc == CT_OK; q++) {
+        rc = open_saved(dir, q, &saved[q], err);
+        if (rc == CT_OK && (saved[q].world != first.world || saved[q].step != first.step ||
+                            saved[q].n_units != first.n_units))
+            rc = ct_error_set(err, CT_ERR_INVALID,
+                              "%s does not match %s (world, step or units differ)", saved[q].path,
+                              first.path);
+    }
+    char cfg_path[PATH_MAX];
+    if (rc == CT_OK) rc = path_fmt(cfg_path, sizeof cfg_path, err, "%s/config.ini", dir);
+    if (rc == CT_OK) {
+        *saved_cfg = config_new();
+        if (!*saved_cfg) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        else rc = config_load_file(*saved_cfg, cfg_path, err);
+    }
+    if (rc != CT_OK) {
+        for (int32_t i = 0; i < first.world; i++) close_saved(&saved[i]);
+        free(saved);
+        config_free(*saved_cfg);
+        *saved_cfg = NULL;
+        return rc;
+    }
+    *out = saved;
+    *world = first.world;
+    return CT_OK;
+}
+
+/* Two values of a key are the same when the texts are, or both are numbers that are equal. */
+static int same_value(const char *a, const char *b) {
+    if (strcmp(a, b) == 0) return 1;
+    char *ea, *eb;
+    double x = strtod(a, &ea), y = strtod(b, &eb);
+    return ea != a && eb != b && *ea == 0 && *eb == 0 && x == y;
+}
+
+/* The run's [model] section must be the checkpoint's: any key that differs, or is present on
+ * one side only, is an error naming the key, both values and the checkpoint's config.ini. */
+static int32_t check_model(const host_config *cfg, const host_config *saved, const char *dir,
+                           ct_error *err) {
+    for (int pass = 0; pass < 2; pass++) {
+        const host_config *a = pass ? cfg : saved, *b = pass ? saved : cfg;
+        int32_t n = config_key_count(a, "model");
+        for (int32_t i = 0; i < n; i++) {
+            const char *key = config_key_name(a, "model", i);
+            const char *va = config_get(a, "model", key), *vb = config_get(b, "model", key);
+            if (vb && same_value(va, vb)) continue;
+            /* a key the plugin gained since the save, left at its default, changes nothing */
+            if (!vb && pass && strcmp(config_origin(cfg, "model", key), "default") == 0) continue;
+            const char *now = pass ? va : vb, *then = pass ? vb : va;
+            return ct_error_set(err, CT_ERR_INVALID,
+                                "%s: [model] %s = %s, but the checkpoint was trained with %s = "
+                                "%s (%s/config.ini) ---> a checkpoint resumes only with its own "
+                                "model: set [model] %s = %s, or train into another out_dir "
+                                "without --resume",
+                                config_origin(cfg, "model", key), key, now ? now : "(absent)",
+                                key, then ? then : "(absent)", dir, key,
+                                then ? then : "(remove the key)");
+        }
+    }
+    return CT_OK;
+}
+
+/* Reassemble part k (0 master, 1 m, 2 v) of unit u, unpadded, from every saved rank. */
+static int32_t gather_part(saved_rank *saved, int32_t world, uint32_t u, int k, float *full,
+                           uint64_t unit_numel, ct_error *err) {
+    for (int32_t q = 0; q < world; q++) {
+        saved_unit *su = &saved[q].units[u];
+        if (su->replicated && q > 0) break;
+        if (su->offset >= unit_numel) continue;
+        uint64_t n = su->numel;
+        if (su->offset + n > unit_numel) n = unit_numel - su->offset;
+        if (fseek(saved[q].f, su->data_pos + (long)(k * su->numel * sizeof(float)), SEEK_SET) != 0 ||
+            fread(full + su->offset, sizeof(float), n, saved[q].f) != n)
+            return ct_error_set(err, CT_ERR_IO, "cannot read %s", saved[q].path);
+    }
+    return CT_OK;
+}
+
+/* Load the verified checkpoint `saved` (world files of folder dir) into the rank; with
+ * weights_only the master weights only (no AdamW moments, no data position). */
+static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t world,
+                    int weights_only, ct_error *err) {
+    const saved_rank *first = &saved[0];
+    if (first->n_units != r->mdesc.n_units)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s has %u parameter units; this model has %u ---> resume with the "
+                            "configuration in %s/config.ini",
+                            dir, first->n_units, r->mdesc.n_units, dir);
+    int32_t rc = CT_OK;
+    for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
+        uint64_t n = r->units[u].numel;
+        if (first->units[u].unit_numel != n)
+            return ct_error_set(err, CT_ERR_INVALID,
+                                "%s: unit %u has %llu parameters saved, the model has %llu ---> "
+                                "resume with the configuration in %s/config.ini",
+                                dir, u, (unsigned long long)first->units[u].unit_numel,
+                                (unsigned long long)n, dir);
+        float *full = calloc(n ? n : 1, sizeof *full);
+        ct_shard sh = {.struct_size = sizeof sh};
+        if (!full) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        if (rc == CT_OK) rc = gather_part(saved, world, u, 0, full, n, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, shard, u, &sh, err);
+        float *part = NULL;
+        if (weights_only) {
+            free(full);
+            continue;
+        }
+        if (rc == CT_OK && !(part = calloc(sh.numel ? sh.numel : 1, sizeof *part)))
+            rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        for (int k = 1; k <= 2 && rc == CT_OK; k++) {
+            memset(full, 0, n * sizeof *full);
+            rc = gather_part(saved, world, u, k, full, n, err);
+            memset(part, 0, sh.numel * sizeof *part);
+            for (uint64_t i = 0; i < sh.numel; i++)
+                if (sh.offset + i < n) part[i] = full[sh.offset + i];
+            float *dst = k == 1 ? r->units[u].m : r->units[u].v;
+            if (rc == CT_OK)
+                rc = RANK_DEV(r, copy, dst, part, sh.numel * sizeof(float),
+                              CT_COPY_H2D, err);
+        }
+        free(part);
+        free(full);
+    }
+    if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
+    return rc;
+}
+
+static void close_checkpoint(saved_rank *saved, int32_t world, host_config *saved_cfg) {
+    for (int32_t q = 0; saved && q < world; q++) close_saved(&saved[q]);
+    free(saved);
+    config_free(saved_cfg);
+}
+
+/* The checkpoint to read: the folder `from` when it is not NULL, else the newest valid one
+ * under root (OUT/checkpoints), skipping invalid ones with a warning on stderr when `warn`.
+ * `what` names `from` in messages ("--resume-from"). The chosen folder's path into dir (PATH_MAX
+ * bytes), its verified files and config as open_checkpoint gives them. */
+static int32_t open_chosen(const char *root, const char *from, const char *what, int warn,
+                           char *dir, saved_rank **saved, int32_t *world, host_config **saved_cfg,
+                           ct_error *err) {
+    int32_t rc;
+    if (from) {
+        if ((rc = path_fmt(dir, PATH_MAX, err, "%s", from)) != CT_OK) return rc;
+        rc = open_checkpoint(dir, saved, world, saved_cfg, err);
+        if (rc != CT_OK) {
+            char why[sizeof err->message];
+            snprintf(why, sizeof why, "%s", err->message);
+            return ct_error_set(err, rc, "%s %s: %s ---> pass a complete checkpoint "
+                                "folder (OUT/checkpoints/step_NNNNNNNN)", what, from, why);
+        }
+        return CT_OK;
+    }
+    long long *steps = NULL;
+    int n = 0, skipped = 0;
+    if ((rc = list_steps(root, &steps, &n, err)) != CT_OK) return rc;
+    rc = CT_ERR_IO;
+    for (int i = 0; i < n && rc != CT_OK; i++) {
+        if (path_fmt(dir, PATH_MAX, err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        ct_error why = {.struct_size = sizeof why};
+        rc = open_checkpoint(dir, saved, world, saved_cfg, &why);
+        if (rc == CT_OK && (*saved)[0].step != steps[i]) {
+            rc = ct_error_set(&why, CT_ERR_INVALID, "its files are of step %lld",
+                              (long long)(*saved)[0].step);
+            close_checkpoint(*saved, *world, *saved_cfg);
+            *saved = NULL;
+            *saved_cfg = NULL;
+        }
+        if (rc == CT_OK) break;
+        if (rc == CT_ERR_NOMEM) {
+            *err = why;
+            break;
+        }
+        skipped++;
+        if (warn)
+            fprintf(stderr, "ctrain: warning: skipping checkpoint %s: %s ---> using "
+                    "the next older one\n", dir, why.message);
+    }
+    free(steps);
+    if (rc == CT_ERR_NOMEM) return rc;
+    if (rc != CT_OK) {
+        if (skipped)
+            return ct_error_set(err, CT_ERR_IO, "no valid checkpoint under %s (%d skipped: "
+                                "see the warnings above) ---> train without --resume", root,
+                                skipped);
+        return ct_error_set(err, CT_ERR_IO, "no checkpoint under %s ---> train without "
+                            "--resume first", root);
+    }
+    return CT_OK;
+}
+
+int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err) {
+    memset(out, 0, sizeof *out);
+    char root[PATH_MAX], probe[PATH_MAX];
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0, rc;
+    struct stat st;
+    /* a checkpoint folder holds rank_00000.bin; anything else is a run folder */
+    int is_ckpt = path_fmt(probe, sizeof probe, err, "%s/rank_00000.bin", path) == CT_OK &&
+                  stat(probe, &st) == 0;
+    if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path)) != CT_OK) return rc;
+    rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, out->dir, &saved, &world,
+                     &saved_cfg, err);
+    if (rc == CT_ERR_IO && !is_ckpt)
+        return ct_error_set(err, rc, "no valid checkpoint in %s: it is neither a checkpoint "
+                            "folder (holding rank_00000.bin) nor a run folder with a valid "
+                            "checkpoints/step_NNNNNNNN (skipped ones are named above) ---> pass "
+                            "a run's out_dir or one of its checkpoint folders", path);
+    if (rc != CT_OK) return rc;
+    out->n_units = saved[0].n_units;
+    out->step = saved[0].step;
+    out->world = world;
+    out->cfg = saved_cfg;
+    saved_cfg = NULL;
+    out->numel = calloc(out->n_units ? out->n_units : 1, sizeof *out->numel);
+    out->units = calloc(out->n_units ? out->n_units : 1, sizeof *out->units);
+    if (!out->numel || !out->units) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    for (uint32_t u = 0; rc == CT_OK && u < out->n_units; u++) {
+        uint64_t n = out->numel[u] = saved[0].units[u].unit_numel;
+        if (n > (1ull << 40)) {
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: unit %u claims %llu parameters",
+                              saved[0].path, u, (unsigned long long)n);
+            break;
+        }
+        if (!(out->units[u] = calloc(n ? n : 1, sizeof(float))))
+            rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for unit %u (%llu floats)", u,
+                              (unsigned long long)n);
+        else rc = gather_part(saved, world, u, 0, out->units[u], n, err);
+    }
+    close_checkpoint(saved, world, NULL);
+    if (rc != CT_OK) checkpoint_master_free(out);
+    return rc;
+}
+
+void checkpoint_master_free(ckpt_master *m) {
+    for (uint32_t u = 0; m->units && u < m->n_units; u++) free(m->units[u]);
+    free(m->units);
+    free(m->numel);
+    config_free(m->cfg);
+    memset(m, 0, sizeof *m);
+}
+
+int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
+                          ct_error *err) {
+    char dir[PATH_MAX], root[PATH_MAX];
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0, rc;
+    if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir)) != CT_OK) return rc;
+    rc = open_chosen(root, from, "--resume-from", r->rank == 0, dir, &saved, &world, &saved_cfg,
+                     err);
+    if (rc != CT_OK) return rc;
+    rc = check_model(r->cfg, saved_cfg, dir, err);
+    if (rc == CT_OK) rc = load(r, dir, saved, world, 0, err);
+    if (rc == CT_OK) *step = saved[0].step;
+    close_checkpoint(saved, world, saved_cfg);
+    /* every rank has read its files: the history after the resumed step is abandoned (as the
+     * rows of metrics.jsonl after it), so a later --resume can never jump back onto it */
+    if ((rc = agree(r, rc, "loading the checkpoint", err)) != CT_OK) return rc;
+    ct_error scratch = {.struct_size = sizeof scratch};
+    if (r->rank == 0 && path_fmt(root, sizeof root, &scratch, "%s/checkpoints", out_dir) == CT_OK)
+        prune(root, *step, INT32_MAX, 1);
+    return CT_OK;
+}
+
+/* ---- inference: the newest valid checkpoint of a run, its master weights ------------------ */
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct_error *err) {
+    char probe[PATH_MAX], root[PATH_MAX], dir[PATH_MAX];
+    int32_t rc = path_fmt(probe, sizeof probe, err, "%s/rank_00000.bin", path);
+    if (rc == CT_OK) rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path);
+    if (rc != CT_OK) return rc;
+    int is_ckpt = access(probe, F_OK) == 0;
+    if (!is_ckpt && !is_dir(root))
+        return ct_error_set(err, CT_ERR_INVALID, "%s is neither a run folder (no checkpoints/ "
+                            "in it) nor a checkpoint folder (no rank_00000.bin in it) ---> pass "
+                            "the [run] out_dir of a run that saved a checkpoint, or one of its "
+                            "OUT/checkpoints/step_NNNNNNNN folders", path);
+    /* the same search and verification as resume and export */
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0;
+    rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, dir, &saved, &world,
+                     &saved_cfg, err);
+    if (rc == CT_OK) {
+        *step = saved[0].step;
+        rc = path_fmt(buf, n, err, "%s", dir);
+    }
+    close_checkpoint(saved, world, saved_cfg);
+    return rc;
+}
+
+int32_t checkpoint_load_weights(host_rank *r, const char *dir, ct_error *err) {
+    saved_rank *saved = NULL;
+    host_config *saved_cfg = NULL;
+    int32_t world = 0;
+    int32_t rc = open_checkpoint(dir, &saved, &world, &saved_cfg, err);
+    if (rc != CT_OK) return rc;
+    rc = check_model(r->cfg, saved_cfg, dir, err);
+    if (rc == CT_OK) rc = load(r, dir, saved, world, 1, err);
+    close_checkpoint(saved, world, saved_cfg);
+    return rc;
+}
+
+int32_t checkpoint_data_position(const char *dir, host_loader_state *ls, int32_t *world,
+                                 ct_error *err) {
+    saved_rank first;
+    int32_t rc = open_saved(dir, 0, &first, err);
+    if (rc == CT_OK) {
+        *ls = first.ls;
+        *world = first.world;
+    }
+    close_saved(&first);
+    return rc;
+}

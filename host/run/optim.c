@@ -1,0 +1,214 @@
+/* optim.c — schedule, clipping and AdamW over this rank's shards (see optim.h). */
+#include "run/optim.h"
+
+#include "base/init.h"
+
+#include <ctrain/numerics.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* err = "ORIGIN: [optim] KEY = VALUE: why ---> hint"; returns CT_ERR_INVALID. */
+static int32_t bound_error(const host_config *cfg, const char *key, const char *why,
+                           const char *hint, ct_error *err) {
+    const char *v = config_get(cfg, "optim", key);
+    return ct_error_set(err, CT_ERR_INVALID, "%s: [optim] %s = %s: %s ---> %s",
+                        config_origin(cfg, "optim", key), key, v ? v : "?", why, hint);
+}
+
+int32_t optim_config(const host_config *cfg, host_optim_config *oc, ct_error *err) {
+    memset(oc, 0, sizeof *oc);
+    const char *sched = "cosine";
+    int32_t rc = CT_OK;
+    rc |= config_get_float(cfg, "optim", "lr", &oc->lr, err);
+    rc |= config_get_float(cfg, "optim", "min_lr", &oc->min_lr, err);
+    rc |= config_get_float(cfg, "optim", "beta1", &oc->beta1, err);
+    rc |= config_get_float(cfg, "optim", "beta2", &oc->beta2, err);
+    rc |= config_get_float(cfg, "optim", "eps", &oc->eps, err);
+    rc |= config_get_float(cfg, "optim", "weight_decay", &oc->weight_decay, err);
+    rc |= config_get_float(cfg, "optim", "grad_clip", &oc->grad_clip, err);
+    rc |= config_get_int(cfg, "optim", "warmup", &oc->warmup, err);
+    rc |= config_get_int(cfg, "run", "steps", &oc->steps, err);
+    rc |= config_get_string(cfg, "optim", "schedule", &sched, err);
+    if (rc != CT_OK) return err->code ? err->code : CT_ERR_INVALID;
+    oc->schedule = strcmp(sched, "linear") == 0 ? 1 : strcmp(sched, "constant") == 0 ? 2 : 0;
+    /* The schema's ranges are closed; what AdamW's arithmetic (f32, ct_adamw_update) needs: */
+    static const char *const betas[2] = {"beta1", "beta2"};
+    for (int i = 0; i < 2; i++) {
+        double b = i ? oc->beta2 : oc->beta1;
+        if (!(b >= 0 && b < 1))
+            return bound_error(cfg, betas[i],
+                               b >= 1 ? "must be < 1 (AdamW's bias correction divides by "
+                                        "1 - beta^step = 0, so every weight becomes NaN)"
+                                      : "must be in [0, 1)",
+                               i ? "use a value in [0, 1), e.g. 0.95"
+                                 : "use a value in [0, 1), e.g. 0.9",
+                               err);
+    }
+    if (!(oc->eps > 0))
+        return bound_error(cfg, "eps",
+                           "must be > 0 (a weight whose gradient is 0 would get 0/0 = NaN)",
+                           "use e.g. 1e-8", err);
+    if (!((float)oc->eps >= FLT_MIN))
+        return bound_error(cfg, "eps",
+                           "must be at least 1.1754944e-38, the smallest normal f32 (AdamW runs "
+                           "in f32, where a smaller eps is 0 or subnormal)",
+                           "use e.g. 1e-8", err);
+    if (!(oc->min_lr <= oc->lr)) {
+        char hint[160];
+        snprintf(hint, sizeof hint, "the schedule decays from lr to min_lr: set min_lr <= %s "
+                 "or raise [optim] lr (%s)", config_get(cfg, "optim", "lr"),
+                 config_origin(cfg, "optim", "lr"));
+        return bound_error(cfg, "min_lr", "must be <= [optim] lr", hint, err);
+    }
+    return CT_OK;
+}
+
+double optim_lr(const host_optim_config *oc, int64_t step) {
+    if (oc->schedule == 2) {
+        if (step < oc->warmup) return oc->lr * (double)(step + 1) / (double)oc->warmup;
+        return oc->lr;
+    }
+    if (oc->schedule == 1) {
+        if (step < oc->warmup) return oc->lr * (double)(step + 1) / (double)oc->warmup;
+        double frac = (double)(step - oc->warmup) / (double)(oc->steps - oc->warmup);
+        if (frac > 1) frac = 1;
+        return oc->lr + frac * (oc->min_lr - oc->lr);
+    }
+    return ct_lr_cosine(step, oc->steps, oc->warmup, (float)oc->lr, (float)oc->min_lr);
+}
+
+int32_t optim_allreduce_f64(host_rank *r, double *x, uint64_t n, int32_t op, ct_error *err) {
+    if (r->world == 1) return CT_OK;
+    /* collectives take device memory: stage through a device buffer */
+    double *buf = RANK_DEV(r, alloc, n * sizeof(double), err);
+    if (!buf) return err->code;
+    int32_t rc = RANK_DEV(r, copy, buf, x, n * sizeof(double), CT_COPY_H2D, err);
+    if (rc == CT_OK) rc = RANK_COMM(r, all_reduce, buf, buf, n, CT_DTYPE_F64, op, NULL, err);
+    if (rc == CT_OK) rc = RANK_DEV(r, copy, x, buf, n * sizeof(double), CT_COPY_D2H, err);
+    RANK_DEV_VOID(r, free_mem, buf);
+    return rc;
+}
+
+/* Sum of squares over the shards: [0] of sharded units (to be summed over ranks), [1] of
+ * replicated ones (identical on every rank: counted once). */
+int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err) {
+    double sums[2] = {0, 0};
+    for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
+        double s = 0;
+        if (rc == CT_OK) rc = RANK_DEV(r, sumsq, sh.grad, CT_DTYPE_F32, sh.numel, &s, err);
+        if (rc != CT_OK) return rc;
+        sums[sh.replicated ? 1 : 0] += s;
+    }
+    int32_t rc = optim_allreduce_f64(r, sums, 1, CT_REDUCE_SUM, err);
+    *norm = sqrt(sums[0] + sums[1]);
+    return rc;
+}
+
+int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
+    static const char *const part_name[3] = {"master weights", "AdamW first moment m",
+                                             "AdamW second moment v"};
+    /* sumsq is NaN or Inf exactly when an element is (|x| <= FLT_MAX: x^2 fits a double) */
+    double first = INFINITY; /* 3 * unit + part of this rank's first non-finite shard */
+    int32_t rc = CT_OK;
+    for (uint32_t u = 0; u < r->mdesc.n_units && isinf(first) && rc == CT_OK; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
+        const float *parts[3] = {sh.master, r->units[u].m, r->units[u].v};
+        for (int k = 0; k < 3 && rc == CT_OK; k++) {
+            double s = 0;
+            rc = RANK_DEV(r, sumsq, parts[k], CT_DTYPE_F32, sh.numel, &s, err);
+            if (rc == CT_OK && !isfinite(s)) {
+                first = 3.0 * u + k;
+                break;
+            }
+        }
+    }
+    if (rc != CT_OK) return rc;
+    if ((rc = optim_allreduce_f64(r, &first, 1, CT_REDUCE_MIN, err)) != CT_OK) return rc;
+    if (isinf(first)) return CT_OK;
+
+    /* the first bad tensor of that unit and part over all ranks: 2 * tensor + (NaN ? 1 : 0) */
+    uint32_t u = (uint32_t)(first / 3);
+    int k = (int)(first - 3.0 * u);
+    ct_shard sh = {.struct_size = sizeof sh};
+    if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) return rc;
+    const float *part = k == 0 ? sh.master : k == 1 ? r->units[u].m : r->units[u].v;
+    const ct_unit_spec *us = &r->mdesc.units[u];
+    double which = INFINITY;
+    for (uint32_t t = 0; t < us->n_tensors && isinf(which); t++) {
+        uint64_t lo = init_tensor_offset(&r->mdesc, u, t);
+        uint64_t hi = lo + ct_tensor_numel(init_tensor(&r->mdesc, u, t));
+        uint64_t a = lo > sh.offset ? lo : sh.offset;
+        uint64_t b = hi < sh.offset + sh.numel ? hi : sh.offset + sh.numel;
+        double s = 0;
+        if (b <= a) continue;
+        if ((rc = RANK_DEV(r, sumsq, part + (a - sh.offset), CT_DTYPE_F32, b - a, &s, err)))
+            return rc;
+        if (!isfinite(s)) which = 2.0 * t + (isnan(s) ? 1 : 0);
+    }
+    if ((rc = optim_allreduce_f64(r, &which, 1, CT_REDUCE_MIN, err)) != CT_OK) return rc;
+    const char *tname = "(alignment padding)", *what = "NaN or Inf";
+    if (!isinf(which)) {
+        uint32_t t = (uint32_t)(which / 2);
+        tname = init_tensor(&r->mdesc, u, t)->name;
+        what = which - 2.0 * t > 0 ? "NaN" : "Inf";
+    }
+    return ct_error_set(err, CT_ERR_INVALID,
+                        "step %lld: unit %u (%s) tensor '%s' holds %s in its %s; stopped "
+                        "before any checkpoint of it was written: the newest checkpoint is the "
+                        "last good one ---> lower [optim] lr, check [optim] beta1, beta2 and "
+                        "eps, then resume with --resume",
+                        (long long)step, u, us->name ? us->name : "?", tname, what,
+                        part_name[k]);
+}
+
+int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
+    uint32_t u = (uint32_t)r->mdesc.head_unit;
+    ct_shard sh = {.struct_size = sizeof sh};
+    int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
+    if (rc != CT_OK) return rc;
+    const ct_tensor_spec *t = init_tensor(&r->mdesc, u, (uint32_t)r->mdesc.head_tensor);
+    uint64_t lo = init_tensor_offset(&r->mdesc, u, (uint32_t)r->mdesc.head_tensor);
+    uint64_t hi = lo + ct_tensor_numel(t);
+    /* the part of the head tensor inside this rank's shard */
+    uint64_t a = lo > sh.offset ? lo : sh.offset, b = hi < sh.offset + sh.numel ? hi : sh.offset + sh.numel;
+    double s[2] = {0, 0};
+    if (b > a) {
+        rc = RANK_DEV(r, sumsq, sh.master + (a - sh.offset), CT_DTYPE_F32, b - a,
+                      &s[sh.replicated ? 1 : 0], err);
+        if (rc != CT_OK) return rc;
+    }
+    rc = optim_allreduce_f64(r, s, 1, CT_REDUCE_SUM, err);
+    *norm = sqrt(s[0] + s[1]);
+    return rc;
+}
+
+int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
+                   double grad_norm, ct_error *err) {
+    float clip = 1.0f;
+    if (oc->grad_clip > 0 && grad_norm > oc->grad_clip) clip = (float)(oc->grad_clip / grad_norm);
+    ct_adamw_args args = {
+        .struct_size = sizeof args,
+        .lr = (float)lr,
+        .beta1 = (float)oc->beta1,
+        .beta2 = (float)oc->beta2,
+        .eps = (float)oc->eps,
+        .weight_decay = (float)oc->weight_decay,
+        .step = step,
+        .grad_scale = clip,
+    };
+    for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
+        if (rc == CT_OK)
+            rc = RANK_DEV(r, adamw, sh.master, sh.grad, r->units[u].m, r->units[u].v,
+                          r->units[u].decay_mask, sh.numel, &args, err);
+        if (rc != CT_OK) return rc;
+    }
+    return RANK_STRATEGY(r, step_done, err);
+}

@@ -1,0 +1,45 @@
+/* optim.h — the optimizer driver: learning-rate schedule, global-norm gradient clipping over
+ * all ranks, and AdamW on the shards this rank owns (the device plugin does the arithmetic).
+ * Not for: computing gradients (step.c) or where the shards live (the strategy plugin). */
+#ifndef CTRAIN_HOST_OPTIM_H
+#define CTRAIN_HOST_OPTIM_H
+
+#include "run/rank.h"
+
+typedef struct host_optim_config {
+    double  lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int64_t warmup, steps;
+    int32_t schedule; /* 0 cosine, 1 linear, 2 constant */
+} host_optim_config;
+
+/* Read [optim] and [run] steps from the resolved configuration and check the bounds the
+ * arithmetic needs beyond the schema's ranges: beta1 and beta2 in [0, 1) (1 divides by
+ * 1 - beta^t = 0), eps at least FLT_MIN (a zero or subnormal f32 eps gives 0/0 for a zero
+ * gradient), min_lr <= lr. CT_ERR_INVALID with "FILE:LINE: [optim] KEY = VALUE: ..." naming
+ * the value's origin. */
+int32_t optim_config(const host_config *cfg, host_optim_config *out, ct_error *err);
+
+/* Learning rate at 0-based step `step`. */
+double optim_lr(const host_optim_config *oc, int64_t step);
+
+/* Global L2 norm of the gradient over all ranks (each replicated shard counted once).
+ * Collective: every rank calls it. */
+int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err);
+
+/* Global L2 norm of the model's output-head weight (master f32), over all ranks. Collective. */
+int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err);
+
+/* One AdamW update of every shard with clipping to oc->grad_clip (0 = off), then the
+ * strategy's step_done. step is 1-based. */
+int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
+                   double grad_norm, ct_error *err);
+
+/* Every master weight and AdamW moment of every rank's shards is finite. Collective: every
+ * rank calls it and every rank gets the same answer: CT_OK, or CT_ERR_INVALID naming the first
+ * bad unit (index and name), tensor, which of master/m/v, NaN or Inf, and `step`. */
+int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err);
+
+/* Sum a vector of doubles over ranks, in place (op a ct_reduce_op). Collective. */
+int32_t optim_allreduce_f64(host_rank *r, double *x, uint64_t n, int32_t op, ct_error *err);
+
+#endif /* CTRAIN_HOST_OPTIM_H */

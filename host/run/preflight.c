@@ -1,0 +1,190 @@
+/* preflight.c — the checks `validate` and `train` share before any rank starts (see
+ * preflight.h): optimizer settings, world size against the engine, and a dry build of rank 0
+ * (rank_dry_open: the same plugin creation, shape check and data opening as rank_open).
+ * Not for: schema checks (config.c, wiring.c) or starting ranks (train.c).
+ */
+#include "run/preflight.h"
+
+#include "plugin/contract.h"
+#include "plugin/hostapi.h"
+#include "base/launcher.h"
+#include "run/optim.h"
+#include "run/rank.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the comm reference create() gets: rank 0 of the configured world, no engine ----- */
+
+static int32_t no_comm(ct_error *err) {
+    return ct_error_set(err, CT_ERR_COMM, "no communication before the ranks start ---> a "
+                        "plugin's create() may keep its comm reference but not use it");
+}
+static int32_t nc_rank(void *self) { return (void)self, 0; }
+static int32_t nc_world_size(void *self) { return (void)self, 1; }
+static int32_t nc_reduce(void *self, const void *send, void *recv, uint64_t count, int32_t dtype,
+                         int32_t op, ct_request **req, ct_error *err) {
+    (void)self, (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)req;
+    return no_comm(err);
+}
+static int32_t nc_gather(void *self, const void *send, void *recv, uint64_t count, int32_t dtype,
+                         ct_request **req, ct_error *err) {
+    (void)self, (void)send, (void)recv, (void)count, (void)dtype, (void)req;
+    return no_comm(err);
+}
+static int32_t nc_broadcast(void *self, void *buf, uint64_t count, int32_t dtype, int32_t root,
+                            ct_error *err) {
+    (void)self, (void)buf, (void)count, (void)dtype, (void)root;
+    return no_comm(err);
+}
+static int32_t nc_barrier(void *self, ct_error *err) { return (void)self, no_comm(err); }
+static int32_t nc_send(void *self, const void *buf, uint64_t count, int32_t dtype, int32_t peer,
+                       int32_t tag, ct_error *err) {
+    (void)self, (void)buf, (void)count, (void)dtype, (void)peer, (void)tag;
+    return no_comm(err);
+}
+static int32_t nc_recv(void *self, void *buf, uint64_t count, int32_t dtype, int32_t peer,
+                       int32_t tag, ct_error *err) {
+    (void)self, (void)buf, (void)count, (void)dtype, (void)peer, (void)tag;
+    return no_comm(err);
+}
+static int32_t nc_wait(void *self, ct_request *req, ct_error *err) {
+    (void)self, (void)req;
+    return no_comm(err);
+}
+static void nc_abort(void *self, const char *why) { (void)self, (void)why; }
+
+static const ct_comm_vtable no_comm_vtable = {
+    .struct_size = sizeof(ct_comm_vtable),
+    .rank = nc_rank,
+    .world_size = nc_world_size,
+    .all_reduce = nc_reduce,
+    .reduce_scatter = nc_reduce,
+    .all_gather = nc_gather,
+    .all_to_all = nc_gather,
+    .broadcast = nc_broadcast,
+    .barrier = nc_barrier,
+    .send = nc_send,
+    .recv = nc_recv,
+    .wait = nc_wait,
+    .abort = nc_abort,
+};
+
+/* ---- naming the place in the configuration ------------------------------------------- */
+
+/* err->message = prefix + ": " + err->message, cut to fit. */
+static void prefix_message(ct_error *err, const char *prefix) {
+    size_t cap = sizeof err->message - 1, pl = strlen(prefix), ml = strlen(err->message);
+    if (pl + 2 > cap) return;
+    if (pl + 2 + ml > cap) ml = cap - pl - 2;
+    memmove(err->message + pl + 2, err->message, ml);
+    memcpy(err->message, prefix, pl);
+    memcpy(err->message + pl, ": ", 2);
+    err->message[pl + 2 + ml] = '\0';
+}
+
+/* Where a plugin's create() error points: the first "[SECTION] KEY" in its message that names
+ * a key of the configuration (its FILE:LINE, or its section's when the key took its default),
+ * else NULL. */
+static const char *plugin_error_origin(const host_config *cfg, const char *msg) {
+    for (const char *p = strchr(msg, '['); p; p = strchr(p + 1, '[')) {
+        const char *close = strchr(p, ']');
+        if (!close || close[1] != ' ' || close - p - 1 >= CT_VALUE_MAX / 4) continue;
+        char section[CT_VALUE_MAX / 4], key[CT_VALUE_MAX / 4];
+        snprintf(section, sizeof section, "%.*s", (int)(close - p - 1), p + 1);
+        if (!config_has_section(cfg, section)) continue;
+        size_t n = strspn(close + 2, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789_.-");
+        if (n == 0 || n >= sizeof key) continue;
+        snprintf(key, sizeof key, "%.*s", (int)n, close + 2);
+        if (!config_get(cfg, section, key)) continue;
+        const char *origin = config_origin(cfg, section, key);
+        return strcmp(origin, "default") ? origin : config_section_origin(cfg, section);
+    }
+    return NULL;
+}
+
+/* Each plugin's own validate hook (ct_plugin_desc.validate, since ABI 1.2), before anything is
+ * created: rank 0 of a world of `world`, the section's resolved values through the host API. An
+ * error gets the FILE:LINE of the first "[section] key" it names (else of the section) in front,
+ * as create() errors do. */
+static int32_t plugin_hooks(const host_config *cfg, const host_wiring *w, int32_t world,
+                            ct_error *err) {
+    const host_plugin *p[5 + HOST_WIRING_MAX_LOSS] = {w->device, w->comm, w->precision, w->strategy,
+                                                  w->model};
+    const char *section[5 + HOST_WIRING_MAX_LOSS] = {"device", "comm", "precision", "strategy",
+                                                   "model"};
+    int32_t n = 5;
+    for (int32_t i = 0; i < w->n_loss; i++, n++) {
+        p[n] = w->loss[i];
+        section[n] = w->loss_section[i];
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (!p[i]->desc.validate) continue;
+        ct_host host;
+        hostapi_init(&host, cfg, 0, p[i]->desc.name, NULL);
+        ct_create_args a = {.struct_size = sizeof a, .api = hostapi_table(), .host = &host,
+                            .section = section[i], .rank = 0, .world_size = world};
+        err->code = CT_OK;
+        err->message[0] = '\0';
+        int32_t rc = p[i]->desc.validate(&a, err);
+        if (rc == CT_OK) continue;
+        contract_name_silent_error(rc, err, p[i], "validate");
+        const char *origin = plugin_error_origin(cfg, err->message);
+        if (!origin) origin = config_section_origin(cfg, section[i]);
+        if (!origin) origin = config_path(cfg);
+        if (strncmp(err->message, origin, strlen(origin))) prefix_message(err, origin);
+        return rc;
+    }
+    return CT_OK;
+}
+
+int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *err) {
+    host_optim_config oc;
+    int32_t rc = optim_config(cfg, &oc, err);
+    if (rc != CT_OK) return rc;
+
+    int64_t world = 1;
+    config_get_int(cfg, "comm", "world_size", &world, NULL);
+    const ct_comm_vtable *cv = w->comm->vtable;
+    if (!cv->world_create && world > 1)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s: [comm] world_size = %lld needs an in-process engine; comm %s "
+                            "takes its world from its launcher ---> set [comm] plugin = "
+                            "threads, or start with mpirun and drop world_size",
+                            config_origin(cfg, "comm", "world_size"), (long long)world,
+                            w->comm->desc.name);
+    if (!cv->world_create) world = 1;
+    /* several launched processes need an engine that takes its world from the launcher */
+    if ((rc = launcher_check_comm(launcher_current(), w->comm->desc.name,
+                                  cv->world_create != NULL, err)) != CT_OK) {
+        char where[CT_VALUE_MAX];
+        snprintf(where, sizeof where, "%s: [comm] plugin", config_origin(cfg, "comm", "plugin"));
+        prefix_message(err, where);
+        return rc;
+    }
+
+    if ((rc = plugin_hooks(cfg, w, (int32_t)world, err)) != CT_OK) return rc;
+
+    ct_comm_ref comm = {.vt = &no_comm_vtable, .rank = 0, .world_size = (int32_t)world};
+    const char *failed = NULL;
+    rc = rank_dry_open(cfg, w, (int32_t)world, comm, &failed, err);
+    if (rc == CT_OK || !failed) return rc;
+    if (!strcmp(failed, "train") || !strcmp(failed, "val")) {
+        /* the loader names the shard; add the key that named the data */
+        char where[CT_VALUE_MAX];
+        snprintf(where, sizeof where, "%s: [data] %s", config_origin(cfg, "data", failed),
+                 failed);
+        prefix_message(err, where);
+    } else if (!strcmp(failed, "init_from")) {
+        char where[CT_VALUE_MAX];
+        snprintf(where, sizeof where, "%s: [model] init_from",
+                 config_origin(cfg, "model", "init_from"));
+        prefix_message(err, where);
+    } else if (!strcmp(failed, "plugins")) {
+        const char *origin = plugin_error_origin(cfg, err->message);
+        if (origin && strncmp(err->message, origin, strlen(origin)))
+            prefix_message(err, origin);
+    }
+    return rc;
+}
