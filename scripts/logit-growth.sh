@@ -28,13 +28,14 @@
 #   LG_KEEP_CHECKPOINTS=0     1: keep each run's final checkpoint (for `ctrain what-if`)
 #   LG_CHECKPOINT_EVERY=0     K > 0: checkpoint every K steps, and resume an unfinished run from
 #                             its newest checkpoint instead of starting it again
-#   The runs at real tokens per rank (group sp8k-tpr: base-sp8k.ini at 131,072 tokens per step,
-#   4096 / 2048 / 1024 tokens per rank at N = 32 / 64 / 128; tiers P1, P2, P3 in priority order;
-#   docs/logit-growth.md, "At real tokens per rank"), as run: 2048 sequences of 64 tokens of the
-#   large corpus (scripts/get-big-corpus.sh) in the 8k vocabulary (`ctrain prepare DIR
-#   --tokenizer sentencepiece --sp-model data/sp8k/tokenizer.model --val-fraction 0.01`):
-#   LG_TIERS="P1 P2 P3" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=2048 LG_SEQ_LEN=64
-#   LG_DATA=BIG_SP8K LG_KEEP_CHECKPOINTS=1 LG_CHECKPOINT_EVERY=100 LG_OUT=runs/logit-growth-tpr
+#   The runs at real tokens per rank (group sp8k-tpr; docs/logit-growth.md, "At real tokens per
+#   rank"): sequences of 64 tokens of the large corpus (scripts/get-big-corpus.sh) in the 8k
+#   vocabulary (`ctrain prepare DIR --tokenizer sentencepiece --sp-model data/sp8k/tokenizer.model
+#   --val-fraction 0.01`), one global batch per LG_OUT: tiers Q (512 sequences, 1,024 tokens per
+#   rank at N = 32), R (1024 sequences: N = 64) and P (2048: N = 128, and 32 and 64 at the same
+#   batch), e.g.
+#   LG_TIERS="Q1 Q2" LG_GROUPS=sp8k-tpr LG_STEPS=1000 LG_GLOBAL_BATCH=512 LG_SEQ_LEN=64
+#   LG_DATA=BIG_SP8K LG_KEEP_CHECKPOINTS=1 LG_CHECKPOINT_EVERY=100 LG_OUT=runs/lg-tpr-32k
 #   nice -n 15 scripts/logit-growth.sh
 #   The long runs (2000 steps, N up to 256, V = 8k, base-sp8k.ini; tiers L1 and L2 are two
 #   lanes that may run at the same time, each in its own shell):
@@ -194,16 +195,18 @@ plan() {
     # engine's stochastic rounding, ABI 1.5, to fit the machine at N = 256)
     for p in pure_bf16 amp bf16_fp32acc; do echo "L3 sp8k-zloss 64 $p"; done
     echo "L4 sp8k-zloss 64 bf16_sr";         echo "L4 sp8k-zloss 256 bf16_sr"
-    # real tokens per rank (sp8k-tpr, global batch 131,072 tokens): the N = 1 reference and the
-    # ring at the largest N first (full_shard's reduce-scatter: a ring, NCCL's choice too), then
-    # N = 32 and 64 (the scaling in N at a fixed batch), then the control and NCCL's own
-    # all-reduce pick (no_shard, algo = nccl on A100 nodes: its tree at this size), then the rest.
-    echo "P1 sp8k-tpr 1 pure_bf16"
-    echo "P1 sp8k-tpr 128 pure_bf16"
+    # real tokens per rank (sp8k-tpr, 1,024 tokens per rank): at a global batch of 32,768
+    # tokens (LG_GLOBAL_BATCH=512 sequences of 64) the N = 1 reference and the flat ring at
+    # N = 32 (full_shard's reduce-scatter: a ring, NCCL's choice too), then its controls (f32
+    # accumulation; NCCL's own all-reduce pick, no_shard with algo = nccl on A100 nodes);
+    # at 65,536 tokens (LG_GLOBAL_BATCH=1024) the reference and the ring at N = 64; at 131,072
+    # (LG_GLOBAL_BATCH=2048) N = 128 and N = 32 and 64 at the same batch (the scaling in N).
+    echo "Q1 sp8k-tpr 1 pure_bf16";          echo "Q1 sp8k-tpr 32 pure_bf16"
+    echo "Q2 sp8k-tpr 32 bf16_fp32acc";      echo "Q2 sp8k-tpr 32 pure_bf16:nccl"
+    echo "R1 sp8k-tpr 1 pure_bf16";          echo "R1 sp8k-tpr 64 pure_bf16"
+    echo "P1 sp8k-tpr 1 pure_bf16";          echo "P1 sp8k-tpr 128 pure_bf16"
     echo "P2 sp8k-tpr 32 pure_bf16";         echo "P2 sp8k-tpr 64 pure_bf16"
     echo "P3 sp8k-tpr 128 bf16_fp32acc";     echo "P3 sp8k-tpr 128 pure_bf16:nccl"
-    for n in 64 32; do for p in bf16_fp32acc pure_bf16:nccl; do
-        echo "P4 sp8k-tpr $n $p"; done; done
 }
 
 # probe_table DIR...: per run, the mean over log steps of the reduction-error probe's figures.

@@ -13,8 +13,9 @@ static const char *help_details(const char *name) {
     if (!strcmp(name, "train"))
         return "\n  Signals: SIGTERM, SIGINT or SIGUSR1 stop the run at the end of the step in\n"
                "  progress, after a checkpoint of that step (exit status 3; continue with\n"
-               "  --resume). Each rank then has [run] stop_grace_s seconds (default 30) to reach\n"
-               "  the end of its step; when one has not (a plugin call that does not return, or\n"
+               "  --resume). Each rank then has [run] stop_grace_s seconds (default 30), or 3\n"
+               "  times the longest step so far if that is longer, to reach the end of its\n"
+               "  step; when one has not (a plugin call that does not return, or\n"
                "  ctrain blocked, say in an open()), ctrain prints which rank is in which plugin\n"
                "  call or operation of its own and exits with status 4, saving nothing. A second\n"
                "  signal ends the process at once (128 + the signal).\n"

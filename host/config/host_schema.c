@@ -42,8 +42,9 @@ static const ct_param_spec run_specs[] = {
     CT_PARAM_INT("sample_tokens", "64", 1, 1e6, "tokens per sample of sample_every"),
     CT_PARAM_FLOAT_X("stop_grace_s", "30", 0, 86400, CT_PARAM_MIN_EXCLUSIVE,
                      "after a stop signal (SIGTERM, SIGINT, SIGUSR1), seconds each rank has to "
-                     "reach the end of its step; a rank still in a plugin call or in ctrain's "
-                     "own work then is named and the process exits with status 4"),
+                     "reach the end of its step (at least 3 times the longest step so far); a "
+                     "rank still in a plugin call or in ctrain's own work then is named and the "
+                     "process exits with status 4"),
     CT_PARAM_END,
 };
 

@@ -13,6 +13,7 @@
 #include "run/preempt.h"
 #include "run/sample.h"
 #include "run/step.h"
+#include "run/watchdog.h"
 
 #include <errno.h>
 #include <math.h>
@@ -222,6 +223,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
         if (rc == CT_OK && r->rank == 0)
             fprintf(cmdout(), "checkpoint: %s/checkpoints/step_%08d\n", sh->out_dir, 0);
     }
+    double t_step = now_s();
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         host_step_stats st;
         r->step = step;
@@ -307,6 +309,9 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
                                     now_s() - t_saved >= 60.0 * ckpt_minutes ? 1.0 : 0.0};
         if ((rc = optim_allreduce_f64(r, agreed, 2, CT_REDUCE_MAX, err)) != CT_OK) break;
         if (agreed[0] > 0) calls_mark_stop_seen(); /* the watchdog's grace period is over */
+        double t_now = now_s(); /* a slow step lengthens the grace period (watchdog.h) */
+        watchdog_step_took(t_now - t_step);
+        t_step = t_now;
         int32_t stop = agreed[0] > 0 && step < oc.steps;
         if ((ckpt_every > 0 && step % ckpt_every == 0) || step == last || stop || agreed[1] > 0) {
             calls_host_op("saving a checkpoint");

@@ -12,9 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 static double grace;
+/* The longest step any rank of this process took, in microseconds (the grace period is at least
+ * WATCHDOG_STEPS_OF_GRACE of them). */
+static _Atomic unsigned long long longest_step_us;
 static unsigned long long seq_at[CALLS_SLOTS]; /* each slot's calls when the signal came */
 
 static double now_s(void) {
@@ -89,7 +93,8 @@ static void *watch(void *arg) {
     int sig = preempt_wait();
     double t0 = now_s();
     for (int32_t i = 0; i < CALLS_SLOTS; i++) seq_at[i] = CALLS_LOAD(calls_slot_at(i)->seq);
-    while (now_s() - t0 < grace) {
+    for (;;) {
+        if (now_s() - t0 >= watchdog_grace()) break;
         if (all_at_step_end()) return NULL; /* train.c checkpoints and exits */
         struct timespec nap = {0, 20 * 1000 * 1000};
         nanosleep(&nap, NULL);
@@ -99,6 +104,18 @@ static void *watch(void *arg) {
     watchdog_report(report, sizeof report, sig, now_s() - t0, seq_at);
     fatal_write(report);
     _exit(WATCHDOG_EXIT_STUCK);
+}
+
+double watchdog_grace(void) {
+    double steps = (double)atomic_load(&longest_step_us) * 1e-6 * WATCHDOG_STEPS_OF_GRACE;
+    return steps > grace ? steps : grace;
+}
+
+void watchdog_step_took(double seconds) {
+    unsigned long long us = seconds > 0 ? (unsigned long long)(seconds * 1e6) : 0;
+    unsigned long long seen = atomic_load(&longest_step_us);
+    while (us > seen && !atomic_compare_exchange_weak(&longest_step_us, &seen, us)) {
+    }
 }
 
 int watchdog_start(double grace_s) {

@@ -15,10 +15,22 @@
  * grace period after a stop signal. */
 #define WATCHDOG_EXIT_STUCK 4
 
+/* The grace period is [run] stop_grace_s, or this many times the longest step a rank of this
+ * process has taken, whichever is longer: a run whose steps take minutes is given the time to
+ * finish the step it is in, and a hang is still reported. */
+#define WATCHDOG_STEPS_OF_GRACE 3
+
+/* A rank took `seconds` for its latest step (the loop calls it once a step; any thread). */
+void watchdog_step_took(double seconds);
+/* The grace period as it stands: max(grace_s of watchdog_start, WATCHDOG_STEPS_OF_GRACE x the
+ * longest step reported so far), in seconds. */
+double watchdog_grace(void);
+
 /* Start the watchdog thread (detached; it waits for the first stop request, so preempt_install
  * must have run): after the request, once every rank slot the process expects (calls.h:
  * calls_expect_ranks) has reached the end of a step or finished, it does nothing more; when
- * grace_s passes first, it prints the report and calls _exit(WATCHDOG_EXIT_STUCK). 0, or -1
+ * the grace period (grace_s, or WATCHDOG_STEPS_OF_GRACE longest steps) passes first, it prints
+ * the report and calls _exit(WATCHDOG_EXIT_STUCK). 0, or -1
  * when the thread cannot be started. */
 int watchdog_start(double grace_s);
 

@@ -91,8 +91,9 @@ done
 [ -z "$missing" ] && ct_pass "the scalars include loss and each term, lse, logit norms, grad norm, lr, tokens/s, MFU, val/, probe/" \
     || ct_fail tensorboard_keys "missing:$missing among: $names"
 
-# readable while the run goes on: the first steps are read back before the run ends
-sed -e 's/^steps = 12/steps = 400/' -e 's/^log_every = 2/log_every = 1/' -e "s|$W/run|$W/live|" \
+# readable while the run goes on: the first steps are read back before the run ends (steps
+# enough that it cannot end while python imports tensorboard; it is stopped with SIGTERM)
+sed -e 's/^steps = 12/steps = 100000/' -e 's/^log_every = 2/log_every = 1/' -e "s|$W/run|$W/live|" \
     -e 's/^probe = true/probe = false/' "$W/tb.ini" > "$W/live.ini"
 "$CTRAIN" train "$W/live.ini" > "$W/live.log" 2>&1 &
 pid=$!

@@ -15,6 +15,7 @@
 #include "run/watchdog.h"
 
 #include <pthread.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,20 @@ CT_TEST(watchdog_report_names_each_ranks_plugin_call_or_host_operation) {
     calls_bind(1, 0);
     calls_unbind();
     calls_expect_ranks(0);
+}
+
+CT_TEST(watchdog_grace_grows_to_three_of_the_longest_step_and_never_shrinks) {
+    double before = watchdog_grace(); /* stop_grace_s is not set in this process: 0 */
+    CT_CHECK_MSG(before == 0, "grace %g before any step", before);
+    watchdog_step_took(2.5);
+    CT_CHECK_MSG(fabs(watchdog_grace() - 3 * 2.5) < 1e-5, "grace %g after a 2.5 s step",
+                 watchdog_grace());
+    watchdog_step_took(0.5); /* a shorter step does not shorten it */
+    watchdog_step_took(-1);
+    CT_CHECK_MSG(fabs(watchdog_grace() - 7.5) < 1e-5, "grace %g", watchdog_grace());
+    watchdog_step_took(4.0);
+    CT_CHECK_MSG(fabs(watchdog_grace() - 12.0) < 1e-5, "grace %g after a 4 s step",
+                 watchdog_grace());
 }
 
 CT_TEST(check_guard_names_a_write_past_a_buffer_and_into_a_const_one) {
