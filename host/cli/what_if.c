@@ -1,42 +1,35 @@
-/* whatif.c — `ctrain what-if RUN_DIR|CHECKPOINT --world-sizes N,... [options]`: from a
+/* what_if.c — `ctrain what-if RUN_DIR|CHECKPOINT --world-sizes N,... [options]`: from a
  * checkpoint, its configuration and its data, the output head's gradient of the run's next
  * step(s) as each of N would-be ranks would hold it, reduced at each world size with each
  * order and policy as the threads engine and the precision plugins would (whatif_replay.h),
- * and reported with the reduction-error probe's figures (host/run/probe.c) beside the predictive
- * model's (whatif_model.h). A user asks it before booking a cluster.
- * Not for: the arithmetic of gradients (whatif_grad.c) or of reductions (whatif_replay.c).
- *
- * Memory: the model forward of one sequence, the batch's hidden states (tokens x C floats),
- * and per world size N a part of the vocabulary of vc rows with N * vc * C <= WHATIF_PART
- * elements: N bf16 local gradients plus each replay's pre-divided copy (<= 6 bytes per
- * element and replay), i.e. about (2 + 4 * algos * policies) * WHATIF_PART bytes however large
- * N is, plus 3 doubles per vocabulary row and replay for --per-row. */
-#include "run/checkpoint.h"
+ * and reported with the reduction-error probe's figures (host/run/probe.c) beside the
+ * predictive model's (whatif_model.h); with --rows K for a sample of the head's rows
+ * (whatif_rows.c), each figure with its standard error; with --lr the same errors as AdamW
+ * would turn them into changes of the logits per 1000 steps, and where z-loss's pull would
+ * balance them. A user asks it before booking a cluster.
+ * This file is the command: its options, the strata, the report and --per-row. Not for: the
+ * whole replay (whatif/whatif_cells.c), the run and its forward (whatif_run.c), the arithmetic
+ * of gradients (whatif_grad.c), of reductions (whatif_replay.c) or of the estimators
+ * (whatif_sample.c). */
+#include "whatif/whatif.h"
+
 #include "base/cmdout.h"
 #include "cli/commands.h"
-#include "base/init.h"
-#include "run/rank.h"
-#include "run/sample.h"
 #include "io/outfile.h"
 #include "whatif/whatif_grad.h"
 #include "whatif/whatif_model.h"
-#include "whatif/order_args.h"
-#include "whatif/whatif_replay.h"
-#include "plugin/wiring.h"
 
 #include "../plugins/comm/threads/tuner.h"
 
 #include <ctrain/numerics.h>
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#define WHATIF_PART (1u << 20)   /* elements of N local gradients per part (see above) */
 #define WHATIF_MAX_WORLD 65536
-#define WHATIF_MAX_LIST 16
 
 #define WHATIF_USAGE                                                                           \
     "usage: ctrain what-if RUN_DIR|CHECKPOINT_DIR --world-sizes N[,N...]\n"                    \
@@ -45,6 +38,8 @@
     "           [--gpu a100|h100|h200] [--no-nvswitch]\n"                                    \
     "           [--policies pure_bf16,bf16_fp32acc,bf16_sr,amp] [--batches K]\n"               \
     "           [--global-batch SEQS] [--per-row FILE]\n"                                      \
+    "           [--rows K [--stratify batch|freq|uniform] [--sample-seed S]]\n"                      \
+    "           [--lr LR [--zloss-coef C]]\n"                                                  \
     "Replays the output head's gradient reduction of the checkpoint's next step(s) at each\n"  \
     "world size, order and policy, and prints the probe's figures (relative error, bias,\n"    \
     "logit push per step) beside the model's prediction. Defaults: --algo ring,\n"             \
@@ -52,16 +47,13 @@
     "batch. Orders as [comm] algo of the threads engine (dbtree: NCCL's tree; tree: heap;\n"  \
     "nccl: what the model of NCCL's tuner picks for the head's size on --gpu nodes of\n"      \
     "--gpus-per-node GPUs, printed once per world size), cut as NCCL cuts one all-reduce\n"   \
-    "(--split nccl, the default) or evenly (--split even, earlier versions).\n"
-
-typedef struct whatif_opts {
-    const char *path, *per_row;
-    int32_t     worlds[WHATIF_MAX_LIST], n_worlds;
-    int32_t     algos[REDUCE_N_ALGOS], n_algos;
-    int32_t     policies[WHATIF_N_POLICIES], n_policies;
-    int64_t     batches, global_batch;
-    order_config oc;             /* the order options (algo: each of algos) */
-} whatif_opts;
+    "(--split nccl, the default) or evenly (--split even, earlier versions).\n"              \
+    "--rows K replays K of the head's rows with the batch streamed, and prints each figure's\n" \
+    "standard error (se) beside it; the rows are stratified by the token's count in the\n"   \
+    "replayed batches (batch, the default) or in the train split (freq), or uniform. --lr LR\n" \
+    "adds what AdamW at that learning rate makes of the errors: the mean logit's and the\n"    \
+    "mean log-sum-exp's change per 1000 steps, and the lse excess at which z-loss (coef\n"     \
+    "--zloss-coef, default 1e-4) pulls as hard as the rounding pushes.\n"
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "ctrain what-if: ");
@@ -72,6 +64,20 @@ static int usage_error(const char *fmt, const char *a, const char *b) {
 
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
     return order_args_int("what-if", flag, v, lo, hi, out);
+}
+
+/* *out = v when it is a whole finite number in (0, hi]. */
+static int parse_positive(const char *flag, const char *v, double hi, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!v[0] || *end || errno || !(x > 0) || !(x <= hi)) {
+        fprintf(stderr, "ctrain what-if: %s '%s' is not a number in (0, %g] ---> see `ctrain "
+                "what-if --help`\n", flag, v, hi);
+        return 2;
+    }
+    *out = x;
+    return 0;
 }
 
 /* "a,b,c" into items (each parsed by kind: 'w' world size, 'a' algo, 'p' policy). */
@@ -100,11 +106,25 @@ static int parse_list(const char *flag, const char *v, char kind, int32_t *out, 
     return 0;
 }
 
-/* The threads engine's order config of algo under the options. */
-static order_config order_of(const whatif_opts *o, int32_t algo) {
-    order_config oc = o->oc;
-    oc.algo = algo;
-    return oc;
+const char *const whatif_stratify_names[] = {"uniform", "batch", "freq", NULL};
+
+/* The x4 bin of a count: 0 for 0, else 1 + floor(log4(count)), at most `cap`. */
+static int32_t bin4(uint64_t count, int32_t cap) {
+    int32_t b = count ? 1 + (63 - __builtin_clzll(count)) / 2 : 0;
+    return b < cap ? b : cap;
+}
+
+/* key[v] and mass[v] of the sample's strata (whatif_strata_sample): count is the train
+ * split's, bc the replayed batches' (n_tok tokens each), corpus its total. */
+static void stratum_keys(int32_t how, int64_t V, const uint64_t *count, const uint64_t *bc,
+                         double corpus, double n_tok, int32_t *key, double *mass) {
+    for (int64_t v = 0; v < V; v++) {
+        /* a row's figures grow about in proportion to its count plus one (rows never seen
+         * still hold every token's push-down terms): the mass of the allocation */
+        double expect = corpus > 0 ? ((double)count[v] + 1.0) / corpus * n_tok : 1.0;
+        if (how == WHATIF_STRAT_FREQ) key[v] = bin4(count[v], 31), mass[v] = expect;
+        else key[v] = bin4(bc[v], 31), mass[v] = (double)bc[v] + 1.0;
+    }
 }
 
 static int parse_args(int argc, char **argv, whatif_opts *o) {
@@ -113,7 +133,11 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     for (int32_t p = 0; p < WHATIF_N_POLICIES; p++) o->policies[p] = p;
     o->n_policies = WHATIF_N_POLICIES;
     o->batches = 1;
+    o->stratify = WHATIF_STRAT_BATCH;
+    o->sample_seed = 1;
+    o->zcoef = 1e-4;
     o->oc = order_config_default(REDUCE_RING);
+    int seen_stratify = 0, seen_seed = 0, seen_zcoef = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -133,7 +157,9 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             continue;
         }
         static const char *const valued[] = {"--world-sizes", "--algo", "--policies",
-                                             "--batches", "--global-batch", "--per-row", NULL};
+                                             "--batches", "--global-batch", "--per-row",
+                                             "--rows", "--stratify", "--sample-seed", "--lr",
+                                             "--zloss-coef", NULL};
         int known = 0;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
@@ -147,15 +173,27 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             bad = parse_list(a, v, 'p', o->policies, &o->n_policies, WHATIF_N_POLICIES);
         else if (!strcmp(a, "--batches")) bad = parse_int(a, v, 1, 1000000, &o->batches);
         else if (!strcmp(a, "--global-batch")) bad = parse_int(a, v, 1, 1 << 24, &o->global_batch);
+        else if (!strcmp(a, "--rows")) bad = parse_int(a, v, 2, INT32_MAX, &o->rows);
+        else if (!strcmp(a, "--stratify"))
+            bad = order_args_choice("what-if", a, v, whatif_stratify_names, &o->stratify), seen_stratify = 1;
+        else if (!strcmp(a, "--sample-seed"))
+            bad = parse_int(a, v, 0, INT64_MAX, &o->sample_seed), seen_seed = 1;
+        else if (!strcmp(a, "--lr")) bad = parse_positive(a, v, 1e3, &o->lr);
+        else if (!strcmp(a, "--zloss-coef")) bad = parse_positive(a, v, 1e3, &o->zcoef), seen_zcoef = 1;
         else o->per_row = v;
         if (bad) return bad;
     }
     if (!o->path) return usage_error("no run or checkpoint folder given%s%s", "", "");
     if (!o->n_worlds) return usage_error("--world-sizes is required%s%s", "", "");
+    if ((seen_stratify || seen_seed) && !o->rows)
+        return usage_error("%s without --rows%s ---> give --rows K to sample K rows",
+                           seen_stratify ? "--stratify" : "--sample-seed", "");
+    if (seen_zcoef && !o->lr)
+        return usage_error("--zloss-coef without --lr%s%s ---> the balance is AdamW's: give --lr", "", "");
     /* every order must fit every world size: say which pair does not */
     for (int32_t i = 0; i < o->n_worlds; i++)
         for (int32_t j = 0; j < o->n_algos; j++) {
-            order_config oc = order_of(o, o->algos[j]);
+            order_config oc = whatif_order_of(o, o->algos[j]);
             char why[256];
             if (order_check(&oc, o->worlds[i], why, sizeof why) != 0) {
                 fprintf(stderr, "ctrain what-if: --world-sizes %d with --gpus-per-node %lld: %s\n",
@@ -166,253 +204,9 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     return 0;
 }
 
-/* The run: its rank of world 1 with the checkpoint's weights, data and loss. */
-typedef struct whatif_run {
-    char         dir[PATH_MAX];
-    int64_t      step, S, T;       /* checkpoint step; global batch S sequences of T tokens */
-    int32_t      world;            /* the world size that saved the checkpoint */
-    host_config *cfg;
-    host_registry *reg;
-    host_rank    r;
-    int          rank_ok;
-    param_copy   pc;
-    host_loader *data;
-    double       zcoef;
-    int32_t      bf16;
-    float       *w;                /* (V, C) the head weight as the forward used it */
-} whatif_run;
-
-/* The loss terms of the run: ce, and zloss with its coef; anything else is refused. */
-static int32_t read_loss(whatif_run *wr, ct_error *err) {
-    const char *terms = NULL;
-    config_get_string(wr->cfg, "loss", "plugins", &terms, NULL);
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", terms ? terms : "ce");
-    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        if (!strcmp(t, "ce")) continue;
-        if (!strcmp(t, "zloss")) {
-            wr->zcoef = 1e-4;
-            config_get_float(wr->cfg, "loss.zloss", "coef", &wr->zcoef, NULL);
-            continue;
-        }
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s/config.ini: [loss] plugins has '%s'; "
-                            "what-if knows the gradients of ce and zloss only ---> replay a run "
-                            "trained with those", wr->dir, t);
-    }
-    return CT_OK;
-}
-
-static int32_t open_run(whatif_run *wr, const whatif_opts *o, ct_error *err) {
-    int32_t rc = checkpoint_find(o->path, wr->dir, sizeof wr->dir, &wr->step, err);
-    char cfg_path[PATH_MAX + 16];
-    host_loader_state ls = {0};
-    host_wiring w;
-    int64_t B = 1, accum = 1, seed = 0;
-    const char *train = NULL;
-    if (rc == CT_OK) rc = checkpoint_data_position(wr->dir, &ls, &wr->world, err);
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.ini", wr->dir);
-    if (rc == CT_OK) rc = config_load_world1(cfg_path, &wr->cfg, err);
-    if (rc == CT_OK && !(wr->reg = registry_open(err))) rc = err->code;
-    if (rc == CT_OK) rc = wiring_resolve(wr->cfg, wr->reg, &w, err);
-    if (rc == CT_OK && (rc = rank_open_model(&wr->r, wr->cfg, &w, 1, err)) == CT_OK) wr->rank_ok = 1;
-    if (rc == CT_OK) rc = checkpoint_load_weights(&wr->r, wr->dir, err);
-    if (rc == CT_OK) rc = read_loss(wr, err);
-    if (rc != CT_OK) return rc;
-    config_get_int(wr->cfg, "data", "batch_size", &B, NULL);
-    config_get_int(wr->cfg, "data", "seq_len", &wr->T, NULL);
-    config_get_int(wr->cfg, "data", "grad_accum", &accum, NULL);
-    config_get_int(wr->cfg, "run", "seed", &seed, NULL);
-    config_get_string(wr->cfg, "data", "train", &train, NULL);
-    if (accum != 1)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [data] grad_accum = %lld; what-if "
-                            "replays runs of one micro-batch per step ---> replay a run with "
-                            "grad_accum = 1", cfg_path, (long long)accum);
-    const ct_model_vtable *mv = wr->r.model.vt;
-    if (!mv || (!mv->hidden_rows && !mv->mean_hidden))
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "the run's model plugin has neither "
-                            "hidden_rows (ABI 1.4) nor mean_hidden (ABI 1.1), one of which "
-                            "what-if needs for the head's input");
-    wr->S = o->global_batch ? o->global_batch : B * wr->world;
-    wr->bf16 = wr->r.policy.param_dtype == CT_DTYPE_BF16;
-    wr->data = loader_open(train, "train", wr->r.V, wr->S, wr->T, 0, 1, (uint64_t)seed, err);
-    if (!wr->data) return err->code;
-    /* the run's next batch: the global batch its ranks read together from the saved position
-     * (a different --global-batch keeps the position, so the windows start there too) */
-    if ((rc = loader_set_state(wr->data, ls, err)) != CT_OK) return rc;
-    if ((rc = sample_params_make(&wr->r, 1, &wr->pc, err)) != CT_OK) return rc;
-    /* the head weight, from the gathered copy the forward reads */
-    const ct_model_desc *d = &wr->r.mdesc;
-    uint32_t hu = (uint32_t)d->head_unit, hk = (uint32_t)d->head_tensor;
-    uint64_t off = init_tensor_offset(d, hu, hk), n = (uint64_t)(wr->r.V * d->d_model);
-    size_t es = ct_dtype_size(wr->r.policy.param_dtype);
-    void *tmp = malloc(n * es);
-    wr->w = malloc(n * sizeof *wr->w);
-    if (!tmp || !wr->w) rc = ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory");
-    if (rc == CT_OK)
-        rc = RANK_DEV(&wr->r, copy, tmp, (const char *)wr->pc.unit[hu] + off * es,
-                      n * es, CT_COPY_D2H, err);
-    for (uint64_t i = 0; rc == CT_OK && i < n; i++)
-        wr->w[i] = es == 2 ? ct_bf16_to_f32(((uint16_t *)tmp)[i]) : ((float *)tmp)[i];
-    free(tmp);
-    return rc;
-}
-
-static void close_run(whatif_run *wr) {
-    free(wr->w);
-    loader_close(wr->data);
-    if (wr->rank_ok) {
-        sample_params_free(&wr->r, &wr->pc);
-        rank_close(&wr->r);
-    }
-    registry_close(wr->reg);
-    config_free(wr->cfg);
-}
-
-/* h (S*T, C): each token's final hidden state, rounded to bf16 as the model stores it under
- * bf16 compute. With the model's hidden_rows (ABI 1.4): one forward per sequence. Without it
- * (an older plugin): mean_hidden averages the rows of the latest forward, so the forward of a
- * sequence's first t tokens (causal: the same rows as in the whole sequence) gives the mean of
- * h[0..t-1], and h[t-1] = t m_t - (t-1) m_{t-1} (f32 means of f64 sums: the difference is exact
- * to ~1e-7 |h|) — T(T+1)/2 forward rows per sequence instead of T. */
-static int32_t hidden_states(whatif_run *wr, const int32_t *tokens, float *h, ct_error *err) {
-    host_rank *r = &wr->r;
-    const ct_model_vtable *mv = r->model.vt;
-    int64_t C = r->mdesc.d_model, T = wr->T;
-    float *m = malloc((size_t)C * sizeof *m), *logits = malloc((size_t)r->V * sizeof *logits);
-    double *prev = calloc((size_t)C, sizeof *prev);
-    int32_t rc = m && logits && prev ? CT_OK : ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    for (int64_t s = 0; rc == CT_OK && s < wr->S; s++) {
-        float *hs = h + s * T * C;
-        if (mv->hidden_rows) {
-            rc = sample_forward_window(r, &wr->pc, tokens + s * T, T, 1, logits, err);
-            if (rc == CT_OK) rc = RANK_MODEL(r, hidden_rows, 0, T, hs, err);
-            for (int64_t i = 0; rc == CT_OK && wr->bf16 && i < T * C; i++)
-                hs[i] = ct_round_bf16(hs[i]);
-            continue;
-        }
-        for (int64_t c = 0; c < C; c++) prev[c] = 0;
-        for (int64_t t = 1; rc == CT_OK && t <= T; t++) {
-            rc = sample_forward_window(r, &wr->pc, tokens + s * T, t, 1, logits, err);
-            if (rc == CT_OK) rc = RANK_MODEL(r, mean_hidden, m, err);
-            for (int64_t c = 0; rc == CT_OK && c < C; c++) {
-                double sum = (double)m[c] * (double)t;
-                float v = (float)(sum - prev[c]);
-                hs[(t - 1) * C + c] = wr->bf16 ? ct_round_bf16(v) : v;
-                prev[c] = sum;
-            }
-        }
-    }
-    free(m);
-    free(logits);
-    free(prev);
-    return rc;
-}
-
-/* One (world size, algo, policy) replay and its sums. */
-typedef struct whatif_cell {
-    int32_t       N, algo, policy;
-    whatif_replay rp;
-    double        d2, e2, ds, ea;  /* this batch's sums (probe.c's report_errors) */
-    double       *ebar;            /* (C) sum over rows of p - e */
-    double        rel_err, bias, push; /* sums over batches */
-    double        pred;            /* the model's prediction, summed over batches */
-    double       *row_d, *row_ea, *row_push; /* (V) per-row sums over batches, --per-row */
-} whatif_cell;
-
-/* Replay every cell of world size N over the vocabulary, part by part. */
-static int32_t replay_world(const whatif_batch *b, const whatif_opts *o, whatif_cell *cells,
-                            int32_t n_cells, const double *hbar, uint64_t batch_seed,
-                            ct_error *err) {
-    int32_t per_row = o->per_row != NULL;
-    int32_t N = cells[0].N;
-    int64_t C = b->C, V = b->V;
-    int64_t vc = (int64_t)(WHATIF_PART / ((uint64_t)N * (uint64_t)C));
-    if (vc < 1) vc = 1;
-    if (vc > V) vc = V;
-    uint64_t part = (uint64_t)(vc * C);
-    uint16_t *x = malloc((size_t)N * part * sizeof *x);
-    double *acc = malloc(part * sizeof *acc), *p = malloc(part * sizeof *p),
-           *e = malloc(part * sizeof *e);
-    int32_t rc = x && acc && p && e ? CT_OK
-                                    : ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory "
-                                                   "at N = %d", (int)N);
-    for (int32_t i = 0; rc == CT_OK && i < n_cells; i++) {
-        whatif_cell *cl = &cells[i];
-        order_config oc = order_of(o, cl->algo);
-        rc = whatif_replay_open(&cl->rp, &oc, N, (uint64_t)(V * C), part, cl->policy, err);
-        cl->d2 = cl->e2 = cl->ds = cl->ea = 0;
-        for (int64_t c = 0; c < C; c++) cl->ebar[c] = 0;
-    }
-    for (int64_t v0 = 0; rc == CT_OK && v0 < V; v0 += vc) {
-        int64_t n = V - v0 < vc ? V - v0 : vc;
-        uint64_t m = (uint64_t)(n * C);
-        whatif_grad_part(b, N, v0, n, acc, x);
-        /* x is laid out per rank with stride n*C = m: what the replay expects */
-        for (int32_t i = 0; i < n_cells; i++) {
-            whatif_cell *cl = &cells[i];
-            whatif_replay_part(&cl->rp, (uint64_t)(v0 * C), m, x,
-                               ct_hash64(batch_seed, (uint64_t)N), p, e);
-            for (int64_t j = 0; j < n; j++) {
-                double rd = 0, rea = 0, rpush = 0;
-                for (int64_t c = 0; c < C; c++) {
-                    double d = p[j * C + c] - e[j * C + c];
-                    cl->d2 += d * d;
-                    cl->e2 += e[j * C + c] * e[j * C + c];
-                    cl->ds += d;
-                    cl->ea += fabs(e[j * C + c]);
-                    cl->ebar[c] += d;
-                    rd += d;
-                    rea += fabs(e[j * C + c]);
-                    rpush -= d * hbar[c];
-                }
-                if (per_row) {
-                    cl->row_d[v0 + j] += rd;
-                    cl->row_ea[v0 + j] += rea;
-                    cl->row_push[v0 + j] += rpush;
-                }
-            }
-        }
-    }
-    for (int32_t i = 0; i < n_cells; i++) {
-        whatif_cell *cl = &cells[i];
-        if (rc == CT_OK) {
-            double push = 0;
-            for (int64_t c = 0; c < C; c++) push -= cl->ebar[c] / (double)V * hbar[c];
-            cl->rel_err += cl->e2 > 0 ? sqrt(cl->d2 / cl->e2) : 0;
-            cl->bias += cl->ea > 0 ? cl->ds / cl->ea : 0;
-            cl->push += push;
-        }
-        whatif_replay_close(&cl->rp);
-    }
-    free(x);
-    free(acc);
-    free(p);
-    free(e);
-    return rc;
-}
-
-/* count[v]: how often token v is a target in the whole train split (the rarity of row v). */
-static int32_t corpus_counts(whatif_run *wr, uint64_t *count, ct_error *err) {
-    int64_t seed = 0;
-    const char *train = NULL;
-    config_get_int(wr->cfg, "run", "seed", &seed, NULL);
-    config_get_string(wr->cfg, "data", "train", &train, NULL);
-    host_loader *l = loader_open(train, "train", wr->r.V, 1, wr->T, 0, 1, (uint64_t)seed, err);
-    if (!l) return err->code;
-    int32_t *in = malloc((size_t)wr->T * sizeof *in), *tg = malloc((size_t)wr->T * sizeof *tg);
-    int32_t rc = in && tg ? CT_OK : ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-    for (int64_t k = 0; rc == CT_OK && k < loader_batches_per_epoch(l); k++) {
-        rc = loader_next(l, in, tg, err);
-        for (int64_t t = 0; rc == CT_OK && t < wr->T; t++) count[tg[t]]++;
-    }
-    free(in);
-    free(tg);
-    loader_close(l);
-    return rc;
-}
-
 static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t n_cells,
-                             int64_t V, const uint64_t *count, int64_t batches, ct_error *err) {
+                             const whatif_strata *s, const uint64_t *count, int64_t batches,
+                             ct_error *err) {
     outfile o;
     int32_t rc = outfile_open(&o, path, err);
     FILE *f = rc == CT_OK ? outfile_stream(&o, err) : NULL;
@@ -421,36 +215,26 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
         return err->code;
     }
     uint64_t total = 0;
-    for (int64_t v = 0; v < V; v++) total += count[v];
-    fprintf(f, "# ctrain what-if --per-row: per vocabulary row, means over %lld batch(es): "
+    for (int64_t v = 0; v < s->V; v++) total += count[v];
+    fprintf(f, "# ctrain what-if --per-row: per vocabulary row%s, means over %lld batch(es): "
             "bias = sum_c (p - e) / sum_c |e| of the reduced head gradient row, push = its own "
             "logit's change per SGD step of rate 1 (-(p - e) . hbar); count = the token's "
-            "occurrences as a target in the train split (freq = count / %llu)\n",
-            (long long)batches, (unsigned long long)total);
-    fprintf(f, "world_size\talgo\tpolicy\trow\tcount\tfreq\tbias\tpush\n");
+            "occurrences as a target in the train split (freq = count / %llu); weight = the rows "
+            "each stands for (--rows: N_h / n_h of its stratum; 1 for the whole head)\n",
+            s->K < s->V ? " of the sample" : "", (long long)batches, (unsigned long long)total);
+    fprintf(f, "world_size\talgo\tpolicy\trow\tcount\tfreq\tbias\tpush\tweight\n");
     for (int32_t i = 0; i < n_cells; i++)
-        for (int64_t v = 0; v < V; v++) {
+        for (int64_t k = 0; k < s->K; k++) {
             const whatif_cell *cl = &cells[i];
-            fprintf(f, "%d\t%s\t%s\t%lld\t%llu\t%.6g\t%.6g\t%.6g\n", (int)cl->N,
+            const double *y = cl->row_y + k * WHATIF_N_Y;
+            int64_t v = s->row[k];
+            fprintf(f, "%d\t%s\t%s\t%lld\t%llu\t%.6g\t%.6g\t%.6g\t%.6g\n", (int)cl->N,
                     whatif_algo_name(cl->algo), whatif_policy_name(cl->policy), (long long)v,
                     (unsigned long long)count[v], total ? (double)count[v] / (double)total : 0.0,
-                    cl->row_ea[v] > 0 ? cl->row_d[v] / cl->row_ea[v] : 0.0,
-                    cl->row_push[v] / (double)batches);
+                    y[WHATIF_Y_EA] > 0 ? y[WHATIF_Y_DS] / y[WHATIF_Y_EA] : 0.0,
+                    y[WHATIF_Y_PUSH] / (double)batches, whatif_strata_weight(s, k));
         }
     return outfile_commit(&o, err);
-}
-
-/* The order a cell's all-reduce of count elements runs (algo = nccl: the tuner model's pick
- * for its size in the policy's reduce dtype). */
-static int32_t resolved_algo(const whatif_opts *o, const whatif_cell *cl, uint64_t count) {
-    if (cl->algo != REDUCE_NCCL) return cl->algo;
-    order_config oc = order_of(o, cl->algo);
-    char why[256];
-    if (order_check(&oc, cl->N, why, sizeof why) != 0) return REDUCE_RING;
-    order_plan plan;
-    order_plan_make(&plan, &oc, cl->N, ORDER_ALL_REDUCE, count,
-                    cl->policy == WHATIF_AMP ? 4 : 2, 1, 0);
-    return plan.oc.algo;
 }
 
 /* algo = nccl: the tuner model's pick at each world size, for the bf16 and (amp) f32 head. */
@@ -460,7 +244,7 @@ static void print_picks(const whatif_opts *o, uint64_t count) {
     for (int32_t p = 0; p < o->n_policies; p++) f32 |= o->policies[p] == WHATIF_AMP;
     for (int32_t i = 0; nccl && i < o->n_worlds; i++)
         for (int32_t es = 2; es <= (f32 ? 4 : 2); es += 2) {
-            order_config oc = order_of(o, REDUCE_NCCL);
+            order_config oc = whatif_order_of(o, REDUCE_NCCL);
             char why[256], line[512];
             if (order_check(&oc, o->worlds[i], why, sizeof why) != 0) continue;
             tuner_query q = {ORDER_ALL_REDUCE, count * (uint64_t)es, o->worlds[i],
@@ -473,17 +257,48 @@ static void print_picks(const whatif_opts *o, uint64_t count) {
         }
 }
 
-static void print_table(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
-                        int64_t n_tok) {
-    fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy",
-            "tokens/rank", "rel_err", "bias", "logit_push", "predicted");
+/* The figures: without --rows as before (no se columns); with it each beside its standard
+ * error; with --lr the AdamW table after. */
+static void print_tables(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
+                         const whatif_strata *s, int64_t n_tok) {
+    int sampled = o->rows > 0;
     double K = (double)o->batches;
+    if (sampled)
+        fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %10s %12s %10s %12s %10s %12s\n", "N", "algo",
+                "policy", "tokens/rank", "rel_err", "se", "bias", "se", "logit_push", "se",
+                "predicted");
+    else
+        fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy",
+                "tokens/rank", "rel_err", "bias", "logit_push", "predicted");
     for (int32_t i = 0; i < n_cells; i++) {
         const whatif_cell *cl = &cells[i];
-        fprintf(cmdout(), "%6d %-9s %-13s %11.4g %12.4g %12.4g %12.4g %12.4g\n", (int)cl->N,
-                whatif_algo_name(cl->algo), whatif_policy_name(cl->policy),
-                (double)n_tok / cl->N, cl->rel_err / K, cl->bias / K, cl->push / K,
-                cl->pred / K);
+        double f[WHATIF_N_F], se[WHATIF_N_F];
+        whatif_est_result(&cl->est, s, f, se);
+        fprintf(cmdout(), "%6d %-9s %-13s %11.4g", (int)cl->N, whatif_algo_name(cl->algo),
+                whatif_policy_name(cl->policy), (double)n_tok / cl->N);
+        if (sampled)
+            fprintf(cmdout(), " %12.4g %10.2g %12.4g %10.2g %12.4g %10.2g %12.4g\n",
+                    f[WHATIF_F_REL], se[WHATIF_F_REL], f[WHATIF_F_BIAS], se[WHATIF_F_BIAS],
+                    f[WHATIF_F_PUSH], se[WHATIF_F_PUSH], cl->pred / K);
+        else
+            fprintf(cmdout(), " %12.4g %12.4g %12.4g %12.4g\n", f[WHATIF_F_REL], f[WHATIF_F_BIAS],
+                    f[WHATIF_F_PUSH], cl->pred / K);
+    }
+    if (!(o->lr > 0)) return;
+    fprintf(cmdout(), "what-if: under AdamW at lr %g (each element's step divided by the RMS "
+            "of its gradient from batch to batch, from the ranks' spread), per 1000 steps: the "
+            "mean logit's and the mean log-sum-exp's change from the rounding alone; lse* = the "
+            "lse excess at which z-loss (coef %g) pulls back as hard\n", o->lr, o->zcoef);
+    fprintf(cmdout(), "%6s %-9s %-13s %14s %10s %14s %10s %12s %10s\n", "N", "algo", "policy",
+            "logit/1k_steps", "se", "lse/1k_steps", "se", "zloss_lse*", "se");
+    for (int32_t i = 0; i < n_cells; i++) {
+        const whatif_cell *cl = &cells[i];
+        double f[WHATIF_N_F], se[WHATIF_N_F], k = 1000.0 * o->lr;
+        whatif_est_result(&cl->est, s, f, se);
+        fprintf(cmdout(), "%6d %-9s %-13s %14.4g %10.2g %14.4g %10.2g %12.4g %10.2g\n",
+                (int)cl->N, whatif_algo_name(cl->algo), whatif_policy_name(cl->policy),
+                k * f[WHATIF_F_AMEAN], k * se[WHATIF_F_AMEAN], k * f[WHATIF_F_ALSE],
+                k * se[WHATIF_F_ALSE], f[WHATIF_F_LSTAR], se[WHATIF_F_LSTAR]);
     }
 }
 
@@ -493,19 +308,19 @@ int cmd_what_if(int argc, char **argv) {
     if (status) return status < 0 ? 0 : status;
     ct_error err = {.struct_size = sizeof err};
     whatif_run wr;
+    whatif_strata s;
     memset(&wr, 0, sizeof wr);
+    memset(&s, 0, sizeof s);
     status = 1;
-    int32_t n_cells = o.n_worlds * o.n_algos * o.n_policies, rc;
+    int32_t n_group = o.n_algos * o.n_policies, n_cells = o.n_worlds * n_group, rc;
     whatif_cell *cells = calloc((size_t)n_cells, sizeof *cells);
-    int32_t *tokens = NULL, *targets = NULL;
-    float *h = NULL;
-    double *lse = NULL, *hbar = NULL, *q = NULL;
+    double *q = NULL, secs[3] = {0};
     uint64_t *count = NULL;
     if (!cells) {
         ct_error_set(&err, CT_ERR_NOMEM, "out of memory");
         goto out_fail;
     }
-    if ((rc = open_run(&wr, &o, &err)) != CT_OK) goto out_fail;
+    if ((rc = whatif_run_open(&wr, o.path, o.global_batch, &err)) != CT_OK) goto out_fail;
     int64_t C = wr.r.mdesc.d_model, V = wr.r.V, n_tok = wr.S * wr.T;
     for (int32_t i = 0; i < o.n_worlds; i++)
         if (o.worlds[i] > n_tok) {
@@ -516,34 +331,12 @@ int cmd_what_if(int argc, char **argv) {
                          (long long)((o.worlds[i] + wr.T - 1) / wr.T));
             goto out_fail;
         }
-    tokens = malloc((size_t)n_tok * sizeof *tokens);
-    targets = malloc((size_t)n_tok * sizeof *targets);
-    h = malloc((size_t)(n_tok * C) * sizeof *h);
-    lse = malloc((size_t)n_tok * sizeof *lse);
-    hbar = malloc((size_t)C * sizeof *hbar);
     count = calloc((size_t)V, sizeof *count);
     q = malloc((size_t)V * sizeof *q);
-    if (!tokens || !targets || !h || !lse || !hbar || !count || !q) {
-        ct_error_set(&err, CT_ERR_NOMEM, "what-if: out of memory for a batch of %lld tokens",
-                     (long long)n_tok);
+    if (!count || !q) {
+        ct_error_set(&err, CT_ERR_NOMEM, "what-if: out of memory");
         goto out_fail;
     }
-    for (int32_t wi = 0, i = 0; wi < o.n_worlds; wi++)
-        for (int32_t a = 0; a < o.n_algos; a++)
-            for (int32_t p = 0; p < o.n_policies; p++, i++) {
-                whatif_cell *cl = &cells[i];
-                cl->N = o.worlds[wi], cl->algo = o.algos[a], cl->policy = o.policies[p];
-                cl->ebar = calloc((size_t)C, sizeof *cl->ebar);
-                if (o.per_row) {
-                    cl->row_d = calloc((size_t)V, sizeof *cl->row_d);
-                    cl->row_ea = calloc((size_t)V, sizeof *cl->row_ea);
-                    cl->row_push = calloc((size_t)V, sizeof *cl->row_push);
-                }
-                if (!cl->ebar || (o.per_row && (!cl->row_d || !cl->row_ea || !cl->row_push))) {
-                    ct_error_set(&err, CT_ERR_NOMEM, "what-if: out of memory");
-                    goto out_fail;
-                }
-            }
     char steps[64];
     if (o.batches > 1)
         snprintf(steps, sizeof steps, "steps %lld..%lld", (long long)wr.step + 1,
@@ -562,66 +355,82 @@ int cmd_what_if(int argc, char **argv) {
                ? "from the model's hidden_rows (one forward per sequence)"
                : "from mean_hidden of every prefix (the model has no hidden_rows, ABI 1.4: T "
                  "forwards per sequence)");
-    /* the unigram distribution of the train split: the model's q */
-    if ((rc = corpus_counts(&wr, count, &err)) != CT_OK) goto out_fail;
+    /* the unigram distribution of the train split: the model's q, and the strata's counts */
+    if ((rc = whatif_run_counts(&wr, count, &err)) != CT_OK) goto out_fail;
     double total = 0, hbar2 = 0;
     for (int64_t v = 0; v < V; v++) total += (double)count[v];
     for (int64_t v = 0; v < V; v++) q[v] = total > 0 ? (double)count[v] / total : 0.0;
-    whatif_batch b = {.n_tok = n_tok, .C = C, .V = V, .h = h, .w = wr.w, .target = targets,
-                      .zcoef = wr.zcoef, .bf16 = wr.bf16, .lse = lse};
-    for (int64_t k = 0; k < o.batches; k++) {
-        if ((rc = loader_next(wr.data, tokens, targets, &err)) != CT_OK) goto out_fail;
-        if ((rc = hidden_states(&wr, tokens, h, &err)) != CT_OK) goto out_fail;
-        whatif_grad_lse(&b);
-        double hn2 = 0;
-        for (int64_t c = 0; c < C; c++) {
-            double s = 0;
-            for (int64_t t = 0; t < n_tok; t++) s += h[t * C + c];
-            hbar[c] = s / (double)n_tok;
-            hn2 += hbar[c] * hbar[c];
-        }
-        for (int32_t i = 0; i < n_cells; i += o.n_algos * o.n_policies) {
-            rc = replay_world(&b, &o, &cells[i], o.n_algos * o.n_policies, hbar,
-                              ct_hash64((uint64_t)wr.step, (uint64_t)k), &err);
-            if (rc != CT_OK) goto out_fail;
-        }
-        hbar2 += hn2 / (double)o.batches;
+    if (o.rows && o.rows < V) {
+        uint64_t *bc = calloc((size_t)V, sizeof *bc);
+        int32_t *key = malloc((size_t)V * sizeof *key);
+        double *mass = malloc((size_t)V * sizeof *mass);
+        rc = bc && key && mass ? whatif_run_batch_counts(&wr, o.batches, bc, &err)
+                               : ct_error_set(&err, CT_ERR_NOMEM, "out of memory");
+        if (rc == CT_OK && o.stratify != WHATIF_STRAT_UNIFORM)
+            stratum_keys(o.stratify, V, count, bc, total, (double)n_tok * (double)o.batches, key,
+                         mass);
+        if (rc == CT_OK)
+            rc = whatif_strata_sample(&s, V, o.rows, o.stratify ? key : NULL,
+                                      o.stratify ? mass : NULL, (uint64_t)o.sample_seed, &err);
+        free(bc);
+        free(key);
+        free(mass);
+    }    else
+        rc = whatif_strata_census(&s, V, &err);
+    if (rc != CT_OK) goto out_fail;
+    for (int32_t wi = 0, i = 0; wi < o.n_worlds; wi++)
+        for (int32_t a = 0; a < o.n_algos; a++)
+            for (int32_t p = 0; p < o.n_policies; p++, i++) {
+                whatif_cell *cl = &cells[i];
+                cl->N = o.worlds[wi], cl->algo = o.algos[a], cl->policy = o.policies[p];
+                if ((rc = whatif_est_open(&cl->est, s.K, &err)) != CT_OK) goto out_fail;
+                if (o.per_row && !(cl->row_y = calloc((size_t)(s.K * WHATIF_N_Y), sizeof *cl->row_y))) {
+                    ct_error_set(&err, CT_ERR_NOMEM, "what-if: out of memory");
+                    goto out_fail;
+                }
+            }
+    double t0 = whatif_now();
+    if (o.rows) {
         for (int32_t i = 0; i < n_cells; i++) {
-            whatif_cell *cl = &cells[i];
-            whatif_model_in mi = {cl->N, resolved_algo(&o, cl, (uint64_t)(V * C)),
-                                  o.oc.gpus_per_node, cl->policy, V,
-                                  (double)n_tok / cl->N, hn2, q};
-            cl->pred += whatif_model_push(&mi);
+            order_config oc = whatif_order_of(&o, cells[i].algo);
+            if ((rc = whatif_replay_open(&cells[i].rp, &oc, cells[i].N, (uint64_t)(V * C),
+                                         (uint64_t)C, cells[i].policy, &err)) != CT_OK)
+                goto out_fail;
         }
+        rc = whatif_rows_run(&o, &wr, cells, n_cells, n_group, &s, q, &hbar2, secs, &err);
+    } else {
+        rc = whatif_whole_run(&o, &wr, cells, n_cells, n_group, &s, q, &hbar2, secs, &err);
     }
+    if (rc != CT_OK) goto out_fail;
     fprintf(cmdout(), "what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, "
             "mean over the batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
             (long long)o.oc.channels, (long long)o.oc.gpus_per_node);
+    if (o.rows)
+        fprintf(cmdout(), "what-if: %.1f s in all: forward %.1f s, local gradients %.1f s, "
+                "replays %.1f s\n", whatif_now() - t0, secs[0], secs[1], secs[2]);
+    else
+        fprintf(cmdout(), "what-if: %.1f s in all: forward %.1f s, local gradients and replays "
+                "%.1f s\n", whatif_now() - t0, secs[0], secs[2]);
     if (o.per_row) {
-        if ((rc = write_per_row(o.per_row, cells, n_cells, V, count, o.batches, &err)) != CT_OK)
+        if ((rc = write_per_row(o.per_row, cells, n_cells, &s, count, o.batches, &err)) != CT_OK)
             goto out_fail;
     }
     print_picks(&o, (uint64_t)(V * C));
-    print_table(&o, cells, n_cells, n_tok);
+    print_tables(&o, cells, n_cells, &s, n_tok);
     status = 0;
     goto out_free;
 out_fail:
     fprintf(stderr, "ctrain what-if: %s\n", err.message);
 out_free:
     for (int32_t i = 0; cells && i < n_cells; i++) {
-        free(cells[i].ebar);
-        free(cells[i].row_d);
-        free(cells[i].row_ea);
-        free(cells[i].row_push);
+        whatif_replay_close(&cells[i].rp);
+        whatif_est_close(&cells[i].est);
+        free(cells[i].row_y);
     }
     free(cells);
-    free(tokens);
-    free(targets);
-    free(h);
-    free(lse);
-    free(hbar);
     free(count);
     free(q);
-    close_run(&wr);
+    whatif_strata_free(&s);
+    whatif_run_close(&wr);
     return status;
 }

@@ -5,7 +5,10 @@
 # a run trained with NCCL's tree at 4 ranks per node against --algo dbtree, and one trained
 # with algo = nccl against --algo nccl: the tuner model's pick, the same code path); the
 # hierarchical order at one rank per node equals the ring; --per-row writes a row per
-# vocabulary entry; every error names its flag and exits 2 (usage) or 1, never a signal.
+# vocabulary entry; --rows: every row through the streamed path gives the whole replay's
+# figures, and over 20 samples of 300 of the 1000 rows the estimates lie within two of their
+# standard errors of the whole replay as often as a 95% interval should; every error names
+# its flag and exits 2 (usage) or 1, never a signal.
 #
 # Tolerance: what-if forms the logits and the local gradients in f64 where the gpt plugin's
 # sgemm sums in f32, so a value that sits next to a bf16 rounding boundary may land one bf16
@@ -179,8 +182,65 @@ else
     near "nccl pure_bf16 head logit_push = the probe's" "$(echo "$r" | awk '{print $7}')" "$(probe "$W/nccl" probe/head/logit_push)" 0.01
 fi
 
-# ---- 3. errors: each names its flag -------------------------------------------------------
+# ---- 3. --rows: the sampled replay against the whole one ---------------------------------
+# A batch of 512 sequences (4096 tokens: 256 and 64 per rank at N = 16 and 64), ring and NCCL's
+# tree, two policies: 8 replays of three figures each.
 C2="$W/ring/checkpoints/step_00000002"
+RW=(--world-sizes 16,64 --global-batch 512 --algo ring,dbtree --gpus-per-node 8 --policies pure_bf16,bf16_fp32acc)
+ct_run "$CTRAIN" what-if "$C2" "${RW[@]}"
+cp "$CT_TMP/out" "$W/whole.out"
+ct_run "$CTRAIN" what-if "$C2" "${RW[@]}" --rows 1000
+# every row taken: the streamed local gradients are the whole replay's, figure for figure
+if python3 - "$W/whole.out" "$CT_TMP/out" <<'EOF'
+import sys
+def table(path):
+    lines = open(path).read().splitlines()
+    i = [k for k, l in enumerate(lines) if l.split()[:2] == ["N", "algo"]][0]
+    return [l.split() for l in lines[i + 1:] if l.split() and l.split()[0].isdigit()]
+w, c = table(sys.argv[1]), table(sys.argv[2])
+ok = len(w) == len(c) == 8 and all(a[:7] == [b[0], b[1], b[2], b[3], b[4], b[6], b[8]] and
+                                   b[5] == b[7] == b[9] == "0" for a, b in zip(w, c))
+sys.exit(0 if ok else 1)
+EOF
+then ct_pass "--rows 1000 of 1000: the whole replay's figures, standard errors 0"
+else ct_fail "--rows census" "$(tail -9 "$W/whole.out") / $(tail -9 "$CT_TMP/out")"
+fi
+# 20 samples: for an estimate and standard error that are right, |estimate - whole| <= 2 se
+# holds 95% of the time; 20 seeds x 8 replays x 3 figures = 480 checks, 456 expected, the
+# binomial's sd 4.8. Passing: >= 440 (3.3 sd below). A standard error half its size (the
+# figures of a broken estimator) covers ~68%, so ~330. And the estimates must be unbiased: the
+# mean of the 20 lies within 3.5 of its own standard errors of the whole replay in all 24.
+for seed in $(seq 1 20); do
+    "$CTRAIN" what-if "$C2" "${RW[@]}" --rows 300 --sample-seed "$seed" > "$W/s$seed.out" 2> "$W/s$seed.err" \
+        || ct_fail "what-if --rows 300 --sample-seed $seed" "$(cat "$W/s$seed.err")"
+done
+if cover=$(python3 - "$W" <<'EOF'
+import sys
+def table(path):
+    lines = open(path).read().splitlines()
+    i = [k for k, l in enumerate(lines) if l.split()[:2] == ["N", "algo"]][0]
+    return [l.split() for l in lines[i + 1:] if l.split() and l.split()[0].isdigit()]
+w = table(sys.argv[1] + "/whole.out")
+hits, n, zmax = [0, 0, 0], 0, 0.0
+est = [table("%s/s%d.out" % (sys.argv[1], seed)) for seed in range(1, 21)]
+for j, a in enumerate(w):
+    for k, (wc, ec, sc) in enumerate([(4, 4, 5), (5, 6, 7), (6, 8, 9)]):
+        x = [float(e[j][ec]) for e in est]
+        se = [float(e[j][sc]) for e in est]
+        hits[k] += sum(abs(xi - float(a[wc])) <= 2 * si for xi, si in zip(x, se))
+        # the mean of 20 independent samples: (mean - whole) / (rms se / sqrt(20)) ~ N(0, 1)
+        rms = (sum(si * si for si in se) / 20) ** 0.5
+        zmax = max(zmax, abs(sum(x) / 20 - float(a[wc])) / (rms / 20 ** 0.5))
+    n += 20
+print("rel_err %d, bias %d, logit_push %d of %d each; %d of %d in all; the largest |z| of the "
+      "24 means of 20 samples %.2f" % (*hits, n, sum(hits), 3 * n, zmax))
+sys.exit(0 if sum(hits) >= 440 and min(hits) >= 140 and zmax <= 3.5 else 1)
+EOF
+); then ct_pass "--rows 300, 20 seeds: the whole replay within 2 standard errors: $cover"
+else ct_fail "--rows coverage" "$cover (wanted >= 440 of 480, >= 140 of 160 per figure, |z| <= 3.5)"
+fi
+
+# ---- 4. errors: each names its flag -------------------------------------------------------
 ct_expect_failure "no --world-sizes" "--world-sizes is required" "$CTRAIN" what-if "$C2"
 ct_expect_failure "world size 0" "--world-sizes '0' is not an integer in [1, 65536]" \
     "$CTRAIN" what-if "$C2" --world-sizes 8,0
@@ -194,6 +254,13 @@ ct_expect_failure "not a run" "$W/sp" "$CTRAIN" what-if "$W/sp" --world-sizes 8
 ct_expect_failure "more ranks than tokens" "--world-sizes 1024: more ranks than the global batch's 256 tokens|--global-batch" \
     "$CTRAIN" what-if "$C2" --world-sizes 1024
 ct_expect_failure "unknown option" "unknown option '--world'" "$CTRAIN" what-if "$C2" --world 8
+ct_expect_failure "--stratify without --rows" "--stratify without --rows" "$CTRAIN" what-if "$C2" --world-sizes 8 --stratify freq
+ct_expect_failure "unknown stratification" "--stratify 'zipf' is not one of uniform, batch, freq" \
+    "$CTRAIN" what-if "$C2" --world-sizes 8 --rows 100 --stratify zipf
+ct_expect_failure "too few rows for the strata" "--rows 5: too few to take 4 rows of each of the" \
+    "$CTRAIN" what-if "$C2" --world-sizes 8 --rows 5
+ct_expect_failure "--zloss-coef without --lr" "--zloss-coef without --lr" "$CTRAIN" what-if "$C2" --world-sizes 8 --zloss-coef 1e-3
+ct_expect_failure "learning rate 0" "--lr '0' is not a number in (0, 1000]" "$CTRAIN" what-if "$C2" --world-sizes 8 --lr 0
 ct_run "$CTRAIN" what-if "$C2" --world-sizes 16 --per-row "$W/no/such/dir/rows.tsv" --policies amp
 [ "$ct_rc" -eq 0 ] && [ -s "$W/no/such/dir/rows.tsv" ] && [ -z "$(ls "$W/no/such/dir" | grep tmp)" ] \
     && ct_pass "--per-row into a missing folder: the folders are made, the file written whole" \

@@ -1,0 +1,79 @@
+/* whatif.h — what the parts of `ctrain what-if` share: its options and its cells (one replay
+ * of one world size, order and policy, with its estimator). The command is cli/what_if.c;
+ * the whole replay whatif_cells.c, the sampled one (--rows) whatif_rows.c.
+ * Not for: the arithmetic (whatif_grad.h, whatif_replay.h, whatif_sample.h) or the run
+ * (whatif_run.h).
+ */
+#ifndef CTRAIN_HOST_WHATIF_H
+#define CTRAIN_HOST_WHATIF_H
+
+#include "whatif/order_args.h"
+#include "whatif/whatif_replay.h"
+#include "whatif/whatif_run.h"
+#include "whatif/whatif_sample.h"
+
+#define WHATIF_MAX_LIST 16
+
+/* --stratify: how the sampled rows are grouped (whatif.c, stratum_keys) */
+typedef enum whatif_stratify {
+    WHATIF_STRAT_UNIFORM = 0, /* one stratum */
+    WHATIF_STRAT_BATCH = 1,   /* by the token's count in the replayed batches (x4 bins) */
+    WHATIF_STRAT_FREQ = 2,    /* by its count in the train split (x4 bins) */
+} whatif_stratify;
+extern const char *const whatif_stratify_names[]; /* NULL-ended, by whatif_stratify */
+
+typedef struct whatif_opts {
+    const char  *path, *per_row;
+    int32_t      worlds[WHATIF_MAX_LIST], n_worlds;
+    int32_t      algos[REDUCE_N_ALGOS], n_algos;
+    int32_t      policies[WHATIF_N_POLICIES], n_policies;
+    int64_t      batches, global_batch;
+    int64_t      rows;           /* --rows K: replay K sampled rows (0: every row) */
+    int32_t      stratify;       /* --stratify: a whatif_stratify */
+    int64_t      sample_seed;    /* --sample-seed */
+    double       lr, zcoef;      /* --lr (0: no AdamW view), --zloss-coef of the balance */
+    order_config oc;             /* the order options (algo: each of algos) */
+} whatif_opts;
+
+/* One (world size, algo, policy) replay. */
+typedef struct whatif_cell {
+    int32_t       N, algo, policy;
+    whatif_replay rp;
+    whatif_est    est;           /* per-row values of the batch, the figures and their errors */
+    double        pred;          /* the model's prediction, summed over batches */
+    double       *row_y;         /* (rows, WHATIF_N_Y) per-row sums over batches, --per-row */
+} whatif_cell;
+
+/* The threads engine's order config of algo under the options. */
+order_config whatif_order_of(const whatif_opts *o, int32_t algo);
+
+/* The cells of one batch: after each row's y is in cl->est.y, its figures and --per-row sums. */
+void whatif_cells_batch(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
+                        const whatif_strata *s, int64_t V);
+
+/* The sampled replay (--rows): o->batches batches of the run, each streamed sequence by
+ * sequence through the model, every world size's local gradients of the rows in s formed as
+ * the tokens pass, then replayed row by row in each cell (cells are grouped by world size,
+ * n_group cells per world size, in the order of o->worlds). hbar2: |hbar|^2 averaged over the
+ * batches; secs[3]: seconds in the forward, the local gradients and the replays. */
+int32_t whatif_rows_run(const whatif_opts *o, whatif_run *wr, whatif_cell *cells,
+                        int32_t n_cells, int32_t n_group, const whatif_strata *s,
+                        const double *q, double *hbar2, double *secs, ct_error *err);
+
+/* The predictive model's value for one cell and batch (whatif_model.h); count: the head's
+ * elements (V x C), for the order algo = nccl picks. */
+double whatif_cell_prediction(const whatif_opts *o, const whatif_cell *cl, int64_t V,
+                              uint64_t count, double tokens_per_rank, double hbar2,
+                              const double *q);
+
+/* The whole replay (no --rows): o->batches batches of the run, each batch's hidden states and
+ * logits held, every cell replayed over every row of the head (whatif_cells.c; arguments as
+ * whatif_rows_run's). */
+int32_t whatif_whole_run(const whatif_opts *o, whatif_run *wr, whatif_cell *cells,
+                         int32_t n_cells, int32_t n_group, const whatif_strata *s,
+                         const double *q, double *hbar2, double *secs, ct_error *err);
+
+/* Seconds of a monotonic clock. */
+double whatif_now(void);
+
+#endif /* CTRAIN_HOST_WHATIF_H */
