@@ -64,10 +64,7 @@ typedef struct reduce_opts {
 } reduce_opts;
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
-    fprintf(stderr, "ctrain reduce: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n%s", REDUCE_USAGE);
-    return 2;
+    return order_args_usage("reduce", REDUCE_USAGE, fmt, a, b);
 }
 
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {

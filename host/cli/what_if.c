@@ -56,10 +56,7 @@
     "--zloss-coef, default 1e-4) pulls as hard as the rounding pushes.\n"
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
-    fprintf(stderr, "ctrain what-if: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n%s", WHATIF_USAGE);
-    return 2;
+    return order_args_usage("what-if", WHATIF_USAGE, fmt, a, b);
 }
 
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {

@@ -28,6 +28,14 @@ int order_args_int(const char *cmd, const char *flag, const char *v, int64_t lo,
     return 0;
 }
 
+int order_args_usage(const char *cmd, const char *usage, const char *fmt, const char *a,
+                     const char *b) {
+    fprintf(stderr, "ctrain %s: ", cmd);
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n%s", usage);
+    return 2;
+}
+
 int order_args_choice(const char *cmd, const char *flag, const char *v,
                       const char *const *choices, int32_t *out) {
     char all[160] = "";

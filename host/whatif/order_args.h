@@ -16,6 +16,11 @@
 int order_args_int(const char *cmd, const char *flag, const char *v, int64_t lo, int64_t hi,
                    int64_t *out);
 
+/* Print "ctrain CMD: " then fmt with a and b (printf-style, two strings), then the command's
+ * usage text; return 2 (a usage error). */
+int order_args_usage(const char *cmd, const char *usage, const char *fmt, const char *a,
+                     const char *b);
+
 /* *out = the index of v in choices (NULL-ended); else print "ctrain CMD: FLAG 'V' is not one of
  * A, B, ... ---> see `ctrain CMD --help`" and return 2. */
 int order_args_choice(const char *cmd, const char *flag, const char *v,
