@@ -21,6 +21,8 @@
 #   LG_POLICIES=              only these policies of the plan (and every N = 1 reference); empty
 #                             = all. The ddp runs with their references and amp beside them:
 #                             LG_POLICIES="ddp amp" scripts/logit-growth.sh
+#   LG_WORLDS=                only the runs of these world sizes (e.g. "1" in one shell and "32"
+#                             in another: two lanes side by side); empty = all
 #   LG_CTRAIN=build/ctrain
 #   LG_DATA=                  shards to train on instead of the ini's [data] train (a folder)
 #   LG_SEQ_LEN=               sequence length instead of the ini's (data and model)
@@ -54,6 +56,7 @@ lr=${LG_LR:-5e-3}
 groups=${LG_GROUPS:-"sp32k-ce bytes-ce sp32k-zloss"}
 tiers=${LG_TIERS:-"1 2 3"}
 policies=${LG_POLICIES:-}
+worlds=${LG_WORLDS:-}
 seed=${LG_SEED:-1337}
 ctrain=${LG_CTRAIN:-build/ctrain}
 inis=ini/experiments/logit-growth
@@ -310,6 +313,7 @@ plan | while read -r tier group n policy; do
     if [ -n "$policies" ] && [ "$n" != 1 ]; then
         case " $policies " in *" $policy "*) ;; *) continue ;; esac
     fi
+    if [ -n "$worlds" ]; then case " $worlds " in *" $n "*) ;; *) continue ;; esac; fi
     case " $groups " in *" $group "*) run "$group" "$n" "$policy" ;; esac
 done
 for group in $groups; do report_group "$group"; done
