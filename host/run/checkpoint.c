@@ -399,8 +399,12 @@ typedef struct saved_unit {
     long     data_pos; /* file offset of master[0] */
 } saved_unit;
 
+/* A verified rank file is closed again: a rank of N reads all N files, and N ranks on threads of
+ * one process holding N files each would need N^2 descriptors (65,536 at N = 256). Each is
+ * opened again, one at a time, to read a unit (gather_parts), and must be the file verified. */
 typedef struct saved_rank {
-    FILE           *f;
+    FILE           *f;     /* open while verifying and while a unit is read, else NULL */
+    struct stat     st;    /* the verified file: device, inode, size, modification time */
     char            path[PATH_MAX];
     int32_t         world;
     int64_t         step;
@@ -462,6 +466,27 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
     if (hf.failed || fread(&got, 8, 1, s->f) != 1 || got != want)
         return ct_error_set(err, CT_ERR_INVALID, "%s is truncated or corrupt (checksum mismatch)",
                             s->path);
+    if (fstat(fileno(s->f), &s->st) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot stat %s: %s", s->path, strerror(errno));
+    fclose(s->f);
+    s->f = NULL;
+    return CT_OK;
+}
+
+/* Open the verified file s again (s->f); it must still be the same file, unchanged. */
+static int32_t reopen_saved(saved_rank *s, ct_error *err) {
+    struct stat now;
+    int32_t rc = fopen_regular(s->path, "checkpoint file", "the checkpoint folder is damaged: "
+                               "resume from another one (--resume-from)", &s->f, err);
+    if (rc != CT_OK) return rc;
+    if (fstat(fileno(s->f), &now) != 0 || now.st_dev != s->st.st_dev ||
+        now.st_ino != s->st.st_ino || now.st_size != s->st.st_size ||
+        now.st_mtim.tv_sec != s->st.st_mtim.tv_sec || now.st_mtim.tv_nsec != s->st.st_mtim.tv_nsec) {
+        fclose(s->f);
+        s->f = NULL;
+        return ct_error_set(err, CT_ERR_IO, "%s changed while it was being loaded ---> nothing "
+                            "may write into a checkpoint folder that a run resumes from", s->path);
+    }
     return CT_OK;
 }
 
@@ -553,18 +578,24 @@ static int32_t check_model(const host_config *cfg, const host_config *saved, con
     return CT_OK;
 }
 
-/* Reassemble part k (0 master, 1 m, 2 v) of unit u, unpadded, from every saved rank. */
-static int32_t gather_part(saved_rank *saved, int32_t world, uint32_t u, int k, float *full,
-                           uint64_t unit_numel, ct_error *err) {
+/* Reassemble parts 0..n_parts-1 (0 master, 1 m, 2 v) of unit u, unpadded, from every saved
+ * rank into full[k] (unit_numel floats each), opening each rank file once. */
+static int32_t gather_parts(saved_rank *saved, int32_t world, uint32_t u, int n_parts,
+                            float *const *full, uint64_t unit_numel, ct_error *err) {
     for (int32_t q = 0; q < world; q++) {
         saved_unit *su = &saved[q].units[u];
         if (su->replicated && q > 0) break;
         if (su->offset >= unit_numel) continue;
         uint64_t n = su->numel;
         if (su->offset + n > unit_numel) n = unit_numel - su->offset;
-        if (fseek(saved[q].f, su->data_pos + (long)(k * su->numel * sizeof(float)), SEEK_SET) != 0 ||
-            fread(full + su->offset, sizeof(float), n, saved[q].f) != n)
-            return ct_error_set(err, CT_ERR_IO, "cannot read %s", saved[q].path);
+        int32_t rc = reopen_saved(&saved[q], err);
+        for (int k = 0; rc == CT_OK && k < n_parts; k++)
+            if (fseek(saved[q].f, su->data_pos + (long)(k * su->numel * sizeof(float)), SEEK_SET) != 0 ||
+                fread(full[k] + su->offset, sizeof(float), n, saved[q].f) != n)
+                rc = ct_error_set(err, CT_ERR_IO, "cannot read %s", saved[q].path);
+        if (saved[q].f) fclose(saved[q].f);
+        saved[q].f = NULL;
+        if (rc != CT_OK) return rc;
     }
     return CT_OK;
 }
@@ -588,32 +619,28 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
                                 "resume with the configuration in %s/config.ini",
                                 dir, u, (unsigned long long)first->units[u].unit_numel,
                                 (unsigned long long)n, dir);
-        float *full = calloc(n ? n : 1, sizeof *full);
+        /* full[k]: part k of the whole unit (master; with the optimizer state m and v too) */
+        int n_parts = weights_only ? 1 : 3;
+        float *full[3] = {NULL, NULL, NULL};
         ct_shard sh = {.struct_size = sizeof sh};
-        if (!full) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-        if (rc == CT_OK) rc = gather_part(saved, world, u, 0, full, n, err);
-        if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
+        for (int k = 0; k < n_parts; k++)
+            if (!(full[k] = calloc(n ? n : 1, sizeof *full[k])))
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        if (rc == CT_OK) rc = gather_parts(saved, world, u, n_parts, full, n, err);
+        if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full[0], err);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, shard, u, &sh, err);
         float *part = NULL;
-        if (weights_only) {
-            free(full);
-            continue;
-        }
-        if (rc == CT_OK && !(part = calloc(sh.numel ? sh.numel : 1, sizeof *part)))
+        if (rc == CT_OK && !weights_only && !(part = calloc(sh.numel ? sh.numel : 1, sizeof *part)))
             rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-        for (int k = 1; k <= 2 && rc == CT_OK; k++) {
-            memset(full, 0, n * sizeof *full);
-            rc = gather_part(saved, world, u, k, full, n, err);
+        for (int k = 1; k < n_parts && rc == CT_OK; k++) {
             memset(part, 0, sh.numel * sizeof *part);
             for (uint64_t i = 0; i < sh.numel; i++)
-                if (sh.offset + i < n) part[i] = full[sh.offset + i];
+                if (sh.offset + i < n) part[i] = full[k][sh.offset + i];
             float *dst = k == 1 ? r->units[u].m : r->units[u].v;
-            if (rc == CT_OK)
-                rc = RANK_DEV(r, copy, dst, part, sh.numel * sizeof(float),
-                              CT_COPY_H2D, err);
+            rc = RANK_DEV(r, copy, dst, part, sh.numel * sizeof(float), CT_COPY_H2D, err);
         }
         free(part);
-        free(full);
+        for (int k = 0; k < 3; k++) free(full[k]);
     }
     if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
     return rc;
@@ -719,7 +746,7 @@ int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err
         if (!(out->units[u] = calloc(n ? n : 1, sizeof(float))))
             rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for unit %u (%llu floats)", u,
                               (unsigned long long)n);
-        else rc = gather_part(saved, world, u, 0, out->units[u], n, err);
+        else rc = gather_parts(saved, world, u, 1, &out->units[u], n, err);
     }
     close_checkpoint(saved, world, NULL);
     if (rc != CT_OK) checkpoint_master_free(out);

@@ -271,4 +271,22 @@ tmps=$(find "$work/c" -name '*.tmp*' 2> /dev/null)
     && ok "config.ini that cannot be written: clear error, no temporary left" \
     || fail "config.ini write failure: rc $rc, temporaries '$tmps': $(cat "$work/c.err")"
 
+# --- resume at many ranks: a rank reads every rank file, but holds one open at a time ---------
+# (ranks on threads once held all N files each while they loaded: N^2 descriptors, "Too many open
+# files" at N = 256 under ulimit -n 20000; here N = 256 under a limit of 2000, which a run of
+# one file open per rank at a time stays far below and 8 ranks loading together the old way pass)
+m="$work/many"
+many=(--set comm.plugin=threads --set comm.world_size=256 --set strategy.plugin=full_shard
+      --set data.batch_size=1 --set run.steps=4 --set run.checkpoint_every=2)
+run "$m" "${many[@]}" --stop-after 2
+rc1=$rc
+(ulimit -n 2000; "$CTRAIN" train "$work/t.ini" --set run.out_dir="$m" "${many[@]}" --resume \
+    > "$m.out2" 2> "$m.err2")
+rc2=$?
+run "$work/many-straight" "${many[@]}"
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && says "$m.out2" "resumed from step 2"; then
+    ok "256 ranks resume under ulimit -n 2000 (a rank holds one rank file open at a time)"
+    compare_series "$m" "$work/many-straight" loss 0 "256 ranks: losses after the resume == straight run"
+else fail "resume at 256 ranks under ulimit -n 2000: rc $rc1/$rc2: $(grep -v '^step' "$m.err2" | head -3)"; fi
+
 finish
