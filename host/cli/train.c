@@ -32,6 +32,10 @@ static int32_t record_tokenizer(const host_config *cfg, const char *out_dir, ct_
     return runtok_record(cfg, out_dir, every > 0, &found, err);
 }
 
+/* The grace after a stop signal while the configuration is read and checked (the plugins'
+ * create() in preflight included), before [run] stop_grace_s is known. */
+#define TRAIN_SETUP_GRACE_S 10
+
 int cmd_train(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
     host_config *cfg = NULL;
@@ -43,6 +47,16 @@ int cmd_train(int argc, char **argv) {
     int32_t resume = 0, status = 2;
     int64_t stop_after = 0;
     const char *resume_from = NULL;
+    /* SIGTERM / SIGINT / SIGUSR1 from here on: before the first step the run stops after the
+     * setup (a setup that does not end within TRAIN_SETUP_GRACE_S, say a plugin's create that
+     * hangs, is reported naming the call: watchdog.h), then at the end of a step with a
+     * checkpoint, within [run] stop_grace_s */
+    if (preempt_install() != 0 || watchdog_start(TRAIN_SETUP_GRACE_S) != 0) {
+        fprintf(stderr, "ctrain train: cannot install the stop-signal handlers: %s\n",
+                strerror(errno));
+        free(rest);
+        return 1;
+    }
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
         fprintf(stderr, "ctrain train: %s\n", rest ? err.message : "out of memory");
         free(rest);
@@ -82,13 +96,14 @@ int cmd_train(int argc, char **argv) {
     config_get_int(cfg, "comm", "world_size", &world, NULL);
     const ct_comm_vtable *cv = w.comm->vtable;
     status = 1;
-    /* SIGTERM / SIGINT / SIGUSR1 from here on: checkpoint at the end of the step, then exit;
-     * a step that does not end within [run] stop_grace_s is reported (watchdog.h) */
+    /* the stop signals' grace, now that the configuration is read (watchdog.h) */
     double grace_s = 30;
     config_get_float(cfg, "run", "stop_grace_s", &grace_s, NULL);
-    if (preempt_install() != 0 || watchdog_start(grace_s) != 0) {
-        fprintf(stderr, "ctrain train: cannot install the stop-signal handlers: %s\n",
-                strerror(errno));
+    watchdog_set_grace(grace_s);
+    if (preempt_requested()) {
+        fprintf(stderr, "ctrain train: %s came while the run was being set up; nothing was "
+                "trained or written\n", preempt_signal_name(preempt_requested()));
+        status = 3;
         goto out_session;
     }
     /* under a launcher every process gets here: the first one of the job (rank 0 by the

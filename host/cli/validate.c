@@ -7,8 +7,11 @@
 #include "base/cmdout.h"
 #include "config/config.h"
 #include "plugin/wiring.h"
+#include "run/preempt.h"
 #include "run/session.h"
+#include "run/watchdog.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,13 @@ int cmd_validate(int argc, char **argv) {
     int n_rest;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return ct_error_set(&err, CT_ERR_NOMEM, "out of memory"), cli_fail(&err);
+    /* a stop signal ends validate at once, naming the call it is in (a plugin's create that
+     * hangs: watchdog.h, with no grace) */
+    if (preempt_install() != 0 || watchdog_start(0) != 0) {
+        free(rest);
+        return ct_error_set(&err, CT_ERR_IO, "cannot install the stop-signal handlers: %s",
+                            strerror(errno)), cli_fail(&err);
+    }
     int32_t rc = session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err);
     if (rc != CT_OK) {
         free(rest);

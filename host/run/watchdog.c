@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-static double grace;
+static _Atomic double grace;
 /* The longest step any rank of this process took, in microseconds (the grace period is at least
  * WATCHDOG_STEPS_OF_GRACE of them). */
 static _Atomic unsigned long long longest_step_us;
@@ -49,9 +49,11 @@ size_t watchdog_report(char *buf, size_t cap, int sig, double waited_s,
     n = fatal_put_str(buf, n, cap, preempt_signal_name(sig));
     n = fatal_put_str(buf, n, cap, " came ");
     n = fatal_put_str(buf, n, cap, num);
-    n = fatal_put_str(buf, n, cap, " s ago and the step has not ended ([run] stop_grace_s); "
-                                   "where each rank is:\n");
     int32_t ranks = calls_expected_ranks();
+    n = fatal_put_str(buf, n, cap, ranks > 0 ? " s ago and the step has not ended ([run] "
+                                               "stop_grace_s); where each rank is:\n"
+                                             : " s ago, before any rank started (ctrain was "
+                                               "setting up); where it is:\n");
     for (int32_t i = 0; i < CALLS_SLOTS; i++) {
         const calls_slot *s = calls_slot_at(i);
         int busy = CALLS_LOAD(s->active) || CALLS_LOAD(s->host_op);
@@ -108,7 +110,8 @@ static void *watch(void *arg) {
 
 double watchdog_grace(void) {
     double steps = (double)atomic_load(&longest_step_us) * 1e-6 * WATCHDOG_STEPS_OF_GRACE;
-    return steps > grace ? steps : grace;
+    double floor_s = atomic_load(&grace);
+    return steps > floor_s ? steps : floor_s;
 }
 
 void watchdog_step_took(double seconds) {
@@ -118,8 +121,12 @@ void watchdog_step_took(double seconds) {
     }
 }
 
+void watchdog_set_grace(double grace_s) {
+    atomic_store(&grace, grace_s);
+}
+
 int watchdog_start(double grace_s) {
-    grace = grace_s;
+    atomic_store(&grace, grace_s);
     pthread_t t;
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0) return -1;

@@ -34,6 +34,10 @@ double watchdog_grace(void);
  * when the thread cannot be started. */
 int watchdog_start(double grace_s);
 
+/* Change the grace period's floor (grace_s of watchdog_start): a command starts the watchdog
+ * before it has read its configuration, then sets [run] stop_grace_s. Any thread. */
+void watchdog_set_grace(double grace_s);
+
 /* The report, as the watchdog prints it (one line per thread that is busy), into buf; `sig`
  * the stop signal, `waited_s` how long ago it came. Returns the length (at most cap - 1). For
  * tests and for the watchdog itself; reads the call records without locks. */

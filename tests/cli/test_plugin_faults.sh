@@ -9,6 +9,7 @@
 #   - check-plugin survives crashes, hangs and exits (a FAIL line per check, the summary), and
 #     names a 4 KiB and a 64-byte overrun of dlogits and a write into the const logits;
 #   - SIGTERM while a plugin call hangs: after [run] stop_grace_s the ranks are named, exit 4;
+#     while a plugin's create() hangs in validate's or train's setup: the call named, exit 4;
 #   - stdout: a plugin's prints (in its constructor or create) never reach validate's output;
 #   - a constructor that hangs: `plugins` and `inspect` end after the probe's time limit,
 #     naming the file; .devices = 0, a descriptor of 8 bytes, create() returning NULL without an
@@ -176,6 +177,24 @@ if [ $rc -eq 4 ] && [ $took -lt 5000 ] \
 else
     ct_fail "SIGTERM while a plugin call hangs" "exit $rc after ${took} ms; stderr: $(cat "$work/hang.err")"
 fi
+
+# SIGTERM while a plugin's create() hangs, before any rank started (validate's and train's
+# preflight): validate ends at once, train after its setup grace (10 s), each naming the call
+for cmd in validate train; do
+    "$CTRAIN" $cmd "$ini" "${withfault[@]}" --set loss.fault.mode=hang --set loss.fault.in=create \
+        --set loss.fault.rank=0 --set "run.out_dir=$work/hangc" > "$work/hc.out" 2> "$work/hc.err" &
+    pid=$!
+    sleep 1
+    kill -TERM $pid
+    wait_bounded $pid 40
+    rc=$?
+    if [ $rc -eq 4 ] && grep -qF "before any rank started (ctrain was setting up)" "$work/hc.err" \
+       && grep -qF "ctrain:   the main thread: in $named: create" "$work/hc.err"; then
+        ct_pass "SIGTERM while create() hangs: $cmd exits 4 naming the plugin and create"
+    else
+        ct_fail "SIGTERM while create hangs ($cmd)" "exit $rc; stderr: $(cat "$work/hc.err")"
+    fi
+done
 
 # SIGTERM while ctrain itself is blocked (the rank file of the checkpoint resumed from is a FIFO):
 # either the read is refused at once (a FIFO is not a checkpoint), or the watchdog names it
