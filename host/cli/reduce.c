@@ -5,7 +5,7 @@
  * (plugins/comm/threads: orders.c, tuner.c, reduce.c, built into the host) part by part, so
  * memory is bounded by the part, not the file; or, with --policy, by a precision plugin's
  * reduction hook run by real rank threads of the threads engine, as `ctrain train` loads it.
- * Not for: the orders themselves (orders.c) or what-if's gradients (whatif.c).
+ * Not for: the orders themselves (orders.c) or what-if's gradients (whatif/whatif_grad.c).
  *
  * Shape legend: N ranks, n elements per rank buffer, P elements per rank in a part.
  */

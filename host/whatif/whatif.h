@@ -14,7 +14,7 @@
 
 #define WHATIF_MAX_LIST 16
 
-/* --stratify: how the sampled rows are grouped (whatif.c, stratum_keys) */
+/* --stratify: how the sampled rows are grouped (cli/what_if.c, stratum_keys) */
 typedef enum whatif_stratify {
     WHATIF_STRAT_UNIFORM = 0, /* one stratum */
     WHATIF_STRAT_BATCH = 1,   /* by the token's count in the replayed batches (x4 bins) */

@@ -1,5 +1,5 @@
 /* whatif_grad.c — the would-be ranks' local head gradients (see whatif_grad.h).
- * Not for: the model's forward (whatif.c) or the reduction replay (whatif_replay.c).
+ * Not for: the model's forward (whatif_run.c) or the reduction replay (whatif_replay.c).
  *
  * Shapes: C channels, V vocabulary rows, n tokens; d (n, ld) dlogits of the rows being formed,
  * h (n, C) hidden states, acc (rows, C) f64 sums.

@@ -4,7 +4,7 @@
  * summed over each rank's share of the tokens; for a part of the vocabulary with every token
  * held (the whole replay), or for a list of rows with the tokens streamed a block at a time
  * (the sampled replay, whatif_sample.h).
- * Not for: running the model (whatif.c) or reducing (whatif_replay.h).
+ * Not for: running the model (whatif_run.c) or reducing (whatif_replay.h).
  *
  * It follows the gpt plugin's head with bf16 compute (plugins/model/gpt/stages.c): dlogits =
  * bf16((p - y + zcoef * 2 * lse * p) / n_local) with p = expf(logit - lse) in f32, and rank n's

@@ -1,6 +1,6 @@
 /* whatif_replay.c — the reduction replay of `ctrain what-if` (see whatif_replay.h): the threads
  * engine's order programs run over parts of a buffer with the policy's rounding.
- * Not for: gradients, statistics or output (whatif.c).
+ * Not for: gradients, statistics or output (cli/what_if.c).
  */
 #include "whatif/whatif_replay.h"
 

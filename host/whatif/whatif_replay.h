@@ -3,7 +3,7 @@
  * the threads engine (its own programs: plugins/comm/threads/orders.c and reduce.c are built
  * into the host for this), over a part of the buffer at a time, so memory is bounded by the
  * part, not by the buffer.
- * Not for: computing the ranks' gradients or the report (whatif.c), the predictive model
+ * Not for: computing the ranks' gradients or the report (cli/what_if.c), the predictive model
  * (whatif_model.h).
  *
  * What is replayed is the reduction-error probe's (host/run/probe.c): rank n's local value x_n (bf16

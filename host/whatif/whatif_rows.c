@@ -5,7 +5,7 @@
  * sums, which become its bf16 local gradient when its share of the batch ends. Nothing of size
  * tokens x C or tokens x V is kept.
  * Not for: choosing the rows or estimating from them (whatif_sample.c), the whole replay and the
- * report (whatif.c).
+ * report (cli/what_if.c).
  *
  * Memory: per world size N its ranks' local gradients of the rows (N x K x C bf16) and one
  * rank's f64 sums (K x C), the softmax part of the rows (K x C f64, --lr), and one sequence's

@@ -1,6 +1,6 @@
 /* whatif_run.c — the run `ctrain what-if` replays: the checkpoint's model, loss, data and the
  * forward of one sequence (see whatif_run.h).
- * Not for: gradients, reductions or the report (whatif_grad.c, whatif_replay.c, whatif.c).
+ * Not for: gradients, reductions or the report (whatif_grad.c, whatif_replay.c, cli/what_if.c).
  */
 #include "whatif/whatif_run.h"
 

@@ -2,7 +2,7 @@
  * one, its configuration, its loss terms, its next global batch(es) from the saved data position,
  * and the model's forward of one sequence (the head's input rows, the logits and their
  * log-sum-exp). Not for: gradients (whatif_grad.h), reductions (whatif_replay.h) or the report
- * (whatif.c).
+ * (cli/what_if.c).
  *
  * Shapes: T tokens per sequence, C channels, V vocabulary rows. */
 #ifndef CTRAIN_HOST_WHATIF_RUN_H

@@ -1,6 +1,6 @@
 /* whatif_sample.c — the rows `ctrain what-if --rows K` replays and the estimators of the whole
  * head's figures from them (see whatif_sample.h).
- * Not for: gradients, replays or output (whatif_grad.c, whatif_replay.c, whatif.c).
+ * Not for: gradients, replays or output (whatif_grad.c, whatif_replay.c, cli/what_if.c).
  */
 #include "whatif/whatif_sample.h"
 

@@ -1,5 +1,5 @@
 /* test_whatif_sample.c — the row sample and estimators of `ctrain what-if --rows`
- * (host/whatif_sample.c): a census gives the totals exactly with no error; over many samples
+ * (host/whatif/whatif_sample.c): a census gives the totals exactly with no error; over many samples
  * of a skewed population the stratified total is unbiased and its variance estimate matches
  * the spread of the estimates; the allocation takes every stratum's least and never more than
  * it holds; a ratio figure's linearised error matches its spread; one row's figures against
