@@ -98,13 +98,15 @@ static int32_t open_checked(const char *path, const char *what, const char *hint
     int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     /* out of descriptors is the process's state, not the file's: CT_ERR_NOMEM, so that no
      * caller takes it for a damaged file (--resume would skip to an older checkpoint) */
-    if (f < 0)
-        return ct_error_set(err, errno == EMFILE || errno == ENFILE ? CT_ERR_NOMEM : CT_ERR_IO,
-                            "cannot read %s %s: %s ---> %s", what, path,
-                            strerror(errno), errno == EMFILE || errno == ENFILE
-                                ? "the process may not open more files: raise the limit "
-                                  "(ulimit -n) or run fewer ranks per process"
-                                : hint);
+    if (f < 0) {
+        int out_of_descriptors = errno == EMFILE || errno == ENFILE;
+        return ct_error_set(err, out_of_descriptors ? CT_ERR_NOMEM : CT_ERR_IO,
+                            "cannot read %s %s: %s ---> %s", what, path, strerror(errno),
+                            out_of_descriptors ? "the process may not open more files: raise "
+                                                 "the limit (ulimit -n) or run fewer ranks per "
+                                                 "process"
+                                               : hint);
+    }
     if (fstat(f, &after) != 0) {
         rc = ct_error_set(err, CT_ERR_IO, "cannot stat %s %s: %s", what, path, strerror(errno));
         goto out_close;

@@ -413,14 +413,18 @@ typedef struct saved_rank {
     uint32_t        n_units;
 } saved_rank;
 
+/* s->f = the rank file s->path, opened through the one reader. */
+static int32_t open_rank_file(saved_rank *s, ct_error *err) {
+    return fopen_regular(s->path, "checkpoint file", "the checkpoint folder is damaged: resume "
+                         "from another one (--resume-from)", &s->f, err);
+}
+
 /* Open and verify one rank file: header, checksum over the whole file, every value finite. */
 static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error *err) {
     memset(s, 0, sizeof *s);
     int32_t rc = path_fmt(s->path, sizeof s->path, err, "%s/rank_%05d.bin", dir, rank);
     if (rc != CT_OK) return rc;
-    if ((rc = fopen_regular(s->path, "checkpoint file", "the checkpoint folder is damaged: "
-                            "resume from another one (--resume-from)", &s->f, err)) != CT_OK)
-        return rc;
+    if ((rc = open_rank_file(s, err)) != CT_OK) return rc;
     hfile hf = {.f = s->f, .hash = 0xcbf29ce484222325ull, .path = s->path};
     char magic[8];
     uint32_t version;
@@ -476,8 +480,7 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
 /* Open the verified file s again (s->f); it must still be the same file, unchanged. */
 static int32_t reopen_saved(saved_rank *s, ct_error *err) {
     struct stat now;
-    int32_t rc = fopen_regular(s->path, "checkpoint file", "the checkpoint folder is damaged: "
-                               "resume from another one (--resume-from)", &s->f, err);
+    int32_t rc = open_rank_file(s, err);
     if (rc != CT_OK) return rc;
     if (fstat(fileno(s->f), &now) != 0 || now.st_dev != s->st.st_dev ||
         now.st_ino != s->st.st_ino || now.st_size != s->st.st_size ||
