@@ -22,6 +22,13 @@ int cli_command_is(const char *name, const char *arg);
 /* The name as the command line writes it ('_' -> '-'), into buf. */
 const char *cli_command_text(const char *name, char *buf, size_t cap);
 
+/* Whether the command line of command `name` (argv[0] is the command) asks for its usage: an
+ * argument --help or -h, for the commands whose own parser does not answer it. */
+int cli_help_wanted(const char *name, int argc, char **argv);
+/* The whole usage of command `name` on the command's stdout: 0; 2 (and a message naming the
+ * nearest command) when there is no such command. */
+int cli_help_for(const char *name);
+
 /* "ctrain: error: MESSAGE" on stderr; returns 1 (the failure exit status). */
 int cli_fail(const ct_error *err);
 /* An empty error struct. */

@@ -1,9 +1,10 @@
-/* help.c — `ctrain help [COMMAND]`: the command table (commands.h) with each command's usage,
- * and the longer text of a few. Not for: dispatching (main.c).
+/* help.c — `ctrain help [COMMAND]` and every command's --help: the command table (commands.h)
+ * with each command's whole usage, and the longer text of a few. Not for: dispatching (main.c).
  */
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "base/cmdout.h"
+#include "config/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,11 @@ static const char *help_details(const char *name) {
                "  Exit status: 0 done, 1 a rank failed, 2 refused before anything ran, 3 stopped\n"
                "  by a signal after a checkpoint, 4 stopped by a signal without one, 5 a plugin\n"
                "  called exit(), 128+N a crash by signal N or a second stop signal.\n";
+    if (!strcmp(name, "export"))
+        return "\n  --force replaces an existing --out file, or writes into a non-empty --out folder.\n";
     if (!strcmp(name, "check_plugin"))
-        return "\n  Each check runs in a child process with a time limit (--timeout SECONDS,\n"
+        return "\n  --set key=value: a key of the plugin's own section (e.g. --set coef=1e-3).\n"
+               "  Each check runs in a child process with a time limit (--timeout SECONDS,\n"
                "  default 60): a plugin that crashes, calls exit() or hangs fails that check\n"
                "  with the call it was in, and the summary always prints. Buffers handed to the\n"
                "  plugin are fenced: a write past one or into a const input fails naming it.\n";
@@ -36,29 +40,96 @@ static const char *help_details(const char *name) {
     return NULL;
 }
 
+/* The commands whose own parser prints their whole usage on --help or -h, wherever it stands
+ * (SAMPLE_USAGE and the like: longer than one row of the table). */
+static int own_usage(const char *name) {
+    static const char *const own[] = {"sample", "prepare", "tokenize", "what_if", "reduce", NULL};
+    for (int i = 0; own[i]; i++)
+        if (!strcmp(own[i], name)) return 1;
+    return 0;
+}
+
+/* ' ' and `text` on f (the cursor at column `col`), the words wrapped before column 78 and
+ * later lines indented by `indent`. */
+static void print_wrapped(FILE *f, const char *text, int col, int indent) {
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, " ");
+        if (col > indent && col + 1 + (int)n > 78) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", (int)n, p);
+        col += (int)n;
+        p += n;
+        while (*p == ' ') p++;
+    }
+}
+
+int cli_help_wanted(const char *name, int argc, char **argv) {
+    int n_commands;
+    const command *commands = cli_commands(&n_commands);
+    for (int c = 0; c < n_commands; c++) {
+        if (!cli_command_is(commands[c].name, name)) continue;
+        if (own_usage(commands[c].name)) return 0;
+        for (int i = 1; i < argc; i++)
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    }
+    return 0;
+}
+
+int cli_help_for(const char *name) {
+    int n_commands;
+    const command *commands = cli_commands(&n_commands);
+    char text[64];
+    for (int i = 0; i < n_commands; i++) {
+        if (!cli_command_is(commands[i].name, name)) continue;
+        cli_command_text(commands[i].name, text, sizeof text);
+        if (own_usage(commands[i].name)) {
+            char *args[] = {text, "--help", NULL};
+            return commands[i].fn(2, args);
+        }
+        const char *more = help_details(commands[i].name);
+        fprintf(cmdout(), "usage: ctrain %s", text);
+        print_wrapped(cmdout(), commands[i].usage, 14 + (int)strlen(text), 15 + (int)strlen(text));
+        fprintf(cmdout(), "\n  %s\n%s", commands[i].summary, more ? more : "");
+        return fflush(cmdout()) == 0 ? 0 : 1;
+    }
+    const char *names[64];
+    char texts[64][64];
+    for (int i = 0; i < n_commands && i < 64; i++)
+        names[i] = cli_command_text(commands[i].name, texts[i], sizeof texts[i]);
+    const char *near = config_nearest(name, names, n_commands < 64 ? n_commands : 64);
+    fprintf(stderr, "ctrain help: no command '%s'%s%s%s ---> `ctrain help` lists the commands\n",
+            name, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+    return 2;
+}
+
 int cmd_help(int argc, char **argv) {
     int n_commands;
     const command *commands = cli_commands(&n_commands);
     char text[64];
-    for (int i = 0; argc > 1 && i < n_commands; i++)
-        if (cli_command_is(commands[i].name, argv[1])) {
-            const char *more = help_details(commands[i].name);
-            fprintf(cmdout(), "usage: ctrain %s %s\n  %s\n%s",
-                    cli_command_text(commands[i].name, text, sizeof text), commands[i].usage,
-                    commands[i].summary, more ? more : "");
-            return 0;
-        }
+    if (argc > 1) return cli_help_for(argv[1]);
     fprintf(cmdout(), "ctrain %s — a language-model trainer built from plugins (ABI %d.%d)\n\n"
             "usage: ctrain COMMAND [ARGS]\n\n", CTRAIN_VERSION, CT_ABI_MAJOR, CT_ABI_MINOR);
     for (int i = 0; i < n_commands; i++) {
-        char head[160];
-        snprintf(head, sizeof head, "%s %s", cli_command_text(commands[i].name, text, sizeof text),
-                 commands[i].usage);
-        if (strlen(head) > 46)
-            fprintf(cmdout(), "  %s\n  %-46s %s\n", head, "", commands[i].summary);
-        else fprintf(cmdout(), "  %-46s %s\n", head, commands[i].summary);
+        /* the whole usage, wrapped; the summary beside it when it fits in 46 columns */
+        cli_command_text(commands[i].name, text, sizeof text);
+        size_t len = strlen(text) + (*commands[i].usage ? 1 + strlen(commands[i].usage) : 0);
+        fprintf(cmdout(), "  %s", text);
+        if (len > 46) {
+            print_wrapped(cmdout(), commands[i].usage, 2 + (int)strlen(text), 4);
+            fprintf(cmdout(), "\n  %-46s %s\n", "", commands[i].summary);
+        } else {
+            fprintf(cmdout(), "%s%s%*s %s\n", *commands[i].usage ? " " : "", commands[i].usage,
+                    (int)(46 - len), "", commands[i].summary);
+        }
     }
     fprintf(cmdout(), "\n  %-46s %s\n\n", "--version", "print the version");
+    fprintf(cmdout(), "`ctrain help COMMAND` or `ctrain COMMAND --help` prints the whole usage of "
+            "one command.\n");
     fprintf(cmdout(), "Plugins are searched in <dir of ctrain>/plugins, <dir of ctrain>/../lib/"
             "ctrain/plugins,\nthen each folder of $CTRAIN_PLUGIN_PATH (colon separated); a name NAME "
             "of kind KIND is\nthe file KIND_NAME.so of the first folder that has one.\n");

@@ -31,6 +31,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(name, "--help") || !strcmp(name, "-h")) return cmd_help(0, NULL);
+    /* `ctrain CMD --help`: the same whole usage as `ctrain help CMD`, before anything loads */
+    if (cli_help_wanted(name, argc - 1, argv + 1)) return cli_help_for(name);
     /* the commands that run matrix products: OpenBLAS's kernel is chosen before a plugin
      * loads it (may restart this program once) */
     static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", "what-if", NULL};

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# test_first_hour.sh — what a user tries in the first hour must work or say what to do
+# (issue 31): every command's --help, the tokenizers of train and val data, a default
+# eval_batches on a small validation set, long messages kept whole, relative paths, tokenize
+# from standard input, sample --echo, what-if's legend, prepare's progress line.
+source "$(dirname "$0")/lib.sh"
+ct_need_ctrain
+
+# ---- every command answers --help and `ctrain help CMD` with its whole usage ------------
+commands=$("$CTRAIN" help | sed -n 's/^  \([a-z][a-z-]*\)\( .*\)\?$/\1/p' | grep -v '^version$')
+n=0
+for c in $commands; do
+    n=$((n + 1))
+    ct_run "$CTRAIN" "$c" --help
+    a_rc=$ct_rc a_out=$ct_out a_err=$ct_err
+    ct_run "$CTRAIN" help "$c"
+    if [ "$a_rc" -ne 0 ] || [ "$ct_rc" -ne 0 ]; then
+        ct_fail "help_$c" "exit $a_rc (--help) and $ct_rc (help $c); stderr: $a_err $ct_err"
+    elif [ "$a_out" != "$ct_out" ]; then
+        ct_fail "help_$c" "'$c --help' and 'help $c' differ"
+    elif ! grep -q "^usage: ctrain $c\b" <<<"$a_out"; then
+        ct_fail "help_$c" "stdout does not start with 'usage: ctrain $c': $a_out"
+    elif grep -q "see --help" <<<"$a_out"; then
+        ct_fail "help_$c" "the usage sends the reader to --help: $a_out"
+    else ct_pass "help_$c"; fi
+done
+[ "$n" -ge 15 ] && ct_pass "help_loop_saw_every_command ($n)" \
+    || ct_fail help_loop_saw_every_command "only $n commands listed by ctrain help"
+# the top-level list keeps every usage whole (reduce's ended at "[--policy ")
+ct_run "$CTRAIN" help
+if grep -q -- "--policy NAME\] \[--stats\]" <<<"$(tr -s ' \n' ' ' <<<"$ct_out")"; then
+    ct_pass help_top_level_reduce_whole
+else ct_fail help_top_level_reduce_whole "reduce's usage is cut: $(grep -A3 '^  reduce' <<<"$ct_out")"; fi
+ct_expect_failure help_unknown_command_is_refused "no command 'sampel'|did you mean 'sample'" \
+    "$CTRAIN" help sampel
+ct_expect_success help_after_arguments "usage: ctrain train" "$CTRAIN" train x.ini --help
+
+ct_summary
