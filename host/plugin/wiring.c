@@ -25,17 +25,14 @@ static ct_param_spec *merge_specs(const ct_param_spec *host, const host_plugin *
     return all;
 }
 
-/* "FILE:LINE: [section] key = value: " prefix + err's message, in place. */
+/* "FILE:LINE: [section] key = value: " prefix + err's message, in place (its end kept). */
 static int32_t prefix_error(const host_config *cfg, const char *section, const char *key,
                             const char *value, ct_error *err) {
     if (!err) return CT_ERR_INVALID;
     char full[2 * sizeof err->message + 2 * CT_VALUE_MAX];
     snprintf(full, sizeof full, "%s: [%s] %s = %s: %s", config_origin(cfg, section, key),
              section, key, value, err->message);
-    size_t n = strlen(full);
-    if (n >= sizeof err->message) n = sizeof err->message - 1;
-    memcpy(err->message, full, n);
-    err->message[n] = '\0';
+    ct_message_fit(err->message, sizeof err->message, full, strlen(full)); /* the hint stays */
     return err->code;
 }
 

@@ -72,15 +72,12 @@ static const ct_comm_vtable no_comm_vtable = {
 
 /* ---- naming the place in the configuration ------------------------------------------- */
 
-/* err->message = prefix + ": " + err->message, cut to fit. */
+/* err->message = prefix + ": " + err->message; a result too long keeps its end, the hint
+ * (ct_message_fit). */
 static void prefix_message(ct_error *err, const char *prefix) {
-    size_t cap = sizeof err->message - 1, pl = strlen(prefix), ml = strlen(err->message);
-    if (pl + 2 > cap) return;
-    if (pl + 2 + ml > cap) ml = cap - pl - 2;
-    memmove(err->message + pl + 2, err->message, ml);
-    memcpy(err->message, prefix, pl);
-    memcpy(err->message + pl, ": ", 2);
-    err->message[pl + 2 + ml] = '\0';
+    char full[sizeof err->message + 2 + 2 * CT_VALUE_MAX];
+    int n = snprintf(full, sizeof full, "%s: %s", prefix, err->message);
+    if (n > 0) ct_message_fit(err->message, sizeof err->message, full, strlen(full));
 }
 
 /* Where a plugin's create() error points: the first "[SECTION] KEY" in its message that names

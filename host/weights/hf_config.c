@@ -288,30 +288,44 @@ static int agrees(const host_config *cfg, const hf_setting *s, const char *have)
     return !strcmp(have, s->value);
 }
 
+/* The refusal names every setting that differs and ends with what to set. A message holds 511
+ * bytes (ct_error); when the whole list does not fit (six Llama settings do not), the list goes
+ * to stderr first, one setting a line, and the message says "N settings differ (listed
+ * above)" before its hint, so no setting and no hint is lost. */
 int32_t hf_config_check(const hf_arch *a, const host_config *cfg, ct_error *err) {
     const char *plugin = config_get(cfg, "model", "plugin");
     if (plugin && strcmp(plugin, "gpt")) return CT_OK;
-    char list[1536] = "", sets[512] = "";
+    char list[HF_MAX_SETTINGS][320], sets[1024] = "";
     int bad = 0;
-    size_t at = 0, at_sets = 0;
-    for (int32_t i = 0; i < a->n; i++) {
+    size_t at_sets = 0;
+    for (int32_t i = 0; i < a->n && bad < HF_MAX_SETTINGS; i++) {
         const hf_setting *s = &a->s[i];
         const char *have = config_get(cfg, "model", s->key);
         if (have && agrees(cfg, s, have)) continue;
-        bad++;
-        int k = snprintf(list + at, sizeof list - at, "%s%s = %s in config.json (%s), [model] %s "
-                         "= %s (%s)%s", bad > 1 ? "; " : "", s->key, s->value, s->from, s->key,
-                         have ? have : "unset", config_origin(cfg, "model", s->key),
-                         s->at_most ? ", which may be no larger" : "");
-        if (k > 0) at = at + (size_t)k < sizeof list ? at + (size_t)k : sizeof list - 1;
-        k = snprintf(sets + at_sets, sizeof sets - at_sets, "%s%s = %s", bad > 1 ? ", " : "",
-                     s->key, s->value);
+        snprintf(list[bad], sizeof list[bad], "%s = %s in config.json (%s), [model] %s = %.64s "
+                 "(%s)%s", s->key, s->value, s->from, s->key, have ? have : "unset",
+                 config_origin(cfg, "model", s->key), s->at_most ? ", which may be no larger" : "");
+        int k = snprintf(sets + at_sets, sizeof sets - at_sets, "%s%s = %s", bad ? ", " : "",
+                         s->key, s->value);
         if (k > 0) at_sets = at_sets + (size_t)k < sizeof sets ? at_sets + (size_t)k : sizeof sets - 1;
+        bad++;
     }
     if (!bad) return CT_OK;
-    return ct_error_set(err, CT_ERR_INVALID, "%s (%s) disagrees with [model] in %d setting%s: %s "
-                        "---> set [model] %s, or " HINT_FROM, a->path, a->kind, bad,
-                        bad > 1 ? "s" : "", list, sets);
+    char whole[HF_MAX_SETTINGS * 322 + 64] = "";
+    for (int i = 0, at = 0; i < bad; i++)
+        at += snprintf(whole + at, sizeof whole - (size_t)at, "%s%s", i ? "; " : "", list[i]);
+    int n = snprintf(NULL, 0, "%s (%s) disagrees with [model] in %d setting%s: %s ---> set "
+                     "[model] %s, or " HINT_FROM, a->path, a->kind, bad, bad > 1 ? "s" : "",
+                     whole, sets);
+    if (n >= 0 && (size_t)n < sizeof err->message)
+        return ct_error_set(err, CT_ERR_INVALID, "%s (%s) disagrees with [model] in %d setting%s: "
+                            "%s ---> set [model] %s, or " HINT_FROM, a->path, a->kind, bad,
+                            bad > 1 ? "s" : "", whole, sets);
+    fprintf(stderr, "ctrain: %s (%s) disagrees with [model] in %d settings:\n", a->path, a->kind,
+            bad);
+    for (int i = 0; i < bad; i++) fprintf(stderr, "  %s\n", list[i]);
+    return ct_error_set(err, CT_ERR_INVALID, "%s (%s): %d settings differ from [model] (listed "
+                        "above) ---> set [model] %s, or " HINT_FROM, a->path, a->kind, bad, sets);
 }
 
 int32_t hf_config_fill(host_config *cfg, ct_error *err) {

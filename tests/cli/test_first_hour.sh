@@ -35,4 +35,47 @@ ct_expect_failure help_unknown_command_is_refused "no command 'sampel'|did you m
     "$CTRAIN" help sampel
 ct_expect_success help_after_arguments "usage: ctrain train" "$CTRAIN" train x.ini --help
 
+# ---- a small configuration that validates ------------------------------------------------
+W=$CT_TMP
+mkdir -p "$W/data"
+ct_shard "$W/data/train_000.bin" 4096 256
+ct_shard "$W/data/val_000.bin" 1024 256
+cat > "$W/t.ini" <<INI
+[run]
+out_dir = $W/run
+steps = 2
+[data]
+train = $W/data/train_*.bin
+val = $W/data/val_*.bin
+batch_size = 2
+seq_len = 16
+[model]
+plugin = gpt
+n_layer = 1
+n_head = 2
+d_model = 16
+vocab_size = 256
+seq_len = 16
+INI
+
+# ---- no message loses its end: the Llama refusal lists every setting and keeps its hint ---
+mkdir -p "$W/llama"
+printf '{"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000, "intermediate_size": 11008, "max_position_embeddings": 2048}\n' \
+    > "$W/llama/config.json"
+ct_run "$CTRAIN" validate "$W/t.ini" --set model.init_from="$W/llama"
+last=$(tail -n 1 <<<"$ct_err")
+listed=$(grep -c "in config.json (" <<<"$ct_err")
+if [ "$ct_rc" -ne 0 ] && [ "$ct_rc" -lt 128 ] \
+    && [[ $last == *"---> set [model] "*"or set [model] from_config = true to take the model's settings from config.json" ]] \
+    && [[ $last == *"settings differ from [model] (listed above)"* ]] && [ "$listed" -ge 6 ]; then
+    ct_pass long_llama_refusal_keeps_every_setting_and_its_hint
+else ct_fail long_llama_refusal_keeps_every_setting_and_its_hint "rc $ct_rc, $listed listed: $ct_err"; fi
+# a path too long for the message: the message keeps its beginning and its hint
+long=$W/$(printf 'd%.0s' $(seq 1 200))/$(printf 'e%.0s' $(seq 1 200))/$(printf 'f%.0s' $(seq 1 200))
+ct_run "$CTRAIN" validate "$W/t.ini" --set "data.train=$long/none_*.bin"
+last=$(tail -n 1 <<<"$ct_err")
+if [ "$ct_rc" -ne 0 ] && [[ $last == "ctrain: error: --set: [data] train: "* ]] && [[ $last == *" … "*"---> "* ]]; then
+    ct_pass long_data_path_message_keeps_its_hint
+else ct_fail long_data_path_message_keeps_its_hint "rc $ct_rc: $ct_err"; fi
+
 ct_summary

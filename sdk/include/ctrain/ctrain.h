@@ -124,6 +124,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -173,17 +174,51 @@ typedef struct ct_error {
     char     message[512];
 } ct_error;
 
+/* Copy the message `src` (len bytes) into dst (cap bytes, cap >= 64), keeping its end: a text
+ * longer than cap - 1 bytes keeps its beginning and its end joined by " … ", the end being its
+ * last third of dst, or the hint from the last "--->" on when that is longer and takes at most
+ * half of dst; no UTF-8 sequence is split. The end of a message says what to do, so it is never
+ * the part lost. */
+static inline void ct_message_fit(char *dst, size_t cap, const char *src, size_t len) {
+    static const char cut[] = " \xe2\x80\xa6 "; /* " … " */
+    if (len < cap) {
+        memmove(dst, src, len);
+        dst[len] = '\0';
+        return;
+    }
+    size_t tail = len - (cap - 1) / 3, hint = tail;
+    for (size_t i = 0; i + 4 <= len; i++)
+        if (!memcmp(src + i, "--->", 4)) hint = i;
+    if (hint < tail && len - hint <= cap / 2) tail = hint;
+    while (tail < len && ((unsigned char)src[tail] & 0xC0) == 0x80) tail++;
+    size_t head = cap - 1 - (sizeof cut - 1) - (len - tail);
+    while (head > 0 && ((unsigned char)src[head] & 0xC0) == 0x80) head--;
+    memmove(dst, src, head);
+    memcpy(dst + head, cut, sizeof cut - 1);
+    memmove(dst + head + sizeof cut - 1, src + tail, len - tail);
+    dst[head + sizeof cut - 1 + len - tail] = '\0';
+}
+
 /* Fill err (if non-NULL) with code and a printf-style message; returns code, so a plugin can
- * write `return ct_error_set(err, CT_ERR_INVALID, "n_head %d must divide d_model %d", h, c);` */
+ * write `return ct_error_set(err, CT_ERR_INVALID, "n_head %d must divide d_model %d", h, c);`
+ * A message longer than err->message keeps its beginning and its end (ct_message_fit). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
 static inline int32_t ct_error_set(ct_error *err, int32_t code, const char *fmt, ...) {
     if (err) {
-        va_list ap;
+        va_list ap, again;
         va_start(ap, fmt);
+        va_copy(again, ap);
         err->code = code;
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        int n = vsnprintf(err->message, sizeof err->message, fmt, ap);
+        char *all = n >= (int)sizeof err->message ? (char *)malloc((size_t)n + 1) : NULL;
+        if (all) {
+            vsnprintf(all, (size_t)n + 1, fmt, again);
+            ct_message_fit(err->message, sizeof err->message, all, (size_t)n);
+            free(all);
+        }
+        va_end(again);
         va_end(ap);
     }
     return code;
