@@ -14,18 +14,20 @@ typedef struct launcher_vars {
     host_launcher launcher;
     const char   *key;   /* CTRAIN_LAUNCHER value naming it */
     const char   *rank, *local, *world, *world_alt;
+    const char   *local_size; /* processes on this node (a hint for threads: launcher.h) */
 } launcher_vars;
 
 static const launcher_vars all_vars[] = {
     {HOST_LAUNCHER_OPENMPI, "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_SIZE", NULL},
+     "OMPI_COMM_WORLD_SIZE", NULL, "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {HOST_LAUNCHER_SLURM, "slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
-     "SLURM_NPROCS"},
-    {HOST_LAUNCHER_TORCHRUN, "torchrun", "RANK", "LOCAL_RANK", "WORLD_SIZE", NULL},
+     "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE"},
+    {HOST_LAUNCHER_TORCHRUN, "torchrun", "RANK", "LOCAL_RANK", "WORLD_SIZE", NULL,
+     "LOCAL_WORLD_SIZE"},
 };
 #define N_LAUNCHERS ((int)(sizeof all_vars / sizeof *all_vars))
 
-static host_launch current = {.launcher = HOST_LAUNCHER_NONE, .world = 1};
+static host_launch current = {.launcher = HOST_LAUNCHER_NONE, .world = 1, .local_size = 1};
 
 const char *launcher_getenv(const char *name) { return getenv(name); }
 
@@ -55,6 +57,47 @@ static int32_t parse_count(const char *name, const char *text, int32_t *out, ct_
                             "unset it", name, text);
     *out = (int32_t)v;
     return CT_OK;
+}
+
+/* SLURM's per-node task counts in its compact form, "2(x3),1": the count of node `node`
+ * (SLURM_NODEID), or 0 when the text does not say. */
+static int32_t slurm_tasks_on_node(const char *text, long node) {
+    const char *p = text;
+    while (p && *p && node >= 0) {
+        char *end = NULL;
+        long count = strtol(p, &end, 10), times = 1;
+        if (end == p || count < 1 || count > INT32_MAX) return 0;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') return 0;
+            times = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || times < 1) return 0;
+            p = end + 1;
+        }
+        if (node < times) return (int32_t)count;
+        node -= times;
+        if (*p == ',') p++;
+        else if (*p) return 0;
+    }
+    return 0;
+}
+
+/* The launcher's count of processes on this node; 0 when it gives none or garbage (a hint for
+ * the automatic thread count only, said as unknown in its start-up line). */
+static int32_t read_local_size(host_getenv_fn env, const launcher_vars *v) {
+    const char *text = v->local_size ? env(v->local_size) : NULL;
+    if (v->launcher == HOST_LAUNCHER_SLURM && (!text || strchr(text, ',') || strchr(text, '('))) {
+        const char *per = env("SLURM_STEP_TASKS_PER_NODE"), *node = env("SLURM_NODEID");
+        if (!per) per = env("SLURM_TASKS_PER_NODE");
+        char *end = NULL;
+        long id = node ? strtol(node, &end, 10) : 0;
+        if (!per || (node && (end == node || *end))) return 0;
+        return slurm_tasks_on_node(per, id);
+    }
+    int32_t n = 0;
+    ct_error scratch = {.struct_size = sizeof scratch};
+    if (!text || parse_count(v->local_size, text, &n, &scratch) != CT_OK) return 0;
+    return n;
 }
 
 /* One launcher: *found 0 when none of its variables is set; else *l filled and checked. */
@@ -88,6 +131,8 @@ static int32_t read_one(host_getenv_fn env, const launcher_vars *v, int *found, 
     if (rc == CT_OK) rc = parse_count(world_name, world, &l->world, err);
     if (rc == CT_OK && local) rc = parse_count(v->local, local, &l->local_rank, err);
     if (rc != CT_OK) return rc;
+    l->local_size = read_local_size(env, v);
+    if (l->local_size > l->world) l->local_size = 0; /* not a count of this job's processes */
     if (l->world < 1 || l->rank >= l->world || l->local_rank >= l->world)
         return ct_error_set(err, CT_ERR_INVALID, "%s variables contradict each other (%s): the "
                             "rank and local rank must be below the world size %d ---> check "
@@ -100,6 +145,7 @@ int32_t launcher_read(host_getenv_fn env, host_launch *out, ct_error *err) {
     memset(out, 0, sizeof *out);
     out->launcher = HOST_LAUNCHER_NONE;
     out->world = 1;
+    out->local_size = 1;
     const char *only = env("CTRAIN_LAUNCHER");
     int only_index = -1;
     if (only && *only) {

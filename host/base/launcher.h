@@ -31,6 +31,10 @@ typedef struct host_launch {
     int32_t       rank;       /* 0 .. world-1 */
     int32_t       local_rank; /* the process's index on its node (its GPU): 0 .. world-1 */
     int32_t       world;      /* processes in the job, >= 1 */
+    int32_t       local_size; /* processes of the job on this node as the launcher says
+                               * (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE or this
+                               * node's entry of SLURM_TASKS_PER_NODE, LOCAL_WORLD_SIZE);
+                               * 0 when it does not say; 1 without a launcher */
     char          vars[256];  /* the variables read, "NAME=value NAME=value", for messages */
     /* torchrun-style only: where rank 0 listens for the rendezvous of comm nccl */
     char          master_addr[256]; /* MASTER_ADDR ("" when unset) */

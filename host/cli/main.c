@@ -1,10 +1,11 @@
 /* main.c — the ctrain command line: makes stderr safe for the terminal, chooses OpenBLAS's
- * kernel for the commands that multiply, keeps a plugin's output off the command's own for the
+ * kernel for the commands that multiply and how idle OpenMP threads wait, keeps a plugin's output off the command's own for the
  * commands that load plugins, and dispatches to the command (one file each in host/cli/,
  * listed in commands.h). Not for: any command's own work.
  */
 #include "base/blas_core.h"
 #include "base/cmdout.h"
+#include "base/cores.h"
 #include "base/printable.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -38,6 +39,9 @@ int main(int argc, char **argv) {
     static const char *const blas_users[] = {"train", "sample", "check-plugin", "logits", "what-if", NULL};
     for (int i = 0; blas_users[i]; i++)
         if (!strcmp(name, blas_users[i])) blas_core_choose(argv);
+    /* idle OpenMP threads sleep unless the user chose (cores.h): before any plugin loads the
+     * OpenMP runtime */
+    cores_wait_policy_init();
     /* the commands that load plugins: what a plugin prints goes to stderr, never into the
      * command's output (cmdout.h); an exit() or a crash inside a plugin call is named
      * (calls.h, supervise.h) */

@@ -2,8 +2,10 @@
  * Every function is safe from the rank thread that owns the instance; none keeps global state. */
 #include "plugin/hostapi.h"
 
+#include "base/cores.h"
 #include "base/launcher.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +44,25 @@ static void api_free(ct_host *h, void *p) {
 static int32_t api_get_bool(ct_host *h, const char *s, const char *k, int32_t *o, ct_error *e) {
     return config_get_bool(h->cfg, s, k, o, e);
 }
+cores_choice hostapi_auto_threads(const host_config *cfg) {
+    const host_launch *l = launcher_current();
+    int64_t in_process = 1; /* an in-process engine's ranks share this process's CPUs */
+    if (l->world <= 1 && config_get(cfg, "comm", "world_size"))
+        config_get_int(cfg, "comm", "world_size", &in_process, NULL);
+    return cores_auto(l, in_process > 0 && in_process < INT32_MAX ? (int32_t)in_process : 1);
+}
+
 static int32_t api_get_int(ct_host *h, const char *s, const char *k, int64_t *o, ct_error *e) {
     /* [device] local_rank: the launcher's local rank (ctrain.h), not an INI key */
     if (s && k && !strcmp(s, "device") && !strcmp(k, "local_rank")) {
         const host_launch *l = launcher_current();
         *o = l->world > 1 ? l->local_rank : h->rank;
+        return CT_OK;
+    }
+    /* [device] auto_threads: the host's thread count per rank for [device] threads = 0
+     * (cores.h), the same for every CPU plugin of the rank */
+    if (s && k && !strcmp(s, "device") && !strcmp(k, "auto_threads")) {
+        *o = hostapi_auto_threads(h->cfg).threads;
         return CT_OK;
     }
     /* [comm] master_port: a torchrun-style launch's MASTER_PORT (launcher_master) */

@@ -5,6 +5,7 @@
 #ifndef CTRAIN_HOST_HOSTAPI_H
 #define CTRAIN_HOST_HOSTAPI_H
 
+#include "base/cores.h"
 #include "config/config.h"
 #include "io/metrics.h"
 
@@ -21,6 +22,11 @@ struct ct_host {
 /* Fill *h. cfg and metrics must outlive every plugin instance that receives h. */
 void hostapi_init(ct_host *h, const host_config *cfg, int32_t rank, const char *name,
                   host_metric_table *metrics);
+
+/* The automatic thread count per rank of this process's ranks under cfg (the host key
+ * [device] auto_threads; cores.h): the launcher's reading, and [comm] world_size ranks in this
+ * process when no launcher started several. */
+cores_choice hostapi_auto_threads(const host_config *cfg);
 
 /* The function table (static storage). */
 const ct_host_api *hostapi_table(void);

@@ -5,6 +5,8 @@
  * Not for: timing the steps (train.c) or measuring a device (device plugins). */
 #include "run/mfu.h"
 
+#include "base/cores.h"
+#include "plugin/hostapi.h"
 #include "run/optim.h"
 
 #include <math.h>
@@ -62,6 +64,14 @@ static void print_header(const host_rank *r, const mfu_state *m, int32_t from_mo
     fprintf(out, "mfu: %.0f FLOPs per token (%s) | peak %s | BLAS: %s\n", m->flops_per_token,
             count, peak, dev->library[0] ? dev->library : "not named by the device");
     if (dev->warning[0]) fprintf(out, "mfu: warning: %s\n", dev->warning);
+    if (strcmp(device, "cpu") == 0) { /* the threads behind the figures (cores.h) */
+        int64_t set = 0;
+        config_get_int(r->cfg, "device", "threads", &set, NULL);
+        cores_choice c = hostapi_auto_threads(r->cfg);
+        char what[256];
+        cores_describe(&c, (int32_t)set, what, sizeof what);
+        fprintf(out, "threads: %s; %s\n", what, cores_wait_policy());
+    }
     const char *was = getenv("CTRAIN_BLAS_REEXEC"); /* blas_core.c restarted us */
     if (was)
         fprintf(out, "mfu: OpenBLAS's own choice on this CPU was its %s kernel; ctrain set "

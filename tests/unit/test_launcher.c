@@ -228,3 +228,34 @@ CT_TEST(launcher_torchrun_world_starts_nccl_with_master_addr_and_port) {
     CT_CHECK_INT(launcher_master(&mpi, &addr, &port, &e), CT_ERR_INVALID);
     CT_CHECK_STR_CONTAINS(e.message, "torchrun-style");
 }
+
+CT_TEST(launcher_reads_the_processes_on_this_node) {
+    static const char *const none[] = {"HOME=/root", NULL};
+    static const char *const ompi[] = {"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=8",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE=4", NULL};
+    static const char *const ompi_silent[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2",
+                                              NULL};
+    static const char *const ompi_garbage[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2",
+                                               "OMPI_COMM_WORLD_LOCAL_SIZE=two", NULL};
+    static const char *const ompi_too_many[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2",
+                                                "OMPI_COMM_WORLD_LOCAL_SIZE=3", NULL};
+    static const char *const slurm[] = {"SLURM_PROCID=5", "SLURM_NTASKS=8",
+                                        "SLURM_NTASKS_PER_NODE=2", NULL};
+    /* nodes 0-2 run 2 tasks each, node 3 runs 1: node 3 is this one */
+    static const char *const slurm_compact[] = {"SLURM_PROCID=6", "SLURM_NTASKS=7", "SLURM_NODEID=3",
+                                                "SLURM_STEP_TASKS_PER_NODE=2(x3),1", NULL};
+    static const char *const slurm_second[] = {"SLURM_PROCID=2", "SLURM_NTASKS=7", "SLURM_NODEID=1",
+                                               "SLURM_TASKS_PER_NODE=2(x3),1", NULL};
+    static const char *const torch[] = {"RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", NULL};
+    struct { const char *const *env; int local_size; } cases[] = {
+        {none, 1}, {ompi, 4}, {ompi_silent, 0}, {ompi_garbage, 0}, {ompi_too_many, 0},
+        {slurm, 2}, {slurm_compact, 1}, {slurm_second, 2}, {torch, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        host_launch l;
+        ct_error e;
+        CT_CHECK_MSG(read_env(cases[i].env, &l, &e) == CT_OK, "case %zu: %s", i, e.message);
+        CT_CHECK_MSG(l.local_size == cases[i].local_size, "case %zu: local size %d, want %d", i,
+                     (int)l.local_size, cases[i].local_size);
+    }
+}

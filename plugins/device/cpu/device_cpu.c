@@ -1,6 +1,6 @@
 /* device_cpu.c — the `cpu` device plugin: "device memory" is host memory, every call is
- * synchronous, element-wise loops run on OpenMP threads ([device] threads; 0 = the machine's
- * cores divided among the world's ranks, right for the threads engine and one-node mpi).
+ * synchronous, element-wise loops run on OpenMP threads ([device] threads; 0 = the host's
+ * automatic count for the rank: [device] auto_threads in ctrain.h).
  * Per-element math (bf16 rounding, the AdamW update) comes from ctrain/numerics.h so the CUDA
  * device computes the same bits. Not for: collectives (comm plugins), model math (models) or
  * measuring the BLAS peak (peak_cpu.c, behind peak_flops).
@@ -51,10 +51,17 @@ static void *cpu_create(const ct_create_args *args, ct_error *err) {
                      args->section, (long long)threads);
         goto out_free_self;
     }
-    /* 0: the cores, shared among the ranks that run as threads of this process (each rank has
-     * its own device instance; more OpenMP threads than cores only adds spinning). */
+    /* 0: the host's count for this rank (ctrain.h: [device] auto_threads — the cores this
+     * process may use, its share of the node, divided among the ranks in this process); a host
+     * without the key: the cores divided among the world's ranks. */
+    int64_t host_auto = 0;
+    ct_error ignored = {sizeof ignored, 0, {0}};
+    if (threads == 0 && args->api && args->api->get_int &&
+        args->api->get_int(args->host, "device", "auto_threads", &host_auto, &ignored) != CT_OK)
+        host_auto = 0;
     int ranks_here = args->world_size > 1 ? (int)args->world_size : 1;
-    self->threads = threads > 0 ? (int)threads : omp_get_num_procs() / ranks_here;
+    self->threads = threads > 0 ? (int)threads
+                    : host_auto > 0 ? (int)host_auto : omp_get_num_procs() / ranks_here;
     if (self->threads < 1) self->threads = 1;
     if (self->api && self->api->log) {
         char msg[96];
@@ -494,8 +501,9 @@ static int32_t cpu_synchronize(void *p, ct_error *err) {
 
 static const ct_param_spec cpu_params[] = {
     CT_PARAM_INT("threads", "0", 0, 4096,
-                 "OpenMP threads for element-wise loops and reductions; 0 = the cores divided by "
-                 "the world size"),
+                 "CPU threads per rank (element-wise loops, reductions, the model's products); 0 = "
+                 "auto: the cores this process may use, its share of the node's cores among "
+                 "the launcher's processes there, divided among the ranks in this process"),
     CT_PARAM_END,
 };
 

@@ -301,11 +301,16 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
     else
         m->F = 4 * m->C;
 
-    /* [device] threads: 0 or absent = all cores */
-    int64_t threads = 0;
+    /* [device] threads: 0 or absent = the host's count for this rank ([device] auto_threads,
+     * ctrain.h: the same the device plugin takes); a host without it: all cores. The products'
+     * bits do not depend on it (gpt_sgemm's tiles). */
+    int64_t threads = 0, host_auto = 0;
     ct_error ignored = {sizeof ignored, 0, {0}};
     if (api->get_int(a->host, "device", "threads", &threads, &ignored) != CT_OK) threads = 0;
-    m->threads = threads > 0 ? (int)threads : omp_get_num_procs();
+    if (threads <= 0 &&
+        api->get_int(a->host, "device", "auto_threads", &host_auto, &ignored) != CT_OK)
+        host_auto = 0;
+    m->threads = threads > 0 ? (int)threads : host_auto > 0 ? (int)host_auto : omp_get_num_procs();
     if (m->threads < 1) m->threads = 1;
     /* one thread pool: the plugin splits products over OpenMP threads itself, so OpenBLAS
      * runs each part on the calling thread (a second spinning pool halves the throughput) */

@@ -212,10 +212,12 @@ void gpt_gemm_bf16(gpt *m, gpt_dnnl *d, int ta, int tb, int64_t M, int64_t N, in
                    float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                    float beta, float *C, int64_t ldc);
 
-/* C (M,N) = alpha op(A) op(B) + beta C, row-major (ta/tb: 0 plain, 1 transposed). Split along
- * the longer side of C over m->threads OpenMP threads, each part one single-threaded OpenBLAS
- * call (one thread pool for the whole plugin: OpenBLAS's own threads are set to 1 in create).
- * Inside a parallel region it is one plain call. */
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major (ta/tb: 0 plain, 1 transposed). A product of
+ * 262144 multiply-adds or more is cut along the longer side of C into tiles that depend on the
+ * shape only (layers.c: tile_len), each tile one single-threaded OpenBLAS call (one thread pool
+ * for the whole plugin: OpenBLAS's own threads are set to 1 in create); the tiles are spread
+ * over m->threads OpenMP threads, or run in turn inside a parallel region. So the bits never
+ * depend on the thread count, only on the shape and the CPU's OpenBLAS kernel. */
 void gpt_sgemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc);

@@ -26,28 +26,40 @@ static void sgemm1(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
+/* The tiles of a split product: at most GPT_TILES_MAX tiles of at least GPT_TILE_MIN rows (or
+ * columns), a multiple of 16. The split depends on the product's shape only, never on the
+ * thread count: OpenBLAS's kernels (Haswell's and Zen's at least) give other bits for an
+ * element when the rows around it are split otherwise, so a product split by thread count
+ * gave other bits under mpirun (one core per process) than in the threads engine. One thread
+ * or sixteen run the same calls on the same tiles, so the bits are the same. */
+#define GPT_TILE_MIN  64
+#define GPT_TILES_MAX 64
+
+static int64_t tile_len(int64_t len) {
+    int64_t per = (len + GPT_TILES_MAX - 1) / GPT_TILES_MAX;
+    if (per < GPT_TILE_MIN) per = GPT_TILE_MIN;
+    return (per + 15) / 16 * 16;
+}
+
 void gpt_sgemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc) {
-    if (m->threads <= 1 || (double)M * (double)N * (double)K < 262144.0 || omp_in_parallel()) {
+    if ((double)M * (double)N * (double)K < 262144.0) { /* small: one call, whatever the threads */
         sgemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     int rows = M >= N; /* split the rows of C (and of op(A)), else its columns (op(B)'s) */
-    int64_t len = rows ? M : N;
-#pragma omp parallel num_threads(m->threads)
-    {
-        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int64_t per = ((len + nt - 1) / nt + 15) / 16 * 16; /* multiples of 16 rows/columns */
+    int64_t len = rows ? M : N, per = tile_len(len), tiles = (len + per - 1) / per;
+#pragma omp parallel for num_threads(m->threads) schedule(static) \
+    if (m->threads > 1 && tiles > 1 && !omp_in_parallel())
+    for (int64_t t = 0; t < tiles; t++) {
         int64_t s = t * per, e = s + per < len ? s + per : len;
-        if (s < e) {
-            if (rows)
-                sgemm1(ta, tb, e - s, N, K, alpha, ta ? A + s : A + s * lda, lda, B, ldb, beta,
-                       C + s * ldc, ldc);
-            else
-                sgemm1(ta, tb, M, e - s, K, alpha, A, lda, tb ? B + s * ldb : B + s, ldb, beta,
-                       C + s, ldc);
-        }
+        if (rows)
+            sgemm1(ta, tb, e - s, N, K, alpha, ta ? A + s : A + s * lda, lda, B, ldb, beta,
+                   C + s * ldc, ldc);
+        else
+            sgemm1(ta, tb, M, e - s, K, alpha, A, lda, tb ? B + s * ldb : B + s, ldb, beta,
+                   C + s, ldc);
     }
 }
 

@@ -398,7 +398,11 @@ typedef struct ct_host_api {
      * until the run ends. One key is the host's, not the INI file's: get_int(host, "device",
      * "local_rank") is the rank's index on its node as its launcher says (mpirun, srun or
      * torchrun-style variables; an in-process engine's rank; 0 without a launcher): a device
-     * plugin picks its GPU by it. Two more, under a torchrun-style launch only (CT_ERR_INVALID
+     * plugin picks its GPU by it. get_int(host, "device", "auto_threads") (ctrain 0.1.0
+     * hosts of late 2026 on; CT_ERR_INVALID from older ones) is the CPU threads one rank should use when [device]
+     * threads = 0: the CPUs this process may use, capped at its share of the node's CPUs among
+     * the processes its launcher started there, divided among the ranks of this process; >= 1.
+     * Every CPU plugin of a rank takes the same count from it. Two more, under a torchrun-style launch only (CT_ERR_INVALID
      * under any other launcher or none): get_string(host, "comm", "master_addr") and
      * get_int(host, "comm", "master_port") are its MASTER_ADDR and MASTER_PORT (the port 0 when
      * not a number 1..65535), where rank 0 of comm nccl's rendezvous listens. */
