@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -260,6 +261,10 @@ static int on_meta_key(void *user, const char *section, const char *name, const 
     int is_int = !errno && end != value && *end == '\0';
     if (!strcmp(section, "data")) {
         if (!strcmp(name, "tokenizer")) snprintf(m->tokenizer, sizeof m->tokenizer, "%s", value);
+        else if (!strcmp(name, "tokenizer_model"))
+            snprintf(m->tokenizer_model, sizeof m->tokenizer_model, "%s", value);
+        else if (!strcmp(name, "tokenizer_fnv64"))
+            snprintf(m->tokenizer_fnv64, sizeof m->tokenizer_fnv64, "%s", value);
         else if (!strcmp(name, "vocab_size")) {
             if (!is_int || v < 1 || v > 65536) return p->bad = "vocab_size", 0;
             m->vocab_size = (int32_t)v;
@@ -324,6 +329,21 @@ int32_t data_meta_for(const char *data_path, host_data_meta *m, ct_error *err) {
     int32_t rc = data_meta_read(dirname(copy), m, err);
     free(copy);
     return rc;
+}
+
+int data_meta_tokenizers_differ(const host_data_meta *a, const host_data_meta *b) {
+    if (!a->found || !b->found || !*a->tokenizer || !*b->tokenizer) return 0;
+    if (strcmp(a->tokenizer, b->tokenizer)) return 1;
+    return *a->tokenizer_fnv64 && *b->tokenizer_fnv64 &&
+           strcasecmp(a->tokenizer_fnv64, b->tokenizer_fnv64) != 0;
+}
+
+const char *data_meta_tokenizer_text(const host_data_meta *m, char *buf, size_t cap) {
+    if (*m->tokenizer_fnv64)
+        snprintf(buf, cap, "%s (%.64s, fnv64 %s)", m->tokenizer,
+                 *m->tokenizer_model ? m->tokenizer_model : "model", m->tokenizer_fnv64);
+    else snprintf(buf, cap, "%s", *m->tokenizer ? m->tokenizer : "unrecorded");
+    return buf;
 }
 
 void data_meta_free(host_data_meta *m) {

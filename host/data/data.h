@@ -107,7 +107,9 @@ typedef struct host_shard_meta {
 typedef struct host_data_meta {
     int32_t          found;           /* 1 when meta.ini exists and was read */
     char             path[4096];      /* the meta.ini read */
-    char             tokenizer[32];   /* "bytes", "sentencepiece", or "" */
+    char             tokenizer[32];   /* "bytes", "sentencepiece", "bpe", or "" */
+    char             tokenizer_model[256]; /* the model file's name beside the shards, or "" */
+    char             tokenizer_fnv64[20];  /* its FNV-1a 64-bit checksum in hex, or "" */
     int32_t          vocab_size;      /* 0 when not recorded */
     int32_t          max_token;       /* -1 when not recorded */
     host_shard_meta *shards;          /* owned */
@@ -122,6 +124,11 @@ int32_t data_meta_read(const char *dir, host_data_meta *m, ct_error *err);
  * glob. As data_meta_read. */
 int32_t data_meta_for(const char *data_path, host_data_meta *m, ct_error *err);
 void data_meta_free(host_data_meta *m);
+/* Whether two meta.ini describe shards of the same tokenizer: 1 when both record one and they
+ * differ in kind or model checksum, else 0 (nothing recorded is no evidence). */
+int data_meta_tokenizers_differ(const host_data_meta *a, const host_data_meta *b);
+/* "sentencepiece (tokenizer.model, fnv64 0123...)" or "bytes", into buf. */
+const char *data_meta_tokenizer_text(const host_data_meta *m, char *buf, size_t cap);
 /* The record of the shard named `name` (no folder), or NULL. */
 const host_shard_meta *data_meta_shard(const host_data_meta *m, const char *name);
 

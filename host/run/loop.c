@@ -154,12 +154,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
     host_optim_config oc;
     int32_t rc = optim_config(cfg, &oc, err);
     if (rc != CT_OK) return rc;
-    int64_t log_every = 10, eval_every = 0, eval_batches = 8, ckpt_every = 0, keep = 2;
+    int64_t log_every = 10, eval_every = 0, ckpt_every = 0, keep = 2;
     double ckpt_minutes = 0;
     config_get_int(cfg, "run", "log_every", &log_every, NULL);
     config_get_float(cfg, "run", "checkpoint_minutes", &ckpt_minutes, NULL);
     config_get_int(cfg, "run", "eval_every", &eval_every, NULL);
-    config_get_int(cfg, "run", "eval_batches", &eval_batches, NULL);
     config_get_int(cfg, "run", "checkpoint_every", &ckpt_every, NULL);
     config_get_int(cfg, "run", "keep_checkpoints", &keep, NULL);
 
@@ -283,7 +282,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
         }
         if (eval_every > 0 && (step % eval_every == 0 || step == oc.steps) && r->val_data) {
             host_step_stats es;
-            rc = step_eval(r, eval_batches, &es, err);
+            rc = step_eval(r, r->eval_batches, &es, err); /* rank.c: default adapted */
             if (rc != CT_OK) break;
             interval ev;
             memset(&ev, 0, sizeof ev);

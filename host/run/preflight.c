@@ -1,5 +1,6 @@
 /* preflight.c — the checks `validate` and `train` share before any rank starts (see
- * preflight.h): optimizer settings, world size against the engine, and a dry build of rank 0
+ * preflight.h): optimizer settings, world size against the engine, the tokenizers of train and
+ * val data, and a dry build of rank 0
  * (rank_dry_open: the same plugin creation, shape check and data opening as rank_open).
  * Not for: schema checks (config.c, wiring.c) or starting ranks (train.c).
  */
@@ -8,11 +9,14 @@
 #include "plugin/contract.h"
 #include "plugin/hostapi.h"
 #include "base/launcher.h"
+#include "data/data.h"
 #include "run/optim.h"
 #include "run/rank.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- the comm reference create() gets: rank 0 of the configured world, no engine ----- */
 
@@ -136,6 +140,45 @@ static int32_t plugin_hooks(const host_config *cfg, const host_wiring *w, int32_
     return CT_OK;
 }
 
+/* [data] train and val must hold tokens of one tokenizer: a validation loss under another
+ * tokenizer's ids means nothing. meta.ini beside each (written by `ctrain prepare`) records
+ * the tokenizer and its model's checksum; data without one is not judged. */
+static int32_t same_tokenizer(const host_config *cfg, ct_error *err) {
+    const char *train = config_get(cfg, "data", "train"), *val = config_get(cfg, "data", "val");
+    if (!train || !*train || !val || !*val) return CT_OK;
+    host_data_meta mt, mv;
+    if (data_meta_for(train, &mt, err) != CT_OK) return CT_OK; /* the loader reports it */
+    if (data_meta_for(val, &mv, err) != CT_OK) {
+        data_meta_free(&mt);
+        return CT_OK;
+    }
+    err->code = CT_OK;
+    err->message[0] = '\0';
+    int32_t rc = CT_OK;
+    if (data_meta_tokenizers_differ(&mt, &mv)) {
+        char tt[400], tv[400], dir[PATH_MAX];
+        struct stat st;
+        if (stat(train, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(dir, sizeof dir, "%s", train);
+        else {
+            const char *slash = strrchr(train, '/');
+            snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - train) : 1,
+                     slash ? train : ".");
+        }
+        rc = ct_error_set(err, CT_ERR_INVALID, "[data] train = %s (%s) and [data] val = %s (%s) "
+                          "hold tokens of different tokenizers: train's is %s, says %s; val's is %s, "
+                          "says %s: a validation loss across tokenizers means nothing ---> give "
+                          "validation shards made with train's tokenizer, e.g. --set "
+                          "data.val=%s (its val_*.bin), or none: --set data.val=",
+                          train, config_origin(cfg, "data", "train"), val,
+                          config_origin(cfg, "data", "val"),
+                          data_meta_tokenizer_text(&mt, tt, sizeof tt), mt.path,
+                          data_meta_tokenizer_text(&mv, tv, sizeof tv), mv.path, dir);
+    }
+    data_meta_free(&mt);
+    data_meta_free(&mv);
+    return rc;
+}
+
 int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *err) {
     host_optim_config oc;
     int32_t rc = optim_config(cfg, &oc, err);
@@ -162,6 +205,7 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
     }
 
     if ((rc = plugin_hooks(cfg, w, (int32_t)world, err)) != CT_OK) return rc;
+    if ((rc = same_tokenizer(cfg, err)) != CT_OK) return rc;
 
     ct_comm_ref comm = {.vt = &no_comm_vtable, .rank = 0, .world_size = (int32_t)world};
     const char *failed = NULL;

@@ -185,7 +185,13 @@ static int32_t open_data(host_rank *r, ct_error *err) {
         int64_t eval_batches = 8, eval_every = 0, per_epoch = loader_batches_per_epoch(r->val_data);
         config_get_int(r->cfg, "run", "eval_batches", &eval_batches, NULL);
         config_get_int(r->cfg, "run", "eval_every", &eval_every, NULL);
-        if (eval_every > 0 && eval_batches > per_epoch)
+        r->eval_batches = eval_batches;
+        /* the default adapts to a small validation set (rank_dry_open says so once); only a
+         * value the user set is refused */
+        if (eval_batches > per_epoch && !strcmp(config_origin(r->cfg, "run", "eval_batches"),
+                                                "default"))
+            r->eval_batches = per_epoch;
+        else if (eval_every > 0 && eval_batches > per_epoch)
             return ct_error_set(err, CT_ERR_INVALID, "%s: [run] eval_batches = %lld is more than "
                                 "the validation data holds: %lld micro-batch%s of %lld x %lld "
                                 "tokens per rank at world size %d (%s) ---> set eval_batches to "
@@ -426,6 +432,15 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
     if (rc == CT_OK) *failed = "train", rc = open_data(r, err);
     if (rc != CT_OK && r->train_data) *failed = "val";
+    int64_t eval_every = 0, asked = 8;
+    config_get_int(cfg, "run", "eval_every", &eval_every, NULL);
+    config_get_int(cfg, "run", "eval_batches", &asked, NULL);
+    if (rc == CT_OK && r->val_data && eval_every > 0 && r->eval_batches < asked) /* once */
+        fprintf(stderr, "ctrain: note: [run] eval_batches: the default %lld is more than the "
+                "validation data holds, so each evaluation reads all of it: %lld micro-batch%s "
+                "of %lld x %lld tokens per rank\n", (long long)asked,
+                (long long)r->eval_batches, r->eval_batches == 1 ? "" : "es", (long long)r->B,
+                (long long)r->T);
     if (rc == CT_OK) *failed = NULL;
     rank_close(r);
     free(r);

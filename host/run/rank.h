@@ -71,6 +71,8 @@ typedef struct host_rank {
     int32_t *h_tokens, *h_targets; /* (B,T) */
 
     host_loader *train_data, *val_data;
+    int64_t    eval_batches; /* micro-batches per evaluation: [run] eval_batches, or all that
+                                the validation data holds when the default (8) is more */
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
     int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
     int32_t    is_root_unit_shared; /* informational */

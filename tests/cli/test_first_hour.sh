@@ -78,4 +78,32 @@ if [ "$ct_rc" -ne 0 ] && [[ $last == "ctrain: error: --set: [data] train: "* ]] 
     ct_pass long_data_path_message_keeps_its_hint
 else ct_fail long_data_path_message_keeps_its_hint "rc $ct_rc: $ct_err"; fi
 
+# ---- train and val data of different tokenizers are refused (meta.ini's records) --------
+mkdir -p "$W/book"
+ct_shard "$W/book/train_000.bin" 4096 256
+ct_shard "$W/book/val_000.bin" 1024 256
+printf '[data]\ntokenizer = bpe\ntokenizer_model = tokenizer.json\ntokenizer_fnv64 = 00112233aabbccdd\nvocab_size = 256\n' \
+    | cat - "$W/book/meta.ini" > "$W/book/m" && mv "$W/book/m" "$W/book/meta.ini"
+printf '[data]\ntokenizer = bytes\nvocab_size = 256\n' | cat - "$W/data/meta.ini" > "$W/data/m" \
+    && mv "$W/data/m" "$W/data/meta.ini"
+for cmd in validate train; do
+    ct_expect_failure "${cmd}_refuses_val_of_another_tokenizer" \
+        "[data] train = $W/book|[data] val = $W/data/val_*.bin|different tokenizers|train's is bpe (tokenizer.json, fnv64 00112233aabbccdd)|val's is bytes|---> give validation shards made with train's tokenizer, e.g. --set data.val=$W/book" \
+        "$CTRAIN" "$cmd" "$W/t.ini" --set "data.train=$W/book"
+done
+[ ! -e "$W/run" ] && ct_pass train_refusal_wrote_nothing || ct_fail train_refusal_wrote_nothing "$W/run exists"
+ct_expect_success same_tokenizer_validates "" "$CTRAIN" validate "$W/t.ini" --set "data.train=$W/book" \
+    --set "data.val=$W/book"
+
+# ---- the default eval_batches adapts to a small validation set; a value set is refused ----
+ct_shard "$W/data/val_000.bin" 100 256   # 3 micro-batches of 2 x 16
+ct_run "$CTRAIN" train "$W/t.ini" --set run.eval_every=1 --set run.out_dir="$W/evalrun"
+notes=$(grep -c "eval_batches: the default 8 is more than the validation data holds, so each evaluation reads all of it: 3 micro-batches" <<<"$ct_err")
+if [ "$ct_rc" -eq 0 ] && [ "$notes" -eq 1 ] && grep -q '"val/loss"' "$W/evalrun/metrics.jsonl"; then
+    ct_pass default_eval_batches_adapts_and_says_so_once
+else ct_fail default_eval_batches_adapts_and_says_so_once "rc $ct_rc, $notes notes: $ct_err"; fi
+ct_expect_failure set_eval_batches_too_large_is_refused \
+    "[run] eval_batches = 8 is more than the validation data holds: 3 micro-batches|at most 3" \
+    "$CTRAIN" validate "$W/t.ini" --set run.eval_every=1 --set run.eval_batches=8
+
 ct_summary
