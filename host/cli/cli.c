@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include "cli/commands.h"
+#include "base/printable.h"
 
 #include <stdio.h>
 
@@ -30,7 +31,9 @@ const char *cli_command_text(const char *name, char *buf, size_t cap) {
 }
 
 int cli_fail(const ct_error *err) {
-    fprintf(stderr, "ctrain: error: %s\n", err->message);
+    /* one line: a newline in a path the message names is shown as \n, never a fake log line */
+    char shown[4 * sizeof err->message];
+    fprintf(stderr, "ctrain: error: %s\n", printable(err->message, shown, sizeof shown));
     return 1;
 }
 

@@ -181,6 +181,43 @@ static int32_t metadata(jp *p, st_file *f) {
     }
 }
 
+/* A tensor and its index, as sorted by qsort (which has no context argument: each key carries
+ * its tensor). */
+typedef struct st_key {
+    const st_tensor *t;
+    int32_t          i;
+} st_key;
+
+static int by_name(const void *a, const void *b) {
+    const st_key *x = a, *y = b;
+    return strcmp(x->t->name, y->t->name);
+}
+
+/* by (begin, end) as the reference reader sorts, then by name: a zero-size tensor at an
+ * offset comes before the tensor starting there, and the order never depends on qsort's */
+static int by_offsets(const void *a, const void *b) {
+    const st_key *x = a, *y = b;
+    if (x->t->begin != y->t->begin) return x->t->begin < y->t->begin ? -1 : 1;
+    if (x->t->end != y->t->end) return x->t->end < y->t->end ? -1 : 1;
+    return strcmp(x->t->name, y->t->name);
+}
+
+/* f->by_name (the indices sorted by name) and a name given twice refused: O(n log n). */
+static int32_t index_names(st_file *f, st_key *k, ct_error *err) {
+    for (int32_t i = 0; i < f->n; i++) k[i] = (st_key){&f->t[i], i};
+    qsort(k, (size_t)f->n, sizeof *k, by_name);
+    f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name);
+    if (!f->by_name) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
+    for (int32_t i = 0; i < f->n; i++) {
+        if (i > 0 && !strcmp(k[i - 1].t->name, k[i].t->name))
+            return ct_error_set(err, CT_ERR_INVALID, "%s: safetensors header: a tensor name "
+                                "appears twice: %s ---> the file is not a safetensors file or is "
+                                "damaged", f->path, k[i].t->name);
+        f->by_name[i] = k[i].i;
+    }
+    return CT_OK;
+}
+
 static int32_t parse_header(jp *p, st_file *f) {
     if (expect(p, '{') != CT_OK) return CT_ERR_INVALID;
     int32_t cap = 0;
@@ -203,7 +240,6 @@ static int32_t parse_header(jp *p, st_file *f) {
             st_tensor *t = &f->t[f->n];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s", name);
-            if (st_find(f, name)) return jfail(p, "a tensor name appears twice");
             if (tensor_entry(p, t) != CT_OK) return CT_ERR_INVALID;
             f->n++;
         }
@@ -213,6 +249,13 @@ static int32_t parse_header(jp *p, st_file *f) {
             continue;
         }
         if (expect(p, '}') != CT_OK) return CT_ERR_INVALID;
+        /* the names checked before what follows the object: a name twice is the likelier */
+        st_key *keys = malloc(((size_t)f->n + 1) * sizeof *keys);
+        if (!keys)
+            return ct_error_set(p->err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
+        int32_t rc = index_names(f, keys, p->err);
+        free(keys);
+        if (rc != CT_OK) return rc;
         ws(p);
         if (p->s != p->end) return jfail(p, "bytes after the header's object");
         return CT_OK;
@@ -228,28 +271,21 @@ static uint64_t dtype_size(const char *d) {
 }
 
 /* The tensors' data must tile the data area exactly, as the reference reader demands: sorted
- * by offset, the first at 0, each starting where the one before ends (no overlap, no gap), the
- * last ending at the file's end (no trailing bytes). */
-static int32_t check_coverage(const st_file *f, ct_error *err) {
-    int32_t *order = malloc(((size_t)f->n + 1) * sizeof *order);
-    if (!order) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
-    for (int32_t i = 0; i < f->n; i++) { /* insertion sort by begin: headers are small */
-        int32_t j = i;
-        while (j > 0 && f->t[order[j - 1]].begin > f->t[i].begin) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = i;
-    }
+ * by (begin, end), the first at 0, each starting where the one before ends (no overlap, no
+ * gap), the last ending at the file's end (no trailing bytes). Zero-size tensors tile nothing
+ * and may sit at any offset the tiling passes through (at 0 too), as in the reference. */
+static int32_t check_coverage(const st_file *f, st_key *order, ct_error *err) {
+    for (int32_t i = 0; i < f->n; i++) order[i] = (st_key){&f->t[i], i};
+    qsort(order, (size_t)f->n, sizeof *order, by_offsets);
     uint64_t at = 0, data = f->file_size - f->data_start;
     int32_t rc = CT_OK;
     for (int32_t k = 0; k < f->n && rc == CT_OK; k++) {
-        const st_tensor *t = &f->t[order[k]];
+        const st_tensor *t = order[k].t;
         if (t->begin < at)
             rc = ct_error_set(err, CT_ERR_INVALID, "%s: tensor %s's data_offsets [%llu, %llu] "
                               "overlap tensor %s's bytes ---> the file is damaged: export it "
                               "again", f->path, t->name, (unsigned long long)t->begin,
-                              (unsigned long long)t->end, f->t[order[k - 1]].name);
+                              (unsigned long long)t->end, order[k - 1].t->name);
         else if (t->begin > at)
             rc = ct_error_set(err, CT_ERR_INVALID, "%s: %llu bytes at data offset %llu belong to "
                               "no tensor (before %s) ---> the file is damaged: export it again",
@@ -263,7 +299,6 @@ static int32_t check_coverage(const st_file *f, ct_error *err) {
                           "---> the file is damaged or has something appended: export it again",
                           f->path, (unsigned long long)(data - at), (unsigned long long)at,
                           (unsigned long long)data);
-    free(order);
     return rc;
 }
 
@@ -316,7 +351,12 @@ int32_t st_open_fd(int fd, const char *path, uint64_t file_size, st_file *f, ct_
                               "is damaged or truncated", path, t->name,
                               (unsigned long long)t->begin, (unsigned long long)t->end, t->dtype);
     }
-    if (rc == CT_OK) rc = check_coverage(f, err);
+    if (rc == CT_OK) {
+        st_key *keys = malloc(((size_t)f->n + 1) * sizeof *keys);
+        if (!keys) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory reading %s", path);
+        if (rc == CT_OK) rc = check_coverage(f, keys, err);
+        free(keys);
+    }
     if (rc == CT_OK) return CT_OK;
 out_close:
     st_close(f);
@@ -337,13 +377,21 @@ void st_close(st_file *f) {
     for (int32_t i = 0; i < 2 * f->n_meta; i++) free(f->meta[i]);
     free(f->meta);
     free(f->t);
+    free(f->by_name);
     memset(f, 0, sizeof *f);
     f->fd = -1;
 }
 
 const st_tensor *st_find(const st_file *f, const char *name) {
-    for (int32_t i = 0; i < f->n; i++)
-        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    int32_t lo = 0, hi = f->by_name ? f->n : 0; /* the names sorted in [lo, hi) */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        const st_tensor *t = &f->t[f->by_name[mid]];
+        int c = strcmp(name, t->name);
+        if (c == 0) return t;
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
     return NULL;
 }
 

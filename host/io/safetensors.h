@@ -31,6 +31,7 @@ typedef struct st_file {
     uint64_t   file_size;
     st_tensor *t;
     int32_t    n;
+    int32_t   *by_name;    /* (n) indices of t sorted by name: st_find's binary search */
     char     **meta;       /* key, value, key, value ... (2 * n_meta strings) */
     int32_t    n_meta;
 } st_file;
@@ -44,6 +45,8 @@ int32_t st_open(const char *path, st_file *f, ct_error *err);
  * no overlap, no gap, no trailing bytes (as the reference reader). */
 int32_t st_open_fd(int fd, const char *path, uint64_t file_size, st_file *f, ct_error *err);
 void st_close(st_file *f);
+/* The tensor called `name`, or NULL: a binary search (opening sorts the names once, so a
+ * header of n tensors costs O(n log n) to open and O(log n) per name). */
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_meta(const st_file *f, const char *key); /* NULL when absent */
 /* 1 when st_read_f32 reads a tensor of this dtype: "F32", "BF16", "F16". */

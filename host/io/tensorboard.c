@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,18 +126,26 @@ static int32_t append(tb_writer *w, const pbuf *b, ct_error *err) {
 /* The seconds in the new file's name: now, or one more than the folder's newest event file,
  * so the names sort in the order written (TensorBoard reads a folder's files by name, and a
  * resumed run's START must come after the events it drops). */
-static long long file_seconds(const char *dir) {
+static int32_t file_seconds(const char *dir, long long *out, ct_error *err) {
     long long t = (long long)time(NULL);
+    int32_t rc = CT_OK;
     DIR *d = opendir(dir);
     struct dirent *e;
-    while (d && (e = readdir(d))) {
+    while (rc == CT_OK && d && (e = readdir(d))) {
         const char *prefix = "events.out.tfevents.";
         if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        errno = 0;
         long long s = strtoll(e->d_name + strlen(prefix), NULL, 10);
-        if (s >= t) t = s + 1;
+        if (errno == ERANGE || s == LLONG_MAX) /* one more would overflow */
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s/%.200s: an event file whose name's "
+                              "seconds are beyond any clock ---> move it out of the folder",
+                              dir, e->d_name);
+        else if (s >= t)
+            t = s + 1;
     }
     if (d) closedir(d);
-    return t;
+    *out = t;
+    return rc;
 }
 
 int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *err) {
@@ -149,13 +158,16 @@ int32_t tb_open(tb_writer *w, const char *dir, int64_t resume_step, ct_error *er
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
               *c == '-' || *c == '_' || *c == '.'))
             *c = '_';
+    long long seconds = 0;
+    int32_t rc = file_seconds(dir, &seconds, err);
+    if (rc != CT_OK) return rc;
     int len = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", dir,
-                       file_seconds(dir), host, (int)getpid());
+                       seconds, host, (int)getpid());
     if (len < 0 || (size_t)len >= sizeof w->path)
         return ct_error_set(err, CT_ERR_INVALID, "path too long: %s/events.out.tfevents... "
                             "---> use a shorter [run] out_dir", dir);
     /* the one writer's appended file (outfile.h): OUT/tb made, links and inputs refused */
-    int32_t rc = outfile_append_open(w->path, OUTFILE_TRUNCATE, &w->fd, err);
+    rc = outfile_append_open(w->path, OUTFILE_TRUNCATE, &w->fd, err);
     if (rc != CT_OK) return rc;
     pbuf msg = {0}, rec = {0};
     put_event_head(&msg, 0);

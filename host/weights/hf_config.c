@@ -26,7 +26,9 @@ const char *hf_config_path(const char *init_from, char *buf, size_t cap) {
                   : snprintf(buf, cap, "config.json");
     }
     if (n < 0 || (size_t)n >= cap) return NULL;
-    return stat(buf, &st) == 0 ? buf : NULL;
+    /* lstat: a config.json that is a link to nothing is there (and refused by name when read),
+     * never silently absent */
+    return lstat(buf, &st) == 0 ? buf : NULL;
 }
 
 typedef struct reader {
@@ -87,9 +89,12 @@ static int32_t refuse(reader *r, const char *why) {
 /* A positive integer setting from config.json key `from`. */
 static int64_t count(reader *r, const char *from, double dflt) {
     double v = num(r, r->root, from, dflt);
-    if (r->rc == CT_OK && !(v >= 1 && v <= 9e15 && v == floor(v)))
-        r->rc = ct_error_set(r->err, CT_ERR_INVALID, "%s: \"%s\" = %g is not a positive integer "
-                             "---> the file is damaged", r->a->path, from, v);
+    if (!(v >= 1 && v <= 9e15 && v == floor(v))) { /* never converted: 1e300 is no int64_t */
+        if (r->rc == CT_OK)
+            r->rc = ct_error_set(r->err, CT_ERR_INVALID, "%s: \"%s\" = %g is not a positive "
+                                 "integer ---> the file is damaged", r->a->path, from, v);
+        return 1;
+    }
     return (int64_t)v;
 }
 
@@ -171,7 +176,8 @@ static void read_llama(reader *r) {
                  (long long)KV, (long long)NH);
         refuse(r, why);
     }
-    if (HD * NH != C) {
+    int64_t width = 0; /* head_dim x heads: both up to 9e15, so the product is checked */
+    if (__builtin_mul_overflow(HD, NH, &width) || width != C) {
         snprintf(why, sizeof why, "head_dim = %lld: the gpt model's heads are hidden_size / "
                  "num_attention_heads = %lld wide", (long long)HD, (long long)(C / NH));
         refuse(r, why);

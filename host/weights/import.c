@@ -119,8 +119,40 @@ static int32_t add_file(ct_import *im, const char *path, int fd, uint64_t size, 
     return rc;
 }
 
+typedef struct shard_name {
+    const char *name;
+    int32_t     file;
+} shard_name;
+
+static int by_shard_name(const void *a, const void *b) {
+    const shard_name *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->file > y->file) - (x->file < y->file);
+}
+
+/* A tensor name held by two shards refused, naming both: sorted, O(n log n) in all tensors. */
+static int32_t no_tensor_twice(const ct_import *im, const char *index, ct_error *err) {
+    size_t n = 0;
+    for (int32_t k = 0; k < im->n_st; k++) n += (size_t)im->st[k].n;
+    shard_name *all = malloc((n + 1) * sizeof *all);
+    if (!all) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    n = 0;
+    for (int32_t k = 0; k < im->n_st; k++)
+        for (int32_t j = 0; j < im->st[k].n; j++) all[n++] = (shard_name){im->st[k].t[j].name, k};
+    qsort(all, n, sizeof *all, by_shard_name);
+    int32_t rc = CT_OK;
+    for (size_t i = 1; rc == CT_OK && i < n; i++)
+        if (!strcmp(all[i - 1].name, all[i].name))
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: tensor %s is in both shard %s and shard "
+                              "%s ---> each tensor belongs to one shard: give the folder "
+                              "save_pretrained wrote, whole, or remove the stray copy", index,
+                              all[i].name, im->st[all[i - 1].file].path, im->st[all[i].file].path);
+    free(all);
+    return rc;
+}
+
 /* The shards an index names (its weight_map's files, plain names in its folder), each opened
- * once, and every tensor of the map found in its shard. */
+ * once, every tensor of the map found in its shard, and no tensor in two shards. */
 static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
     json_doc *doc = NULL;
     const char *hint = "give the folder save_pretrained wrote, whole";
@@ -158,6 +190,7 @@ static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
             rc = ct_error_set(err, CT_ERR_INVALID, "%s maps %s to %s, which does not hold it ---> "
                               "%s", index, map->keys[i], file, hint);
     }
+    if (rc == CT_OK && im->n_st > 1) rc = no_tensor_twice(im, index, err);
     for (int32_t k = 0; names && k < n_names; k++) free(names[k]);
     free(names);
     json_free(doc);
@@ -315,8 +348,14 @@ int32_t import_open(const char *path, const host_config *cfg, const ct_model_des
         rc = open_regular(path, "init_from file", "give a Hugging Face folder, a safetensors or "
                           "an llm.c model file ([model] init_from)", &fd, &st, err);
     if (rc == CT_OK) {
-        int32_t first = 0;
-        im->is_llmc = fd >= 0 && pread(fd, &first, 4, 0) == 4 && llmc_looks_like(first);
+        /* a safetensors header of 20-21 MB has a first word like llm.c's date magic: its
+         * second word is 0 (a header is under 4 GB) and its JSON opens at byte 8 */
+        unsigned char head[9] = {0};
+        int32_t first = 0, second = 0;
+        int have = fd >= 0 && pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head;
+        memcpy(&first, head, 4);
+        memcpy(&second, head + 4, 4);
+        im->is_llmc = have && llmc_looks_like(first) && !(second == 0 && head[8] == '{');
         rc = im->is_llmc ? open_llmc(im, fd, cfg, d, err)
                          : open_safetensors(im, fd, (uint64_t)st.st_size, cfg, d, say, err);
     }
