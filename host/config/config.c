@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /* inih silently truncates section and key names longer than this (its MAX_SECTION/MAX_NAME). */
 #define INI_NAME_MAX 49
@@ -506,6 +507,16 @@ const char *config_origin(const host_config *cfg, const char *section, const cha
 }
 
 const char *config_path(const host_config *cfg) { return cfg->path; }
+
+const char *config_abs_path(const char *path, char *buf, size_t cap) {
+    char cwd[4096];
+    if (!path || !*path || path[0] == '/' || !getcwd(cwd, sizeof cwd)) return path;
+    while (path[0] == '.' && path[1] == '/') path += 2;
+    size_t k = strlen(cwd);
+    int n = snprintf(buf, cap, "%s%s%s", cwd, k && cwd[k - 1] == '/' ? "" : "/",
+                     *path ? path : ".");
+    return n > 0 && (size_t)n < cap ? buf : path;
+}
 
 int32_t config_section_count(const host_config *cfg) { return cfg->n_sections; }
 

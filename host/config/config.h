@@ -47,6 +47,13 @@ const char *config_origin(const host_config *cfg, const char *section, const cha
 /* The file the configuration came from ("<none>" before a load). */
 const char *config_path(const host_config *cfg);
 
+/* Paths in a configuration, written in an INI file or given with --set alike ([data] train and
+ * val, [model] init_from, [run] out_dir, a plugin file such as mine/loss_x.so), are relative to
+ * the current working directory (docs/user-guide.md section 2). `path` as an absolute path for
+ * messages and for opening: itself when absolute (or when the working directory is unknown),
+ * else the working directory, '/' and path (a leading "./" dropped), into buf. */
+const char *config_abs_path(const char *path, char *buf, size_t cap);
+
 /* Sections in order of first appearance. */
 int32_t config_section_count(const host_config *cfg);
 const char *config_section_name(const host_config *cfg, int32_t i);

@@ -46,18 +46,13 @@ static const char *value_or_default(const host_config *cfg, const host_section *
     return NULL;
 }
 
-/* A plugin value naming a file by a relative path ("my/loss_x.so") that comes from the INI file
- * is relative to the INI file's folder; from --set (or a default) it stays relative to the
- * current directory. Returns value, or buf holding the path to use. */
-static const char *plugin_path(const host_config *cfg, const char *section, const char *key,
-                               const char *value, char *buf, size_t cap) {
-    if (!strchr(value, '/') || value[0] == '/') return value;
-    const char *ini = config_path(cfg), *origin = config_origin(cfg, section, key);
-    size_t n = strlen(ini);
-    const char *slash = strrchr(ini, '/');
-    if (!slash || strncmp(origin, ini, n) != 0 || origin[n] != ':') return value;
-    snprintf(buf, cap, "%.*s/%s", (int)(slash - ini), ini, value);
-    return buf;
+/* A plugin value naming a file by a relative path ("my/loss_x.so") is relative to the current
+ * working directory, as every path of a configuration is, whether written in the INI file or
+ * given with --set (config_abs_path); it is opened by its absolute path, so a message about it
+ * names the file ctrain looked for. A bare name ("x.so", "ce") goes to the search path. */
+static const char *plugin_path(const char *value, char *buf, size_t cap) {
+    if (!strchr(value, '/')) return value;
+    return config_abs_path(value, buf, cap);
 }
 
 const char *wiring_auto_comm(const host_config *cfg, int64_t world_size) {
@@ -104,7 +99,7 @@ static int32_t resolve_losses(host_config *cfg, host_registry *reg, host_wiring 
                                 HOST_WIRING_MAX_LOSS);
         char file[2 * CT_VALUE_MAX];
         const host_plugin *p = registry_resolve(
-            reg, CT_KIND_LOSS, plugin_path(cfg, "loss", "plugins", tok, file, sizeof file), err);
+            reg, CT_KIND_LOSS, plugin_path(tok, file, sizeof file), err);
         if (!p) return prefix_error(cfg, "loss", "plugins", list, err);
         for (int32_t i = 0; i < w->n_loss; i++)
             if (w->loss[i] == p || !strcmp(w->loss[i]->desc.name, p->desc.name))
@@ -215,8 +210,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
             }
             char file[2 * CT_VALUE_MAX];
             p = registry_resolve(reg, h->kind,
-                                 plugin_path(cfg, h->name, h->plugin_key, chosen, file,
-                                             sizeof file), err);
+                                 plugin_path(chosen, file, sizeof file), err);
             if (!p) return prefix_error(cfg, h->name, h->plugin_key, name, err);
             switch (h->kind) {
             case CT_KIND_MODEL: w->model = p; break;

@@ -1,6 +1,6 @@
 /* preflight.c — the checks `validate` and `train` share before any rank starts (see
  * preflight.h): optimizer settings, world size against the engine, the tokenizers of train and
- * val data, and a dry build of rank 0
+ * val data, an out_dir that can be a folder, and a dry build of rank 0
  * (rank_dry_open: the same plugin creation, shape check and data opening as rank_open).
  * Not for: schema checks (config.c, wiring.c) or starting ranks (train.c).
  */
@@ -179,6 +179,30 @@ static int32_t same_tokenizer(const host_config *cfg, ct_error *err) {
     return rc;
 }
 
+/* [run] out_dir, or the nearest of its parents that exists, must be a folder: the path is
+ * named as given and as resolved (relative paths are taken from the working directory). */
+static int32_t out_dir_usable(const host_config *cfg, ct_error *err) {
+    const char *dir = config_get(cfg, "run", "out_dir");
+    char abs[PATH_MAX], up[PATH_MAX];
+    if (!dir || !*dir) return CT_OK;
+    const char *a = config_abs_path(dir, abs, sizeof abs);
+    snprintf(up, sizeof up, "%s", a);
+    for (;;) {
+        struct stat st;
+        if (stat(up, &st) == 0) {
+            if (S_ISDIR(st.st_mode)) return CT_OK;
+            return ct_error_set(err, CT_ERR_INVALID, "%s: [run] out_dir = %s%s%s%s: %s is not a "
+                                "folder ---> choose another out_dir",
+                                config_origin(cfg, "run", "out_dir"), dir, a != dir ? " (" : "",
+                                a != dir ? a : "", a != dir ? ", from the working directory)" : "",
+                                up);
+        }
+        char *slash = strrchr(up, '/');
+        if (!slash || slash == up) return CT_OK; /* nothing of it exists: train creates it */
+        *slash = '\0';
+    }
+}
+
 int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *err) {
     host_optim_config oc;
     int32_t rc = optim_config(cfg, &oc, err);
@@ -206,21 +230,29 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
 
     if ((rc = plugin_hooks(cfg, w, (int32_t)world, err)) != CT_OK) return rc;
     if ((rc = same_tokenizer(cfg, err)) != CT_OK) return rc;
+    if ((rc = out_dir_usable(cfg, err)) != CT_OK) return rc;
 
     ct_comm_ref comm = {.vt = &no_comm_vtable, .rank = 0, .world_size = (int32_t)world};
     const char *failed = NULL;
     rc = rank_dry_open(cfg, w, (int32_t)world, comm, &failed, err);
     if (rc == CT_OK || !failed) return rc;
     if (!strcmp(failed, "train") || !strcmp(failed, "val")) {
-        /* the loader names the shard; add the key that named the data */
-        char where[CT_VALUE_MAX];
-        snprintf(where, sizeof where, "%s: [data] %s", config_origin(cfg, "data", failed),
-                 failed);
+        /* the loader names the shard; add the key that named the data, and where a relative
+         * path led (paths are taken from the working directory) */
+        char where[2 * CT_VALUE_MAX], abs[PATH_MAX];
+        const char *v = config_get(cfg, "data", failed);
+        const char *a = config_abs_path(v, abs, sizeof abs);
+        snprintf(where, sizeof where, "%s: [data] %s%s%s%s", config_origin(cfg, "data", failed),
+                 failed, a != v ? " (" : "", a != v ? a : "",
+                 a != v ? ", from the working directory)" : "");
         prefix_message(err, where);
     } else if (!strcmp(failed, "init_from")) {
-        char where[CT_VALUE_MAX];
-        snprintf(where, sizeof where, "%s: [model] init_from",
-                 config_origin(cfg, "model", "init_from"));
+        char where[2 * CT_VALUE_MAX], abs[PATH_MAX];
+        const char *v = config_get(cfg, "model", "init_from");
+        const char *a = config_abs_path(v, abs, sizeof abs);
+        snprintf(where, sizeof where, "%s: [model] init_from%s%s%s",
+                 config_origin(cfg, "model", "init_from"), a != v ? " (" : "", a != v ? a : "",
+                 a != v ? ", from the working directory)" : "");
         prefix_message(err, where);
     } else if (!strcmp(failed, "plugins")) {
         const char *origin = plugin_error_origin(cfg, err->message);

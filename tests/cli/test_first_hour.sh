@@ -106,4 +106,19 @@ ct_expect_failure set_eval_batches_too_large_is_refused \
     "[run] eval_batches = 8 is more than the validation data holds: 3 micro-batches|at most 3" \
     "$CTRAIN" validate "$W/t.ini" --set run.eval_every=1 --set run.eval_batches=8
 
+# ---- one rule for relative paths: the working directory; errors name the resolved path ----
+mkdir -p "$W/elsewhere"
+ct_expect_failure relative_data_path_error_names_the_resolved_path \
+    "[data] train ($W/elsewhere/data, from the working directory)" \
+    bash -c "cd '$W/elsewhere' && '$CTRAIN' validate '$W/t.ini' --set data.train=data"
+ct_expect_success relative_data_path_resolves_against_the_working_directory "" \
+    bash -c "cd '$W' && '$CTRAIN' validate '$W/t.ini' --set data.train=data --set data.val=data"
+ct_expect_failure relative_init_from_error_names_the_resolved_path \
+    "[model] init_from ($W/elsewhere/x/model.safetensors, from the working directory)" \
+    bash -c "cd '$W/elsewhere' && '$CTRAIN' validate '$W/t.ini' --set model.init_from=./x/model.safetensors"
+touch "$W/elsewhere/afile"
+ct_expect_failure out_dir_under_a_file_is_refused_naming_the_resolved_path \
+    "[run] out_dir = afile/run ($W/elsewhere/afile/run, from the working directory): $W/elsewhere/afile is not a folder" \
+    bash -c "cd '$W/elsewhere' && '$CTRAIN' validate '$W/t.ini' --set run.out_dir=afile/run"
+
 ct_summary

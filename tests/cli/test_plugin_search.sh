@@ -4,8 +4,9 @@
 # plugins` (which lists the good ones and exits 0) and never loaded by `validate` or `train` of
 # a configuration that does not use it; asked for, its crash names the file. World-writable
 # plugin folders and files and a shadowed plugin are warned about in plugins/validate/train;
-# a bare x.so is not taken from the current folder; a relative plugin path in an INI is
-# relative to that INI's folder (one given with --set to the current folder).
+# a bare x.so is not taken from the current folder; a relative plugin path is relative to the
+# working directory, written in an INI or given with --set alike (as data paths are), and a
+# missing one is named by the path ctrain looked for.
 # Fixtures come from tests/abi/fixture_plugin.c, compiled here with cc.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -117,16 +118,19 @@ fi
 ct_expect_success dot_slash_so_loaded_from_the_current_folder "./loss_here.so" \
     bash -c "cd '$here' && '$CTRAIN' validate '$ok' --set loss.plugins=ce,./loss_here.so"
 
-# ---- a relative path in an INI is relative to the INI's folder ---------------------------
+# ---- a relative path is relative to the working directory, in an INI as with --set -------
 cfg="$CT_TMP/cfgdir"
 mkdir -p "$cfg/mine"
 ct_fixture "$cfg/mine/loss_rel.so" -DFX_NAME=rel || ct_fail build_rel "cc failed"
 sed 's#^plugins = ce$#plugins = ce, mine/loss_rel.so#' "$ok" > "$cfg/run.ini"
-ct_expect_success ini_relative_plugin_path_resolves_against_the_ini_folder "$cfg/mine/loss_rel.so" \
-    "$CTRAIN" validate "$cfg/run.ini"
-ct_expect_failure set_relative_plugin_path_stays_relative_to_the_cwd "plugin file mine/loss_rel.so" \
-    "$CTRAIN" validate "$cfg/run.ini" --set loss.plugins=ce,mine/loss_rel.so
-ct_expect_success set_relative_plugin_path_from_the_ini_folder "mine/loss_rel.so" \
+ct_expect_success ini_relative_plugin_path_resolves_against_the_working_directory \
+    "$cfg/mine/loss_rel.so" bash -c "cd '$cfg' && '$CTRAIN' validate run.ini"
+ct_expect_failure ini_relative_plugin_path_elsewhere_names_the_resolved_path \
+    "plugin file $CT_TMP/mine/loss_rel.so" bash -c "cd '$CT_TMP' && '$CTRAIN' validate '$cfg/run.ini'"
+ct_expect_failure set_relative_plugin_path_names_the_resolved_path \
+    "plugin file $CT_TMP/mine/loss_rel.so" \
+    bash -c "cd '$CT_TMP' && '$CTRAIN' validate '$cfg/run.ini' --set loss.plugins=ce,mine/loss_rel.so"
+ct_expect_success set_relative_plugin_path_from_the_working_directory "mine/loss_rel.so" \
     bash -c "cd '$cfg' && '$CTRAIN' validate run.ini --set loss.plugins=ce,mine/loss_rel.so"
 
 ct_summary
