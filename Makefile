@@ -3,7 +3,8 @@
 #   make test       install missing Debian packages, build, run every test
 #   make test-interop  the transformers round trips (tests/cli/test_interop.sh) in a
 #                   project-local venv (.venv-interop: torch, transformers, ... from PyPI)
-#   make run        train the tiny default model on real text (CPU)
+#   make run        train the tiny default model on real text (CPU); builds only what it runs
+#                   (the host and the CPU plugins) on every core first. RUN_ARGS= go to `ctrain train`
 #   make bench      throughput benchmarks (report, never gate)
 #   make install PREFIX=/usr/local [DESTDIR=]
 #   make asan | ubsan   the same tests under a sanitizer (build-asan/, build-ubsan/)
@@ -138,7 +139,8 @@ endef
 $(foreach d,$(TEST_PLUGIN_DIRS),$(eval $(call TEST_PLUGIN_template,$(d))))
 
 # ---- top-level targets -------------------------------------------------------------------
-.PHONY: all test test-interop run bench install asan ubsan check-abi deps clean examples fuzz
+.PHONY: all test test-interop run run-build bench install asan ubsan check-abi deps deps-run clean \
+        examples fuzz
 all: $(BUILD)/ctrain $(PLUGINS) $(COMPANIONS) $(TEST_BIN) $(TEST_PLUGINS)
 	@$(if $(SKIPPED_CUDA),echo "note: nvcc not found: skipped CUDA plugins: $(SKIPPED_CUDA)",true)
 
@@ -192,6 +194,9 @@ $(BUILD)/obj/plugins/%.cu.o: plugins/%.cu
 deps:
 	$(Q)scripts/install-deps.sh
 
+deps-run:
+	$(Q)scripts/install-deps.sh --run
+
 test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory check-abi
@@ -213,9 +218,17 @@ fuzz: all
 check-abi: $(PLUGINS)
 	$(Q)scripts/check-abi.sh $(PLUGINS)
 
-run: deps
-	$(Q)$(MAKE) --no-print-directory all
-	$(Q)BUILD=$(BUILD) scripts/run-default.sh
+# `make run` builds what it runs and nothing else, on every core: the host and the plugins that
+# need no GPU (not the CUDA-only plugins, the CUDA companions, the unit tests or the test
+# plugins; `make` and `make test` build those). RUN_ARGS: extra arguments for `ctrain train`
+# (make run RUN_ARGS="--set run.steps=50").
+NPROC       ?= $(shell nproc 2>/dev/null || echo 2)
+RUN_PLUGINS := $(foreach p,$(PLUGINS),$(if $($(basename $(notdir $(p)))_CUDA_ONLY),,$(p)))
+run-build: $(BUILD)/ctrain $(RUN_PLUGINS)
+
+run: deps-run
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) run-build
+	$(Q)BUILD=$(BUILD) scripts/run-default.sh $(RUN_ARGS)
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
