@@ -133,7 +133,8 @@ static int usage(const char *why) {
     fprintf(stderr, "ctrain export: %s ---> usage: ctrain export RUN_DIR|CHECKPOINT_DIR --format "
             "safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain] "
             "[--dtype f32|bf16] [--force]\n"
-            "  --force   replace an existing --out file, or write into a non-empty --out folder\n",
+            "  --force   replace an existing --out file, write into a non-empty --out folder, or "
+            "write inside a run's folder (never over its records)\n",
             why);
     return 2;
 }
@@ -215,7 +216,8 @@ int cmd_export(int argc, char **argv) {
         goto out_free;
     }
     if (llmc) {
-        if (llmc_write(out, &lay, m.units, force ? 0 : OUTFILE_NO_REPLACE, &err) != CT_OK)
+        if (llmc_write(out, &lay, m.units, OUTFILE_USER | (force ? OUTFILE_FORCE : 0), &err) !=
+            CT_OK)
             goto out_err;
         fprintf(cmdout(), "exported step %lld of %s (saved at world size %d) as llm.c GPT-2 to "
                 "%s\n",

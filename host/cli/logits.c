@@ -1,4 +1,4 @@
-/* logits.c — `ctrain logits CONFIG.ini [--set ...] --tokens FILE --out FILE` (debug): one forward
+/* logits.c — `ctrain logits CONFIG.ini [--set ...] --tokens FILE --out FILE [--force]` (debug): one forward
  * pass of a configured model (e.g. with [model] init_from = an export) on the int32 tokens of
  * FILE, its logits written as raw little-endian f32, for tests that compare ctrain's numbers
  * with another program's. Not for: exporting weights (export.c).
@@ -25,6 +25,7 @@ int cmd_logits(int argc, char **argv) {
     int n_rest = 0, status = 2;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     const char *tokens_path = NULL, *out = NULL;
+    uint32_t out_flags = OUTFILE_USER; /* --force adds OUTFILE_FORCE */
     int32_t *tokens = NULL;
     float *logits = NULL;
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
@@ -35,6 +36,7 @@ int cmd_logits(int argc, char **argv) {
     for (int i = 0; i < n_rest; i++) {
         if (!strcmp(rest[i], "--tokens") && i + 1 < n_rest) tokens_path = rest[++i];
         else if (!strcmp(rest[i], "--out") && i + 1 < n_rest) out = rest[++i];
+        else if (!strcmp(rest[i], "--force")) out_flags |= OUTFILE_FORCE;
         else {
             fprintf(stderr, "ctrain logits: unexpected argument '%s' ---> see `ctrain help`\n",
                     rest[i]);
@@ -43,6 +45,10 @@ int cmd_logits(int argc, char **argv) {
     }
     if (!tokens_path || !out) {
         fprintf(stderr, "ctrain logits: --tokens FILE and --out FILE are needed\n");
+        goto out_session;
+    }
+    if (outfile_check(out, out_flags, &err) != CT_OK) {
+        fprintf(stderr, "ctrain logits: %s\n", err.message);
         goto out_session;
     }
     status = 1;
@@ -102,7 +108,7 @@ int cmd_logits(int argc, char **argv) {
         if (rc == CT_OK)
             rc = r.dev.vt->copy(r.dev.self, logits, r.logits, bytes, CT_COPY_D2H, &err);
         outfile o;
-        if (rc == CT_OK && (rc = outfile_open(&o, out, &err)) == CT_OK) {
+        if (rc == CT_OK && (rc = outfile_open_as(&o, out, out_flags, &err)) == CT_OK) {
             outfile_write(&o, logits, bytes);
             rc = outfile_commit(&o, &err);
         }

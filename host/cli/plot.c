@@ -37,12 +37,13 @@ typedef struct plot_args {
     const char *out;
     const char *title;
     int32_t     logy;
+    int32_t     force; /* --force: --out may replace a file or write inside a run's folder */
 } plot_args;
 
 static int usage(const char *why) {
     fprintf(stderr, "ctrain plot: %s\n"
             "usage: ctrain plot RUN_DIR... --metric NAME [--metric NAME]... --out FILE.png "
-            "[--title T] [--logy]\n", why);
+            "[--title T] [--logy] [--force]\n", why);
     return 2;
 }
 
@@ -65,6 +66,8 @@ static int parse_args(int argc, char **argv, plot_args *a) {
             else a->metrics[a->n_metrics++] = v;
         } else if (!strcmp(s, "--logy")) {
             a->logy = 1;
+        } else if (!strcmp(s, "--force")) {
+            a->force = 1;
         } else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             usage("draws metrics of runs against step");
             return 2;
@@ -81,6 +84,11 @@ static int parse_args(int argc, char **argv, plot_args *a) {
     if (!a->n_runs) return usage("no run directory given");
     if (!a->n_metrics) return usage("no --metric given (e.g. --metric logit_norm_mean)");
     if (!a->out) return usage("no --out FILE.png given");
+    ct_error err = {.struct_size = sizeof err}; /* refused before gnuplot runs, not after */
+    if (outfile_check(a->out, OUTFILE_USER | (a->force ? OUTFILE_FORCE : 0), &err) != CT_OK) {
+        fprintf(stderr, "ctrain plot: %s\n", err.message);
+        return 2;
+    }
     return 0;
 }
 
@@ -383,7 +391,8 @@ int cmd_plot(int argc, char **argv) {
         fprintf(stderr, "ctrain plot: gnuplot wrote no picture (%s)\n", picture);
         goto out_remove_tmp;
     }
-    if (outfile_copy(picture, a.out, 0, &err) != CT_OK) {
+    if (outfile_copy(picture, a.out, OUTFILE_USER | (a.force ? OUTFILE_FORCE : 0), &err) !=
+        CT_OK) {
         fprintf(stderr, "ctrain plot: %s\n", err.message);
         goto out_remove_tmp;
     }

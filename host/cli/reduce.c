@@ -34,7 +34,7 @@
 #define REDUCE_MAX_SETS 32
 
 #define REDUCE_USAGE                                                                           \
-    "usage: ctrain reduce --world-size N --in FILE --out FILE\n"                                \
+    "usage: ctrain reduce --world-size N --in FILE --out FILE [--force]\n"                      \
     "           [--op all_reduce|reduce_scatter] [--dtype bf16|f32]\n"                          \
     "           [--algo ring|tree|dbtree|hier|nvls|nvls_tree|nccl] [--channels K]\n"           \
     "           [--gpus-per-node G] [--split nccl|even] [--proto simple|ll|ll128]\n"           \
@@ -63,6 +63,9 @@ typedef struct reduce_opts {
     order_config oc;
 } reduce_opts;
 
+/* --force: --out may replace an existing file or write inside a run's folder. */
+static int reduce_force;
+
 static int usage_error(const char *fmt, const char *a, const char *b) {
     return order_args_usage("reduce", REDUCE_USAGE, fmt, a, b);
 }
@@ -84,6 +87,7 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
             return -1;
         }
         if (!strcmp(a, "--avg")) { o->avg = 1; continue; }
+        if (!strcmp(a, "--force")) { reduce_force = 1; continue; }
         if (!strcmp(a, "--stats")) { o->stats = 1; continue; }
         int takes = 0, r = order_args_option("reduce", a, i + 1 < argc ? argv[i + 1] : NULL,
                                              &o->oc, &takes);
@@ -660,7 +664,8 @@ int cmd_reduce(int argc, char **argv) {
     memset(&st, 0, sizeof st);
     int32_t got_dtype = o.dtype;
     int32_t rc = open_input(&o, &in, &err);
-    if (rc == CT_OK) rc = outfile_open(&out, o.out, &err);
+    if (rc == CT_OK)
+        rc = outfile_open_as(&out, o.out, OUTFILE_USER | (reduce_force ? OUTFILE_FORCE : 0), &err);
     if (rc != CT_OK) goto out_fail;
     fprintf(cmdout(), "reduce: %s: %lld ranks x %llu %s elements; %s%s\n", o.in, (long long)o.N,
            (unsigned long long)in.n, ct_dtype_name(o.dtype),

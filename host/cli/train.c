@@ -1,5 +1,6 @@
-/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume | --resume-from DIR]
- * [--stop-after N]` (stop after step N as if interrupted, e.g. to test resuming): resolves the
+/* train.c — `ctrain train CONFIG.ini [--set section.key=value ...] [--resume | --resume-from DIR
+ * | --force] [--stop-after N]` (stop after step N as if interrupted, e.g. to test resuming;
+ * --force starts over in an out_dir that holds a run, which is refused otherwise): resolves the
  * configuration exactly as `validate` does (run/session.h), prepares the out_dir (its lock,
  * config.ini, the data's tokenizer), installs the stop signals, creates an in-process engine's
  * world and starts the ranks (threads of this process for in-process engines, else one rank per
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* OUT/tokenizer.ini (+ .model) from the data's meta.ini; required when [run] sample_every > 0. */
 static int32_t record_tokenizer(const host_config *cfg, const char *out_dir, ct_error *err) {
@@ -44,7 +46,7 @@ int cmd_train(int argc, char **argv) {
     int n_rest = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     host_runlock lock = {.fd = -1};
-    int32_t resume = 0, status = 2;
+    int32_t resume = 0, force = 0, status = 2;
     int64_t stop_after = 0;
     const char *resume_from = NULL;
     /* SIGTERM / SIGINT / SIGUSR1 from here on: before the first step the run stops after the
@@ -65,6 +67,7 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < n_rest; i++) {
         char *end = NULL;
         if (strcmp(rest[i], "--resume") == 0) resume = 1;
+        else if (strcmp(rest[i], "--force") == 0) force = 1;
         else if (strcmp(rest[i], "--resume-from") == 0 && i + 1 < n_rest)
             resume_from = rest[++i];
         else if (strcmp(rest[i], "--stop-after") == 0 && i + 1 < n_rest &&
@@ -83,6 +86,11 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "ctrain train: --resume and --resume-from exclude each other ---> "
                 "--resume takes the newest valid checkpoint of [run] out_dir, --resume-from DIR "
                 "that folder\n");
+        goto out_session;
+    }
+    if (force && (resume || resume_from)) {
+        fprintf(stderr, "ctrain train: --force starts the run over and --%s continues it ---> "
+                "give one of them\n", resume ? "resume" : "resume-from");
         goto out_session;
     }
     host_optim_config oc; /* the optimiser's bounds, before anything is written */
@@ -112,25 +120,51 @@ int cmd_train(int argc, char **argv) {
     int first_process = launch->rank == 0;
     /* --resume before the first checkpoint starts fresh, so a requeue script can always pass
      * it; a folder that holds checkpoints, none of them valid, stays an error (rank_open) */
-    int n_saved = 0;
+    int n_saved = 0, n_all = 0, fresh = !resume && !resume_from;
     calls_host_op("looking for checkpoints to resume from");
-    int counted = !resume || checkpoint_count(out_dir, &n_saved, &err) == CT_OK;
+    int counted = checkpoint_count(out_dir, &n_saved, &n_all, &err) == CT_OK;
     calls_host_op(NULL);
     if (!counted) {
-        fprintf(stderr, "ctrain train: --resume: %s\n", err.message);
+        fprintf(stderr, "ctrain train: %s%s\n", resume ? "--resume: " : "", err.message);
         goto out_session;
     }
     if (resume && n_saved == 0) {
         if (first_process)
-            fprintf(stderr, "ctrain train: --resume: no checkpoint under %s/checkpoints yet; "
-                    "starting from step 0\n", out_dir);
+            fprintf(stderr, "ctrain train: --resume: no checkpoint %sunder %s/checkpoints yet; "
+                    "starting from step 0\n", n_all ? "of this run " : "", out_dir);
         resume = 0;
+    }
+    /* a fresh run never takes over a folder that holds a run: refused before anything is
+     * touched, unless --force (which removes only what that run wrote: checkpoint.h) */
+    if (fresh && first_process && !force) {
+        char mpath[4200];
+        struct stat mst;
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
+        int has_metrics = lstat(mpath, &mst) == 0;
+        if (n_all > 0 || has_metrics) {
+            char what[160] = "";
+            if (n_all)
+                snprintf(what, sizeof what, "%d checkpoint folder%s under checkpoints/%s", n_all,
+                         n_all == 1 ? "" : "s", has_metrics ? " and " : "");
+            if (has_metrics)
+                snprintf(what + strlen(what), sizeof what - strlen(what),
+                         "metrics.jsonl (%lld bytes)", (long long)mst.st_size);
+            fprintf(stderr, "ctrain train: [run] out_dir %s holds a run: %s; nothing was "
+                    "changed ---> --resume to continue it, --force to start over (removes "
+                    "that run's checkpoints and metrics), or set [run] out_dir to another "
+                    "folder\n", out_dir, what);
+            status = 2;
+            goto out_session;
+        }
     }
     /* the process that writes the folder's config.ini holds its lock for the whole run (the
      * in-process ranks share it; the other processes of an mpirun job take none) */
     calls_host_op("preparing [run] out_dir (lock, config.ini, tokenizer)");
     int prepared = out_make_folders(out_dir, &err) == CT_OK &&
                    (!first_process || runlock_take(&lock, out_dir, &err) == CT_OK) &&
+                   (!first_process || !fresh || !force ||
+                    checkpoint_start_over(out_dir, &err) == CT_OK) &&
+                   (!first_process || checkpoint_run_id(out_dir, fresh, &err) == CT_OK) &&
                    (!first_process || checkpoint_write_config(cfg, out_dir, &err) == CT_OK) &&
                    (!first_process || record_tokenizer(cfg, out_dir, &err) == CT_OK);
     calls_host_op(NULL);

@@ -37,7 +37,7 @@
     "           [--channels K] [--split nccl|even] [--proto simple|ll|ll128]\n"              \
     "           [--gpu a100|h100|h200] [--no-nvswitch]\n"                                    \
     "           [--policies pure_bf16,bf16_fp32acc,bf16_sr,amp] [--batches K]\n"               \
-    "           [--global-batch SEQS] [--per-row FILE]\n"                                      \
+    "           [--global-batch SEQS] [--per-row FILE [--force]]\n"                            \
     "           [--rows K [--stratify batch|freq|uniform] [--sample-seed S]]\n"                      \
     "           [--lr LR [--zloss-coef C]]\n"                                                  \
     "Replays the output head's gradient reduction of the checkpoint's next step(s) at each\n"  \
@@ -54,6 +54,9 @@
     "adds what AdamW at that learning rate makes of the errors: the mean logit's and the\n"    \
     "mean log-sum-exp's change per 1000 steps, and the lse excess at which z-loss (coef\n"     \
     "--zloss-coef, default 1e-4) pulls as hard as the rounding pushes.\n"
+
+/* --force: --per-row may replace an existing file or write inside a run's folder. */
+static int per_row_force;
 
 static int usage_error(const char *fmt, const char *a, const char *b) {
     return order_args_usage("what-if", WHATIF_USAGE, fmt, a, b);
@@ -146,6 +149,10 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             o->path = a;
             continue;
         }
+        if (!strcmp(a, "--force")) {
+            per_row_force = 1;
+            continue;
+        }
         int takes = 0, r = order_args_option("what-if", a, i + 1 < argc ? argv[i + 1] : NULL,
                                              &o->oc, &takes);
         if (r >= 0) {
@@ -182,6 +189,14 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     }
     if (!o->path) return usage_error("no run or checkpoint folder given%s%s", "", "");
     if (!o->n_worlds) return usage_error("--world-sizes is required%s%s", "", "");
+    if (o->per_row) { /* refused before the replay, not after it */
+        ct_error err = {.struct_size = sizeof err};
+        if (outfile_check(o->per_row, OUTFILE_USER | (per_row_force ? OUTFILE_FORCE : 0), &err) !=
+            CT_OK) {
+            fprintf(stderr, "ctrain what-if: --per-row: %s\n", err.message);
+            return 2;
+        }
+    }
     if ((seen_stratify || seen_seed) && !o->rows)
         return usage_error("%s without --rows%s ---> give --rows K to sample K rows",
                            seen_stratify ? "--stratify" : "--sample-seed", "");
@@ -205,7 +220,7 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
                              const whatif_strata *s, const uint64_t *count, int64_t batches,
                              ct_error *err) {
     outfile o;
-    int32_t rc = outfile_open(&o, path, err);
+    int32_t rc = outfile_open_as(&o, path, OUTFILE_USER | (per_row_force ? OUTFILE_FORCE : 0), err);
     FILE *f = rc == CT_OK ? outfile_stream(&o, err) : NULL;
     if (!f) {
         if (rc == CT_OK) outfile_abort(&o);

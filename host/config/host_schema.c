@@ -63,6 +63,8 @@ static const ct_param_spec optim_specs[] = {
     CT_PARAM_FLOAT("min_lr", "0", 0, 10, "learning rate at the end of the schedule; <= lr"),
     CT_PARAM_INT("warmup", "0", 0, 1e9, "linear warm-up steps"),
     CT_PARAM_ENUM("schedule", "cosine", schedule_choices, "decay after warm-up"),
+    CT_PARAM_INT("schedule_steps", "0", 0, 1e9, "length of the lr schedule in steps; 0 = [run] "
+                 "steps (set it to keep a schedule when a resume changes steps)"),
     CT_PARAM_FLOAT_X("beta1", "0.9", 0, 1, CT_PARAM_MAX_EXCLUSIVE, "AdamW first-moment decay"),
     CT_PARAM_FLOAT_X("beta2", "0.95", 0, 1, CT_PARAM_MAX_EXCLUSIVE, "AdamW second-moment decay"),
     CT_PARAM_FLOAT("eps", "1e-8", 0, 1, "AdamW epsilon; >= 1.1754944e-38 (FLT_MIN: AdamW runs in f32)"),

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,34 +89,100 @@ static int holds_steps(const char *dir) {
     return found;
 }
 
-/* 1 when the existing folder `dir` is a run's checkpoints folder or one of its step folders:
- * its real path ends in ".../checkpoints" holding step_* entries, or in
- * ".../checkpoints/step_<digits>..." (a saved step, or a save in progress). */
-static int in_checkpoints(const char *dir) {
-    char real[PATH_MAX];
-    if (!realpath(dir, real)) return 0;
-    char *last = strrchr(real, '/');
-    if (!last) return 0;
-    if (!strcmp(last + 1, "checkpoints")) return holds_steps(real);
-    if (!is_step_name(last + 1) || last == real) return 0;
-    *last = '\0';
-    char *prev = strrchr(real, '/');
-    return prev && !strcmp(prev + 1, "checkpoints");
+/* 1 when the folder `dir` holds an entry `name` (links followed) of the type S_IFMT bits `type`
+ * (0: any). */
+static int holds(const char *dir, const char *name, mode_t type) {
+    char p[PATH_MAX];
+    struct stat st;
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p || stat(p, &st) != 0) return 0;
+    return !type || (st.st_mode & S_IFMT) == type;
 }
 
-/* in_checkpoints of `dir`, or of its nearest existing ancestor when it does not exist yet
- * (checked before any folder is created). */
-static int would_be_in_checkpoints(const char *dir) {
-    char at[PATH_MAX];
-    if (snprintf(at, sizeof at, "%s", dir) >= (int)sizeof at) return 0;
-    struct stat st;
-    while (stat(at, &st) != 0) {
-        ct_error scratch = {.struct_size = sizeof scratch};
-        char up[PATH_MAX];
-        if (parent_of(at, up, sizeof up, &scratch) != CT_OK || !strcmp(up, at)) return 0;
-        memcpy(at, up, sizeof at);
+int out_holds_run(const char *dir) {
+    return holds(dir, "config.ini", S_IFREG) &&
+           (holds(dir, ".lock", S_IFREG) || holds(dir, "metrics.jsonl", 0) ||
+            holds(dir, "checkpoints", S_IFDIR) || holds(dir, "run_id", S_IFREG));
+}
+
+/* The names training writes directly inside a run's folder (its own records): no other command
+ * writes them, --force or not. */
+static const char *const run_records[] = {
+    "config.ini", "metrics.jsonl", ".lock", "run_id", "tokenizer.ini", "tokenizer.model",
+    "tokenizer.json", "tokenizer.tiktoken", "samples.jsonl", "tb", "checkpoints", NULL};
+
+/* Where an output path lies, from every one of its ancestors (the path as given, made absolute,
+ * and its real path, so a linked folder is seen from both sides). */
+typedef struct out_place {
+    int  in_checkpoints;  /* an ancestor is a run's checkpoints/ folder or one of its steps */
+    char run[PATH_MAX];   /* the nearest ancestor (or the path itself) holding a run; "" if none */
+    char record[64];      /* the run's own record the path is or is under; "" if none */
+} out_place;
+
+/* The prefix `p` (an absolute path of an existing or future folder) checked as one ancestor;
+ * `rest` is what follows it in the full path ("" for the path itself). */
+static void check_ancestor(const char *p, const char *rest, out_place *pl) {
+    const char *last = strrchr(p, '/');
+    const char *name = last ? last + 1 : p;
+    if (!strcmp(name, "checkpoints") && holds_steps(p)) pl->in_checkpoints = 1;
+    if (is_step_name(name)) {
+        int parent_is_ckpts = 0;
+        if (last && last > p) {
+            const char *q = last;
+            while (q > p && q[-1] != '/') q--;
+            parent_is_ckpts = (size_t)(last - q) == 11 && !strncmp(q, "checkpoints", 11);
+        }
+        if (parent_is_ckpts || holds(p, "rank_00000.bin", 0) || holds(p, "manifest.ini", 0))
+            pl->in_checkpoints = 1;
     }
-    return in_checkpoints(at);
+    if (!pl->run[0] && out_holds_run(p)) {
+        snprintf(pl->run, sizeof pl->run, "%s", *p ? p : "/");
+        size_t n = strcspn(rest, "/");
+        for (int i = 0; run_records[i] && n; i++)
+            if (strlen(run_records[i]) == n && !strncmp(rest, run_records[i], n))
+                snprintf(pl->record, sizeof pl->record, "%s", run_records[i]);
+    }
+}
+
+/* Every ancestor of the absolute path `full`, the path itself included, nearest first. */
+static void walk_ancestors(const char *full, out_place *pl) {
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", full) >= (int)sizeof p) return;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    for (;;) {
+        check_ancestor(p, full + strlen(p) + (full[strlen(p)] == '/'), pl);
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p) break;
+        *slash = '\0';
+    }
+}
+
+static void locate(const char *path, out_place *pl) {
+    memset(pl, 0, sizeof *pl);
+    char full[PATH_MAX], at[PATH_MAX], real[PATH_MAX], tail[PATH_MAX] = "", t2[PATH_MAX];
+    char cwd[PATH_MAX];
+    if (path[0] == '/') snprintf(full, sizeof full, "%s", path);
+    else if (!getcwd(cwd, sizeof cwd) ||
+             snprintf(full, sizeof full, "%s/%s", cwd, path) >= (int)sizeof full)
+        return;
+    walk_ancestors(full, pl);
+    /* the real path of the nearest existing ancestor, and the part not made yet */
+    if (snprintf(at, sizeof at, "%s", full) >= (int)sizeof at) return;
+    while (!realpath(at, real)) {
+        size_t n = strlen(at);
+        while (n > 1 && at[n - 1] == '/') at[--n] = '\0';
+        char *slash = strrchr(at, '/');
+        if (!slash || slash == at) return;
+        if (snprintf(t2, sizeof t2, "%s%s%s", slash + 1, tail[0] ? "/" : "", tail) >=
+            (int)sizeof t2)
+            return;
+        memcpy(tail, t2, sizeof tail);
+        *slash = '\0';
+    }
+    if (snprintf(full, sizeof full, "%s%s%s", real, tail[0] && strcmp(real, "/") ? "/" : "",
+                 tail) >= (int)sizeof full)
+        return;
+    walk_ancestors(full, pl);
 }
 
 /* Remove `name` (relative to the open folder dirfd, or a path with AT_FDCWD) and, when it is a
@@ -160,6 +227,7 @@ int out_fsync_folder(const char *path) {
 /* The checks of outfile.h on an output file's target. The parent folder exists. */
 static int32_t check_target(const char *path, uint32_t flags, ct_error *err) {
     struct stat st;
+    int user = (flags & OUTFILE_USER) != 0, force = (flags & OUTFILE_FORCE) != 0;
     if (lstat(path, &st) == 0) {
         if (S_ISLNK(st.st_mode))
             return ct_error_set(err, CT_ERR_INVALID, "output %s is a symbolic link; ctrain does "
@@ -173,20 +241,31 @@ static int32_t check_target(const char *path, uint32_t flags, ct_error *err) {
             return ct_error_set(err, CT_ERR_INVALID, "output %s is a file this command reads; "
                                 "writing it would destroy its input ---> choose another output "
                                 "path", path);
-        if (flags & OUTFILE_NO_REPLACE)
+        if ((flags & OUTFILE_NO_REPLACE) || (user && !force))
             return ct_error_set(err, CT_ERR_INVALID, "output %s exists ---> use --force to "
                                 "replace it, or choose another path", path);
     } else if (errno != ENOENT) {
         return ct_error_set(err, CT_ERR_IO, "cannot check output %s: %s", path, strerror(errno));
     }
-    char dir[PATH_MAX];
-    int32_t rc = parent_of(path, dir, sizeof dir, err);
-    if (rc != CT_OK) return rc;
-    if (!(flags & OUTFILE_IN_CHECKPOINTS) && would_be_in_checkpoints(dir))
+    out_place pl;
+    locate(path, &pl);
+    if (!(flags & OUTFILE_IN_CHECKPOINTS) && pl.in_checkpoints)
         return ct_error_set(err, CT_ERR_INVALID, "output %s is inside a run's checkpoints "
                             "folder, which only training writes ---> choose a path outside "
                             "checkpoints/", path);
+    if (user && pl.record[0])
+        return ct_error_set(err, CT_ERR_INVALID, "output %s would write over %s, a record of the "
+                            "run in %s, which only training writes ---> choose a path outside "
+                            "that run's folder", path, pl.record, pl.run);
+    if (user && !force && pl.run[0])
+        return ct_error_set(err, CT_ERR_INVALID, "output %s is inside %s, a folder that holds a "
+                            "run ---> use --force to write there anyway, or choose a path "
+                            "outside the run's folder", path, pl.run);
     return CT_OK;
+}
+
+int32_t outfile_check(const char *path, uint32_t flags, ct_error *err) {
+    return check_target(path, flags, err);
 }
 
 /* A new, empty file beside `path`: "<path>.tmp.<pid>.<n>", O_CREAT | O_EXCL | O_NOFOLLOW, mode
@@ -217,6 +296,55 @@ static int32_t create_beside(const char *path, int access_mode, char **tmp, int 
     return rc;
 }
 
+/* ---- live temporaries: removed when SIGTERM / SIGINT / SIGHUP ends the command ---------- */
+
+/* The temporaries being written now. A command that has not installed its own handlers
+ * (train has: run/preempt.c) gets one at its first output: it unlinks every live temporary
+ * (unlink is async-signal-safe) and re-raises the signal with its default action. */
+#define LIVE_MAX 64
+static char *live_tmp[LIVE_MAX];
+
+static void on_stop_signal(int sig) {
+    for (int i = 0; i < LIVE_MAX; i++) {
+        char *p = __atomic_load_n(&live_tmp[i], __ATOMIC_SEQ_CST);
+        if (p) unlink(p);
+    }
+    raise(sig); /* SA_RESETHAND: the default action, once this handler returns */
+}
+
+static void install_stop_cleanup(void) {
+    static int installed;
+    if (__atomic_exchange_n(&installed, 1, __ATOMIC_SEQ_CST)) return;
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+            (old.sa_flags & SA_SIGINFO))
+            continue; /* the command handles it itself (or ignores it) */
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+static void live_add(char *p) {
+    install_stop_cleanup();
+    for (int i = 0; i < LIVE_MAX; i++) {
+        char *none = NULL;
+        if (__atomic_compare_exchange_n(&live_tmp[i], &none, p, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
+static void live_remove(const char *p) {
+    for (int i = 0; p && i < LIVE_MAX; i++)
+        if (__atomic_load_n(&live_tmp[i], __ATOMIC_SEQ_CST) == p)
+            __atomic_store_n(&live_tmp[i], NULL, __ATOMIC_SEQ_CST);
+}
+
 /* ---- whole files ------------------------------------------------------------------------ */
 
 int32_t outfile_open_as(outfile *o, const char *path, uint32_t flags, ct_error *err) {
@@ -227,6 +355,7 @@ int32_t outfile_open_as(outfile *o, const char *path, uint32_t flags, ct_error *
     int32_t rc = check_target(path, flags, err);
     if (rc == CT_OK) rc = out_make_parents(path, err);
     if (rc == CT_OK) rc = create_beside(path, O_WRONLY, &o->tmp, &o->fd, err);
+    if (rc == CT_OK) live_add(o->tmp);
     if (rc != CT_OK) outfile_abort(o);
     return rc;
 }
@@ -275,6 +404,7 @@ static int close_tmp(outfile *o) {
 
 void outfile_abort(outfile *o) {
     close_tmp(o);
+    live_remove(o->tmp);
     if (o->tmp) unlink(o->tmp);
     free(o->tmp);
     free(o->path);
@@ -310,6 +440,7 @@ int32_t outfile_commit(outfile *o, ct_error *err) {
         return CT_ERR_IO;
     }
     fsync_folder_of(o->path);
+    live_remove(o->tmp);
     free(o->tmp);
     free(o->path);
     o->tmp = o->path = NULL;
@@ -373,8 +504,26 @@ int32_t outfile_append_open(const char *path, uint32_t flags, int *fd, ct_error 
     if (rc == CT_OK) rc = out_make_parents(path, err);
     if (rc != CT_OK) return rc;
     int oflags = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
-    if (flags & OUTFILE_TRUNCATE) oflags |= O_TRUNC;
-    int f = open(path, oflags, 0666);
+    int f = -1;
+    if (flags & OUTFILE_TRUNCATE) {
+        /* never truncated in place (a hard link's other name keeps its bytes): a new, empty
+         * file renamed onto the name */
+        char *tmp = NULL;
+        if ((rc = create_beside(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY, &tmp, &f,
+                                err)) != CT_OK)
+            return rc;
+        if (rename(tmp, path) != 0) {
+            int e = errno;
+            close(f);
+            unlink(tmp);
+            free(tmp);
+            return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check that its "
+                                "folder is writable", path, strerror(e));
+        }
+        free(tmp);
+    } else {
+        f = open(path, oflags, 0666);
+    }
     if (f < 0)
         return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check that its folder is "
                             "writable", path, strerror(errno));
@@ -417,10 +566,20 @@ int32_t outfile_lock_open(const char *path, int *fd, ct_error *err) {
 /* ---- folder outputs ----------------------------------------------------------------------- */
 
 int32_t outdir_prepare(const char *path, const char *what, int force, ct_error *err) {
-    if (would_be_in_checkpoints(path))
+    out_place pl;
+    locate(path, &pl);
+    if (pl.in_checkpoints)
         return ct_error_set(err, CT_ERR_INVALID, "%s %s is inside a run's checkpoints folder, "
                             "which only training writes ---> choose a folder outside "
                             "checkpoints/", what, path);
+    if (pl.run[0] && (pl.record[0] || out_holds_run(path)))
+        return ct_error_set(err, CT_ERR_INVALID, "%s %s is %s of the run in %s, which only "
+                            "training writes ---> choose a folder outside that run's folder",
+                            what, path, pl.record[0] ? "a record" : "the folder", pl.run);
+    if (pl.run[0] && !force)
+        return ct_error_set(err, CT_ERR_INVALID, "%s %s is inside %s, a folder that holds a run "
+                            "---> use --force to write there anyway, or choose a folder outside "
+                            "the run's folder", what, path, pl.run);
     struct stat st;
     if (lstat(path, &st) != 0) {
         if (errno != ENOENT)

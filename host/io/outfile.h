@@ -4,8 +4,11 @@
  * written, and again before the rename, the target is checked: an existing target that is not
  * a regular file (a FIFO, a device, a folder) or is a symbolic link is refused, so is a file
  * this command reads (files.h: files_being_read, by device and inode), and so is any target
- * inside a run's checkpoints folder (only checkpoint.c writes there). Missing parent folders
- * are created. Folder outputs (an export, prepare's shards) are checked by outdir_prepare.
+ * inside a run's checkpoints folder, at any depth (only checkpoint.c writes there). A file a
+ * user named (OUTFILE_USER) may not be one of a run's own records (config.ini, metrics.jsonl,
+ * tb/, ...), and replaces an existing file or writes inside a run's folder only with --force
+ * (OUTFILE_FORCE). Temporaries still open when SIGTERM/SIGINT/SIGHUP ends a command that has no
+ * handler of its own are removed on the way out. Missing parent folders are created. Folder outputs (an export, prepare's shards) are checked by outdir_prepare.
  * Not for: what the files hold (export.c, safetensors.c, llmc.c, checkpoint.c, data.c). */
 #ifndef CTRAIN_HOST_OUTFILE_H
 #define CTRAIN_HOST_OUTFILE_H
@@ -20,8 +23,17 @@
 enum {
     OUTFILE_NO_REPLACE     = 1u << 0, /* an existing target is refused ("use --force") */
     OUTFILE_IN_CHECKPOINTS = 1u << 1, /* checkpoint.c's own files: may be inside checkpoints/ */
-    OUTFILE_TRUNCATE       = 1u << 2, /* outfile_append_open: start the file empty */
+    OUTFILE_TRUNCATE       = 1u << 2, /* outfile_append_open: start with a new, empty file
+                                         * (renamed onto the name, never truncated in place) */
+    OUTFILE_USER           = 1u << 3, /* a file a user named (--out ...): an existing file, or
+                                         * one inside a folder that holds a run, needs
+                                         * OUTFILE_FORCE; a run's own records are refused */
+    OUTFILE_FORCE          = 1u << 4, /* with OUTFILE_USER: the user gave --force */
 };
+
+/* 1 when the folder `dir` holds a run: a config.ini beside a .lock, run_id, metrics.jsonl or
+ * checkpoints/ folder (what `ctrain train` writes into its out_dir). */
+int out_holds_run(const char *dir);
 
 typedef struct outfile {
     char       *path;   /* the final name (a copy, freed by commit and abort) */
@@ -38,6 +50,9 @@ typedef struct outfile {
  * replaced at commit). */
 int32_t outfile_open(outfile *o, const char *path, ct_error *err);
 int32_t outfile_open_as(outfile *o, const char *path, uint32_t flags, ct_error *err);
+/* The checks outfile_open_as makes on `path`, alone: for a command that learns its output
+ * path long before it writes it (refused before the work, not after). Creates nothing. */
+int32_t outfile_check(const char *path, uint32_t flags, ct_error *err);
 /* Append n bytes (partial writes retried); a failure is remembered and reported by commit. */
 void outfile_write(outfile *o, const void *p, size_t n);
 /* Write n bytes at byte offset `at` of the temporary (a header filled in at the end). */
@@ -70,8 +85,9 @@ int32_t outfile_lock_open(const char *path, int *fd, ct_error *err);
 /* All n bytes to fd (partial writes and EINTR retried); 0, or -1 with errno set. */
 int fd_write_all(int fd, const void *p, size_t n);
 
-/* A folder output: `path` may not be a symbolic link or anything but a folder; an existing
- * folder that is not empty is refused unless `force` ("---> use --force to write over its
+/* A folder output: `path` may not be a symbolic link or anything but a folder, nor a run's
+ * folder, one of its records or inside its checkpoints; inside a folder that holds a run only
+ * with `force`; an existing folder that is not empty is refused unless `force` ("---> use --force to write over its
  * files, or choose another folder"); missing folders (parents included) are created. `what`
  * names the option ("--out"). */
 int32_t outdir_prepare(const char *path, const char *what, int force, ct_error *err);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,6 +116,126 @@ static int32_t list_steps(const char *root, long long **steps, int *n, ct_error 
     return CT_OK;
 }
 
+/* ---- lineage: which run wrote a step folder ------------------------------------------ */
+
+/* OUT/run_id holds the run's id (16 hex digits), made by a fresh run and kept by its resumes;
+ * each step folder's manifest.ini records the id of the run that wrote it and the checksum of
+ * its config.ini. A run prunes, replaces or abandons only folders of its own id; a folder
+ * without manifest.ini (saved before lineage was recorded) counts as the run's own only in a
+ * checkpoints/ that is a real folder of its out_dir, never behind a link. */
+#define RUN_ID_HEX 16
+#define MANIFEST_MAX 4096
+
+enum { LINE_OWN, LINE_OTHER, LINE_DAMAGED };
+
+static int valid_id(const char *s, size_t n) {
+    if (n != RUN_ID_HEX) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* The value of `key` in the "key = value" lines of text (NUL-terminated) into val (cap bytes);
+ * 1 when found. */
+static int manifest_value(const char *text, const char *key, char *val, size_t cap) {
+    size_t kn = strlen(key);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, key, kn) != 0 || strncmp(l + kn, " = ", 3) != 0) continue;
+        const char *v = l + kn + 3;
+        size_t n = strcspn(v, "\n");
+        if (!v[n] || n >= cap) return 0; /* a line cut short */
+        memcpy(val, v, n);
+        val[n] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+/* The step folder dir's manifest: 0 when it has none, 1 with the run id (and, when cfg_hash is
+ * not NULL, config.ini's checksum), -1 when it is there but damaged (why in err). */
+static int read_manifest(const char *dir, char id[RUN_ID_HEX + 1], uint64_t *cfg_hash,
+                         ct_error *err) {
+    char path[PATH_MAX], hash[32];
+    struct stat st;
+    if (path_fmt(path, sizeof path, err, "%s/manifest.ini", dir) != CT_OK) return -1;
+    if (lstat(path, &st) != 0 && errno == ENOENT) return 0;
+    char *text = NULL;
+    size_t n = 0;
+    if (read_bounded(path, "checkpoint manifest", "the checkpoint folder is damaged",
+                     MANIFEST_MAX, &text, &n, err) != CT_OK)
+        return -1;
+    int ok = strlen(text) == n && manifest_value(text, "run_id", id, RUN_ID_HEX + 1) &&
+             valid_id(id, strlen(id)) && manifest_value(text, "config_fnv1a64", hash, sizeof hash) &&
+             strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16;
+    free(text);
+    if (!ok) {
+        ct_error_set(err, CT_ERR_INVALID, "%s is truncated or corrupt", path);
+        return -1;
+    }
+    if (cfg_hash) *cfg_hash = strtoull(hash, NULL, 16);
+    return 1;
+}
+
+/* The run id in OUT/run_id for the checkpoints folder root (OUT/checkpoints) into id; "" when
+ * there is none (a run folder older than lineage records, or not a run's). */
+static void own_id(const char *root, char id[RUN_ID_HEX + 1]) {
+    char path[PATH_MAX], buf[64];
+    id[0] = '\0';
+    ct_error scratch = {.struct_size = sizeof scratch};
+    size_t n = strlen(root);
+    if (n < 12 || strcmp(root + n - 12, "/checkpoints") != 0) return;
+    if (path_fmt(path, sizeof path, &scratch, "%.*s/run_id", (int)(n - 12), root) != CT_OK) return;
+    FILE *f = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+        fopen_own_output(path, "run id", "check [run] out_dir", &f, &scratch) != CT_OK)
+        return;
+    if (fgets(buf, sizeof buf, f)) {
+        size_t k = strcspn(buf, "\n");
+        if (valid_id(buf, k)) {
+            memcpy(id, buf, k);
+            id[k] = '\0';
+        }
+    }
+    fclose(f);
+}
+
+/* Whose is the folder `name` under root, for the run of id ("" = a run without an id: every
+ * folder counts as its own)? */
+static int lineage_of(const char *root, const char *name, const char *id) {
+    char dir[PATH_MAX], got[RUN_ID_HEX + 1];
+    ct_error scratch = {.struct_size = sizeof scratch};
+    if (path_fmt(dir, sizeof dir, &scratch, "%s/%s", root, name) != CT_OK) return LINE_DAMAGED;
+    int m = read_manifest(dir, got, NULL, &scratch);
+    if (m < 0) return LINE_DAMAGED;
+    if (!id[0]) return LINE_OWN;
+    if (m == 1) return strcmp(got, id) == 0 ? LINE_OWN : LINE_OTHER;
+    struct stat st; /* saved before lineage was recorded: the out_dir's own unless linked */
+    return lstat(root, &st) == 0 && S_ISDIR(st.st_mode) ? LINE_OWN : LINE_OTHER;
+}
+
+static int32_t new_id(char id[RUN_ID_HEX + 1], ct_error *err) {
+    unsigned char b[RUN_ID_HEX / 2];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        return ct_error_set(err, CT_ERR_IO, "cannot make a run id: %s", strerror(errno));
+    for (size_t i = 0; i < sizeof b; i++) snprintf(id + 2 * i, 3, "%02x", b[i]);
+    return CT_OK;
+}
+
+int32_t checkpoint_run_id(const char *out_dir, int fresh, ct_error *err) {
+    char root[PATH_MAX], path[PATH_MAX], id[RUN_ID_HEX + 1], text[64];
+    int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
+    if (rc == CT_OK) rc = path_fmt(path, sizeof path, err, "%s/run_id", out_dir);
+    if (rc != CT_OK) return rc;
+    if (!fresh) {
+        own_id(root, id);
+        if (id[0]) return CT_OK;
+    }
+    if ((rc = new_id(id, err)) != CT_OK) return rc;
+    snprintf(text, sizeof text, "%s\n", id);
+    return outfile_write_whole(path, text, strlen(text), 0, err);
+}
+
 /* ---- small file helpers: a writer that hashes what it writes --------------------------- */
 
 typedef struct hfile {
@@ -151,19 +272,46 @@ static int hread(hfile *hf, void *p, size_t n) {
     return 0;
 }
 
-int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_error *err) {
-    char path[PATH_MAX];
-    int32_t rc = path_fmt(path, sizeof path, err, "%s/config.ini", out_dir);
+/* DIR/config.ini: the resolved configuration, its FNV-1a 64 into *hash when not NULL. */
+static int32_t write_config(const host_config *cfg, const char *dir, uint64_t *hash,
+                            ct_error *err) {
+    char path[PATH_MAX], *text = NULL;
+    size_t n = 0;
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/config.ini", dir);
     if (rc != CT_OK) return rc;
-    outfile o;
-    if ((rc = outfile_open_as(&o, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
-    FILE *f = outfile_stream(&o, err);
-    if (!f) {
-        outfile_abort(&o);
-        return err->code;
+    FILE *m = open_memstream(&text, &n);
+    if (!m) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
+    config_print(cfg, m);
+    if (fclose(m) != 0 || !text) {
+        free(text);
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", path);
     }
-    config_print(cfg, f);
-    return outfile_commit(&o, err);
+    if (hash) {
+        *hash = 0xcbf29ce484222325ull;
+        hash_bytes(hash, text, n);
+    }
+    rc = outfile_write_whole(path, text, n, OUTFILE_IN_CHECKPOINTS, err);
+    free(text);
+    return rc;
+}
+
+int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_error *err) {
+    return write_config(cfg, out_dir, NULL, err);
+}
+
+/* A step folder's config.ini and manifest.ini (the run id and config.ini's checksum). */
+static int32_t write_config_and_manifest(const host_config *cfg, const char *root,
+                                         const char *dir, ct_error *err) {
+    char id[RUN_ID_HEX + 1], path[PATH_MAX], text[256];
+    uint64_t hash = 0;
+    own_id(root, id);
+    int32_t rc = write_config(cfg, dir, &hash, err);
+    if (rc == CT_OK && !id[0]) rc = new_id(id, err); /* a run folder without run_id */
+    if (rc == CT_OK) rc = path_fmt(path, sizeof path, err, "%s/manifest.ini", dir);
+    if (rc != CT_OK) return rc;
+    snprintf(text, sizeof text, "; ctrain checkpoint: the run that wrote it, and config.ini's "
+             "checksum\nrun_id = %s\nconfig_fnv1a64 = %016llx\n", id, (unsigned long long)hash);
+    return outfile_write_whole(path, text, strlen(text), OUTFILE_IN_CHECKPOINTS, err);
 }
 
 /* Agree over ranks on a collective phase: CT_OK only when every rank's rc is CT_OK. A rank
@@ -258,10 +406,11 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     return rc;
 }
 
-/* Remove complete checkpoints of steps after `step` (named on stderr when `announce`) and
- * beyond the newest `keep` of the others, and stale temporaries. Rank 0, after a successful
- * save of `step` or a resume from it. A failure to remove is reported on stderr and does not
- * fail the run. */
+/* Remove this run's complete checkpoints of steps after `step` (named on stderr when
+ * `announce`) and beyond the newest `keep` of the others, and its stale temporaries: only
+ * folders of the run's own lineage (lineage_of), never another run's. Rank 0, after a
+ * successful save of `step` or a resume from it. A failure to remove is reported on stderr and
+ * does not fail the run. */
 static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     long long *steps = NULL;
     int n = 0;
@@ -270,14 +419,17 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
         fprintf(stderr, "ctrain: warning: %s\n", err.message);
         return;
     }
-    char path[PATH_MAX];
+    char id[RUN_ID_HEX + 1], path[PATH_MAX], name[64];
+    own_id(root, id);
     int kept = 0;
     for (int i = 0; i < n; i++) { /* newest first */
+        snprintf(name, sizeof name, "step_%08lld", steps[i]);
+        if (lineage_of(root, name, id) != LINE_OWN) continue;
         if (steps[i] <= step && kept < keep) {
             kept++;
             continue;
         }
-        if (path_fmt(path, sizeof path, &err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        if (path_fmt(path, sizeof path, &err, "%s/%s", root, name) != CT_OK) continue;
         if (out_remove_tree(path) != 0)
             fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
         else if (announce && steps[i] > step)
@@ -288,7 +440,7 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     DIR *d = opendir(root);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        if (!is_stale_name(e->d_name)) continue;
+        if (!is_stale_name(e->d_name) || lineage_of(root, e->d_name, id) != LINE_OWN) continue;
         if (path_fmt(path, sizeof path, &err, "%s/%s", root, e->d_name) != CT_OK) continue;
         if (out_remove_tree(path) != 0)
             fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
@@ -296,27 +448,49 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     if (d) closedir(d);
 }
 
-/* Rank 0: a fresh, empty tmp folder (a stale one of an interrupted save removed first). */
-static int32_t make_tmp(const char *root, const char *tmp, ct_error *err) {
-    if (out_remove_tree(tmp) != 0)
-        return ct_error_set(err, CT_ERR_IO, "cannot remove the stale %s: %s", tmp,
-                            strerror(errno));
+/* CT_OK when the folder `path` (name under root) is missing or this run's own; else an error
+ * saying it belongs to another run. */
+static int32_t check_own(const char *root, const char *path, ct_error *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return CT_OK;
+    char id[RUN_ID_HEX + 1];
+    own_id(root, id);
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    int l = lineage_of(root, name, id);
+    if (l == LINE_OWN) return CT_OK;
+    return ct_error_set(err, CT_ERR_INVALID, "%s exists and was not written by this run (%s) "
+                        "---> give each run its own checkpoints folder (a link to a shared disk "
+                        "should point to a folder of its own)",
+                        path, l == LINE_OTHER ? "another run's id in its manifest.ini"
+                                              : "its manifest.ini is damaged");
+}
+
+/* Rank 0: a fresh, empty tmp folder (a stale one of this run's interrupted save removed
+ * first) holding config.ini and manifest.ini, so the folder names its run from the start. */
+static int32_t make_tmp(const host_rank *r, const char *root, const char *tmp, const char *dir,
+                        ct_error *err) {
     if (mkdir(root, 0755) != 0 && errno != EEXIST)
         return ct_error_set(err, CT_ERR_IO, "cannot create %s: %s ---> check [run] out_dir",
                             root, strerror(errno));
+    int32_t rc = check_own(root, dir, err);
+    if (rc == CT_OK) rc = check_own(root, tmp, err);
+    if (rc != CT_OK) return rc;
+    if (out_remove_tree(tmp) != 0)
+        return ct_error_set(err, CT_ERR_IO, "cannot remove the stale %s: %s", tmp,
+                            strerror(errno));
     if (mkdir(tmp, 0755) != 0)
         return ct_error_set(err, CT_ERR_IO, "cannot create %s: %s ---> check free disk space",
                             tmp, strerror(errno));
-    return CT_OK;
+    return write_config_and_manifest(r->cfg, root, tmp, err);
 }
 
-/* Rank 0: config.ini into tmp, then tmp becomes dir. An older folder of the same step (a save
- * before a resume from an older checkpoint) is set aside as dir.old and removed after. */
-static int32_t finish_save(const host_rank *r, const char *root, const char *tmp, const char *dir,
-                           ct_error *err) {
+/* Rank 0: tmp becomes dir. An older folder of the same step of this run (a save before a
+ * resume from an older checkpoint) is set aside as dir.old and removed after. */
+static int32_t finish_save(const char *root, const char *tmp, const char *dir, ct_error *err) {
     char old[PATH_MAX];
     int32_t rc = path_fmt(old, sizeof old, err, "%s.old", dir);
-    if (rc == CT_OK) rc = checkpoint_write_config(r->cfg, tmp, err);
+    if (rc == CT_OK) rc = check_own(root, dir, err);
+    if (rc == CT_OK) rc = check_own(root, old, err);
     if (rc != CT_OK) return rc;
     if (out_fsync_folder(tmp) != 0)
         return ct_error_set(err, CT_ERR_IO, "cannot sync %s: %s", tmp, strerror(errno));
@@ -348,30 +522,114 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
     /* every rank gets the same verdict; nothing is on disk yet */
     if ((rc = optim_check_finite(r, step, err)) != CT_OK) return rc;
 
-    if (r->rank == 0) rc = make_tmp(root, tmp, err);
+    if (r->rank == 0) rc = make_tmp(r, root, tmp, dir, err);
     if ((rc = agree(r, rc, "creating the folder", err)) != CT_OK) goto out_remove_tmp;
     rc = write_rank_file(r, tmp, step, err);
     if ((rc = agree(r, rc, "writing a rank file", err)) != CT_OK) goto out_remove_tmp;
-    if (r->rank == 0) rc = finish_save(r, root, tmp, dir, err);
+    if (r->rank == 0) rc = finish_save(root, tmp, dir, err);
     if ((rc = agree(r, rc, "finishing the folder", err)) != CT_OK) goto out_remove_tmp;
     if (r->rank == 0) prune(root, step, keep, 0);
     return CT_OK;
 
 out_remove_tmp:
-    /* every rank is past its writes (agree is a barrier): rank 0 removes what was made */
-    if (r->rank == 0 && out_remove_tree(tmp) != 0)
+    /* every rank is past its writes (agree is a barrier): rank 0 removes what was made, never
+     * another run's folder of the same name */
+    if (r->rank == 0 && check_own(root, tmp, &(ct_error){.struct_size = sizeof(ct_error)}) ==
+                            CT_OK && out_remove_tree(tmp) != 0)
         fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", tmp, strerror(errno));
     return rc;
 }
 
-int32_t checkpoint_count(const char *out_dir, int *n, ct_error *err) {
-    char root[PATH_MAX];
+int32_t checkpoint_count(const char *out_dir, int *own, int *all, ct_error *err) {
+    char root[PATH_MAX], id[RUN_ID_HEX + 1], name[64];
     long long *steps = NULL;
-    *n = 0;
+    int n = 0;
+    *own = *all = 0;
     int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
-    if (rc == CT_OK) rc = list_steps(root, &steps, n, err);
+    if (rc == CT_OK) rc = list_steps(root, &steps, &n, err);
+    if (rc != CT_OK) return rc;
+    own_id(root, id);
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "step_%08lld", steps[i]);
+        if (lineage_of(root, name, id) != LINE_OTHER) ++*own;
+    }
+    *all = n;
     free(steps);
-    return rc;
+    return CT_OK;
+}
+
+/* Remove OUT/name (a file, or a folder's files when `files_in` names their prefix) and say so. */
+static void remove_named(const char *out_dir, const char *name, int *removed) {
+    char path[PATH_MAX];
+    ct_error scratch = {.struct_size = sizeof scratch};
+    struct stat st;
+    if (path_fmt(path, sizeof path, &scratch, "%s/%s", out_dir, name) != CT_OK ||
+        lstat(path, &st) != 0)
+        return;
+    if (S_ISDIR(st.st_mode) || out_remove_tree(path) != 0) {
+        fprintf(stderr, "ctrain train: --force: kept %s (%s)\n", path,
+                S_ISDIR(st.st_mode) ? "a folder" : strerror(errno));
+        return;
+    }
+    fprintf(stderr, "ctrain train: --force: removed %s\n", path);
+    ++*removed;
+}
+
+int32_t checkpoint_start_over(const char *out_dir, ct_error *err) {
+    char root[PATH_MAX], id[RUN_ID_HEX + 1], path[PATH_MAX];
+    int32_t rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir);
+    if (rc != CT_OK) return rc;
+    own_id(root, id);
+    int removed = 0, kept = 0;
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int step = parse_step_name(e->d_name) >= 0, stale = is_stale_name(e->d_name);
+        if (!step && !stale) {
+            if (strncmp(e->d_name, "step_", 5) == 0) kept++; /* set aside (.skipped), others */
+            continue;
+        }
+        struct stat rst; /* an out_dir without run_id: only its own, unlinked folder's */
+        if (lineage_of(root, e->d_name, id) != LINE_OWN ||
+            (!id[0] && (lstat(root, &rst) != 0 || !S_ISDIR(rst.st_mode)))) {
+            kept++;
+            continue;
+        }
+        if (path_fmt(path, sizeof path, err, "%s/%s", root, e->d_name) != CT_OK) continue;
+        if (out_remove_tree(path) != 0) {
+            int saved = errno;
+            closedir(d);
+            return ct_error_set(err, CT_ERR_IO, "--force: cannot remove %s: %s", path,
+                                strerror(saved));
+        }
+        fprintf(stderr, "ctrain train: --force: removed %s\n", path);
+        removed++;
+    }
+    if (d) closedir(d);
+    remove_named(out_dir, "metrics.jsonl", &removed);
+    remove_named(out_dir, "samples.jsonl", &removed);
+    /* TensorBoard's files are this out_dir's only when tb/ is a folder of its own */
+    char tb[PATH_MAX];
+    struct stat st;
+    if (path_fmt(tb, sizeof tb, err, "%s/tb", out_dir) == CT_OK && lstat(tb, &st) == 0) {
+        if (S_ISDIR(st.st_mode) && (d = opendir(tb))) {
+            while ((e = readdir(d))) {
+                if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
+                char name[PATH_MAX];
+                if (path_fmt(name, sizeof name, err, "tb/%s", e->d_name) == CT_OK)
+                    remove_named(out_dir, name, &removed);
+            }
+            closedir(d);
+        } else {
+            fprintf(stderr, "ctrain train: --force: kept %s (not a folder of this out_dir)\n", tb);
+        }
+    }
+    if (kept)
+        fprintf(stderr, "ctrain train: --force: kept %d folder(s) under %s that this run did "
+                "not write (another run's, or set aside as damaged)\n", kept, root);
+    fprintf(stderr, "ctrain train: --force: starting over in %s (%d removed)\n", out_dir,
+            removed);
+    return CT_OK;
 }
 
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err) {
@@ -499,6 +757,28 @@ static void close_saved(saved_rank *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The folder's config.ini against the checksum its manifest.ini records (a folder saved before
+ * manifests has none to check). */
+static int32_t check_config_sum(const char *dir, const char *cfg_path, ct_error *err) {
+    char id[RUN_ID_HEX + 1];
+    uint64_t want = 0;
+    int m = read_manifest(dir, id, &want, err);
+    if (m < 0) return CT_ERR_INVALID;
+    if (m == 0) return CT_OK;
+    char *text = NULL;
+    size_t n = 0;
+    int32_t rc = read_bounded(cfg_path, "configuration", "the checkpoint folder is "
+                              "damaged", 64u << 20, &text, &n, err);
+    if (rc != CT_OK) return rc;
+    uint64_t got = 0xcbf29ce484222325ull;
+    hash_bytes(&got, text, n);
+    free(text);
+    if (got != want)
+        return ct_error_set(err, CT_ERR_INVALID, "%s is truncated or corrupt (checksum mismatch "
+                            "with manifest.ini)", cfg_path);
+    return CT_OK;
+}
+
 /* Every rank file of the checkpoint folder dir, verified (open_saved) and consistent with rank
  * 0's (world, step, units), plus a readable config.ini, into *out (world entries; close each
  * with close_saved and free the array). The folder's config.ini, loaded, into *saved_cfg. */
@@ -529,6 +809,7 @@ static int32_t open_checkpoint(const char *dir, saved_rank **out, int32_t *world
     }
     char cfg_path[PATH_MAX];
     if (rc == CT_OK) rc = path_fmt(cfg_path, sizeof cfg_path, err, "%s/config.ini", dir);
+    if (rc == CT_OK) rc = check_config_sum(dir, cfg_path, err);
     if (rc == CT_OK) {
         *saved_cfg = config_new();
         if (!*saved_cfg) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
@@ -655,16 +936,33 @@ static void close_checkpoint(saved_rank *saved, int32_t world, host_config *save
     config_free(saved_cfg);
 }
 
+/* Steps of the folders a resume skipped as damaged (set aside after the resume agreed). */
+#define SKIPPED_MAX 64
+typedef struct skipped_list {
+    long long step[SKIPPED_MAX];
+    int       n;
+} skipped_list;
+
 /* The checkpoint to read: the folder `from` when it is not NULL, else the newest valid one
- * under root (OUT/checkpoints), skipping invalid ones with a warning on stderr when `warn`.
- * `what` names `from` in messages ("--resume-from"). The chosen folder's path into dir (PATH_MAX
- * bytes), its verified files and config as open_checkpoint gives them. */
+ * under root (OUT/checkpoints) of the run's own lineage (another run's folders in a shared
+ * folder are passed over), skipping invalid ones with a warning on stderr when `warn` (their
+ * steps into *skipped when not NULL). `what` names `from` in messages ("--resume-from"). The
+ * chosen folder's path into dir (PATH_MAX bytes), its verified files and config as
+ * open_checkpoint gives them. */
 static int32_t open_chosen(const char *root, const char *from, const char *what, int warn,
                            char *dir, saved_rank **saved, int32_t *world, host_config **saved_cfg,
-                           ct_error *err) {
+                           skipped_list *skipped_out, ct_error *err) {
     int32_t rc;
     if (from) {
         if ((rc = path_fmt(dir, PATH_MAX, err, "%s", from)) != CT_OK) return rc;
+        struct stat st;
+        if (stat(from, &st) != 0 && errno == ENOENT) {
+            char cwd[PATH_MAX] = "";
+            if (from[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+            return ct_error_set(err, CT_ERR_IO, "%s %s: not found (%s%s%s) ---> pass an existing "
+                                "checkpoint folder (OUT/checkpoints/step_NNNNNNNN)", what, from,
+                                cwd, cwd[0] ? "/" : "", from);
+        }
         rc = open_checkpoint(dir, saved, world, saved_cfg, err);
         if (rc != CT_OK) {
             char why[sizeof err->message];
@@ -675,11 +973,18 @@ static int32_t open_chosen(const char *root, const char *from, const char *what,
         return CT_OK;
     }
     long long *steps = NULL;
-    int n = 0, skipped = 0;
+    int n = 0, skipped = 0, others = 0;
+    char id[RUN_ID_HEX + 1], name[64];
+    own_id(root, id);
     if ((rc = list_steps(root, &steps, &n, err)) != CT_OK) return rc;
     rc = CT_ERR_IO;
     for (int i = 0; i < n && rc != CT_OK; i++) {
-        if (path_fmt(dir, PATH_MAX, err, "%s/step_%08lld", root, steps[i]) != CT_OK) continue;
+        snprintf(name, sizeof name, "step_%08lld", steps[i]);
+        if (lineage_of(root, name, id) == LINE_OTHER) {
+            others++;
+            continue;
+        }
+        if (path_fmt(dir, PATH_MAX, err, "%s/%s", root, name) != CT_OK) continue;
         ct_error why = {.struct_size = sizeof why};
         rc = open_checkpoint(dir, saved, world, saved_cfg, &why);
         if (rc == CT_OK && (*saved)[0].step != steps[i]) {
@@ -695,6 +1000,8 @@ static int32_t open_chosen(const char *root, const char *from, const char *what,
             break;
         }
         skipped++;
+        if (skipped_out && skipped_out->n < SKIPPED_MAX)
+            skipped_out->step[skipped_out->n++] = steps[i];
         if (warn)
             fprintf(stderr, "ctrain: warning: skipping checkpoint %s: %s ---> using "
                     "the next older one\n", dir, why.message);
@@ -706,6 +1013,9 @@ static int32_t open_chosen(const char *root, const char *from, const char *what,
             return ct_error_set(err, CT_ERR_IO, "no valid checkpoint under %s (%d skipped: "
                                 "see the warnings above) ---> train without --resume", root,
                                 skipped);
+        if (others)
+            return ct_error_set(err, CT_ERR_IO, "no checkpoint of this run under %s (%d of "
+                                "other runs) ---> train without --resume first", root, others);
         return ct_error_set(err, CT_ERR_IO, "no checkpoint under %s ---> train without "
                             "--resume first", root);
     }
@@ -724,7 +1034,7 @@ int32_t checkpoint_read_master(const char *path, ckpt_master *out, ct_error *err
                   stat(probe, &st) == 0;
     if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", path)) != CT_OK) return rc;
     rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, out->dir, &saved, &world,
-                     &saved_cfg, err);
+                     &saved_cfg, NULL, err);
     if (rc == CT_ERR_IO && !is_ckpt)
         return ct_error_set(err, rc, "no valid checkpoint in %s: it is neither a checkpoint "
                             "folder (holding rank_00000.bin) nor a run folder with a valid "
@@ -764,26 +1074,74 @@ void checkpoint_master_free(ckpt_master *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* Rank 0 after a resume: each folder the search skipped as damaged renamed step_N.skipped
+ * (step_N.skipped.2, ... when that exists), so it is kept and never picked again. */
+static void set_aside(const char *root, const skipped_list *sk) {
+    char from[PATH_MAX], to[PATH_MAX];
+    ct_error scratch = {.struct_size = sizeof scratch};
+    for (int i = 0; i < sk->n; i++) {
+        if (path_fmt(from, sizeof from, &scratch, "%s/step_%08lld", root, sk->step[i]) != CT_OK)
+            continue;
+        struct stat st;
+        int k = 1;
+        for (; k < 1000; k++) {
+            if (path_fmt(to, sizeof to, &scratch, k == 1 ? "%s.skipped" : "%s.skipped.%d", from,
+                         k) != CT_OK || lstat(to, &st) != 0)
+                break;
+        }
+        if (lstat(from, &st) != 0) continue; /* gone meanwhile */
+        if (k < 1000 && rename(from, to) == 0)
+            fprintf(stderr, "ctrain: set aside the damaged checkpoint %s as %s (kept, never "
+                    "resumed from) ---> inspect it, or remove it yourself\n", from, to);
+        else
+            fprintf(stderr, "ctrain: warning: could not set aside the damaged checkpoint %s: %s\n",
+                    from, strerror(errno));
+    }
+}
+
+/* Rank 0: say when the learning-rate schedule's length differs from the checkpoint's. */
+static void warn_schedule(const host_config *cfg, const host_config *saved, const char *dir,
+                          int64_t step) {
+    int64_t now_steps = 0, now_sched = 0;
+    config_get_int(cfg, "run", "steps", &now_steps, NULL);
+    config_get_int(cfg, "optim", "schedule_steps", &now_sched, NULL);
+    const char *ts = config_get(saved, "run", "steps");
+    const char *tsch = config_get(saved, "optim", "schedule_steps");
+    long long then_steps = ts ? strtoll(ts, NULL, 10) : 0, then_sched = tsch ? strtoll(tsch, NULL, 10) : 0;
+    long long now_len = now_sched > 0 ? now_sched : now_steps;
+    long long then_len = then_sched > 0 ? then_sched : then_steps;
+    if (!ts || now_len == then_len) return;
+    fprintf(stderr, "ctrain: warning: resuming step %lld with a learning-rate schedule of %lld "
+            "steps; the checkpoint (%s/config.ini) followed one of %lld ([run] steps = %lld): "
+            "the lr from here on differs from what that run would have used ---> set [optim] "
+            "schedule_steps = %lld to keep its schedule\n", (long long)step, now_len, dir,
+            then_len, then_steps, then_len);
+}
+
 int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err) {
     char dir[PATH_MAX], root[PATH_MAX];
     saved_rank *saved = NULL;
     host_config *saved_cfg = NULL;
+    skipped_list sk = {.n = 0};
     int32_t world = 0, rc;
     if ((rc = path_fmt(root, sizeof root, err, "%s/checkpoints", out_dir)) != CT_OK) return rc;
     rc = open_chosen(root, from, "--resume-from", r->rank == 0, dir, &saved, &world, &saved_cfg,
-                     err);
+                     &sk, err);
     if (rc != CT_OK) return rc;
     rc = check_model(r->cfg, saved_cfg, dir, err);
     if (rc == CT_OK) rc = load(r, dir, saved, world, 0, err);
     if (rc == CT_OK) *step = saved[0].step;
+    if (rc == CT_OK && r->rank == 0) warn_schedule(r->cfg, saved_cfg, dir, *step);
     close_checkpoint(saved, world, saved_cfg);
-    /* every rank has read its files: the history after the resumed step is abandoned (as the
-     * rows of metrics.jsonl after it), so a later --resume can never jump back onto it */
+    /* every rank has read its files: damaged folders are set aside, and this run's history
+     * after the resumed step is abandoned (as the rows of metrics.jsonl after it), so a later
+     * --resume can never jump back onto it */
     if ((rc = agree(r, rc, "loading the checkpoint", err)) != CT_OK) return rc;
-    ct_error scratch = {.struct_size = sizeof scratch};
-    if (r->rank == 0 && path_fmt(root, sizeof root, &scratch, "%s/checkpoints", out_dir) == CT_OK)
+    if (r->rank == 0) {
+        set_aside(root, &sk);
         prune(root, *step, INT32_MAX, 1);
+    }
     return CT_OK;
 }
 
@@ -810,7 +1168,7 @@ int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct
     host_config *saved_cfg = NULL;
     int32_t world = 0;
     rc = open_chosen(root, is_ckpt ? path : NULL, "checkpoint", 1, dir, &saved, &world,
-                     &saved_cfg, err);
+                     &saved_cfg, NULL, err);
     if (rc == CT_OK) {
         *step = saved[0].step;
         rc = path_fmt(buf, n, err, "%s", dir);

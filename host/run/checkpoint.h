@@ -24,7 +24,9 @@ int32_t checkpoint_write_config(const host_config *cfg, const char *out_dir, ct_
  * Refuses (CT_ERR_INVALID, naming the unit, tensor and step) when a master weight or an AdamW
  * moment is not finite: nothing is written and the newest checkpoint stays the newest.
  * On success keeps the newest `keep` checkpoints of steps <= `step` and removes those of later
- * steps (a history abandoned by resuming from an older checkpoint) and stale temporaries. */
+ * steps (a history abandoned by resuming from an older checkpoint) and stale temporaries: only
+ * folders of this run's own lineage (OUT/run_id = their manifest.ini's run_id); a folder of
+ * the same step written by another run fails the save, untouched. */
 int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
                         ct_error *err);
 
@@ -34,15 +36,30 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
  * non-finite value or lacks config.ini is skipped with a warning on stderr (rank 0) naming it
  * and why. CT_ERR_IO when there is none. The checkpoint's [model] section must equal the run's
  * (else CT_ERR_INVALID naming the key, both values and the checkpoint's config.ini).
- * After a successful load, rank 0 removes OUT/checkpoints/step_N of N > *step (the history the
- * resume abandons, like the rows of metrics.jsonl after it), naming each on stderr. */
+ * Another run's folders (a shared checkpoints folder) are passed over. After a successful
+ * load, rank 0 renames each folder skipped as damaged to step_N.skipped (kept, never picked
+ * again) and removes this run's OUT/checkpoints/step_N of N > *step (the history the resume
+ * abandons, like the rows of metrics.jsonl after it), naming each on stderr; it warns when the
+ * learning-rate schedule's length differs from the checkpoint's. A missing `from` is
+ * CT_ERR_IO "not found" with the resolved path. */
 int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, int64_t *step,
                           ct_error *err);
 
-/* How many complete checkpoint folders (step_ and digits, directories) OUT/checkpoints holds
- * into *n: 0 when there is none or no such folder. CT_ERR_IO when it cannot be listed. Does
- * not read the files (a folder counted may still fail checkpoint_resume's checks). */
-int32_t checkpoint_count(const char *out_dir, int *n, ct_error *err);
+/* How many complete checkpoint folders (step_ and digits, directories) OUT/checkpoints holds:
+ * into *all every one, into *own those a --resume would consider (not another run's, by
+ * lineage: see checkpoint.c); 0 when there is none or no such folder. CT_ERR_IO when it cannot
+ * be listed. Does not read the rank files (a folder counted may still fail the resume). */
+int32_t checkpoint_count(const char *out_dir, int *own, int *all, ct_error *err);
+
+/* OUT/run_id: the run's lineage id, recorded in every checkpoint it saves (manifest.ini with
+ * config.ini's checksum). `fresh`: a new id; else the one there (made when missing). */
+int32_t checkpoint_run_id(const char *out_dir, int fresh, ct_error *err);
+
+/* `train --force`: remove what the out_dir's earlier run wrote (its own step folders and
+ * temporaries, by lineage, metrics.jsonl, samples.jsonl, tb/'s event files when tb/ is its own
+ * folder), naming each on stderr; another run's folders and set-aside ones are kept (and
+ * counted). Call with the out_dir's lock held, before checkpoint_run_id. */
+int32_t checkpoint_start_over(const char *out_dir, ct_error *err);
 /* Path of the newest complete checkpoint folder (a directory named step_ and digits only)
  * under out_dir into buf; CT_ERR_IO if none. Does not read the files (checkpoint_resume does). */
 int32_t checkpoint_latest(const char *out_dir, char *buf, size_t n, int64_t *step, ct_error *err);

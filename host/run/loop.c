@@ -174,6 +174,16 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
         rc = checkpoint_resume(r, sh->out_dir, sh->resume_from, &start, err);
         calls_host_op(NULL);
         if (rc != CT_OK) return rc;
+        if (start >= oc.steps) { /* nothing is left to run: nothing is written either */
+            if (r->rank == 0)
+                fprintf(stderr, "ctrain train: the run in %s is complete: its checkpoint is of "
+                        "step %lld and [run] steps = %lld; nothing was trained ---> to train "
+                        "further, resume with more steps (--resume --set run.steps=%lld); the lr "
+                        "schedule then stretches to the new steps unless [optim] schedule_steps "
+                        "fixes its length\n", sh->out_dir, (long long)start, (long long)oc.steps,
+                        (long long)start * 2);
+            return CT_OK;
+        }
         if (r->rank == 0) fprintf(cmdout(), "resumed from step %lld\n", (long long)start);
     }
 

@@ -31,9 +31,17 @@ int32_t optim_config(const host_config *cfg, host_optim_config *oc, ct_error *er
     rc |= config_get_float(cfg, "optim", "grad_clip", &oc->grad_clip, err);
     rc |= config_get_int(cfg, "optim", "warmup", &oc->warmup, err);
     rc |= config_get_int(cfg, "run", "steps", &oc->steps, err);
+    int64_t sched_len = 0; /* absent in a config.ini saved before the key existed */
+    if (config_get(cfg, "optim", "schedule_steps"))
+        rc |= config_get_int(cfg, "optim", "schedule_steps", &sched_len, err);
     rc |= config_get_string(cfg, "optim", "schedule", &sched, err);
     if (rc != CT_OK) return err->code ? err->code : CT_ERR_INVALID;
     oc->schedule = strcmp(sched, "linear") == 0 ? 1 : strcmp(sched, "constant") == 0 ? 2 : 0;
+    oc->sched_steps = sched_len > 0 ? sched_len : oc->steps;
+    if (sched_len > 0 && sched_len <= oc->warmup && oc->schedule != 2)
+        return bound_error(cfg, "schedule_steps", "must be more than [optim] warmup (the decay "
+                           "runs from the end of the warm-up to schedule_steps)",
+                           "raise schedule_steps, or set 0 to follow [run] steps", err);
     /* The schema's ranges are closed; what AdamW's arithmetic (f32, ct_adamw_update) needs: */
     static const char *const betas[2] = {"beta1", "beta2"};
     for (int i = 0; i < 2; i++) {
@@ -73,11 +81,11 @@ double optim_lr(const host_optim_config *oc, int64_t step) {
     }
     if (oc->schedule == 1) {
         if (step < oc->warmup) return oc->lr * (double)(step + 1) / (double)oc->warmup;
-        double frac = (double)(step - oc->warmup) / (double)(oc->steps - oc->warmup);
+        double frac = (double)(step - oc->warmup) / (double)(oc->sched_steps - oc->warmup);
         if (frac > 1) frac = 1;
         return oc->lr + frac * (oc->min_lr - oc->lr);
     }
-    return ct_lr_cosine(step, oc->steps, oc->warmup, (float)oc->lr, (float)oc->min_lr);
+    return ct_lr_cosine(step, oc->sched_steps, oc->warmup, (float)oc->lr, (float)oc->min_lr);
 }
 
 int32_t optim_allreduce_f64(host_rank *r, double *x, uint64_t n, int32_t op, ct_error *err) {

@@ -9,6 +9,7 @@
 typedef struct host_optim_config {
     double  lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
     int64_t warmup, steps;
+    int64_t sched_steps; /* the schedule's length: [optim] schedule_steps, or steps when 0 */
     int32_t schedule; /* 0 cosine, 1 linear, 2 constant */
 } host_optim_config;
 
@@ -19,7 +20,8 @@ typedef struct host_optim_config {
  * the value's origin. */
 int32_t optim_config(const host_config *cfg, host_optim_config *out, ct_error *err);
 
-/* Learning rate at 0-based step `step`. */
+/* Learning rate at 0-based step `step`, on a schedule of sched_steps steps (past its end the
+ * schedule's last value holds). */
 double optim_lr(const host_optim_config *oc, int64_t step);
 
 /* Global L2 norm of the gradient over all ranks (each replicated shard counted once).

@@ -55,7 +55,7 @@ else
 fi
 # the plot of that run (gnuplot is a child with an argument vector) to a PNG named the same way
 if command -v gnuplot > /dev/null; then
-    (cd "$q" && "$CTRAIN" plot "$evil" --metric loss --out "$evil/p '\$(touch Y)'.png" \
+    (cd "$q" && "$CTRAIN" plot "$evil" --metric loss --out "$evil/p '\$(touch Y)'.png" --force \
         > "$work/evilplot.out" 2>&1)
     [ $? = 0 ] && [ -s "$evil/p '\$(touch Y)'.png" ] && ok "plot of that run to a PNG named with ' and \$( )" \
         || fail "plot with shell characters: $(tail -3 "$work/evilplot.out")"
@@ -174,8 +174,11 @@ steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
 if steps != list(range(1, 9)): print("steps", steps); sys.exit(1)
 PY
 got=$(steps_of "$r")
-[ "$got" = "step_00000003 step_00000008" ] && ok "the resume removes the abandoned newer folders, the save the temporaries: $got" \
-    || fail "after the resume the checkpoints are '$got' (want step_00000003 step_00000008)"
+want="step_00000003 step_00000004.skipped step_00000005.skipped step_00000006.skipped step_00000008"
+[ "$got" = "$want" ] && ok "the resume sets the damaged folders aside (kept), the save removes the temporaries: $got" \
+    || fail "after the resume the checkpoints are '$got' (want $want)"
+says "$r.err" "set aside the damaged checkpoint $r/checkpoints/step_00000006 as $r/checkpoints/step_00000006.skipped" \
+    && ok "each damaged folder set aside is named on stderr" || fail "set aside not named: $(grep aside "$r.err")"
 
 # --resume-from a folder: step 4 of a fresh run, into another out_dir; rows > 4 dropped
 fresh "$r"
@@ -189,7 +192,7 @@ else
 fi
 compare_series "$work/rf" "$work/straight" loss 0 "losses after --resume-from == straight run"
 run "$work/rf2" --resume-from "$work/nowhere/step_00000001"
-[ $rc = 1 ] && says "$work/rf2.err" "--resume-from $work/nowhere/step_00000001: cannot read" \
+[ $rc = 1 ] && says "$work/rf2.err" "--resume-from $work/nowhere/step_00000001: not found ($work/nowhere/step_00000001)" \
     && ok "--resume-from a missing folder: clear error" || fail "--resume-from missing: rc $rc: $(cat "$work/rf2.err")"
 run "$work/rf3" --resume --resume-from "$r/checkpoints/step_00000004"
 [ $rc = 2 ] && says "$work/rf3.err" "exclude each other" && ok "--resume with --resume-from refused" \

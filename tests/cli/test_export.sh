@@ -60,6 +60,16 @@ export_to "$work/w2" "$work/w2c" --format safetensors --target ctrain
 # comm_nccl.so is built on a CPU machine)
 cp -r "$work/w2/checkpoints/step_00000003" "$work/gpu_ckpt"
 sed -i -e 's/^type = cpu/type = cuda/' -e 's/^plugin = threads/plugin = nccl/' "$work/gpu_ckpt/config.ini"
+# the folder's manifest.ini records config.ini's FNV-1a 64: made again for the edited config
+python3 - "$work/gpu_ckpt" <<'PY'
+import re, sys
+d = sys.argv[1]
+h = 0xcbf29ce484222325
+for x in open(d + "/config.ini", "rb").read():
+    h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+m = open(d + "/manifest.ini").read()
+open(d + "/manifest.ini", "w").write(re.sub(r"config_fnv1a64 = \w+", "config_fnv1a64 = %016x" % h, m))
+PY
 export_to "$work/gpu_ckpt" "$work/gpu.bin" --format llmc
 grep -q '^type = cuda' "$work/gpu_ckpt/config.ini" && [ -s "$work/gpu.bin" ] \
     && ok "a checkpoint whose config names device cuda and comm nccl exports without those plugins" \
