@@ -29,6 +29,8 @@ fallback() {
 }
 
 command -v python3 >/dev/null 2>&1 || fallback "python3 is missing (scripts/install-deps.sh installs it)"
+echo "get-corpus: fetching Jane Austen's novels (Debian's $pkg, a 1.6 MB .deb) into $dir;" \
+     "unpacked there, not installed" >&2
 mkdir -p "$dir"
 work=$(mktemp -d "$dir/.fetch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
