@@ -160,7 +160,10 @@ int cmd_train(int argc, char **argv) {
     /* the process that writes the folder's config.ini holds its lock for the whole run (the
      * in-process ranks share it; the other processes of an mpirun job take none) */
     calls_host_op("preparing [run] out_dir (lock, config.ini, tokenizer)");
-    int prepared = out_make_folders(out_dir, &err) == CT_OK &&
+    char lock_path[4200]; /* checked (inside a run's checkpoints?) before a folder is made */
+    snprintf(lock_path, sizeof lock_path, "%s/.lock", out_dir);
+    int prepared = (!first_process || outfile_check(lock_path, 0, &err) == CT_OK) &&
+                   out_make_folders(out_dir, &err) == CT_OK &&
                    (!first_process || runlock_take(&lock, out_dir, &err) == CT_OK) &&
                    (!first_process || !fresh || !force ||
                     checkpoint_start_over(out_dir, &err) == CT_OK) &&

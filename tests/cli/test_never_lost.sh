@@ -22,7 +22,8 @@ train() {
         > "$out.out" 2> "$out.err"
     rc=$?
 }
-# snap DIR...: "sha256  relative path" of every file, "link -> target" of every link, sorted
+# snap DIR...: "sha256  relative path" of every file, "link -> target" of every link, "path/" of
+# every folder
 snap() {
     python3 - "$@" <<'PY'
 import hashlib, os, sys
@@ -31,7 +32,9 @@ for root in sys.argv[1:]:
         for n in sorted(dirs + files):
             p = os.path.join(d, n)
             rel = os.path.relpath(p, root)
-            if os.path.islink(p):
+            if os.path.isdir(p) and not os.path.islink(p):
+                print(f"{root}:{rel}/")
+            elif os.path.islink(p):
                 print(f"{root}:{rel} -> {os.readlink(p)}")
             elif os.path.isfile(p):
                 print(hashlib.sha256(open(p, "rb").read()).hexdigest(), f"{root}:{rel}")
@@ -54,6 +57,8 @@ A=$work/A
 train "$A"
 [ $rc = 0 ] && [ -d "$A/checkpoints/step_00000006" ] || { fail "train A: $(tail -3 "$A.err")"; finish; exit 1; }
 echo "the user's own notes" > "$A/notes.txt"
+deep=$A/checkpoints/step_00000006/a/b/c   # folders that exist, three levels below a step
+mkdir -p "$deep"
 snap "$A" > "$work/a0"
 
 # 1. a fresh train into A: refused before anything is touched, saying what is there and what to do
@@ -70,7 +75,6 @@ same "fresh_train_into_a_run_touches_nothing" "$work/a0" "$work/a1"
 # 2. every output option aimed at A's own files (with --force too), or deep in its checkpoints
 python3 -c "import sys; sys.stdout.buffer.write(bytes(2 * 64 * 2))" > "$work/g.bin"
 python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<16i', *range(16)))" > "$work/tok.bin"
-deep=$A/checkpoints/step_00000006/a/b/c
 n_refused=0 n_tried=0
 aim() { # EXPECT_NEEDLE COMMAND...: refused (non-zero, no signal), stderr holds the needle
     local needle=$1; shift
@@ -102,6 +106,8 @@ aim "inside a run's checkpoints folder" "$CTRAIN" reduce --world-size 2 --in "$w
 aim "inside a run's checkpoints folder" "$CTRAIN" export "$A" --format safetensors --out "$deep" --force
 aim "the folder of the run" "$CTRAIN" export "$A" --format safetensors --out "$A" --force
 aim "a record of the run" "$CTRAIN" export "$A" --format safetensors --out "$A/tb" --force
+aim "inside a run's checkpoints folder" "$CTRAIN" train "$work/t.ini" --set run.out_dir="$deep/run"
+aim "inside a run's checkpoints folder" "$CTRAIN" train "$work/t.ini" --set run.out_dir="$deep" --force
 [ $n_refused = $n_tried ] && ok "every_output_option_at_a_runs_records_is_refused ($n_tried)" \
     || fail "output options at A's files: $n_refused of $n_tried refused"
 snap "$A" > "$work/a2"
@@ -155,6 +161,17 @@ train "$A" --resume-from "$A/checkpoints/step_00000004"
 snap "$work/hardlink.jsonl" > "$work/h3"
 [ $rc = 0 ] && ok "resume_from_an_older_step_runs" || fail "resume-from step 4: $(tail -2 "$A.err")"
 same "resume_never_truncates_metrics_in_place" "$work/h2" "$work/h3"
+
+# a --resume that finds no checkpoint starts metrics.jsonl anew: a new file, never truncated in place
+rm -rf "$A/checkpoints"/step_0*[0-9]
+rm -f "$work/hardlink.jsonl"
+ln "$A/metrics.jsonl" "$work/hardlink.jsonl"
+snap "$work/hardlink.jsonl" > "$work/h4"
+train "$A" --resume
+snap "$work/hardlink.jsonl" > "$work/h5"
+[ $rc = 0 ] && says "$A.err" "starting from step 0" && ok "resume_without_a_checkpoint_starts_from_step_0" \
+    || fail "resume without a checkpoint: rc $rc: $(grep -v '^step' "$A.err" | head -3)"
+same "starting_metrics_anew_leaves_a_hard_link_intact" "$work/h4" "$work/h5"
 
 # 5. checkpoints/ of two runs linked to one shared folder
 mkdir -p "$work/shared" "$work/B" "$work/C"
