@@ -7,10 +7,15 @@
  *             float master[numel]; float m[numel]; float v[numel];
  *   uint64 fnv1a64 of every byte before it.
  *
- * A save: check every value is finite (all ranks), make step_N.tmp, every rank writes and
- * fsyncs its file, rank 0 adds config.ini, fsyncs the folder and renames it to step_N. Any
- * failure removes step_N.tmp. Folders are removed in-process (openat/unlinkat, links never
- * followed); no shell ever sees a path.
+ * manifest.ini: "run_id = <16 hex>" (the run that wrote the folder: OUT/run_id) and
+ * "config_fnv1a64 = <16 hex>" (config.ini's checksum); a folder without one (saved before
+ * manifests) is read without the config check.
+ *
+ * A save: check every value is finite (all ranks), rank 0 makes step_N.tmp with config.ini and
+ * manifest.ini, every rank writes and fsyncs its file, rank 0 fsyncs the folder and renames it
+ * to step_N. Any failure removes step_N.tmp. Only folders of the run's own lineage are pruned,
+ * replaced or removed; a damaged one a resume skips is renamed step_N.skipped. Folders are
+ * removed in-process (openat/unlinkat, links never followed); no shell ever sees a path.
  */
 #include "run/checkpoint.h"
 
