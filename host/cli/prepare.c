@@ -46,7 +46,9 @@ static void usage(FILE *f) {
             "  --threads N             tokenizing threads (default: one per core)\n"
             "  --unit-bytes N          text per tokenizing task (default 2097152); the tokens\n"
             "                          do not depend on it\n"
-            "  --quiet                 print nothing on success (no progress line)\n",
+            "  --quiet                 print nothing on success (no progress line)\n"
+            "  The progress line (stderr) comes every 0.5 s on a terminal, rewritten in place,\n"
+            "  else every 2 s; CTRAIN_PROGRESS_S=SECONDS sets another interval.\n",
             SP_VOCAB_MIN, SP_VOCAB_MAX);
 }
 

@@ -21,16 +21,17 @@
 #define SAMPLE_USAGE                                                                           \
     "usage: ctrain sample RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N]\n"               \
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--greedy]\n"            \
-    "           [--tokenizer bytes|FILE.model] [--ids] [--no-cache] [--stats]\n"              \
+    "           [--tokenizer bytes|FILE.model] [--ids] [--echo] [--no-cache] [--stats]\n"     \
     "       ctrain sample --init CONFIG.ini [same options]   (a freshly initialised model)\n" \
     "Prints the text generated after the prompt (an empty prompt is \"\\n\"), token by token.\n" \
     "Defaults: --tokens 64, --temperature 1, --top-k 0 (all), --top-p 1, --seed 1337; the\n"  \
     "run's own tokenizer (OUT/tokenizer.ini). --ids: prompt and output are token ids.\n"     \
+    "--echo: print the prompt first (as given), then the text generated after it.\n"          \
     "--no-cache: recompute the window with forward() for every token. --stats: tokens/s.\n"
 
 typedef struct cmd_opts {
     const char *path, *init, *prompt, *tokenizer;
-    int32_t     ids, stats;
+    int32_t     ids, stats, echo;
     sample_opts so;
 } cmd_opts;
 
@@ -72,6 +73,7 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
         }
         if (!strcmp(a, "--greedy")) { o->so.greedy = 1; continue; }
         if (!strcmp(a, "--ids")) { o->ids = 1; continue; }
+        if (!strcmp(a, "--echo")) { o->echo = 1; continue; }
         if (!strcmp(a, "--no-cache")) { o->so.no_cache = 1; continue; }
         if (!strcmp(a, "--stats")) { o->stats = 1; continue; }
         if (a[0] != '-') {
@@ -222,6 +224,12 @@ int cmd_sample(int argc, char **argv) {
                      "context of %lld tokens ([model] seq_len in %s) ---> shorten --prompt",
                      (long long)n_prompt, (long long)r.T, cfg_path);
         goto out_fail;
+    }
+    if (o.echo && o.ids) { /* the prompt's ids, then the generated ones after a space */
+        for (int64_t i = 0; i < n_prompt; i++) fprintf(cmdout(), "%s%d", i ? " " : "", (int)prompt[i]);
+        pr.got.n = n_prompt;
+    } else if (o.echo) {
+        fputs(o.prompt, cmdout());
     }
     sample_stats st;
     rc = sample_generate(&r, 1, prompt, n_prompt, &o.so, emit_token, &pr, &st, &err);

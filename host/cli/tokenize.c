@@ -1,7 +1,8 @@
 /* tokenize_cmd.c — `ctrain tokenize TOKENIZER FILE...`: the ids of each text file under a
  * tokenizer (bytes, a sentencepiece .model, a BPE file), one line of ids per file, or with
  * --decode the text of files of ids; --stats times the encoding alone (one thread), for
- * comparisons with other tokenizers (bench/bench_tokenizer.sh). Not for: shards (prepare.c).
+ * comparisons with other tokenizers (bench/bench_tokenizer.sh); FILE - is standard input.
+ * Not for: shards (prepare.c).
  */
 #include "data/bpe_write.h"
 #include "cli/commands.h"
@@ -18,8 +19,9 @@
     "       ctrain tokenize TOKENIZER --hf-out DIR\n"                                          \
     "  TOKENIZER: bytes, a sentencepiece FILE.model, or a BPE file (NAME.tiktoken,\n"          \
     "  tokenizer.json, vocab.json with merges.txt beside it).\n"                               \
-    "  Prints the ids of each text FILE on one line; --decode: each FILE holds ids (spaces or\n" \
-    "  commas between them) and its text is printed; --count: the number of ids only;\n"       \
+    "  Prints the ids of each text FILE on one line (FILE - is standard input, read to its\n"  \
+    "  end); --decode: each FILE holds ids (spaces or commas between them) and its text is\n"  \
+    "  printed; --count: the number of ids only;\n"                                             \
     "  --stats: bytes, ids and the encoding's MB/s (one thread, N repeats) on stderr.\n"      \
     "  --hf-out DIR: a BPE tokenizer (or bytes) written as Hugging Face's tokenizer.json,\n"  \
     "  vocab.json, merges.txt, tokenizer_config.json into the existing folder DIR.\n"
@@ -30,6 +32,37 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Standard input to its end (FILE "-"), at most max bytes, NUL-terminated, into *text. */
+static int32_t read_stdin(size_t max, char **text, size_t *len, ct_error *err) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, stdin);
+        n += got;
+        if (got == 0) break;
+        if (n == cap) {
+            if (cap >= max) {
+                free(buf);
+                return ct_error_set(err, CT_ERR_INVALID, "standard input holds more than %zu "
+                                    "bytes ---> tokenize it in parts", max);
+            }
+            cap = cap * 2 < max ? cap * 2 : max;
+            char *more = realloc(buf, cap + 1);
+            if (!more) free(buf);
+            buf = more;
+        }
+    }
+    if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory reading standard input");
+    if (ferror(stdin)) {
+        free(buf);
+        return ct_error_set(err, CT_ERR_IO, "cannot read standard input");
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return CT_OK;
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -57,7 +90,7 @@ int cmd_tokenize(int argc, char **argv) {
                         argv[i], TOKENIZE_USAGE);
                 goto out_free_files;
             }
-        } else if (argv[i][0] == '-' && argv[i][1]) {
+        } else if (argv[i][0] == '-' && argv[i][1]) { /* "-" alone is standard input */
             fprintf(stderr, "ctrain tokenize: unknown option %s\n%s", argv[i], TOKENIZE_USAGE);
             goto out_free_files;
         } else if (!spec) spec = argv[i];
@@ -88,8 +121,11 @@ int cmd_tokenize(int argc, char **argv) {
         size_t len = 0, out_len = 0;
         int32_t *ids = NULL;
         int64_t n = 0;
-        rc = read_bounded(files[f], decode ? "file of ids" : "text file", "give a regular file",
-                      TOKENIZE_MAX_FILE, &text, &len, &err);
+        rc = !strcmp(files[f], "-")
+                 ? read_stdin(TOKENIZE_MAX_FILE, &text, &len, &err)
+                 : read_bounded(files[f], decode ? "file of ids" : "text file",
+                                "give a regular file, or - for standard input",
+                                TOKENIZE_MAX_FILE, &text, &len, &err);
         if (rc == CT_OK && decode) {
             rc = runtok_parse_ids(text, files[f], &ids, &n, &err);
             if (rc == CT_OK) rc = runtok_decode(tok, ids, n, &out, &out_len, &err);

@@ -42,7 +42,8 @@
     "           [--lr LR [--zloss-coef C]]\n"                                                  \
     "Replays the output head's gradient reduction of the checkpoint's next step(s) at each\n"  \
     "world size, order and policy, and prints the probe's figures (relative error, bias,\n"    \
-    "logit push per step) beside the model's prediction. Defaults: --algo ring,\n"             \
+    "logit push per step) beside the model's prediction, under a legend ('#' lines).\n"      \
+    "Defaults: --algo ring,\n"             \
     "--gpus-per-node 0 (one node), --channels 1, every policy, --batches 1, the run's global\n" \
     "batch. Orders as [comm] algo of the threads engine (dbtree: NCCL's tree; tree: heap;\n"  \
     "nccl: what the model of NCCL's tuner picks for the head's size on --gpu nodes of\n"      \
@@ -269,12 +270,32 @@ static void print_picks(const whatif_opts *o, uint64_t count) {
         }
 }
 
+/* What the table's columns mean, as '#' lines before it (a reader of the table skips lines
+ * whose first field is not a number). */
+static void print_legend(const whatif_opts *o) {
+    fprintf(cmdout(),
+            "# columns (means over %lld batch%s; p = the reduced head gradient, e = the exact "
+            "sum in f64):\n"
+            "#   tokens/rank  the tokens each of the N ranks holds in the replayed step\n"
+            "#   rel_err      |p - e| / |e|, the reduction's relative error\n"
+            "#   bias         sum(p - e) / sum|e|, its signed part (> 0: the sum comes out "
+            "larger)\n"
+            "#   logit_push   the change of the batch-mean logit an SGD step of rate 1 would "
+            "make from the error alone (> 0: up)\n"
+            "#   predicted    that push as the model of docs/logit-growth.md predicts it (0 for "
+            "policies whose error has no sign)\n%s",
+            (long long)o->batches, o->batches == 1 ? "" : "es",
+            o->rows > 0 ? "#   se           the standard error of the figure on its left (from "
+                          "the --rows sample)\n" : "");
+}
+
 /* The figures: without --rows as before (no se columns); with it each beside its standard
  * error; with --lr the AdamW table after. */
 static void print_tables(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
                          const whatif_strata *s, int64_t n_tok) {
     int sampled = o->rows > 0;
     double K = (double)o->batches;
+    print_legend(o);
     if (sampled)
         fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %10s %12s %10s %12s %10s %12s\n", "N", "algo",
                 "policy", "tokens/rank", "rel_err", "se", "bias", "se", "logit_push", "se",

@@ -381,8 +381,12 @@ static int32_t route_spilled(router *r, double val_fraction, ct_error *err) {
 typedef struct progress {
     int      on, tty;
     double   start, last;
+    double   every;  /* seconds between lines: 0.5 on a terminal, else 2 (CTRAIN_PROGRESS_S) */
     uint64_t total;  /* estimated text bytes */
     const char *what;
+    int      shown, open;       /* a line was printed; a terminal's line not yet ended */
+    uint64_t shown_bytes;       /* what the last line said */
+    int64_t  shown_tokens;
 } progress;
 
 static double now_s(void) {
@@ -391,10 +395,32 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static progress progress_start(const prepare_options *o, uint64_t total, const char *what) {
+    progress p = {.on = !o->quiet, .tty = isatty(2), .start = now_s(), .total = total,
+                  .what = what};
+    p.last = p.start;
+    p.every = p.tty ? 0.5 : 2.0;
+    const char *env = getenv("CTRAIN_PROGRESS_S");
+    char *end;
+    double v = env && *env ? strtod(env, &end) : -1;
+    if (env && *env && !*end && v >= 0 && v <= 3600) p.every = v;
+    return p;
+}
+
+/* One progress line every p->every seconds (a terminal's rewritten in place), and a final one
+ * that ends it. No line is printed that would say what the last one said (the same bytes and
+ * tokens: the tokenize loop's last round reads nothing, and the final line follows it); a
+ * terminal's line is then only ended, elsewhere (a log) it already stands. */
 static void progress_show(progress *p, uint64_t bytes, int64_t tokens, int final) {
     if (!p->on) return;
     double t = now_s();
-    if (!final && t - p->last < (p->tty ? 0.5 : 2.0)) return;
+    if (!final && t - p->last < p->every) return;
+    if (p->shown && bytes == p->shown_bytes && tokens == p->shown_tokens) {
+        if (final && p->open) fputc('\n', stderr);
+        p->open = p->open && !final;
+        fflush(stderr);
+        return;
+    }
     p->last = t;
     double el = t - p->start, rate = el > 0 ? (double)bytes / el : 0;
     double left = rate > 0 && p->total > bytes ? (double)(p->total - bytes) / rate : 0;
@@ -402,7 +428,16 @@ static void progress_show(progress *p, uint64_t bytes, int64_t tokens, int final
             p->tty ? "\r" : "", p->what, (double)bytes / 1e6, (double)p->total / 1e6,
             rate / 1e6, (long long)tokens, final ? 0.0 : left,
             p->tty && !final ? "   " : "\n");
+    p->shown = 1;
+    p->open = p->tty && !final;
+    p->shown_bytes = bytes;
+    p->shown_tokens = tokens;
     fflush(stderr);
+}
+
+/* The end of a pass that printed lines: its final line (nothing when it printed none). */
+static void progress_end(progress *p, uint64_t bytes, int64_t tokens) {
+    if (p->shown) progress_show(p, bytes, tokens, 1);
 }
 
 /* ---- the passes -------------------------------------------------------------------------- */
@@ -430,9 +465,7 @@ static int32_t fill_unit(prep_ctx *c, text_stream *ts, work_unit *u, size_t targ
  * the result does not depend on the number of threads. */
 static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_error *err) {
     const prepare_options *o = c->o;
-    progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
-                   .total = c->files->total_estimate, .what = "tokenized"};
-    pg.last = pg.start;
+    progress pg = progress_start(o, c->files->total_estimate, "tokenized");
     router r = {.train = train, .val = val, .spill_fd = -1};
     int32_t rc = scratch_open(o->out_dir, &r.spill_fd, err);
     if (rc != CT_OK) return rc;
@@ -514,9 +547,7 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
     }
     double total = (double)(c->files->total_estimate ? c->files->total_estimate : 1);
     double rate = o->sp_sample_bytes > 0 ? (double)o->sp_sample_bytes / total : 1.0;
-    progress pg = {.on = !o->quiet, .tty = isatty(2), .start = now_s(),
-                   .total = c->files->total_estimate, .what = "sampled"};
-    pg.last = pg.start;
+    progress pg = progress_start(o, c->files->total_estimate, "sampled");
     uint64_t block = 0, before = c->bytes_read;
     *written = 0;
     work_unit *u = &c->units[0];
@@ -547,6 +578,7 @@ static int32_t write_sample(prep_ctx *c, const char *path, uint64_t *written, ct
         corpus_close(ts.r);
         free(ts.buf);
     }
+    progress_end(&pg, c->bytes_read - before, 0); /* ends a terminal's line before the next */
     c->bytes_read = before;
     if (rc == CT_OK && *written == 0 && rate < 1.0) { /* a text of one short block: all of it */
         outfile_abort(&out);

@@ -121,4 +121,47 @@ ct_expect_failure out_dir_under_a_file_is_refused_naming_the_resolved_path \
     "[run] out_dir = afile/run ($W/elsewhere/afile/run, from the working directory): $W/elsewhere/afile is not a folder" \
     bash -c "cd '$W/elsewhere' && '$CTRAIN' validate '$W/t.ini' --set run.out_dir=afile/run"
 
+# ---- tokenize reads standard input ("-") -----------------------------------------------------
+ct_run bash -c "printf 'hi' | '$CTRAIN' tokenize bytes -"
+[ "$ct_rc" -eq 0 ] && [ "$ct_out" = "104 105" ] && ct_pass tokenize_reads_standard_input \
+    || ct_fail tokenize_reads_standard_input "rc $ct_rc, out '$ct_out': $ct_err"
+ct_run bash -c "printf '104 105' | '$CTRAIN' tokenize bytes - --decode"
+[ "$ct_rc" -eq 0 ] && [ "$ct_out" = "hi" ] && ct_pass tokenize_decodes_standard_input \
+    || ct_fail tokenize_decodes_standard_input "rc $ct_rc, out '$ct_out': $ct_err"
+
+# ---- sample --echo prints the prompt before the text generated after it --------------------
+ct_run "$CTRAIN" sample "$W/evalrun" --prompt "Hello there" --tokens 4 --echo --greedy
+echoed=$ct_out
+ct_run "$CTRAIN" sample "$W/evalrun" --prompt "Hello there" --tokens 4 --greedy
+if [ "$ct_rc" -eq 0 ] && [ "$echoed" = "Hello there$ct_out" ]; then ct_pass sample_echo_prints_the_prompt_first
+else ct_fail sample_echo_prints_the_prompt_first "with --echo '$echoed', without '$ct_out': $ct_err"; fi
+ct_run "$CTRAIN" sample "$W/evalrun" --prompt "72 105" --ids --tokens 3 --echo --greedy
+[ "$ct_rc" -eq 0 ] && [[ $ct_out == "72 105 "* ]] && [ "$(wc -w <<<"$ct_out")" -eq 5 ] \
+    && ct_pass sample_echo_with_ids || ct_fail sample_echo_with_ids "rc $ct_rc '$ct_out': $ct_err"
+
+# ---- what-if's table has a legend: every column named and explained -------------------------
+ct_run "$CTRAIN" what-if "$W/evalrun" --world-sizes 2 --policies pure_bf16
+missing=""
+for col in tokens/rank rel_err bias logit_push predicted; do
+    grep -q "^#   $col  *[a-z|(]" <<<"$ct_out" || missing="$missing $col"
+done
+header=$(grep -n "^ *N algo" <<<"$ct_out" | cut -d: -f1)
+legend=$(grep -n "^#   rel_err" <<<"$ct_out" | cut -d: -f1)
+if [ "$ct_rc" -eq 0 ] && [ -z "$missing" ] && [ -n "$header" ] && [ -n "$legend" ] && [ "$legend" -lt "$header" ]; then
+    ct_pass whatif_prints_a_legend_before_its_table
+else ct_fail whatif_prints_a_legend_before_its_table "rc $ct_rc, missing:$missing: $ct_out $ct_err"; fi
+ct_run "$CTRAIN" what-if "$W/evalrun" --world-sizes 2 --policies pure_bf16 --rows 8
+grep -q "^#   se  *the standard error" <<<"$ct_out" && ct_pass whatif_legend_names_se_with_rows \
+    || ct_fail whatif_legend_names_se_with_rows "$ct_out $ct_err"
+
+# ---- prepare's progress line never says the same thing twice --------------------------------
+for i in $(seq 1 40); do cat /usr/share/common-licenses/GPL-3; done > "$W/big.txt"
+ct_run env CTRAIN_PROGRESS_S=0 "$CTRAIN" prepare --text "$W/big.txt" --out "$W/pp" --tokenizer bytes \
+    --unit-bytes 200000 --threads 1
+lines=$(grep -c "^prepare: tokenized" <<<"$ct_err")
+repeats=$(grep "^prepare: tokenized" <<<"$ct_err" | sed 's/, [0-9.]* MB\/s//' | uniq -d | wc -l)
+if [ "$ct_rc" -eq 0 ] && [ "$lines" -ge 3 ] && [ "$repeats" -eq 0 ]; then
+    ct_pass prepare_progress_line_printed_once_per_change
+else ct_fail prepare_progress_line_printed_once_per_change "rc $ct_rc, $lines lines, $repeats repeated: $ct_err"; fi
+
 ct_summary
