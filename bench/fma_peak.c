@@ -12,8 +12,8 @@
  * runs at one instruction per latency, whatever the core's width. An integer `add` has a
  * latency of 1 cycle on every x86 core; vfmadd231ps has 4 on Intel since Skylake (Skylake-SP,
  * Ice Lake, Sapphire/Emerald Rapids: Intel's Optimization Reference Manual tables, Agner Fog's
- * instruction tables, uops.info) and AMD Zen 2 and later, 5 on Haswell/Broadwell and Zen 1
- * (fma_latency() below). Both chains are timed: the add chain needs no table, and the ratio of
+ * instruction tables, uops.info) and AMD Zen 3 and later, 5 on Haswell/Broadwell and AMD Zen 1,
+ * Zen+ and Zen 2 (fma_latency() below). Both chains are timed: the add chain needs no table, and the ratio of
  * the two measures the FMA latency, which checks the table's figure.
  * Timing on a shared machine: every figure is the best of many short windows (a window in
  * which the thread was descheduled is slower, never faster), each core's best summed.
@@ -42,8 +42,15 @@
 
 #define CHAIN_REPS  8192  /* dependent steps per timed window: ~8-30 microseconds of FMAs x.. */
 #define WINDOW_REPS 32    /* ..32 blocks of them per window */
-#define INDEP       16    /* independent accumulators: > 2 units x 4-cycle latency, so the
-                             units, not the latency, bound the rate */
+/* Independent accumulators of the peak kernels: at least units x latency of them must be in
+ * flight, or the latency, not the FMA units, bounds the rate; 2 units x 5 cycles (Zen 2,
+ * Haswell) = 10 is the most any core here needs. They must also stay in registers with the
+ * two operands: AVX-512 has 32 vector registers (16 chains + 2), AVX2 only 16, so 12 chains
+ * there — 16 made the compiler spill 3 of them to the stack each round, and the store/reload
+ * chains held a Zen 3 core to 0.7 FMA/cycle of its 2 (the AVX2 peak read 66 GFLOP/s, below
+ * OpenBLAS's 180: issue 31). */
+#define INDEP_512 16
+#define INDEP_256 12
 
 static double now_s(void) {
     struct timespec ts;
@@ -76,34 +83,39 @@ __attribute__((target("avx512f"))) static float fma_chain_512(long n, float a, f
     return _mm512_reduce_add_ps(x);
 }
 
-/* n x INDEP independent FMAs: INDEP chains side by side in named registers (an array would
- * live in memory), so the FMA units, not the latency, bound the rate. The empty asm statements
- * keep every chain (and stop the compiler merging chains that start equal). */
-#define REG_V(x) "v"(x)
-#define REG_X(x) "x"(x)
-#define FMA_INDEP_FN(NAME, TARGET, VEC, SET1, FMA, REG, FIRST)                                  \
-    __attribute__((target(TARGET))) static float NAME(long n, float a, float b) {               \
-        VEC va = SET1(a), vb = SET1(b);                                                         \
-        VEC x0 = va, x1 = vb, x2 = va, x3 = vb, x4 = va, x5 = vb, x6 = va, x7 = vb, x8 = va,     \
-            x9 = vb, xa = va, xb = vb, xc = va, xd = vb, xe = va, xf = vb;                      \
-        for (long i = 0; i < n; i++) {                                                          \
-            x0 = FMA(x0, va, vb), x1 = FMA(x1, va, vb), x2 = FMA(x2, va, vb);                   \
-            x3 = FMA(x3, va, vb), x4 = FMA(x4, va, vb), x5 = FMA(x5, va, vb);                   \
-            x6 = FMA(x6, va, vb), x7 = FMA(x7, va, vb), x8 = FMA(x8, va, vb);                   \
-            x9 = FMA(x9, va, vb), xa = FMA(xa, va, vb), xb = FMA(xb, va, vb);                   \
-            xc = FMA(xc, va, vb), xd = FMA(xd, va, vb), xe = FMA(xe, va, vb);                   \
-            xf = FMA(xf, va, vb);                                                               \
-            __asm__ volatile("" : "+" REG(x0), "+" REG(x1), "+" REG(x2), "+" REG(x3),           \
-                             "+" REG(x4), "+" REG(x5), "+" REG(x6), "+" REG(x7));               \
-            __asm__ volatile("" : "+" REG(x8), "+" REG(x9), "+" REG(xa), "+" REG(xb),           \
-                             "+" REG(xc), "+" REG(xd), "+" REG(xe), "+" REG(xf));               \
-        }                                                                                       \
-        return FIRST(x0);                                                                       \
+/* n x 16 (AVX-512) or n x 12 (AVX2) independent FMAs: chains side by side in named registers
+ * (an array would live in memory), so the FMA units, not the latency, bound the rate. The empty
+ * asm statements keep every chain (and stop the compiler merging chains that start equal). */
+__attribute__((target("avx512f"))) static float fma_indep_512(long n, float a, float b) {
+    __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    __m512 x0 = va, x1 = vb, x2 = va, x3 = vb, x4 = va, x5 = vb, x6 = va, x7 = vb, x8 = va,
+           x9 = vb, xa = va, xb = vb, xc = va, xd = vb, xe = va, xf = vb;
+#define F(x) x = _mm512_fmadd_ps(x, va, vb)
+    for (long i = 0; i < n; i++) {
+        F(x0), F(x1), F(x2), F(x3), F(x4), F(x5), F(x6), F(x7);
+        F(x8), F(x9), F(xa), F(xb), F(xc), F(xd), F(xe), F(xf);
+        __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5),
+                         "+v"(x6), "+v"(x7));
+        __asm__ volatile("" : "+v"(x8), "+v"(x9), "+v"(xa), "+v"(xb), "+v"(xc), "+v"(xd),
+                         "+v"(xe), "+v"(xf));
     }
-FMA_INDEP_FN(fma_indep_512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, REG_V,
-             _mm512_cvtss_f32)
-FMA_INDEP_FN(fma_indep_256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, REG_X,
-             _mm256_cvtss_f32)
+#undef F
+    return _mm512_cvtss_f32(x0);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_indep_256(long n, float a, float b) {
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    __m256 x0 = va, x1 = vb, x2 = va, x3 = vb, x4 = va, x5 = vb, x6 = va, x7 = vb, x8 = va,
+           x9 = vb, xa = va, xb = vb;
+#define F(x) x = _mm256_fmadd_ps(x, va, vb)
+    for (long i = 0; i < n; i++) {
+        F(x0), F(x1), F(x2), F(x3), F(x4), F(x5), F(x6), F(x7), F(x8), F(x9), F(xa), F(xb);
+        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5));
+        __asm__ volatile("" : "+x"(x6), "+x"(x7), "+x"(x8), "+x"(x9), "+x"(xa), "+x"(xb));
+    }
+#undef F
+    return _mm256_cvtss_f32(x0);
+}
 
 /* 16 independent chains of vdpbf16ps (x += a.b over bf16 pairs, f32 lanes), n rounds. */
 #define DP(x) x = _mm512_dpbf16_ps(x, va, vb)
@@ -157,7 +169,7 @@ static int fma_latency(int *known) {
     }
     if (strcmp(vendor, "AuthenticAMD") == 0 && fam >= 0x17) {
         *known = 1;
-        return fam == 0x17 && model < 0x30 ? 5 : 4; /* Zen 1 / Zen+ 5; Zen 2 and later 4 */
+        return fam == 0x17 ? 5 : 4; /* family 17h: Zen 1, Zen+, Zen 2: 5; 19h on (Zen 3..): 4 */
     }
     return 4;
 }
@@ -202,6 +214,7 @@ static void *run_worker(void *p) {
     }
     pthread_barrier_wait(w->go);
     float a = 0.999999f, b = 1e-7f; /* x -> a x + b stays near 1: no denormals, no overflow */
+    const int indep = w->width == 512 ? INDEP_512 : INDEP_256;
     double end = now_s() + w->seconds;
     do {
         double t = now_s();
@@ -216,14 +229,14 @@ static void *run_worker(void *p) {
         if (r > w->chain_per_s) w->chain_per_s = r;
 
         t = now_s();
-        s += w->width == 512 ? fma_indep_512(CHAIN_REPS * WINDOW_REPS / INDEP, a, b)
-                             : fma_indep_256(CHAIN_REPS * WINDOW_REPS / INDEP, a, b);
-        r = (double)INDEP * (CHAIN_REPS * WINDOW_REPS / INDEP) / (now_s() - t);
+        long rounds = CHAIN_REPS * WINDOW_REPS / indep;
+        s += w->width == 512 ? fma_indep_512(rounds, a, b) : fma_indep_256(rounds, a, b);
+        r = (double)indep * rounds / (now_s() - t);
         if (r > w->fma_per_s) w->fma_per_s = r;
         if (w->bf16) {
             t = now_s();
-            s += bf16_dot_indep(CHAIN_REPS * WINDOW_REPS / INDEP, 1.0f, 1e-3f);
-            r = (double)INDEP * (CHAIN_REPS * WINDOW_REPS / INDEP) / (now_s() - t);
+            s += bf16_dot_indep(CHAIN_REPS * WINDOW_REPS / INDEP_512, 1.0f, 1e-3f);
+            r = (double)INDEP_512 * (CHAIN_REPS * WINDOW_REPS / INDEP_512) / (now_s() - t);
             if (r > w->dp_per_s) w->dp_per_s = r;
         }
         w->sink += s;

@@ -12,6 +12,9 @@
  *      plugins/model/gpt/onednn.c host/base/blas_core.c $(pkg-config --cflags --libs openblas) -ldnnl -ldl
  *   ./a.out [small|gpt2] [REPS]       (bench/run.sh runs it when oneDNN is installed)
  * Prints a table and one line per class: "onednn_products CLASS openblas_s f32_s sgemm_s bf16_s".
+ * A way oneDNN refuses (its bf16 matmul on an ISA without bf16 instructions, e.g. AVX2) prints
+ * as "refused" in every cell and line it would have filled, never as a time, and one line says
+ * why ("... refused: ISA avx2 has no bf16 (oneDNN: ...)"); it is tried once per product.
  */
 #include "../plugins/model/gpt/onednn.h"
 #include "base/blas_core.h"
@@ -67,8 +70,10 @@ typedef struct {
 static const char *const way_name[WAYS] = {"OpenBLAS split", "oneDNN f32 matmul", "dnnl_sgemm",
                                            "oneDNN bf16 matmul"};
 
-/* Best seconds of each way for one product. */
-static void time_product(gpt_dnnl *d, int threads, const shape *s, int reps, double best[WAYS]) {
+/* Best seconds of each way for one product; refused[w] set (and best[w] meaningless) when
+ * oneDNN refused way w, its reason copied into why[w] (the first refusal kept). */
+static void time_product(gpt_dnnl *d, int threads, const shape *s, int reps, double best[WAYS],
+                         int refused[WAYS], char why[WAYS][256]) {
     int64_t M = s->M, N = s->N, K = s->K, lda = s->ta ? M : K, ldb = s->tb ? K : N;
     float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
     float *C = malloc(sizeof(float) * (size_t)(M * N));
@@ -83,9 +88,10 @@ static void time_product(gpt_dnnl *d, int threads, const shape *s, int reps, dou
     for (int64_t i = 0; i < K * N; i++) B16[i] = ct_bf16_from_f32(B[i]);
     memset(C, 0, sizeof(float) * (size_t)(M * N));
     float beta = s->ta ? 1.0f : 0.0f; /* weight gradients add into the gradient */
-    for (int w = 0; w < WAYS; w++) best[w] = 1e30;
+    for (int w = 0; w < WAYS; w++) best[w] = 1e30, refused[w] = 0;
     for (int r = 0; r < reps + 1; r++) /* the first round creates the primitives: not timed */
         for (int w = 0; w < WAYS; w++) {
+            if (refused[w]) continue; /* refused once: the same primitive is refused again */
             double t = now();
             int rc = 0;
             if (w == 0) split_sgemm(threads, s->ta, s->tb, M, N, K, A, lda, B, ldb, beta, C, N);
@@ -100,13 +106,29 @@ static void time_product(gpt_dnnl *d, int threads, const shape *s, int reps, dou
                                    ldb, beta, C, N);
             t = now() - t;
             if (rc != 0) {
-                fprintf(stderr, "onednn_products: %s refused %lld x %lld x %lld: %s\n",
-                        way_name[w], (long long)M, (long long)N, (long long)K, gpt_dnnl_error(d));
-                t = 1e30;
+                refused[w] = 1;
+                if (!why[w][0])
+                    snprintf(why[w], 256, "%s", w == 2 ? "dnnl_sgemm failed" : gpt_dnnl_error(d));
+                continue;
             }
             if (r > 0 && t < best[w]) best[w] = t;
         }
     free(A), free(B), free(C), free(A16), free(B16);
+}
+
+/* The summary lines' keys per way, and their values: seconds ("%.4f") or "refused". */
+static const char *const way_key[WAYS] = {"openblas_s", "f32_s", "sgemm_s", "bf16_s"};
+
+static const char *secs(char *buf, int refused, double s) {
+    if (refused) return "refused";
+    snprintf(buf, 32, "%.4f", s);
+    return buf;
+}
+
+static const char *gain(char *buf, int refused, double g) {
+    if (refused) return "refused";
+    snprintf(buf, 32, "%.2f", g);
+    return buf;
 }
 
 int main(int argc, char **argv) {
@@ -136,6 +158,7 @@ int main(int argc, char **argv) {
         {"head_weight_grad", 1, 0, V, C, R, ranges},
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
+    char buf[WAYS][64];
     printf("onednn_products: %s (L=%lld C=%lld, B*T=%lld, V=%lld), %d threads, best of %d; oneDNN "
            "%s, ISA %s\n", which, (long long)L, (long long)C, (long long)N, (long long)V, threads,
            reps, in.version, in.isa);
@@ -144,29 +167,49 @@ int main(int argc, char **argv) {
     printf("\n|---|---|---|---|---|---|---|---|---|\n");
     const char *classes[] = {"linear_forward", "linear_input_grad", "linear_weight_grad",
                              "head_forward", "head_input_grad", "head_weight_grad"};
+    /* seconds per step by class and way; refused: some product of the class (or step) refused */
     double cls_s[6][WAYS] = {{0}}, all_s[WAYS] = {0};
+    int    cls_refused[6][WAYS] = {{0}}, all_refused[WAYS] = {0};
+    char   why[WAYS][256] = {{0}};
     for (int i = 0; i < n; i++) {
         const shape *s = &shapes[i];
         double best[WAYS], f = 2.0 * (double)s->M * (double)s->N * (double)s->K;
-        time_product(d, threads, s, reps, best);
+        int    refused[WAYS];
+        time_product(d, threads, s, reps, best, refused, why);
         printf("| %s | %lld | %lld | %lld | %lld |", s->cls, (long long)s->M, (long long)s->N,
                (long long)s->K, (long long)s->per_step);
-        for (int w = 0; w < WAYS; w++) printf(" %.1f |", f / best[w] * 1e-9);
+        for (int w = 0; w < WAYS; w++)
+            if (refused[w]) printf(" refused |");
+            else printf(" %.1f |", f / best[w] * 1e-9);
         printf("\n");
         for (int c = 0; c < 6; c++)
             if (strcmp(classes[c], s->cls) == 0)
                 for (int w = 0; w < WAYS; w++) {
                     cls_s[c][w] += best[w] * (double)s->per_step;
                     all_s[w] += best[w] * (double)s->per_step;
+                    cls_refused[c][w] |= refused[w];
+                    all_refused[w] |= refused[w];
                 }
     }
-    for (int c = 0; c < 6; c++)
-        printf("onednn_products %s %s openblas_s %.4f f32_s %.4f sgemm_s %.4f bf16_s %.4f "
-               "f32_gain %.2f\n", which, classes[c], cls_s[c][0], cls_s[c][1], cls_s[c][2],
-               cls_s[c][3], cls_s[c][0] / cls_s[c][1]);
-    printf("onednn_products %s step openblas_s %.4f f32_s %.4f sgemm_s %.4f bf16_s %.4f "
-           "f32_gain %.2f bf16_gain %.2f\n", which, all_s[0], all_s[1], all_s[2], all_s[3],
-           all_s[0] / all_s[1], all_s[0] / all_s[3]);
+    for (int w = 0; w < WAYS; w++) {
+        if (!all_refused[w]) continue;
+        if (w == 3 && !in.bf16) /* the expected case: no bf16 instructions for oneDNN to use */
+            printf("onednn_products: %s refused: ISA %s has no bf16 (oneDNN: %s)\n", way_name[w],
+                   in.isa, why[w]);
+        else
+            printf("onednn_products: %s refused (oneDNN: %s)\n", way_name[w], why[w]);
+    }
+    for (int c = 0; c < 6; c++) {
+        printf("onednn_products %s %s", which, classes[c]);
+        for (int w = 0; w < WAYS; w++)
+            printf(" %s %s", way_key[w], secs(buf[w], cls_refused[c][w], cls_s[c][w]));
+        printf(" f32_gain %s\n",
+               gain(buf[0], cls_refused[c][0] || cls_refused[c][1], cls_s[c][0] / cls_s[c][1]));
+    }
+    printf("onednn_products %s step", which);
+    for (int w = 0; w < WAYS; w++) printf(" %s %s", way_key[w], secs(buf[w], all_refused[w], all_s[w]));
+    printf(" f32_gain %s", gain(buf[0], all_refused[0] || all_refused[1], all_s[0] / all_s[1]));
+    printf(" bf16_gain %s\n", gain(buf[1], all_refused[0] || all_refused[3], all_s[0] / all_s[3]));
     gpt_dnnl_free(d);
     return 0;
 }

@@ -16,11 +16,14 @@
 # Reports; never gates (docs/benchmarks.md). Usage: bench/run.sh [small|gpt2|all] (default
 # all). Env: STEPS (default 6), BUILD, TORCH (0: skip the PyTorch runs), PYTHON (default
 # python3: the interpreter that has torch), PRECISIONS (default "fp32 amp pure_bf16"),
-# PRODUCT_REPS (repetitions of onednn_products, default 2), BF16_MATMUL
+# PRODUCT_REPS (repetitions of onednn_products, default 2, and of gemm_ceiling, default 3), BF16_MATMUL
 # (the gpt plugin's [model] bf16_matmul for the bf16 rows; default its own, auto), PERF (1:
 # training runs under `perf record` and two lines say what share of its steps the product
 # kernels took, how fast they ran and where the rest went: bench/kernel_share.py; needs perf,
-# costs ~1% of the tokens/s).
+# costs ~1% of the tokens/s), THREADS_BENCH (0: skip bench/bench_threads.sh, which `all` runs
+# last: [device] threads = 0 against fixed counts, idle and under a synthetic load, ~3 minutes).
+# A measurement that did not run prints as such ("skipped", "refused: ISA avx2 has no bf16",
+# "not measured"), never as a number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -58,9 +61,13 @@ echo "sgemm: 2048^3 on OpenBLAS's own threads, kernel $peak_kernel${OPENBLAS_COR
 # (bench/gemm_ceiling.c: one GPT-2 124M step's products, 1 thread and all threads; ~10 s)
 cc -O2 -fopenmp -o "$work/gemm_ceiling" bench/gemm_ceiling.c host/base/blas_core.c -Ihost \
     $(pkg-config --cflags --libs openblas) -ldl
-"$work/gemm_ceiling" "$arith" > "$work/gemm_ceiling.log"
+"$work/gemm_ceiling" "$arith" ${PRODUCT_REPS:+"$PRODUCT_REPS"} > "$work/gemm_ceiling.log"
 grep -v '^|\|^gemm_ceiling products_s' "$work/gemm_ceiling.log" | sed 's/^gemm_ceiling: /products: /'
 products=$(awk '/^gemm_ceiling products_s/ {print $7}' "$work/gemm_ceiling.log")
+# a peak bounds what runs under it, on every ISA (issue 31: an AVX2 peak of 69 under an sgemm of 180)
+if awk -v s="$sgemm" -v a="$arith" 'BEGIN {exit !(a > 0 && s > a)}'; then
+    echo "arith: WARNING: the sgemm reference $sgemm GFLOP/s exceeds the arithmetic peak $arith GFLOP/s: bench/fma_peak.c mismeasured this CPU"
+fi
 
 # ---- one step's products through oneDNN, f32 and bf16, against OpenBLAS (when installed) ----
 if cc -O2 -fopenmp -DGPT_HAVE_ONEDNN -Isdk/include -Ihost -o "$work/onednn_products" \
@@ -171,8 +178,8 @@ INI
     local torch_label=$([ $tdtype = fp32 ] && echo "eager fp32" || echo "bf16 autocast")
     rows+=("$(awk -v l="$label" -v p="$prec" -v L="$L" -v C="$C" -v f="$fpt" -v t="$tps" -v g="$gflops" \
         -v s="$sgemm" -v a="$arith" -v tt="$ttps" -v r="$ratio" -v st="$step" -v tl="$torch_label" 'BEGIN {
-        printf "| %s (L=%d C=%d) | %s | %.2f M | %.0f | %.1f | %.1f%% | %.1f%% | %s | %s |", l, L, C, p,
-            f / 1e6, t, g, 100 * g / s, 100 * g / a, tt == "-" || tt == "failed" ? tt : sprintf("%.0f (%s)", tt, tl), r }')")
+        printf "| %s (L=%d C=%d) | %s | %.2f M | %.0f | %.1f | %.1f%% | %s | %s | %s |", l, L, C, p,
+            f / 1e6, t, g, 100 * g / s, (a > 0 ? sprintf("%.1f%%", 100 * g / a) : "-"), tt == "-" || tt == "failed" ? tt : sprintf("%.0f (%s)", tt, tl), r }')")
 }
 for prec in $precisions; do
     [ "$which" = all ] || [ "$which" = small ] && run_shape small 4 256 4 "$prec"
@@ -181,10 +188,17 @@ for prec in $precisions; do
     [ "$which" = all ] || [ "$which" = gpt2 ] && run_shape gpt2 12 768 12 "$prec"
 done
 echo
-echo "AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith GFLOP/s; GPT-2 124M's products alone ${products:-?} GFLOP/s (OpenBLAS, $threads threads)"
+arith_said="$arith GFLOP/s" products_said="$products GFLOP/s (OpenBLAS, $threads threads)"
+[ "$arith" = 0 ] && arith_said="not measured (the arith: lines say why)"
+[ -n "$products" ] || products_said="not measured (the products: lines say why)"
+echo "AdamW, B=4, T=256, V=50257, $threads thread(s); sgemm peak $sgemm GFLOP/s ($peak_kernel), arithmetic peak $arith_said; GPT-2 124M's products alone $products_said"
 echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(grep -m1 -owE 'amx_bf16|avx512_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "| shape | precision | FLOPs/token | tokens/s | GFLOP/s | of sgemm peak | of arith peak | PyTorch tokens/s | ctrain/PyTorch |"
 echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo "load average at the end: $(load)"
+if [ "$which" = all ] && [ "${THREADS_BENCH:-1}" != 0 ]; then
+    echo
+    BUILD=$BUILD bash bench/bench_threads.sh
+fi
 exit 0

@@ -8,7 +8,9 @@
 # bench/run.sh prints a table row with all its columns for 3-step fp32 and amp runs of the small
 # shape (the amp run naming its bf16 path), one step's products through oneDNN where it is
 # installed, and with PERF=1 the product kernels' share of the steps and where the rest went
-# (bench/kernel_share.py) or why not.
+# (bench/kernel_share.py) or why not. On every ISA (issue 31): fma_peak runs one thread on each
+# core it may use, the printed arithmetic peak is >= the sgemm rate measured beside it, and a
+# product that was refused or skipped prints as such, never as a time or rate.
 # Not for: the figures themselves (they depend on the machine and its load: docs/benchmarks.md).
 set -u
 cd "$(dirname "$0")/../.."
@@ -55,6 +57,15 @@ if not 3.5 <= lat <= 5.5: errors.append(f"FMA latency {lat} cycles, expected 3.5
 if not 300 <= mhz <= 7000: errors.append(f"clock {mhz} MHz")
 if not 0.5 <= upc <= 4.5: errors.append(f"{upc} FMA/cycle")
 if not 1 <= cores <= int(sys.argv[2]): errors.append(f"{cores} cores of {sys.argv[2]} CPUs")
+import os  # one thread per distinct (package, core) this process may run on: all the cores
+def topo(cpu, name, default):
+    try:
+        return int(open(f"/sys/devices/system/cpu/cpu{cpu}/topology/{name}").read())
+    except (OSError, ValueError):
+        return default
+allowed = os.sched_getaffinity(0)
+distinct = len({(topo(c, "physical_package_id", 0), topo(c, "core_id", c)) for c in allowed})
+if cores != distinct: errors.append(f"ran on {cores} core(s), but this process may use {distinct}")
 expect = cores * mhz * 1e6 * upc * lanes * 2 / 1e9
 if abs(g - expect) > 0.02 * g + 0.5: errors.append(f"peak {g} != cores x clock x FMA/cycle x lanes x 2 = {expect:.1f}")
 if errors:
@@ -103,8 +114,48 @@ done
 grep -q "^small_amp: cpu bf16: " "$work/run.log" && ok "run.sh: the amp row's path: $(grep '^small_amp: cpu bf16: ' "$work/run.log")" \
     || fail "run.sh: the amp run's 'cpu bf16:' line is missing: $(grep '^small_amp' "$work/run.log")"
 if [ -e "$BUILD/.onednn-on" ] || [ -e "build/.onednn-on" ]; then
-    grep -qE "^products: small, the step's products through oneDNN: openblas_s [0-9.]+ f32_s [0-9.]+ sgemm_s [0-9.]+ bf16_s [0-9.]+ " "$work/run.log" \
+    grep -qE "^products: small, the step's products through oneDNN: openblas_s [0-9.]+ f32_s [0-9.]+ sgemm_s [0-9.]+ bf16_s ([0-9.]+|refused) " "$work/run.log" \
         && ok "run.sh: $(grep "^products: small, the step" "$work/run.log")" \
         || fail "run.sh: no oneDNN products line: $(grep '^products' "$work/run.log")"
 fi
+# ---- 4. every ISA: a peak bounds what runs under it; refused is never a time -------------
+# the summary line: "... sgemm peak S GFLOP/s (KERNEL), arithmetic peak A GFLOP/s; GPT-2 124M's
+# products alone P GFLOP/s ..." (A and P may be "not measured", never "?")
+summary=$(grep '^AdamW, B=4' "$work/run.log" || true)
+sgemm=$(echo "$summary" | sed -nE 's/.*sgemm peak ([0-9.]+) GFLOP\/s.*/\1/p')
+arith=$(echo "$summary" | sed -nE 's/.*arithmetic peak ([0-9.]+) GFLOP\/s.*/\1/p')
+if [ -z "$sgemm" ] || ! echo "$summary" | grep -qE "arithmetic peak ([0-9.]+ GFLOP/s|not measured[^;]*); GPT-2 124M's products alone ([0-9.]+ GFLOP/s \(OpenBLAS, [0-9]+ threads\)|not measured .*)$"; then
+    fail "run.sh's summary line names no sgemm rate, arithmetic peak or products figure: '$summary'"
+elif [ -n "$arith" ] && ! awk -v a="$arith" -v s="$sgemm" 'BEGIN {exit !(a >= s)}'; then
+    fail "run.sh: arithmetic peak $arith GFLOP/s < the sgemm rate $sgemm GFLOP/s measured beside it (expected peak >= sgemm): $(grep '^arith: ' "$work/run.log" | tail -2)"
+else
+    ok "run.sh: arithmetic peak ${arith:-not measured} GFLOP/s >= sgemm ${sgemm} GFLOP/s; GPT-2${summary#*; GPT-2}"
+fi
+# a refused or skipped way: the word, in every cell and key=value it would fill; and no figure
+# of 10 or more digits in the references' lines or the table (the 4.8e31 s of issue 31)
+python3 - "$work/run.log" <<'PY' && ok "run.sh: refused and skipped products print as such ($(grep -cE 'refused|skipped' "$work/run.log") line(s)), never as a time" || fail "run.sh: a refused or skipped product printed as a number (expected the word)"
+import re, sys
+bad = []
+for n, line in enumerate(open(sys.argv[1]), 1):
+    line = line.rstrip("\n")
+    if re.search(r"\d{10,}", line) and line.startswith(("products: ", "arith: ", "sgemm: ", "| ", "AdamW")):
+        bad.append(f"{n}: {line}")
+    # summary lines: each way's seconds / gain is a number or "refused"/"skipped"
+    if line.startswith(("products: ", "onednn_products ")) and "refused" in line:
+        for key, val in re.findall(r"\b(\w+_(?:s|gain)) (\S+)", line):
+            if not re.fullmatch(r"[0-9.]+|refused|skipped", val):
+                bad.append(f"{n}: {key} {val}: {line}")
+    if line.startswith("products: ") and ("ISA avx2" in line or "no bf16" in line) and re.search(r"bf16_s [0-9]", line):
+        bad.append(f"{n}: bf16 timed on an ISA without bf16: {line}")
+text = open(sys.argv[1]).read()
+isa = re.search(r"oneDNN [0-9.]+, ISA (\S+)", text)
+if isa and not re.search(r"bf16|amx", isa[1]):  # no bf16 instructions: bf16 must say refused
+    if not re.search(rf"refused: ISA {re.escape(isa[1])} has no bf16", text):
+        bad.append(f"ISA {isa[1]}: no line 'refused: ISA {isa[1]} has no bf16'")
+    if re.search(r"bf16_s [0-9]", text):
+        bad.append(f"ISA {isa[1]}: a bf16 time printed: " + re.search(r".*bf16_s [0-9].*", text)[0])
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PY
 finish
