@@ -95,13 +95,14 @@ frozen_header_loads() {
         --set loss.plugins=ce,fx_v1$m --set loss.fx_v1$m.coef=0.25
 }
 # ABI 1.1 (before the validate hook and schema flags), 1.2 (before row ranges), 1.3 (before
-# hidden_rows), 1.4 (before the comm's _sr collectives) and 1.5 (before CT_REDUCE_AVG) keep
-# loading
+# hidden_rows), 1.4 (before the comm's _sr collectives), 1.5 (before CT_REDUCE_AVG) and 1.6
+# (before the optimizer kind) keep loading
 frozen_header_loads 1
 frozen_header_loads 2
 frozen_header_loads 3
 frozen_header_loads 4
 frozen_header_loads 5
+frozen_header_loads 6
 
 # a 1.2 plugin's validate hook runs in validate and train, before anything is created; its error
 # gets the FILE:LINE of the key it names
