@@ -51,6 +51,7 @@ int cmd_validate(int argc, char **argv) {
     FILE *mem = open_memstream(&buf, &len);
     if (mem) {
         wiring_print(&w, mem);
+        wiring_print_inert(cfg, &w, mem);
         fclose(mem);
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
             fprintf(cmdout(), ";   %s\n", line);

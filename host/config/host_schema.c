@@ -57,12 +57,19 @@ static const ct_param_spec data_specs[] = {
     CT_PARAM_END,
 };
 
-static const char *const schedule_choices[] = {"cosine", "linear", "constant", NULL};
+static const char *const schedule_choices[] = {"cosine", "linear", "constant", "wsd", NULL};
+static const char *const decay_shape_choices[] = {"linear", "cosine", "sqrt", NULL};
 static const ct_param_spec optim_specs[] = {
     CT_PARAM_FLOAT("lr", "6e-4", 0, 10, "peak learning rate"),
     CT_PARAM_FLOAT("min_lr", "0", 0, 10, "learning rate at the end of the schedule; <= lr"),
     CT_PARAM_INT("warmup", "0", 0, 1e9, "linear warm-up steps"),
-    CT_PARAM_ENUM("schedule", "cosine", schedule_choices, "decay after warm-up"),
+    CT_PARAM_ENUM("schedule", "cosine", schedule_choices, "decay after warm-up; wsd = "
+                  "warmup-stable-decay: lr until the last decay_frac of the schedule, then "
+                  "down to min_lr in decay_shape"),
+    CT_PARAM_FLOAT("decay_frac", "0.2", 0, 1, "wsd: the decay's share of the steps after the "
+                   "warm-up"),
+    CT_PARAM_ENUM("decay_shape", "linear", decay_shape_choices, "wsd: the decay's shape: "
+                  "linear, cosine, or sqrt (1 - sqrt of the decay's progress)"),
     CT_PARAM_INT("schedule_steps", "0", 0, 1e9, "length of the lr schedule in steps; 0 = [run] "
                  "steps (set it to keep a schedule when a resume changes steps)"),
     CT_PARAM_FLOAT_X("beta1", "0.9", 0, 1, CT_PARAM_MAX_EXCLUSIVE, "AdamW first-moment decay"),
@@ -71,6 +78,14 @@ static const ct_param_spec optim_specs[] = {
     CT_PARAM_FLOAT("weight_decay", "0.1", 0, 10, "decoupled weight decay"),
     CT_PARAM_BOOL("decay_all", "false", "decay every tensor (open_lm) instead of matrices only"),
     CT_PARAM_FLOAT("grad_clip", "1.0", 0, 1e9, "clip the global gradient norm to this; 0 = off"),
+    CT_PARAM_BOOL("decay_embeddings", "true", "weight decay on the embedding tables (and a tied "
+                  "head); false = torchtitan's group without decay (norms and biases never decay "
+                  "unless decay_all)"),
+    CT_PARAM_FLOAT("lr_mult_matrix", "1", 0, 1e3, "lr multiplier of the hidden matrices' group"),
+    CT_PARAM_FLOAT("lr_mult_embedding", "1", 0, 1e3, "lr multiplier of the embeddings' group"),
+    CT_PARAM_FLOAT("lr_mult_head", "1", 0, 1e3, "lr multiplier of the output head (untied)"),
+    CT_PARAM_FLOAT("lr_mult_norm", "1", 0, 1e3, "lr multiplier of the norms' gains and biases"),
+    CT_PARAM_FLOAT("lr_mult_bias", "1", 0, 1e3, "lr multiplier of the other 1-D tensors (biases)"),
     CT_PARAM_END,
 };
 
@@ -116,6 +131,12 @@ static const ct_param_spec device_specs[] = {
     CT_PARAM_END,
 };
 
+static const ct_param_spec optimizer_specs[] = {
+    CT_PARAM_STRING("plugin", "adamw", "optimizer plugin; its own keys go in [optimizer.NAME] "
+                    "(the schedule, clipping, lr and weight decay stay in [optim])"),
+    CT_PARAM_END,
+};
+
 static const host_section sections[] = {
     {"run", run_specs, 0, NULL, "the run: length, logging, checkpoints"},
     {"data", data_specs, 0, NULL, "token shards and batch shape"},
@@ -125,7 +146,9 @@ static const host_section sections[] = {
     {"precision", precision_specs, CT_KIND_PRECISION, "plugin", "precision policy and its keys"},
     {"comm", comm_specs, CT_KIND_COMM, "plugin", "collective engine and its keys"},
     {"device", device_specs, CT_KIND_DEVICE, "type", "device plugin and its keys"},
-    {"optim", optim_specs, 0, NULL, "AdamW and the learning-rate schedule"},
+    {"optim", optim_specs, 0, NULL, "lr schedule, clipping, weight decay, AdamW's betas"},
+    {"optimizer", optimizer_specs, CT_KIND_OPTIMIZER, "plugin",
+     "the optimizer plugin (keys in [optimizer.NAME])"},
 };
 
 const host_section *host_schema_sections(int32_t *n) {

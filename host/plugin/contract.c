@@ -58,6 +58,10 @@ static const member strategy_required[] = {
     M(ct_strategy_vtable, finish_backward), M(ct_strategy_vtable, shard),
     M(ct_strategy_vtable, step_done),      {0, NULL},
 };
+static const member optimizer_required[] = {
+    M(ct_optimizer_vtable, create),      M(ct_optimizer_vtable, destroy),
+    M(ct_optimizer_vtable, state_names), M(ct_optimizer_vtable, update), {0, NULL},
+};
 #undef M
 
 static const member *required_of(int32_t kind) {
@@ -68,6 +72,7 @@ static const member *required_of(int32_t kind) {
     case CT_KIND_PRECISION: return precision_required;
     case CT_KIND_COMM: return comm_required;
     case CT_KIND_DEVICE: return device_required;
+    case CT_KIND_OPTIMIZER: return optimizer_required;
     default: return NULL;
     }
 }

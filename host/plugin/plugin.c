@@ -4,7 +4,7 @@
 #include <string.h>
 
 static const char *const kind_names[] = {NULL,        "model", "loss",  "strategy",
-                                         "precision", "comm",  "device"};
+                                         "precision", "comm",  "device", "optimizer"};
 
 const char *kind_name(int32_t kind) {
     return kind >= 1 && kind <= N_KINDS ? kind_names[kind] : "?";

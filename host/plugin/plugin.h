@@ -21,7 +21,7 @@ typedef struct host_plugin {
 } host_plugin;
 
 /* The kinds are 1 .. N_KINDS (ct_kind). */
-#define N_KINDS 6
+#define N_KINDS 7
 
 /* "model", "loss", ... for a ct_kind; "?" for another value. */
 const char *kind_name(int32_t kind);

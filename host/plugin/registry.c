@@ -62,6 +62,7 @@ static size_t vtable_size(int32_t kind) {
     case CT_KIND_PRECISION: return sizeof(ct_precision_vtable);
     case CT_KIND_COMM: return sizeof(struct ct_comm_vtable);
     case CT_KIND_DEVICE: return sizeof(struct ct_device_vtable);
+    case CT_KIND_OPTIMIZER: return sizeof(ct_optimizer_vtable);
     default: return 0;
     }
 }

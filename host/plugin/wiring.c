@@ -65,9 +65,9 @@ const char *wiring_auto_comm(const host_config *cfg, int64_t world_size) {
 static int32_t device_mask_check(const host_wiring *w, const host_config *cfg, ct_error *err) {
     uint32_t dev = w->device->desc.devices;
     const char *dtype = dev & CT_DEVICE_CUDA ? "cuda" : "cpu";
-    const host_plugin *all[5 + HOST_WIRING_MAX_LOSS] = {w->model, w->strategy, w->precision,
-                                                        w->comm};
-    int32_t n = 4;
+    const host_plugin *all[6 + HOST_WIRING_MAX_LOSS] = {w->model, w->strategy, w->precision,
+                                                        w->comm, w->optimizer};
+    int32_t n = w->optimizer ? 5 : 4;
     for (int32_t i = 0; i < w->n_loss; i++) all[n++] = w->loss[i];
     for (int32_t i = 0; i < n; i++) {
         const host_plugin *p = all[i];
@@ -129,6 +129,7 @@ static int32_t check_sections(const host_config *cfg, const host_wiring *w, ct_e
         const char *name = config_section_name(cfg, s);
         int ok = 0;
         for (int32_t i = 0; i < n && !ok; i++) ok = !strcmp(known[i], name);
+        if (!ok && !strncmp(name, "optimizer.", 10) && name[10]) ok = 1; /* inert unless chosen */
         if (ok) continue;
         const char *where = config_section_origin(cfg, name);
         if (!strncmp(name, "loss.", 5))
@@ -142,7 +143,7 @@ static int32_t check_sections(const host_config *cfg, const host_wiring *w, ct_e
         if (near) snprintf(hint, sizeof hint, " (did you mean [%s]?)", near);
         return ct_error_set(err, CT_ERR_INVALID, "%s: unknown section [%s]%s ---> sections are "
                             "run, data, model, loss, loss.NAME, strategy, precision, comm, "
-                            "device, optim", where, name, hint);
+                            "device, optim, optimizer, optimizer.NAME", where, name, hint);
     }
     return CT_OK;
 }
@@ -218,8 +219,22 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
             case CT_KIND_PRECISION: w->precision = p; break;
             case CT_KIND_COMM: w->comm = p; break;
             case CT_KIND_DEVICE: w->device = p; break;
+            case CT_KIND_OPTIMIZER: w->optimizer = p; break;
             default: break;
             }
+        }
+        if (h->kind == CT_KIND_OPTIMIZER) { /* the plugin's keys live in [optimizer.NAME] */
+            rc = config_validate_section(cfg, h->name, h->specs, sizeof(ct_param_spec), "ctrain",
+                                         NULL, err);
+            if (rc != CT_OK) return rc;
+            snprintf(w->optimizer_section, sizeof w->optimizer_section, "optimizer.%s",
+                     p->desc.name);
+            char owner[128];
+            snprintf(owner, sizeof owner, "optimizer plugin %s", p->desc.name);
+            rc = config_validate_section(cfg, w->optimizer_section, p->params,
+                                         sizeof(ct_param_spec), owner, NULL, err);
+            if (rc != CT_OK) return rc;
+            continue;
         }
         /* [model] from_config: the keys config.json sets, before defaults fill the rest */
         if (h->kind == CT_KIND_MODEL && (rc = hf_config_fill(cfg, err)) != CT_OK) return rc;
@@ -246,7 +261,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
 void wiring_print(const host_wiring *w, FILE *out) {
     const struct { const char *what; const host_plugin *p; } rows[] = {
         {"model", w->model}, {"strategy", w->strategy}, {"precision", w->precision},
-        {"comm", w->comm}, {"device", w->device},
+        {"comm", w->comm}, {"device", w->device}, {"optimizer", w->optimizer},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         if (rows[i].p)
@@ -255,4 +270,13 @@ void wiring_print(const host_wiring *w, FILE *out) {
     for (int32_t i = 0; i < w->n_loss; i++)
         fprintf(out, "%-10s %-12s %-8s %s\n", "loss", w->loss[i]->desc.name,
                 w->loss[i]->desc.version, w->loss[i]->path);
+}
+
+void wiring_print_inert(const host_config *cfg, const host_wiring *w, FILE *out) {
+    for (int32_t s = 0; s < config_section_count(cfg); s++) {
+        const char *name = config_section_name(cfg, s);
+        if (strncmp(name, "optimizer.", 10) != 0 || !strcmp(name, w->optimizer_section)) continue;
+        fprintf(out, "inert: [%s] (%s): [optimizer] plugin = %s does not read it\n", name,
+                config_section_origin(cfg, name), w->optimizer ? w->optimizer->desc.name : "?");
+    }
 }

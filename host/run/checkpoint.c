@@ -1,11 +1,15 @@
 /* checkpoint.c — atomic per-rank checkpoints and resharding resume (see checkpoint.h).
  *
  * rank_NNNNN.bin, little-endian:
- *   char magic[8] "CTCKPT01"; uint32 version (1); int32 rank; int32 world; int64 step;
- *   uint32 n_units; uint64 loader_epoch; uint64 loader_position;
+ *   char magic[8] "CTCKPT01"; uint32 version (1 or 2); int32 rank; int32 world; int64 step;
+ *   uint32 n_units; [version 2: uint32 n_state;] uint64 loader_epoch; uint64 loader_position;
  *   per unit: uint64 unit_numel; uint64 offset; uint64 numel; int32 replicated;
- *             float master[numel]; float m[numel]; float v[numel];
+ *             float master[numel]; then n_state optimizer state buffers float s[numel]
+ *             (version 1: n_state = 2, AdamW's m and v);
  *   uint64 fnv1a64 of every byte before it.
+ * An optimizer with two state buffers (adamw) writes version 1, the format of every ctrain
+ * before the optimizer kind (ABI 1.7); any other count writes version 2. The state belongs to
+ * [optimizer] plugin of the folder's config.ini: a resume with another optimizer is refused.
  *
  * manifest.ini: "run_id = <16 hex>" (the run that wrote the folder: OUT/run_id) and
  * "config_fnv1a64 = <16 hex>" (config.ini's checksum); a folder without one (saved before
@@ -37,11 +41,16 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC "CTCKPT01"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 1u   /* n_state = 2 (m, v) */
+#define CKPT_VERSION_N 2u /* n_state in the header */
 #define CKPT_MAX_LISTED 65536 /* checkpoint folders considered in one listing */
 
-/* The three arrays saved per unit, in file order. */
-static const char *const part_name[3] = {"master weights", "AdamW m", "AdamW v"};
+/* The arrays saved per unit, in file order: the master weights, then the optimizer's state. */
+static const char *part_name(int k) {
+    static const char *const names[] = {"master weights", "optimizer state 0 (AdamW m)",
+                                        "optimizer state 1 (AdamW v)"};
+    return k < 3 ? names[k] : "optimizer state";
+}
 
 /* ---- paths and folders ------------------------------------------------------------------ */
 
@@ -347,7 +356,7 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
         outfile_abort(&out);
         return err->code;
     }
-    uint32_t version = CKPT_VERSION, nu = r->mdesc.n_units;
+    uint32_t version = r->n_state == 2 ? CKPT_VERSION : CKPT_VERSION_N, nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
     host_loader_state ls = loader_get_state(r->train_data);
     hwrite(&hf, CKPT_MAGIC, 8);
@@ -356,6 +365,7 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     hwrite(&hf, &world, 4);
     hwrite(&hf, &step, 8);
     hwrite(&hf, &nu, 4);
+    if (version == CKPT_VERSION_N) hwrite(&hf, &r->n_state, 4);
     hwrite(&hf, &ls.epoch, 8);
     hwrite(&hf, &ls.position, 8);
     float *buf = NULL;
@@ -373,9 +383,9 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
         hwrite(&hf, &sh.offset, 8);
         hwrite(&hf, &numel, 8);
         hwrite(&hf, &sh.replicated, 4);
-        const float *parts[3] = {sh.master, r->units[u].m, r->units[u].v};
-        for (int k = 0; k < 3 && rc == CT_OK; k++) {
-            rc = copy_d2h(r, buf, parts[k], numel * sizeof(float), err);
+        for (uint32_t k = 0; k <= r->n_state && rc == CT_OK; k++) {
+            const float *part = k == 0 ? sh.master : r->units[u].state[k - 1];
+            rc = copy_d2h(r, buf, part, numel * sizeof(float), err);
             /* the host copy is checked too: a non-finite value never reaches the disk */
             for (uint64_t i = 0; rc == CT_OK && i < numel; i++)
                 if (!isfinite(buf[i]))
@@ -384,7 +394,8 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
                                       "%llu; checkpoint not written ---> lower [optim] lr, then "
                                       "resume with --resume",
                                       (long long)step, u, r->mdesc.units[u].name,
-                                      isnan(buf[i]) ? "NaN" : "Inf", part_name[k],
+                                      isnan(buf[i]) ? "NaN" : "Inf",
+                                      k == 0 ? "master weights" : r->state_names[k - 1],
                                       (unsigned long long)(sh.offset + i));
             if (rc == CT_OK) hwrite(&hf, buf, numel * sizeof(float));
         }
@@ -674,6 +685,7 @@ typedef struct saved_rank {
     host_loader_state ls;
     saved_unit     *units;
     uint32_t        n_units;
+    uint32_t        n_state; /* optimizer state buffers per unit (version 1: 2) */
 } saved_rank;
 
 /* s->f = the rank file s->path, opened through the one reader. */
@@ -698,10 +710,13 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
     hread(&hf, &s->world, 4);
     hread(&hf, &s->step, 8);
     hread(&hf, &s->n_units, 4);
+    s->n_state = 2;
+    if (version == CKPT_VERSION_N) hread(&hf, &s->n_state, 4);
     hread(&hf, &s->ls.epoch, 8);
     hread(&hf, &s->ls.position, 8);
-    if (hf.failed || memcmp(magic, CKPT_MAGIC, 8) != 0 || version != CKPT_VERSION ||
-        rank_saved != rank || s->n_units > 1u << 20 || s->world < 1 || s->world > 1 << 20)
+    if (hf.failed || memcmp(magic, CKPT_MAGIC, 8) != 0 ||
+        (version != CKPT_VERSION && version != CKPT_VERSION_N) ||
+        s->n_state > CT_OPTIM_MAX_STATE || rank_saved != rank || s->n_units > 1u << 20 || s->world < 1 || s->world > 1 << 20)
         return ct_error_set(err, CT_ERR_INVALID, "%s is not a ctrain v%u checkpoint of rank %d",
                             s->path, CKPT_VERSION, rank);
     s->units = calloc(s->n_units ? s->n_units : 1, sizeof *s->units);
@@ -715,7 +730,7 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
         hread(&hf, &su->numel, 8);
         hread(&hf, &su->replicated, 4);
         su->data_pos = ftell(s->f);
-        for (int k = 0; k < 3 && !hf.failed; k++)
+        for (int k = 0; k < 1 + (int)s->n_state && !hf.failed; k++)
             for (uint64_t left = su->numel; left > 0 && !hf.failed;) {
                 uint64_t n = left < 4096 ? left : 4096;
                 if (hread(&hf, chunk, n * sizeof(float)) != 0) break;
@@ -724,7 +739,7 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
                         return ct_error_set(err, CT_ERR_INVALID,
                                             "%s: unit %u holds %s in its %s (element %llu)",
                                             s->path, u, isnan(chunk[i]) ? "NaN" : "Inf",
-                                            part_name[k],
+                                            part_name(k),
                                             (unsigned long long)(su->offset + su->numel - left + i));
                 left -= n;
             }
@@ -807,7 +822,8 @@ static int32_t open_checkpoint(const char *dir, saved_rank **out, int32_t *world
     for (; q < first.world && rc == CT_OK; q++) {
         rc = open_saved(dir, q, &saved[q], err);
         if (rc == CT_OK && (saved[q].world != first.world || saved[q].step != first.step ||
-                            saved[q].n_units != first.n_units))
+                            saved[q].n_units != first.n_units ||
+                            saved[q].n_state != first.n_state))
             rc = ct_error_set(err, CT_ERR_INVALID,
                               "%s does not match %s (world, step or units differ)", saved[q].path,
                               first.path);
@@ -867,7 +883,24 @@ static int32_t check_model(const host_config *cfg, const host_config *saved, con
     return CT_OK;
 }
 
-/* Reassemble parts 0..n_parts-1 (0 master, 1 m, 2 v) of unit u, unpadded, from every saved
+/* The optimizer whose state the checkpoint holds ([optimizer] plugin of its config.ini; adamw
+ * in a folder saved before the optimizer kind) must be this run's: another plugin's buffers
+ * would be read as its own. */
+static int32_t check_optimizer(const host_config *cfg, const host_config *saved, const char *dir,
+                               ct_error *err) {
+    const char *now = config_get(cfg, "optimizer", "plugin");
+    const char *then = config_get(saved, "optimizer", "plugin");
+    if (!now) now = "adamw";
+    if (!then) then = "adamw";
+    if (same_value(now, then)) return CT_OK;
+    return ct_error_set(err, CT_ERR_INVALID,
+                        "%s: [optimizer] plugin = %s, but the checkpoint's optimizer state is "
+                        "%s's (%s/config.ini) ---> resume with [optimizer] plugin = %s, or start "
+                        "from its weights only with [model] init_from (a new run)",
+                        config_origin(cfg, "optimizer", "plugin"), now, then, dir, then);
+}
+
+/* Reassemble parts 0..n_parts-1 (0 master, 1.. the optimizer's state) of unit u, unpadded, from every saved
  * rank into full[k] (unit_numel floats each), opening each rank file once. */
 static int32_t gather_parts(saved_rank *saved, int32_t world, uint32_t u, int n_parts,
                             float *const *full, uint64_t unit_numel, ct_error *err) {
@@ -899,6 +932,12 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
                             "%s has %u parameter units; this model has %u ---> resume with the "
                             "configuration in %s/config.ini",
                             dir, first->n_units, r->mdesc.n_units, dir);
+    if (!weights_only && first->n_state != r->n_state)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s holds %u optimizer state buffers per unit; [optimizer] plugin = "
+                            "%s keeps %u ---> resume with the optimizer in %s/config.ini",
+                            dir, first->n_state, r->optimizer.plugin ?
+                            r->optimizer.plugin->desc.name : "?", r->n_state, dir);
     int32_t rc = CT_OK;
     for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
         uint64_t n = r->units[u].numel;
@@ -909,8 +948,8 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
                                 dir, u, (unsigned long long)first->units[u].unit_numel,
                                 (unsigned long long)n, dir);
         /* full[k]: part k of the whole unit (master; with the optimizer state m and v too) */
-        int n_parts = weights_only ? 1 : 3;
-        float *full[3] = {NULL, NULL, NULL};
+        int n_parts = weights_only ? 1 : 1 + (int)r->n_state;
+        float *full[1 + CT_OPTIM_MAX_STATE] = {NULL};
         ct_shard sh = {.struct_size = sizeof sh};
         for (int k = 0; k < n_parts; k++)
             if (!(full[k] = calloc(n ? n : 1, sizeof *full[k])))
@@ -925,11 +964,11 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
             memset(part, 0, sh.numel * sizeof *part);
             for (uint64_t i = 0; i < sh.numel; i++)
                 if (sh.offset + i < n) part[i] = full[k][sh.offset + i];
-            float *dst = k == 1 ? r->units[u].m : r->units[u].v;
+            float *dst = r->units[u].state[k - 1];
             rc = RANK_DEV(r, copy, dst, part, sh.numel * sizeof(float), CT_COPY_H2D, err);
         }
         free(part);
-        for (int k = 0; k < 3; k++) free(full[k]);
+        for (int k = 0; k < 1 + CT_OPTIM_MAX_STATE; k++) free(full[k]);
     }
     if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
     return rc;
@@ -1135,6 +1174,7 @@ int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, i
                      &sk, err);
     if (rc != CT_OK) return rc;
     rc = check_model(r->cfg, saved_cfg, dir, err);
+    if (rc == CT_OK) rc = check_optimizer(r->cfg, saved_cfg, dir, err);
     if (rc == CT_OK) rc = load(r, dir, saved, world, 0, err);
     if (rc == CT_OK) *step = saved[0].step;
     if (rc == CT_OK && r->rank == 0) warn_schedule(r->cfg, saved_cfg, dir, *step);

@@ -1,7 +1,9 @@
-/* optim.c — schedule, clipping and AdamW over this rank's shards (see optim.h). */
+/* optim.c — schedule, clipping, parameter groups and the optimizer plugin's update over this
+ * rank's shards (see optim.h). Not for: the update's arithmetic (plugins/optimizer/). */
 #include "run/optim.h"
 
 #include "base/init.h"
+#include "plugin/contract.h"
 
 #include <ctrain/numerics.h>
 #include <float.h>
@@ -35,8 +37,16 @@ int32_t optim_config(const host_config *cfg, host_optim_config *oc, ct_error *er
     if (config_get(cfg, "optim", "schedule_steps"))
         rc |= config_get_int(cfg, "optim", "schedule_steps", &sched_len, err);
     rc |= config_get_string(cfg, "optim", "schedule", &sched, err);
+    const char *shape = "linear";
+    oc->decay_frac = 0.2;
+    if (config_get(cfg, "optim", "decay_frac")) /* absent in an older config.ini */
+        rc |= config_get_float(cfg, "optim", "decay_frac", &oc->decay_frac, err);
+    if (config_get(cfg, "optim", "decay_shape"))
+        rc |= config_get_string(cfg, "optim", "decay_shape", &shape, err);
     if (rc != CT_OK) return err->code ? err->code : CT_ERR_INVALID;
-    oc->schedule = strcmp(sched, "linear") == 0 ? 1 : strcmp(sched, "constant") == 0 ? 2 : 0;
+    oc->schedule = strcmp(sched, "linear") == 0 ? 1 : strcmp(sched, "constant") == 0 ? 2
+                 : strcmp(sched, "wsd") == 0 ? 3 : 0;
+    oc->decay_shape = strcmp(shape, "cosine") == 0 ? 1 : strcmp(shape, "sqrt") == 0 ? 2 : 0;
     oc->sched_steps = sched_len > 0 ? sched_len : oc->steps;
     if (sched_len > 0 && sched_len <= oc->warmup && oc->schedule != 2)
         return bound_error(cfg, "schedule_steps", "must be more than [optim] warmup (the decay "
@@ -75,6 +85,18 @@ int32_t optim_config(const host_config *cfg, host_optim_config *oc, ct_error *er
 }
 
 double optim_lr(const host_optim_config *oc, int64_t step) {
+    if (oc->schedule == 3) { /* warmup-stable-decay: the decay is the last decay_frac */
+        if (step < oc->warmup) return oc->lr * (double)(step + 1) / (double)oc->warmup;
+        double len = (double)(oc->sched_steps - oc->warmup);
+        double start = (double)oc->sched_steps - oc->decay_frac * len;
+        if ((double)step < start) return oc->lr;
+        double span = (double)oc->sched_steps - start;
+        double f = span > 0 ? ((double)step - start) / span : 1; /* 0 .. 1 through the decay */
+        if (f > 1) f = 1;
+        double k = oc->decay_shape == 1 ? 0.5 * (1 + cos(3.14159265358979323846 * f))
+                 : oc->decay_shape == 2 ? 1 - sqrt(f) : 1 - f; /* what is left of lr - min_lr */
+        return oc->min_lr + k * (oc->lr - oc->min_lr);
+    }
     if (oc->schedule == 2) {
         if (step < oc->warmup) return oc->lr * (double)(step + 1) / (double)oc->warmup;
         return oc->lr;
@@ -118,20 +140,19 @@ int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err) {
 }
 
 int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
-    static const char *const part_name[3] = {"master weights", "AdamW first moment m",
-                                             "AdamW second moment v"};
     /* sumsq is NaN or Inf exactly when an element is (|x| <= FLT_MAX: x^2 fits a double) */
-    double first = INFINITY; /* 3 * unit + part of this rank's first non-finite shard */
+    double P = 1.0 + r->n_state; /* parts per unit: master, then each state buffer */
+    double first = INFINITY; /* P * unit + part of this rank's first non-finite shard */
     int32_t rc = CT_OK;
     for (uint32_t u = 0; u < r->mdesc.n_units && isinf(first) && rc == CT_OK; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
         if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
-        const float *parts[3] = {sh.master, r->units[u].m, r->units[u].v};
-        for (int k = 0; k < 3 && rc == CT_OK; k++) {
+        for (uint32_t k = 0; k <= r->n_state && rc == CT_OK; k++) {
+            const float *part = k == 0 ? sh.master : r->units[u].state[k - 1];
             double s = 0;
-            rc = RANK_DEV(r, sumsq, parts[k], CT_DTYPE_F32, sh.numel, &s, err);
+            rc = RANK_DEV(r, sumsq, part, CT_DTYPE_F32, sh.numel, &s, err);
             if (rc == CT_OK && !isfinite(s)) {
-                first = 3.0 * u + k;
+                first = P * u + k;
                 break;
             }
         }
@@ -141,11 +162,16 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
     if (isinf(first)) return CT_OK;
 
     /* the first bad tensor of that unit and part over all ranks: 2 * tensor + (NaN ? 1 : 0) */
-    uint32_t u = (uint32_t)(first / 3);
-    int k = (int)(first - 3.0 * u);
+    uint32_t u = (uint32_t)(first / P);
+    int k = (int)(first - P * u);
     ct_shard sh = {.struct_size = sizeof sh};
     if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) return rc;
-    const float *part = k == 0 ? sh.master : k == 1 ? r->units[u].m : r->units[u].v;
+    const float *part = k == 0 ? sh.master : r->units[u].state[k - 1];
+    char part_name[96];
+    if (k == 0) snprintf(part_name, sizeof part_name, "master weights");
+    else snprintf(part_name, sizeof part_name, "%s state '%s'",
+                  r->optimizer.plugin ? r->optimizer.plugin->desc.name : "optimizer",
+                  r->state_names[k - 1]);
     const ct_unit_spec *us = &r->mdesc.units[u];
     double which = INFINITY;
     for (uint32_t t = 0; t < us->n_tensors && isinf(which); t++) {
@@ -170,9 +196,9 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
                         "step %lld: unit %u (%s) tensor '%s' holds %s in its %s; stopped "
                         "before any checkpoint of it was written: the newest checkpoint is the "
                         "last good one ---> lower [optim] lr, check [optim] beta1, beta2 and "
-                        "eps, then resume with --resume",
+                        "eps (or the optimizer's own keys), then resume with --resume",
                         (long long)step, u, us->name ? us->name : "?", tname, what,
-                        part_name[k]);
+                        part_name);
 }
 
 int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
@@ -200,23 +226,132 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
                    double grad_norm, ct_error *err) {
     float clip = 1.0f;
     if (oc->grad_clip > 0 && grad_norm > oc->grad_clip) clip = (float)(oc->grad_clip / grad_norm);
-    ct_adamw_args args = {
+    ct_optim_step args = {
         .struct_size = sizeof args,
+        .step = step,
         .lr = (float)lr,
+        .grad_scale = clip,
+        .weight_decay = (float)oc->weight_decay,
         .beta1 = (float)oc->beta1,
         .beta2 = (float)oc->beta2,
         .eps = (float)oc->eps,
-        .weight_decay = (float)oc->weight_decay,
-        .step = step,
-        .grad_scale = clip,
     };
     for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
         int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
-        if (rc == CT_OK)
-            rc = RANK_DEV(r, adamw, sh.master, sh.grad, r->units[u].m, r->units[u].v,
-                          r->units[u].decay_mask, sh.numel, &args, err);
         if (rc != CT_OK) return rc;
+        host_unit_state *us = &r->units[u];
+        ct_optim_shard os = {
+            .struct_size = sizeof os,
+            .unit = u,
+            .unit_name = r->mdesc.units[u].name,
+            .param = sh.master,
+            .grad = sh.grad,
+            .state = us->state,
+            .n_state = r->n_state,
+            .numel = sh.numel,
+            .offset = sh.offset,
+            .padded_numel = sh.padded_numel,
+            .replicated = sh.replicated,
+            .decay_mask = us->decay_mask,
+            .n_tensors = r->mdesc.units[u].n_tensors,
+            .tensors = us->tensors,
+        };
+        rc = RANK_OPTIMIZER(r, update, &args, &os, err);
+        if (rc != CT_OK) return contract_name_silent_error(rc, err, r->optimizer.plugin, "update");
     }
     return RANK_STRATEGY(r, step_done, err);
+}
+
+/* ---- parameter groups -------------------------------------------------------------------- */
+
+const char *const optim_role_names[5] = {"matrix", "embedding", "head", "norm", "bias"};
+
+int32_t optim_role(const ct_model_desc *d, uint32_t u, uint32_t k) {
+    const ct_tensor_spec *t = init_tensor(d, u, k);
+    int head_unit = (int32_t)u == d->head_unit;
+    if (t->ndim >= 2) {
+        if (head_unit && (int32_t)k == d->head_tensor)
+            return k == 0 ? CT_ROLE_EMBEDDING : CT_ROLE_HEAD; /* tensor 0: tied to the tokens' */
+        return head_unit ? CT_ROLE_EMBEDDING : CT_ROLE_MATRIX;
+    }
+    const char *n = t->name ? t->name : "";
+    return strstr(n, "ln") || strstr(n, "norm") ? CT_ROLE_NORM : CT_ROLE_BIAS;
+}
+
+int32_t optim_decays(const host_config *cfg, const ct_model_desc *d, uint32_t u, uint32_t k) {
+    int32_t all = 0, emb = 1;
+    config_get_bool(cfg, "optim", "decay_all", &all, NULL);
+    if (config_get(cfg, "optim", "decay_embeddings"))
+        config_get_bool(cfg, "optim", "decay_embeddings", &emb, NULL);
+    if (all) return 1;
+    if (!emb && optim_role(d, u, k) == CT_ROLE_EMBEDDING) return 0;
+    return init_tensor(d, u, k)->decay != 0;
+}
+
+void optim_decay_mask(const host_config *cfg, const ct_model_desc *d, uint32_t u, uint8_t *out) {
+    memset(out, 0, init_unit_numel(d, u));
+    for (uint32_t k = 0; k < d->units[u].n_tensors; k++)
+        memset(out + init_tensor_offset(d, u, k), optim_decays(cfg, d, u, k) ? 1 : 0,
+               ct_tensor_numel(init_tensor(d, u, k)));
+}
+
+static double lr_mult_of(const host_config *cfg, int32_t role) {
+    char key[40];
+    double m = 1;
+    snprintf(key, sizeof key, "lr_mult_%s", optim_role_names[role]);
+    if (config_get(cfg, "optim", key)) config_get_float(cfg, "optim", key, &m, NULL);
+    return m;
+}
+
+ct_optim_tensor *optim_tensors(const host_config *cfg, const ct_model_desc *d, uint32_t u,
+                               const ct_shard *sh) {
+    uint32_t n = d->units[u].n_tensors;
+    ct_optim_tensor *t = calloc(n ? n : 1, sizeof *t);
+    if (!t) return NULL;
+    double wd = 0;
+    config_get_float(cfg, "optim", "weight_decay", &wd, NULL);
+    for (uint32_t k = 0; k < n; k++) {
+        const ct_tensor_spec *s = init_tensor(d, u, k);
+        uint64_t lo = init_tensor_offset(d, u, k), hi = lo + ct_tensor_numel(s);
+        uint64_t a = lo > sh->offset ? lo : sh->offset;
+        uint64_t b = hi < sh->offset + sh->numel ? hi : sh->offset + sh->numel;
+        t[k].struct_size = sizeof t[k];
+        t[k].name = s->name;
+        t[k].ndim = s->ndim;
+        memcpy(t[k].shape, s->shape, sizeof t[k].shape);
+        t[k].unit_offset = lo;
+        if (b > a) {
+            t[k].part_begin = a - lo;
+            t[k].part_numel = b - a;
+            t[k].shard_offset = a - sh->offset;
+        }
+        t[k].role = optim_role(d, u, k);
+        t[k].weight_decay = optim_decays(cfg, d, u, k) ? (float)wd : 0.0f;
+        t[k].lr_mult = (float)lr_mult_of(cfg, t[k].role);
+    }
+    return t;
+}
+
+void optim_print_groups(const host_config *cfg, const ct_model_desc *d, FILE *out) {
+    double wd = 0;
+    config_get_float(cfg, "optim", "weight_decay", &wd, NULL);
+    for (int32_t role = 0; role < 5; role++) {
+        uint64_t tensors = 0, params = 0, decayed = 0;
+        const char *example = NULL;
+        for (uint32_t u = 0; u < d->n_units; u++)
+            for (uint32_t k = 0; k < d->units[u].n_tensors; k++) {
+                if (optim_role(d, u, k) != role) continue;
+                const ct_tensor_spec *t = init_tensor(d, u, k);
+                tensors++;
+                params += ct_tensor_numel(t);
+                decayed += optim_decays(cfg, d, u, k) != 0;
+                if (!example) example = t->name;
+            }
+        if (!tensors) continue;
+        fprintf(out, "group %-9s %3llu tensors %10llu params  weight_decay %s  lr x %g  (e.g. %s)\n",
+                optim_role_names[role], (unsigned long long)tensors, (unsigned long long)params,
+                decayed == tensors ? (wd > 0 ? "yes" : "0") : decayed ? "some" : "none",
+                lr_mult_of(cfg, role), example ? example : "?");
+    }
 }

@@ -1,17 +1,44 @@
 /* optim.h — the optimizer driver: learning-rate schedule, global-norm gradient clipping over
- * all ranks, and AdamW on the shards this rank owns (the device plugin does the arithmetic).
+ * all ranks, the parameter groups (decay, lr multipliers, roles), and the optimizer plugin's
+ * update of the shards this rank owns (the plugin does the arithmetic, ABI 1.7).
  * Not for: computing gradients (step.c) or where the shards live (the strategy plugin). */
 #ifndef CTRAIN_HOST_OPTIM_H
 #define CTRAIN_HOST_OPTIM_H
 
 #include "run/rank.h"
 
+#include <stdio.h>
+
 typedef struct host_optim_config {
     double  lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
     int64_t warmup, steps;
     int64_t sched_steps; /* the schedule's length: [optim] schedule_steps, or steps when 0 */
-    int32_t schedule; /* 0 cosine, 1 linear, 2 constant */
+    int32_t schedule; /* 0 cosine, 1 linear, 2 constant, 3 wsd (warmup-stable-decay) */
+    double  decay_frac;  /* wsd: the decay's share of the schedule's steps after warm-up */
+    int32_t decay_shape; /* wsd: 0 linear, 1 cosine, 2 1-sqrt */
 } host_optim_config;
+
+/* The role of tensor k of unit u (ct_optim_role): the model's head tensor is HEAD unless it
+ * is also the token embedding (tied: EMBEDDING); other 2-D+ tensors of the head's unit are
+ * EMBEDDING, elsewhere MATRIX; 1-D tensors whose name holds "ln" or "norm" NORM, else BIAS. */
+int32_t optim_role(const ct_model_desc *d, uint32_t u, uint32_t k);
+extern const char *const optim_role_names[5]; /* "matrix", "embedding", "head", "norm", "bias" */
+
+/* Whether weight decay applies to tensor k of unit u: [optim] decay_all, else the model's
+ * ct_tensor_spec.decay, less the embeddings when [optim] decay_embeddings = false. */
+int32_t optim_decays(const host_config *cfg, const ct_model_desc *d, uint32_t u, uint32_t k);
+
+/* The unit's decay mask (unit numel bytes, 1 = decay) from optim_decays. */
+void optim_decay_mask(const host_config *cfg, const ct_model_desc *d, uint32_t u, uint8_t *out);
+
+/* The unit's tensors as the optimizer sees them in shard sh (malloc'd, n_tensors entries;
+ * NULL when out of memory; names point into the model's description). */
+ct_optim_tensor *optim_tensors(const host_config *cfg, const ct_model_desc *d, uint32_t u,
+                               const ct_shard *sh);
+
+/* The parameter groups, one line each, for validate ("group matrix: 8 tensors, decay 0.1,
+ * lr x1"). */
+void optim_print_groups(const host_config *cfg, const ct_model_desc *d, FILE *out);
 
 /* Read [optim] and [run] steps from the resolved configuration and check the bounds the
  * arithmetic needs beyond the schema's ranges: beta1 and beta2 in [0, 1) (1 divides by
@@ -31,14 +58,15 @@ int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err);
 /* Global L2 norm of the model's output-head weight (master f32), over all ranks. Collective. */
 int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err);
 
-/* One AdamW update of every shard with clipping to oc->grad_clip (0 = off), then the
- * strategy's step_done. step is 1-based. */
+/* The optimizer plugin's update of every shard with clipping to oc->grad_clip (0 = off), then
+ * the strategy's step_done. step is 1-based. */
 int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
                    double grad_norm, ct_error *err);
 
-/* Every master weight and AdamW moment of every rank's shards is finite. Collective: every
+/* Every master weight and optimizer state element of every rank's shards is finite. Collective: every
  * rank calls it and every rank gets the same answer: CT_OK, or CT_ERR_INVALID naming the first
- * bad unit (index and name), tensor, which of master/m/v, NaN or Inf, and `step`. */
+ * bad unit (index and name), tensor, which of master or a named state buffer, NaN or Inf, and
+ * `step`. */
 int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err);
 
 /* Sum a vector of doubles over ranks, in place (op a ct_reduce_op). Collective. */

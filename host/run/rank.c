@@ -5,6 +5,7 @@
 #include "run/rank.h"
 
 #include "plugin/contract.h"
+#include "run/optim.h"
 #include "weights/import.h"
 #include "base/init.h"
 
@@ -95,10 +96,8 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     free(numel);
     if (rc != CT_OK) return rc;
 
-    int64_t seed = 0, decay_all = 0;
+    int64_t seed = 0;
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
-    int32_t da = 0;
-    if (config_get_bool(r->cfg, "optim", "decay_all", &da, NULL) == CT_OK) decay_all = da;
     const char *init_from = r->no_init_from ? NULL : config_get(r->cfg, "model", "init_from");
     ct_import *im = NULL; /* [model] init_from: its values replace the random ones */
     if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, 0, &im, err)) != CT_OK)
@@ -115,25 +114,28 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
-        init_decay_mask(&r->mdesc, u, (int32_t)decay_all, mask);
+        optim_decay_mask(r->cfg, &r->mdesc, u, mask);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
         if (rc == CT_OK) rc = RANK_STRATEGY(r, shard, u, &sh, err);
         if (rc == CT_OK) {
             host_unit_state *us = &r->units[u];
-            us->m = dev_alloc(r, sh.numel * sizeof(float), err);
-            us->v = dev_alloc(r, sh.numel * sizeof(float), err);
+            int have = 1;
+            for (uint32_t k = 0; k < r->n_state; k++)
+                have &= (us->state[k] = dev_alloc(r, sh.numel * sizeof(float), err)) != NULL;
             us->decay_mask = dev_alloc(r, sh.numel, err);
+            us->tensors = optim_tensors(r->cfg, &r->mdesc, u, &sh);
             /* the shard may reach into the end padding: mask 0 there */
             uint8_t *shard_mask = calloc(sh.numel ? sh.numel : 1, 1);
-            if (!us->m || !us->v || !us->decay_mask || !shard_mask) {
-                double mb = (double)sh.numel * (2 * sizeof(float) + 2) / 1e6;
+            if (!have || !us->decay_mask || !shard_mask || !us->tensors) {
+                double mb = (double)sh.numel * (r->n_state * sizeof(float) + 1) / 1e6;
                 rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for the optimizer "
-                                  "state of unit %u (%s): AdamW's m and v and the decay mask, "
+                                  "state of unit %u (%s): %u state buffers and the decay mask, "
                                   "%llu elements = %.1f MB ---> use [strategy] plugin = "
                                   "full_shard (it shards the state over the ranks), a smaller "
                                   "model, or a machine with more memory", u,
-                                  r->mdesc.units[u].name, (unsigned long long)sh.numel, mb);
+                                  r->mdesc.units[u].name, r->n_state,
+                                  (unsigned long long)sh.numel, mb);
             } else {
                 for (uint64_t i = 0; i < sh.numel; i++)
                     if (sh.offset + i < n) shard_mask[i] = mask[sh.offset + i];
@@ -313,6 +315,20 @@ static int32_t open_instances(host_rank *r, const host_wiring *w, void *comm_wor
         TRY(make_instance(r, &r->loss[i], w->loss[i], w->loss_section[i], NULL, err));
         r->n_loss = i + 1;
     }
+    if (w->optimizer) {
+        TRY(make_instance(r, &r->optimizer, w->optimizer, w->optimizer_section, NULL, err));
+        const char *const *names = NULL;
+        uint32_t n = 0;
+        TRY(contract_name_silent_error(RANK_OPTIMIZER(r, state_names, &n, &names, err), err,
+                                       w->optimizer, "state_names"));
+        if (n > CT_OPTIM_MAX_STATE || (n > 0 && !names))
+            return ct_error_set(err, CT_ERR_INVALID, "optimizer %s (%s): state_names gave %u "
+                                "buffers%s; at most %d, each named ---> fix the plugin",
+                                w->optimizer->desc.name, w->optimizer->path, n,
+                                n && !names ? " without names" : "", CT_OPTIM_MAX_STATE);
+        r->n_state = n;
+        r->state_names = names;
+    }
     return CT_OK;
 #undef TRY
 }
@@ -458,13 +474,15 @@ void rank_close(host_rank *r) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             RANK_DEV_VOID(r, free_mem, bufs[i]);
         for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) {
-            RANK_DEV_VOID(r, free_mem, r->units[u].m);
-            RANK_DEV_VOID(r, free_mem, r->units[u].v);
+            for (uint32_t k = 0; k < CT_OPTIM_MAX_STATE; k++)
+                RANK_DEV_VOID(r, free_mem, r->units[u].state[k]);
             RANK_DEV_VOID(r, free_mem, r->units[u].decay_mask);
         }
     }
+    for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) free(r->units[u].tensors);
     free(r->units);
     free(r->held);
+    drop_instance(&r->optimizer);
     for (int32_t i = r->n_loss - 1; i >= 0; i--) drop_instance(&r->loss[i]);
     drop_instance(&r->model);
     drop_instance(&r->strategy);

@@ -28,8 +28,10 @@ typedef struct host_instance {
 /* Per-unit optimizer state for this rank's shard (device memory). */
 typedef struct host_unit_state {
     uint64_t numel;       /* the model's unit length (before strategy padding) */
-    float   *m, *v;       /* (shard numel) AdamW moments */
+    float   *state[CT_OPTIM_MAX_STATE]; /* (shard numel) the optimizer plugin's buffers, in the
+                                           order of its state_names (adamw: m, v) */
     uint8_t *decay_mask;  /* (shard numel) 1 = weight decay applies */
+    ct_optim_tensor *tensors; /* (the unit's n_tensors) the tensors as the optimizer sees them */
 } host_unit_state;
 
 typedef struct host_rank {
@@ -39,6 +41,9 @@ typedef struct host_rank {
 
     host_instance      device, comm, precision, strategy, model;
     host_instance      loss[HOST_MAX_LOSS];
+    host_instance      optimizer;  /* ABI 1.7: the update of the shards (optim.c) */
+    uint32_t           n_state;    /* its per-element state buffers (0 .. CT_OPTIM_MAX_STATE) */
+    const char *const *state_names;
     char             loss_name[HOST_MAX_LOSS][64];
     int32_t          n_loss;
     ct_device_ref    dev;
@@ -98,6 +103,8 @@ typedef struct host_rank {
 #define RANK_STRATEGY(r, member, ...)                                                          \
     RANK_CALL((r)->strategy, ct_strategy_vtable, member, __VA_ARGS__)
 #define RANK_MODEL(r, member, ...) RANK_CALL((r)->model, ct_model_vtable, member, __VA_ARGS__)
+#define RANK_OPTIMIZER(r, member, ...)                                                         \
+    RANK_CALL((r)->optimizer, ct_optimizer_vtable, member, __VA_ARGS__)
 #define RANK_LOSS(r, i, member, ...)                                                           \
     RANK_CALL((r)->loss[i], ct_loss_vtable, member, __VA_ARGS__)
 

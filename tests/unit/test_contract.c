@@ -62,6 +62,8 @@ CT_TEST(every_required_member_missing_is_named_and_optional_ones_may_be_null) {
          offsetof(struct ct_device_vtable, row_stats), "row_stats", 1},
         {CT_KIND_DEVICE, sizeof(struct ct_device_vtable),
          offsetof(struct ct_device_vtable, cast_bf16_sr), "cast_bf16_sr", 0},
+        {CT_KIND_OPTIMIZER, sizeof(ct_optimizer_vtable), offsetof(ct_optimizer_vtable, update),
+         "update", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         void *vt = full_vtable(cases[i].size);
@@ -184,6 +186,7 @@ CT_TEST(the_enforced_required_members_are_exactly_those_ctrain_h_marks_required)
         {CT_KIND_MODEL, "typedef struct ct_model_vtable {", sizeof(ct_model_vtable)},
         {CT_KIND_LOSS, "typedef struct ct_loss_vtable {", sizeof(ct_loss_vtable)},
         {CT_KIND_STRATEGY, "typedef struct ct_strategy_vtable {", sizeof(ct_strategy_vtable)},
+        {CT_KIND_OPTIMIZER, "typedef struct ct_optimizer_vtable {", sizeof(ct_optimizer_vtable)},
     };
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         marked m[64];

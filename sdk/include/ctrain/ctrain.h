@@ -109,8 +109,10 @@
  *     ct_comm_vtable.all_reduce_sr / reduce_scatter_sr (bf16 sums stochastically rounded at
  *     every combine of the engine's own order, so the bf16_sr policy needs no ring of its own
  *     where the engine offers them); 1.6 added CT_REDUCE_AVG (NCCL's ncclAvg, for
- *     strategies that average in the collective as PyTorch FSDP2 does). Plugins built for
- *     1.0 .. 1.5 keep loading.
+ *     strategies that average in the collective as PyTorch FSDP2 does); 1.7 added the
+ *     optimizer kind (CT_KIND_OPTIMIZER, ct_optimizer_vtable: the update of each owned
+ *     shard, with state buffers the host allocates, checkpoints and reshards). Plugins
+ *     built for 1.0 .. 1.6 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
  * T time (tokens per sequence), N = B*T rows, C channels (d_model), V vocabulary size.
@@ -136,7 +138,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 #define CT_ABI_MAJOR 1
-#define CT_ABI_MINOR 6
+#define CT_ABI_MINOR 7
 #define CT_ENTRY_SYMBOL "ctrain_plugin_v1" /* the one exported symbol of ABI major 1 */
 
 #if defined(__GNUC__)
@@ -235,6 +237,7 @@ typedef enum ct_kind {
     CT_KIND_PRECISION = 4,
     CT_KIND_COMM      = 5,
     CT_KIND_DEVICE    = 6,
+    CT_KIND_OPTIMIZER = 7, /* since ABI 1.7: ct_optimizer_vtable */
 } ct_kind;
 
 typedef enum ct_dtype {
@@ -1118,6 +1121,113 @@ typedef struct ct_strategy_vtable {
     int32_t (*memory)(void *self, uint64_t *params, uint64_t *grads, uint64_t *gathered,
                       ct_error *err); /* OPTIONAL */
 } ct_strategy_vtable;
+
+
+/* ---------------------------------------------------------------------------------------
+ * kind: optimizer (since ABI 1.7) — the update of the shards this rank owns
+ *
+ * The host keeps everything around the update: the learning-rate schedule, global-norm
+ * clipping (a factor, ct_optim_step.grad_scale), the non-finite checks and checkpoints.
+ * Per step it calls update() once per unit, in unit order, on every rank (so an update may
+ * call a collective of args->comm, as muon does on full_shard), with the shard the strategy
+ * gives this rank (ct_shard: the whole unit under ddp and no_shard, a contiguous 1/world of
+ * the unit's padded flat buffer under full_shard, which may cut a matrix between rows or
+ * inside a row).
+ *
+ * State: the plugin declares up to CT_OPTIM_MAX_STATE named f32 buffers with one element per
+ * parameter element (AdamW: "m", "v"). The host allocates them per shard in device memory
+ * (zero at the start), saves them in every checkpoint and, when a run resumes on another
+ * world size, reshards them exactly like the master weights. State that is not one value per
+ * element (a step counter, a scalar) is not supported: the step number comes from the host.
+ *
+ * Tensors: the shard says which part of which tensor it holds (ct_optim_tensor: the whole
+ * tensor's name and shape, the part's first element and length), and its role, so an
+ * optimizer may treat hidden 2-D matrices differently from embeddings, the head, norms and
+ * biases. Every tensor of the unit is listed on every rank (part_numel 0 where the shard holds
+ * none of it), so all ranks see the same list.
+ * ------------------------------------------------------------------------------------- */
+
+#define CT_OPTIM_MAX_STATE 8
+
+/* A tensor's role, as the host classifies it (the parameter groups of nanoGPT and torchtitan). */
+typedef enum ct_optim_role {
+    CT_ROLE_MATRIX    = 0, /* a 2-D (or more) weight inside the network: muon's matrices */
+    CT_ROLE_EMBEDDING = 1, /* a 2-D token or position table in the model's root unit */
+    CT_ROLE_HEAD      = 2, /* the output head (ct_model_desc.head_tensor; tied: the embedding) */
+    CT_ROLE_NORM      = 3, /* a 1-D norm gain or bias (its name holds "ln" or "norm") */
+    CT_ROLE_BIAS      = 4, /* any other 1-D tensor */
+} ct_optim_role;
+
+typedef struct ct_optim_tensor {
+    uint32_t    struct_size;
+    const char *name;         /* "blocks.3.attn.qkv.weight"; owned by the host */
+    int32_t     ndim;         /* 1..4 */
+    int64_t     shape[4];     /* the WHOLE tensor's shape, row-major; unused dims 0 */
+    uint64_t    unit_offset;  /* element where the whole tensor starts in the unit's flat buffer */
+    uint64_t    part_begin;   /* first element (row-major index into the tensor) in this shard */
+    uint64_t    part_numel;   /* elements of the tensor in this shard (0: none) */
+    uint64_t    shard_offset; /* where the part starts in the shard's buffers (param, grad,
+                                 state); = unit_offset + part_begin - ct_optim_shard.offset */
+    int32_t     role;         /* a ct_optim_role */
+    float       weight_decay; /* the decay of this tensor's group: [optim] weight_decay, or 0 */
+    float       lr_mult;      /* its group's lr multiplier ([optim] lr_mult.ROLE; 1 by default) */
+} ct_optim_tensor;
+
+/* The shard of one unit. Pointers are device memory of the rank's device and stay valid
+ * during the call only. */
+typedef struct ct_optim_shard {
+    uint32_t               struct_size;
+    uint32_t               unit;          /* the unit's index */
+    const char            *unit_name;     /* "root", "block.0", ... */
+    float                 *param;         /* (numel) f32 master weights: update in place */
+    const float           *grad;          /* (numel) f32 global mean gradient, not yet
+                                             multiplied by ct_optim_step.grad_scale */
+    float *const          *state;         /* n_state buffers of (numel) f32, in the order of
+                                             ct_optimizer_vtable.state_names */
+    uint32_t               n_state;
+    uint64_t               numel;         /* elements of the shard (end padding included) */
+    uint64_t               offset;        /* element of param[0] in the unit's flat buffer */
+    uint64_t               padded_numel;  /* the unit's padded length (= numel * world on
+                                             full_shard; = numel when replicated) */
+    int32_t                replicated;    /* 1: every rank updates the same whole unit (ddp,
+                                             no_shard); 0: each rank a 1/world slice */
+    const uint8_t         *decay_mask;    /* (numel) 1 = weight decay applies (0 in padding) */
+    uint32_t               n_tensors;     /* every tensor of the unit, in its order */
+    const ct_optim_tensor *tensors;       /* n_tensors entries (struct_size each) */
+} ct_optim_shard;
+
+/* The hyper-parameters of one step: the host's [optim] keys after the schedule. */
+typedef struct ct_optim_step {
+    uint32_t struct_size;
+    int64_t  step;         /* 1-based */
+    float    lr;           /* this step's scheduled lr; a tensor's lr is lr * its lr_mult */
+    float    grad_scale;   /* multiply every gradient by this first (global-norm clipping) */
+    float    weight_decay; /* [optim] weight_decay (each tensor's own: ct_optim_tensor) */
+    float    beta1, beta2; /* [optim] beta1, beta2 (AdamW's; other plugins have own keys) */
+    float    eps;          /* [optim] eps */
+} ct_optim_step;
+
+typedef struct ct_optimizer_vtable {
+    uint32_t struct_size;
+
+    /* args->section is "optimizer.NAME" (the plugin's keys); args->device and args->comm are
+     * the rank's engines. NULL + err on failure. */
+    void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
+    void (*destroy)(void *self); /* REQUIRED */
+
+    /* The names of the per-element state buffers, into *names (static storage of the plugin)
+     * and their count into *n (0 .. CT_OPTIM_MAX_STATE); e.g. {"m", "v"}. Called once after
+     * create; the names go into checkpoints and error messages. */
+    int32_t (*state_names)(void *self, uint32_t *n, const char *const **names,
+                           ct_error *err); /* REQUIRED */
+
+    /* Update shard->param (and the state) from shard->grad for step `step`. Called for every
+     * unit in order on every rank; it may call collectives of the rank's comm (the same on
+     * every rank). Synchronous: the host reads param and state after it returns. On error the
+     * run stops; the host writes no checkpoint of this step. */
+    int32_t (*update)(void *self, const ct_optim_step *step, const ct_optim_shard *shard,
+                      ct_error *err); /* REQUIRED */
+} ct_optimizer_vtable;
 
 #ifdef __cplusplus
 }
