@@ -120,6 +120,14 @@ ct_create_args harness_args_rank(ct_harness *h, const char *section, int32_t ran
     return a;
 }
 
+int32_t harness_validate(ct_harness *h, const char *so_file, const char *section,
+                         ct_error *err) {
+    const ct_plugin_desc *d = harness_load(so_file);
+    if (!d) return ct_error_set(err, CT_ERR_IO, "cannot load %s", so_file);
+    return config_validate_section(h->cfg, section, d->params, d->param_struct_size, d->name,
+                                   NULL, err);
+}
+
 static int32_t create_raw(ct_harness *h, const char *so_file, const char *section,
                           ct_create_args *args, ct_harness_plugin *out, ct_error *err) {
     const ct_plugin_desc *d = harness_load(so_file);

@@ -31,6 +31,11 @@ const ct_plugin_desc *harness_load(const char *so_file);
 int32_t harness_create(ct_harness *h, const char *so_file, const char *section,
                        ct_harness_plugin *out, ct_error *err);
 
+/* Validate [section] against so_file's schema (defaults filled), creating nothing: for tests
+ * that create one instance per rank themselves. CT_OK or the validation's error. */
+int32_t harness_validate(ct_harness *h, const char *so_file, const char *section,
+                         ct_error *err);
+
 /* The harness's cpu device (created on first use; .vt NULL when device_cpu.so is missing). */
 ct_device_ref harness_device(ct_harness *h);
 
