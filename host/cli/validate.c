@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "plugin/wiring.h"
 #include "run/preempt.h"
+#include "run/preflight.h"
 #include "run/session.h"
 #include "run/watchdog.h"
 
@@ -52,6 +53,9 @@ int cmd_validate(int argc, char **argv) {
     if (mem) {
         wiring_print(&w, mem);
         wiring_print_inert(cfg, &w, mem);
+        ct_error gerr = {.struct_size = sizeof gerr};
+        if (preflight_print_groups(cfg, &w, mem, &gerr) != CT_OK)
+            fprintf(mem, "groups: not shown: %s\n", gerr.message);
         fclose(mem);
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
             fprintf(cmdout(), ";   %s\n", line);

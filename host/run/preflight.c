@@ -261,3 +261,11 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
     }
     return rc;
 }
+
+int32_t preflight_print_groups(const host_config *cfg, const host_wiring *w, FILE *out,
+                               ct_error *err) {
+    int64_t world = 1;
+    config_get_int(cfg, "comm", "world_size", &world, NULL);
+    ct_comm_ref comm = {.vt = &no_comm_vtable, .rank = 0, .world_size = (int32_t)world};
+    return rank_print_groups(cfg, w, comm, out, err);
+}

@@ -10,6 +10,8 @@
 #include "config/config.h"
 #include "plugin/wiring.h"
 
+#include <stdio.h>
+
 /* Check cfg (resolved by wiring_resolve) as the ranks of `train` would, in the order they do:
  *   - optim_config() accepts [optim] and [run] steps;
  *   - [comm] world_size > 1 only with an in-process engine (one that has world_create);
@@ -25,5 +27,10 @@
  * On failure CT_ERR_* and err's message is the one train gives, starting with the FILE:LINE
  * of the key (or section) concerned. */
 int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *err);
+
+/* The optimizer's parameter groups of the configured model into out, one line each (for
+ * `validate`): the plugins are created as preflight_check creates them, then destroyed. */
+int32_t preflight_print_groups(const host_config *cfg, const host_wiring *w, FILE *out,
+                               ct_error *err);
 
 #endif /* CTRAIN_HOST_PREFLIGHT_H */

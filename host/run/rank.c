@@ -463,6 +463,21 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     return rc;
 }
 
+int32_t rank_print_groups(const host_config *cfg, const host_wiring *w, ct_comm_ref comm,
+                          FILE *out, ct_error *err) {
+    host_rank *r = calloc(1, sizeof *r);
+    if (!r) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    r->cfg = cfg;
+    r->rank = comm.rank;
+    r->world = comm.world_size;
+    r->comm_ref = comm;
+    int32_t rc = open_instances(r, w, NULL, 0, err);
+    if (rc == CT_OK) optim_print_groups(cfg, &r->mdesc, out);
+    rank_close(r);
+    free(r);
+    return rc;
+}
+
 void rank_close(host_rank *r) {
     if (r->train_data) loader_close(r->train_data);
     if (r->val_data) loader_close(r->val_data);
