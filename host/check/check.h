@@ -2,7 +2,7 @@
  * the plugin author's proof of conformance: what the per-kind checks share (the verdict lines
  * and counters, a configuration holding the plugin's own keys, the CPU device opened from the
  * search path) and one entry point per kind (check_loss.c, check_precision.c, check_strategy.c,
- * check_model.c, check_engines.c). Not for: the host's own tests (tests/) or loading plugins (registry.h).
+ * check_model.c, check_engines.c, check_optimizer.c). Not for: the host's own tests (tests/) or loading plugins (registry.h).
  *
  * Every check prints one line, "ok   KIND NAME: claim (figures)" or
  * "FAIL KIND NAME: claim: expected X got Y tol Z", and counts; the command ends with
@@ -130,5 +130,6 @@ void check_strategy(host_check *c);
 void check_model(host_check *c);
 void check_device(host_check *c);
 void check_comm(host_check *c);
+void check_optimizer(host_check *c);
 
 #endif /* CTRAIN_HOST_CHECK_H */

@@ -37,7 +37,7 @@ static void run_kind(host_check *c, void *ctx, void *out) {
 
 /* The plugin file as whatever kind it declares (registry_resolve wants a kind). */
 static const host_plugin *resolve_any(host_registry *reg, const char *path, ct_error *err) {
-    for (int32_t k = 1; k <= 6; k++) {
+    for (int32_t k = 1; k <= N_KINDS; k++) {
         ct_error e = {.struct_size = sizeof e};
         const host_plugin *p = registry_resolve(reg, k, path, &e);
         if (p) return p;
@@ -147,6 +147,7 @@ int cmd_check_plugin(int argc, char **argv) {
     case CT_KIND_LOSS: check_loss(&c); break;
     case CT_KIND_PRECISION: check_precision(&c); break;
     case CT_KIND_STRATEGY: check_strategy(&c); break;
+    case CT_KIND_OPTIMIZER: check_optimizer(&c); break;
     case CT_KIND_MODEL: job = (kind_job){check_model, "the model's checks"}; break;
     case CT_KIND_DEVICE: job = (kind_job){check_device, "the device's checks"}; break;
     case CT_KIND_COMM: job = (kind_job){check_comm, "the comm engine's checks"}; break;

@@ -102,7 +102,7 @@ int cmd_inspect(int argc, char **argv) {
     if (slash || is_file) {
         /* a file: resolve it as whatever kind it declares */
         const host_plugin *p = NULL;
-        for (int32_t k = 1; k <= 6 && !p; k++) {
+        for (int32_t k = 1; k <= N_KINDS && !p; k++) {
             ct_error e = cli_new_err();
             p = registry_resolve(reg, k, what, &e);
             if (!p && !strstr(e.message, "plugin; [")) {
