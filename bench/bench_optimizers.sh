@@ -22,7 +22,7 @@ steps = $STEPS
 seed = 7
 log_every = 10
 eval_every = $STEPS
-eval_batches = 16
+eval_batches = 8
 [data]
 train = $work/data
 val = $work/data

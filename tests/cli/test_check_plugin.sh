@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_check_plugin.sh — claims about `ctrain check-plugin FILE.so [--set k=v]...`: every built
-# plugin of kinds loss, precision, strategy and model (and the cpu device, the local and threads
+# plugin of kinds loss, precision, strategy, model and optimizer (and the cpu device, the local and threads
 # comm engines) passes; deliberately wrong plugins (tests/check-plugin/, compiled here as a third
 # party would build them) fail, each with the check that names its mistake, and not with the
 # checks it keeps; --set reaches the plugin's section; usage errors and unknown keys are clear;
@@ -46,7 +46,7 @@ expect_fails_with() {
 
 # ---- every built-in of the kinds with contract checks passes ------------------------------
 for so in "$PLUGINS"/loss_*.so "$PLUGINS"/precision_*.so "$PLUGINS"/strategy_*.so \
-          "$PLUGINS"/model_*.so "$PLUGINS"/device_cpu.so "$PLUGINS"/comm_local.so \
+          "$PLUGINS"/model_*.so "$PLUGINS"/optimizer_*.so "$PLUGINS"/device_cpu.so "$PLUGINS"/comm_local.so \
           "$PLUGINS"/comm_threads.so; do
     [ -e "$so" ] || continue
     name=$(basename "$so" .so)
@@ -125,6 +125,25 @@ if build_wrong strategy_wrong_shard_flag.so strategy_no_divide.c -DWRONG_SHARD_F
 else
     ct_fail "build strategy_wrong_shard_flag.so" "cc failed"
 fi
+
+for w in hidden_state:WRONG_HIDDEN_STATE ascent:WRONG_ASCENT writes_grad:WRONG_WRITES_GRAD; do
+    name=${w%%:*}
+    if build_wrong "optimizer_$name.so" optimizer_wrong.c "-D${w#*:}"; then
+        check "$WRONG/optimizer_$name.so"
+        case $name in
+        hidden_state) expect_fails_with "an optimizer with a hidden step counter fails state save -> load" \
+            "FAIL optimizer hidden_state: state save -> load|ok   optimizer hidden_state: a descent direction" \
+            "FAIL optimizer hidden_state: a descent direction" ;;
+        ascent) expect_fails_with "an optimizer that goes uphill fails the descent check" \
+            "FAIL optimizer ascent: a descent direction on a quadratic|ok   optimizer ascent: state save -> load" \
+            "FAIL optimizer ascent: state save" ;;
+        writes_grad) expect_fails_with "an optimizer that writes its (const) gradient is named" \
+            "FAIL optimizer writes_grad:|update wrote into its const input grad" "" ;;
+        esac
+    else
+        ct_fail "build optimizer_$name.so" "cc failed"
+    fi
+done
 
 # ---- --set reaches the plugin's own section -----------------------------------------------
 check "$PLUGINS/loss_zloss.so" --set coef=1e-3
