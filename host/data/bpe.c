@@ -23,6 +23,12 @@ static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 #define LONG_PIECE 128 /* pieces longer than this merge through a heap */
+/* A piece longer than this (a run of letters, digits, punctuation or spaces with no break the
+ * pattern sees) is merged in segments of at most this many bytes, each ending on a character
+ * boundary: memory per piece is bounded (the heap takes ~80 bytes a byte) whatever the text.
+ * Ids differ from tiktoken's (which merges the whole run) only around a segment's end, and only
+ * in pieces this long, which ordinary text never has (GPT-2's longest token is 128 bytes). */
+#define PIECE_MAX 65536
 #define NO_RANK INT32_MAX
 
 typedef struct pair_slot {
@@ -840,11 +846,18 @@ int32_t bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **i
                               "%s", at, got < 0 ? (const char *)msg : "a gap");
             goto out_free;
         }
-        if (encode_piece(m, (const unsigned char *)text + at, ov[1] - at, &out, scratch)) {
-            rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
-            goto out_free;
+        for (size_t end = ov[1]; at < end;) { /* segments of at most PIECE_MAX bytes */
+            size_t n = end - at;
+            if (n > PIECE_MAX) { /* ending before a character's first byte (the text is UTF-8) */
+                n = PIECE_MAX;
+                while (n > 1 && ((unsigned char)text[at + n] & 0xC0) == 0x80) n--;
+            }
+            if (encode_piece(m, (const unsigned char *)text + at, n, &out, scratch)) {
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
+                goto out_free;
+            }
+            at += n;
         }
-        at = ov[1];
     }
     if (!out.v && !(out.v = malloc(sizeof *out.v))) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
