@@ -136,11 +136,15 @@ int cmd_train(int argc, char **argv) {
     }
     /* a fresh run never takes over a folder that holds a run: refused before anything is
      * touched, unless --force (which removes only what that run wrote: checkpoint.h) */
+    if (fresh && first_process && runlock_check(out_dir, &err) != CT_OK) {
+        fprintf(stderr, "ctrain train: %s\n", err.message); /* a live run comes first */
+        goto out_session;
+    }
     if (fresh && first_process && !force) {
         char mpath[4200];
         struct stat mst;
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
-        int has_metrics = lstat(mpath, &mst) == 0;
+        int has_metrics = lstat(mpath, &mst) == 0 && mst.st_size > 0; /* empty: nothing lost */
         if (n_all > 0 || has_metrics) {
             char what[160] = "";
             if (n_all)
