@@ -6,6 +6,7 @@
  * names) and the run's tokenizer (export_tokenizer.c); or an llm.c fp32 GPT-2 model file.
  * Not for: the tensor tables (export_layout.c) or the file formats (safetensors.c, llmc.c). */
 #include "run/checkpoint.h"
+#include "base/printable.h"
 #include "base/cmdout.h"
 #include "cli/commands.h"
 #include "plugin/contract.h"
@@ -178,7 +179,7 @@ int cmd_export(int argc, char **argv) {
     layout lay = {0};
     int status = 1;
     if (checkpoint_read_master(src, &m, &err) != CT_OK) {
-        fprintf(stderr, "ctrain export: %s\n", err.message);
+        print_message_line(stderr, "ctrain export: ", err.message);
         return 1;
     }
     /* the checkpoint's own configuration says what the model is */
@@ -261,7 +262,7 @@ int cmd_export(int argc, char **argv) {
     status = 0;
     goto out_free;
 out_err:
-    fprintf(stderr, "ctrain export: %s\n", err.message);
+    print_message_line(stderr, "ctrain export: ", err.message);
 out_free:
     layout_free(&lay);
     if (model) life.destroy(model);

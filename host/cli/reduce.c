@@ -10,6 +10,7 @@
  * Shape legend: N ranks, n elements per rank buffer, P elements per rank in a part.
  */
 #include "base/cmdout.h"
+#include "base/printable.h"
 #include "base/thread_start.h"
 #include "check/check.h"
 #include "cli/commands.h"
@@ -733,6 +734,6 @@ int cmd_reduce(int argc, char **argv) {
 out_fail:
     outfile_abort(&out);
     if (in.fd >= 0) close(in.fd);
-    fprintf(stderr, "ctrain reduce: %s\n", err.message);
+    print_message_line(stderr, "ctrain reduce: ", err.message);
     return 1;
 }

@@ -13,6 +13,7 @@
  * (whatif_sample.c). */
 #include "whatif/whatif.h"
 
+#include "base/printable.h"
 #include "base/cmdout.h"
 #include "cli/commands.h"
 #include "io/outfile.h"
@@ -478,7 +479,7 @@ int cmd_what_if(int argc, char **argv) {
     status = 0;
     goto out_free;
 out_fail:
-    fprintf(stderr, "ctrain what-if: %s\n", err.message);
+    print_message_line(stderr, "ctrain what-if: ", err.message);
 out_free:
     for (int32_t i = 0; cells && i < n_cells; i++) {
         whatif_replay_close(&cells[i].rp);

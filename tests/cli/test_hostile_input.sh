@@ -4,8 +4,11 @@
 # opened within a bound the old quadratic parse exceeded 50 times over; a zero-size tensor at
 # offset 0 accepted (as the reference reader does); a tensor in two shards named with both; a
 # config.json that is a broken link refused by name; a config.json whose head_dim x heads
-# overflows int64 refused; an event file whose name's seconds overflow refused by name; a
-# newline or a C1 control inside a path shown escaped in a message.
+# overflows int64 refused; an event file whose name's seconds overflow refused by name; reduce
+# --policy naming a rank thread that cannot start, at once; reduce --stats naming a NaN or Inf
+# input; BPE prepare of a 4 MB one-letter line in bounded memory; what-if --stratify uniform's
+# standard errors covering the whole replay; a newline or a C1 control inside a path shown
+# escaped in a message.
 set -u
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"   # tiny_ini
@@ -194,6 +197,10 @@ ct_run "$CTRAIN" validate $'no\nctrain: fake line.ini'
 if [ "$ct_rc" -ne 0 ] && [ "$(wc -l < "$CT_TMP/err")" -eq 1 ] && grep -qF 'no\nctrain: fake line.ini' "$CT_TMP/err"; then
     ct_pass message_newline_in_path_escaped
 else ct_fail message_newline_in_path_escaped "rc $ct_rc: $ct_err"; fi
+ct_run "$CTRAIN" prepare --text $'no\nctrain prepare: fake.txt' --out pp
+if [ "$ct_rc" -ne 0 ] && [ "$(wc -l < "$CT_TMP/err")" -eq 1 ] && grep -qF 'no\nctrain prepare: fake.txt' "$CT_TMP/err"; then
+    ct_pass message_newline_in_path_escaped_prepare
+else ct_fail message_newline_in_path_escaped_prepare "rc $ct_rc: $ct_err"; fi
 ct_run "$CTRAIN" validate $'no\xc2\x9b2J.ini'
 if [ "$ct_rc" -ne 0 ] && grep -qF 'no\u009b2J.ini' "$CT_TMP/err" && ! grep -q $'\xc2\x9b' "$CT_TMP/err"; then
     ct_pass message_c1_control_in_path_escaped
