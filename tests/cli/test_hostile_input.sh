@@ -72,6 +72,12 @@ save("wrap/model.safetensors", {}, b"")
 PY
 bounded safetensors_300k_tensors_parse_in_seconds 30 "do not match this model" \
     "$CTRAIN" validate t.ini --set model.init_from=big.safetensors
+# an index mapping each of the 300,000 tensors to that file: the old check of each weight_map
+# key was a linear search of the shard's names too
+mkdir -p idx && ln -f big.safetensors idx/big.safetensors
+python3 -c 'import json; json.dump({"weight_map": {"tensor.%d" % k: "big.safetensors" for k in range(300000)}}, open("idx/model.safetensors.index.json", "w"))'
+bounded safetensors_index_300k_keys_in_seconds 30 "do not match this model" \
+    "$CTRAIN" validate t.ini --set model.init_from=idx
 bounded safetensors_header_of_llmc_magic_length_is_safetensors 20 "a unexpected" \
     "$CTRAIN" validate t.ini --set model.init_from=magic.safetensors
 ct_run "$CTRAIN" validate t.ini --set model.init_from=zero.safetensors
