@@ -184,7 +184,10 @@ int cmd_export(int argc, char **argv) {
     }
     /* the checkpoint's own configuration says what the model is */
     if (!(reg = registry_open(&err)) || !(mp = resolve_model(m.cfg, reg, &err))) {
-        fprintf(stderr, "ctrain export: %s/config.ini: %s\n", m.dir, err.message);
+        char dir[1024], prefix[1100];
+        snprintf(prefix, sizeof prefix, "ctrain export: %s/config.ini: ",
+                 printable(m.dir, dir, sizeof dir));
+        print_message_line(stderr, prefix, err.message);
         goto out_free;
     }
     hostapi_init(&host, m.cfg, 0, mp->desc.name, NULL);
@@ -212,7 +215,7 @@ int cmd_export(int argc, char **argv) {
             goto out_free;
         }
     if (layout_build(m.cfg, &d, target, &lay, &err) != CT_OK) {
-        fprintf(stderr, "ctrain export: refused: %s\n", err.message);
+        print_message_line(stderr, "ctrain export: refused: ", err.message);
         status = 1;
         goto out_free;
     }

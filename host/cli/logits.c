@@ -30,7 +30,7 @@ int cmd_logits(int argc, char **argv) {
     int32_t *tokens = NULL;
     float *logits = NULL;
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
-        fprintf(stderr, "ctrain logits: %s\n", rest ? err.message : "out of memory");
+        print_message_line(stderr, "ctrain logits: ", rest ? err.message : "out of memory");
         free(rest);
         return 2;
     }

@@ -195,7 +195,7 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
         ct_error err = {.struct_size = sizeof err};
         if (outfile_check(o->per_row, OUTFILE_USER | (per_row_force ? OUTFILE_FORCE : 0), &err) !=
             CT_OK) {
-            fprintf(stderr, "ctrain what-if: --per-row: %s\n", err.message);
+            print_message_line(stderr, "ctrain what-if: --per-row: ", err.message);
             return 2;
         }
     }

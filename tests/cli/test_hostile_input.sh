@@ -207,6 +207,10 @@ ct_run "$CTRAIN" prepare --text $'no\nctrain prepare: fake.txt' --out pp
 if [ "$ct_rc" -ne 0 ] && [ "$(wc -l < "$CT_TMP/err")" -eq 1 ] && grep -qF 'no\nctrain prepare: fake.txt' "$CT_TMP/err"; then
     ct_pass message_newline_in_path_escaped_prepare
 else ct_fail message_newline_in_path_escaped_prepare "rc $ct_rc: $ct_err"; fi
+ct_run "$CTRAIN" train t.ini --set $'run.out_dir=/proc/no\nctrain train: fake'
+if [ "$ct_rc" -ne 0 ] && [ "$(wc -l < "$CT_TMP/err")" -eq 1 ] && grep -qF '/proc/no\nctrain train: fake' "$CT_TMP/err"; then
+    ct_pass message_newline_in_path_escaped_train
+else ct_fail message_newline_in_path_escaped_train "rc $ct_rc: $ct_err"; fi
 ct_run "$CTRAIN" validate $'no\xc2\x9b2J.ini'
 if [ "$ct_rc" -ne 0 ] && grep -qF 'no\u009b2J.ini' "$CT_TMP/err" && ! grep -q $'\xc2\x9b' "$CT_TMP/err"; then
     ct_pass message_c1_control_in_path_escaped
