@@ -491,6 +491,14 @@ static int32_t check_own(const char *root, const char *path, ct_error *err) {
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     int l = lineage_of(root, name, id, 0);
     if (l == LINE_OWN) return CT_OK;
+    DIR *d = is_stale_name(name) ? opendir(path) : NULL; /* a save cut before its manifest */
+    if (d) {
+        struct dirent *e;
+        int empty = 1;
+        while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+        closedir(d);
+        if (empty) return CT_OK;
+    }
     return ct_error_set(err, CT_ERR_INVALID, "%s exists and was not written by this run (%s) "
                         "---> give each run its own checkpoints folder (a link to a shared disk "
                         "should point to a folder of its own)",
@@ -1140,6 +1148,9 @@ static void warn_schedule(const host_config *cfg, const host_config *saved, cons
     const char *ts = config_get(saved, "run", "steps");
     const char *tsch = config_get(saved, "optim", "schedule_steps");
     long long then_steps = ts ? strtoll(ts, NULL, 10) : 0, then_sched = tsch ? strtoll(tsch, NULL, 10) : 0;
+    const char *sched = NULL;
+    config_get_string(cfg, "optim", "schedule", &sched, NULL);
+    if (sched && !strcmp(sched, "constant")) return; /* no length to it */
     long long now_len = now_sched > 0 ? now_sched : now_steps;
     long long then_len = then_sched > 0 ? then_sched : then_steps;
     if (!ts || now_len == then_len) return;
