@@ -128,17 +128,37 @@ if grep -qF "rank 3's element 6 is -Inf" "$CT_TMP/out" && ! grep -qF "relative e
 else ct_fail reduce_stats_inf_input_named_policy "rc $ct_rc: $ct_out $ct_err"; fi
 
 # ---- BPE prepare: a 4 MB line of one letter (no cut point) in bounded memory ---------------
-# The old encoder merged the whole run as one piece (~37 bytes of memory a byte: +148 MB here);
-# pieces are now merged in segments of 64 KiB. Max RSS against GPL-3's, measured by time -v.
+# The old encoder merged the whole run as one piece (~37 bytes of memory a byte: +148 MB here),
+# and prepare held the whole line. A piece is now merged in segments of 64 KiB and prepare cuts
+# units at a segment's end: max RSS (time -v) at most 11 MB above GPL-3's, with 2 threads of
+# 256 KiB units (measured +6 MB; the whole line held would be >= +14 MB). Units cut inside long
+# runs (letters, punctuation with apostrophes, spaces, digits, non-ASCII letters) give the ids
+# of encoding the file whole (ctrain tokenize).
 ranks="$ROOT/.deps/tokenizers/gpt2.tiktoken"
 if [ -f "$ranks" ] && [ -x /usr/bin/time ]; then
     python3 -c "open('one.txt', 'w').write('a' * 4000000 + '\\n')"
     rss() { rm -rf "$2"; /usr/bin/time -f "%M" -o "$2.rss" "$CTRAIN" prepare --text "$1" --out "$2" \
-                --tokenizer bpe --tokenizer-file "$ranks" > "$2.log" 2>&1 && cat "$2.rss"; }
+                --tokenizer bpe --tokenizer-file "$ranks" --threads 2 --unit-bytes 262144 \
+                > "$2.log" 2>&1 && cat "$2.rss"; }
     base=$(rss /usr/share/common-licenses/GPL-3 pbase); long=$(rss one.txt plong)
-    if [ -n "$base" ] && [ -n "$long" ] && [ $((long - base)) -lt 40000 ]; then
+    if [ -n "$base" ] && [ -n "$long" ] && [ $((long - base)) -lt 11000 ]; then
         ct_pass "bpe_prepare_long_run_bounded_memory (+$((long - base)) KB max RSS for 4 MB)"
     else ct_fail bpe_prepare_long_run_bounded_memory "max RSS $long KB vs $base KB for GPL-3: $(tail -2 plong.log)"; fi
+    python3 -c "open('mix.txt', 'w').write('hello ' + 'a' * 300000 + \" world's \" + '!' * 70000 + \"'s\" + \"'\" * 70000 + \"'t\" + ' ' * 150000 + 'x\\n' + '\u00e9' * 100000 + ' 12' + '3' * 140000 + '\\n')"
+    "$CTRAIN" prepare --text mix.txt --out pmix --tokenizer bpe --tokenizer-file "$ranks" \
+        --val-fraction 0 --unit-bytes 100000 > pmix.log 2>&1
+    "$CTRAIN" tokenize "$ranks" mix.txt > mix.ids 2> mix.err
+    if same=$(python3 - <<'PY'
+import glob, sys, numpy as np
+toks = np.concatenate([np.fromfile(f, dtype=np.uint16, offset=1024)
+                       for f in sorted(glob.glob("pmix/train_*.bin"))]).astype(int).tolist()
+ids = [int(x) for x in open("mix.ids").read().split()]
+if toks and toks[0] == 50256 and (not ids or ids[0] != 50256): toks = toks[1:]
+print("%d ids from units of 100 kB, %d whole" % (len(toks), len(ids)))
+sys.exit(0 if toks == ids and ids else 1)
+PY
+    ); then ct_pass "bpe_prepare_cut_in_long_runs_same_ids: $same"
+    else ct_fail bpe_prepare_cut_in_long_runs_same_ids "$same $(tail -2 pmix.log) $(cat mix.err)"; fi
 else
     echo "skip bpe_prepare_long_run_bounded_memory: no $ranks (scripts/get-gpt2-tokenizer.sh) or no /usr/bin/time"
 fi
