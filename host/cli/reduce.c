@@ -37,7 +37,7 @@
 
 #define REDUCE_USAGE                                                                           \
     "usage: ctrain reduce --world-size N --in FILE --out FILE [--force]\n"                      \
-    "           [--op all_reduce|reduce_scatter] [--dtype bf16|f32]\n"                          \
+    "           [--op all_reduce|reduce_scatter] [--dtype bf16|f16|f32]\n"                      \
     "           [--algo ring|tree|dbtree|hier|nvls|nvls_tree|nccl] [--channels K]\n"           \
     "           [--gpus-per-node G] [--split nccl|even] [--proto simple|ll|ll128]\n"           \
     "           [--gpu a100|h100|h200] [--no-nvswitch] [--avg]\n"                              \
@@ -77,7 +77,8 @@ static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, in
 }
 
 static const char *const op_names[] = {"reduce_scatter", "all_reduce", NULL};
-static const char *const dtype_names[] = {"bf16", "f32", NULL};
+static const char *const dtype_names[] = {"bf16", "f32", "f16", NULL};
+static const int32_t dtype_codes[] = {CT_DTYPE_BF16, CT_DTYPE_F32, CT_DTYPE_F16};
 static int parse_args(int argc, char **argv, reduce_opts *o) {
     memset(o, 0, sizeof *o);
     o->oc = order_config_default(REDUCE_RING);
@@ -114,7 +115,7 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
         else if (!strcmp(a, "--op")) bad = order_args_choice("reduce", a, v, op_names, &o->all_reduce);
         else if (!strcmp(a, "--dtype")) {
             bad = order_args_choice("reduce", a, v, dtype_names, &dt);
-            o->dtype = dt ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+            o->dtype = dtype_codes[dt];
         } else if (!strcmp(a, "--algo")) bad = order_args_choice("reduce", a, v, order_args_algos, &o->oc.algo);
         else if (!strcmp(a, "--part")) bad = parse_int(a, v, 1, 1ll << 40, &o->part);
         else if (!strcmp(a, "--bucket")) bad = parse_int(a, v, 1, 1ll << 40, &o->bucket);
@@ -207,8 +208,9 @@ static int32_t read_part(const reduce_opts *o, const reduce_in *in, int32_t r, u
 }
 
 static double value_at(const void *p, uint64_t i, int32_t dtype) {
-    return dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((const uint16_t *)p)[i])
-                                  : ((const float *)p)[i];
+    if (dtype == CT_DTYPE_BF16) return ct_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dtype == CT_DTYPE_F16) return ct_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
 }
 
 /* ---- --stats --------------------------------------------------------------------------- */
@@ -247,7 +249,9 @@ static void stats_add(reduce_stats *s, const reduce_opts *o, void *const *x, con
         }
         if (o->avg) e /= (double)o->N;
         double d = g - e;
-        double once = got_dtype == CT_DTYPE_BF16 ? ct_round_bf16((float)e) : (float)e;
+        double once = got_dtype == CT_DTYPE_BF16   ? ct_round_bf16((float)e)
+                      : got_dtype == CT_DTYPE_F16 ? ct_round_f16((float)e)
+                                                  : (float)e;
         s->d2 += d * d, s->e2 += e * e;
         s->equal_once += g == once;
         if (fabs(d) > s->worst) s->worst = fabs(d);
@@ -337,7 +341,8 @@ static void describe_plan(const reduce_opts *o, const order_plan *p) {
     if (o->oc.algo == REDUCE_NCCL) {
         tuner_query q = {p->kind, p->count * p->esize * (p->kind == ORDER_ALL_REDUCE ? 1 : (uint64_t)o->N),
                          (int32_t)o->N, o->oc.gpus_per_node, o->oc.gpu, o->oc.nvswitch,
-                         o->dtype == CT_DTYPE_BF16 || o->dtype == CT_DTYPE_F32, o->avg};
+                         o->dtype == CT_DTYPE_BF16 || o->dtype == CT_DTYPE_F16 ||
+                             o->dtype == CT_DTYPE_F32, o->avg};
         tuner_pick pk;
         char line[512];
         tuner_choose(&q, &pk);
