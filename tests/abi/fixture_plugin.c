@@ -167,8 +167,14 @@ static const ct_loss_vtable fx_loss_vtable = {
 typedef void (*fx_fn)(void);
 static void fx_stub(void) {}
 #define FX_STUB4 fx_stub, fx_stub, fx_stub, fx_stub
+#if CT_ABI_MINOR >= 7 /* the optimizer kind */
+#define FX_OPTIMIZER_SIZE(k) ((k) == 7 ? sizeof(ct_optimizer_vtable) : 0)
+#else
+#define FX_OPTIMIZER_SIZE(k) 0
+#endif
 #define FX_VTABLE_SIZE                                                                          \
-    ((FX_KIND) == CT_KIND_MODEL       ? sizeof(ct_model_vtable)                                 \
+    (FX_OPTIMIZER_SIZE(FX_KIND) ? FX_OPTIMIZER_SIZE(FX_KIND)                                    \
+     : (FX_KIND) == CT_KIND_MODEL     ? sizeof(ct_model_vtable)                                 \
      : (FX_KIND) == CT_KIND_STRATEGY  ? sizeof(ct_strategy_vtable)                              \
      : (FX_KIND) == CT_KIND_PRECISION ? sizeof(ct_precision_vtable)                             \
      : (FX_KIND) == CT_KIND_COMM      ? sizeof(struct ct_comm_vtable)                           \

@@ -352,6 +352,8 @@ static const char *fixture_world(void) {
         return NULL;
     if (!build_fixture(dir, "device_cpu.so", "-DFX_NAME=cpu -DFX_KIND=CT_KIND_DEVICE"))
         return NULL;
+    if (!build_fixture(dir, "optimizer_adamw.so", "-DFX_NAME=adamw -DFX_KIND=CT_KIND_OPTIMIZER"))
+        return NULL;
     state = 1;
     return dir;
 }
@@ -394,7 +396,7 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
         {"[loss.zz]\ncoef = 1\n", "[loss.zz] configures loss term 'zz'"},
         {"[device]\ntype = gpu\n", "w.ini:19: [device] type = gpu: unknown device plugin 'gpu'"},
         {"[run]\nsteps = 0\n", "[run] steps = 0 is out of range"},
-        {"[optim]\nschedule = cos\n", "is not one of: cosine, linear, constant"},
+        {"[optim]\nschedule = cos\n", "is not one of: cosine, linear, constant, wsd"},
         {"[comm]\nplugin = fx\n", "'fx' is a loss plugin; [comm] needs a comm plugin"},
         {"[loss.fx]\ncout = 1\n", "[loss.fx] unknown key 'cout' (did you mean 'count'?)"},
     };
