@@ -132,6 +132,29 @@ else
     ct_fail example_run_ini_trains "$(tail -3 "$CT_TMP/ex/train.log" 2>/dev/null)"
 fi
 
+# the optimizer example (ABI 1.7), as installed and copied elsewhere: pkg-config only, passes
+# check-plugin, exports only the entry, and its run.ini trains with it
+cp -r "$prefix/share/ctrain/examples/optimizer_signum" "$CT_TMP/exo"
+ct_run make --no-print-directory -C "$CT_TMP/exo"
+[ "$ct_rc" -eq 0 ] && [ -f "$CT_TMP/exo/optimizer_signum.so" ] && ct_pass optimizer_example_builds \
+    || ct_fail optimizer_example_builds "exit $ct_rc: $ct_err"
+ct_run "$prefix/bin/ctrain" check-plugin "$CT_TMP/exo/optimizer_signum.so"
+if [ "$ct_rc" -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed$' "$CT_TMP/out"; then
+    ct_pass optimizer_example_passes_check_plugin
+else
+    ct_fail optimizer_example_passes_check_plugin "exit $ct_rc: $(tail -3 "$CT_TMP/out") $ct_err"
+fi
+bash scripts/check-abi.sh "$CT_TMP/exo/optimizer_signum.so" >/dev/null \
+    && ct_pass optimizer_example_exports_only_entry || ct_fail optimizer_example_exports_only_entry "check-abi failed"
+(cd "$CT_TMP/exo" && "$prefix/bin/ctrain" prepare /usr/share/common-licenses/GPL-3 --out data \
+    --tokenizer bytes > prepare.log 2>&1 && "$prefix/bin/ctrain" train run.ini --set run.steps=3 \
+    > train.log 2>&1)
+if [ $? -eq 0 ] && grep -q '"loss"' "$CT_TMP/exo/runs/signum_example/metrics.jsonl" 2>/dev/null; then
+    ct_pass optimizer_example_run_ini_trains
+else
+    ct_fail optimizer_example_run_ini_trains "$(tail -3 "$CT_TMP/exo/train.log" 2>/dev/null)"
+fi
+
 # the frozen headers of every older minor (1.0 .. the one before the SDK's): a plugin built
 # against 1.2's loads and is checked
 minor=${abi#*.}
