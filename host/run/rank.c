@@ -1,5 +1,6 @@
 /* rank.c — building and tearing down one rank: plugin instances in dependency order
- * (device, comm, precision, strategy, model, loss terms), the strategy's setup with freshly
+ * (device, comm, precision, strategy, model, loss terms, optimizer), the strategy's setup with
+ * freshly
  * initialised parameters, optimizer state, step buffers and data loaders; and the same build
  * without comm, parameters or buffers that preflight (validation) runs. */
 #include "run/rank.h"

@@ -86,8 +86,8 @@
  *     thread only. Several ranks may live in one process (the threads engine), each with its
  *     own instance of every plugin, so a plugin keeps no mutable global state. A plugin may
  *     start threads (and OpenMP regions); it joins them in destroy. A rank's instances are
- *     destroyed in the reverse order of creation (loss terms, model, strategy, precision, comm,
- *     device), so the device and comm references are valid in every other kind's destroy.
+ *     destroyed in the reverse order of creation (optimizer, loss terms, model, strategy,
+ *     precision, comm, device), so the device and comm references are valid in every other kind's destroy.
  *     There is no host call that loads or returns another plugin: wrapping one is not
  *     supported.
  *   - Linking: build with -fvisibility=hidden and -Wl,-z,defs; export only the entry symbol.
@@ -485,7 +485,9 @@ typedef const ct_plugin_desc *(*ct_plugin_entry_fn)(void);
     CT_EXPORT const ct_plugin_desc *ctrain_plugin_v1(void) { return &ct_plugin_descriptor_; }
 
 /* ---------------------------------------------------------------------------------------
- * kind: device — memory, casts, element-wise kernels, AdamW on one accelerator (or the CPU)
+ * kind: device — memory, casts, element-wise kernels, AdamW on one accelerator (or the CPU);
+ * since ABI 1.7 the update is the optimizer kind's, and the adamw optimizer calls the device's
+ * adamw kernel where it has no loop of its own (cuda)
  *
  * Pointers named "device memory" come from alloc() of the same instance. Calls run on the
  * instance's compute stream in call order; a call may return before the work is done
@@ -1039,7 +1041,7 @@ typedef struct ct_loss_vtable {
  *
  * The strategy owns every parameter and gradient buffer. The host asks it for a unit's
  * gathered parameters around each stage, hands it the unit's gradient when the unit's last
- * backward stage is done, and asks for the shards it must update with AdamW.
+ * backward stage is done, and asks for the shards the optimizer plugin must update.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct ct_strategy_setup {
@@ -1051,7 +1053,7 @@ typedef struct ct_strategy_setup {
     void                      *precision_self;
 } ct_strategy_setup;
 
-/* The slice of a unit this rank updates with AdamW. */
+/* The slice of a unit this rank updates (with the optimizer plugin). */
 typedef struct ct_shard {
     uint32_t struct_size;
     float   *master;     /* (numel) f32 master weights, device memory, owned by the strategy */
