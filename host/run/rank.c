@@ -1,8 +1,7 @@
 /* rank.c — building and tearing down one rank: plugin instances in dependency order
  * (device, comm, precision, strategy, model, loss terms, optimizer), the strategy's setup with
- * freshly
- * initialised parameters, optimizer state, step buffers and data loaders; and the same build
- * without comm, parameters or buffers that preflight (validation) runs. */
+ * freshly initialised parameters, the optimizer's state buffers, step buffers and data
+ * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
 
 #include "plugin/contract.h"

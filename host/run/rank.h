@@ -1,6 +1,6 @@
 /* rank.h — everything one rank owns during a run: its plugin instances (device, comm,
- * precision, strategy, model, loss terms), the model's description, the step's buffers and the
- * optimizer state. One host_rank per rank thread (threads engine) or per process (mpi).
+ * precision, strategy, model, loss terms, optimizer), the model's description, the step's
+ * buffers and the optimizer's state buffers. One host_rank per rank thread (threads engine) or per process (mpi).
  * Not for: the step's logic (step.c), the optimizer (optim.c) or the run's driver (train.c). */
 #ifndef CTRAIN_HOST_RANK_H
 #define CTRAIN_HOST_RANK_H
