@@ -1,10 +1,11 @@
 /* optim.h — the optimizer driver: learning-rate schedule, global-norm gradient clipping over
- * all ranks, the parameter groups (decay, lr multipliers, roles), and the optimizer plugin's
- * update of the shards this rank owns (the plugin does the arithmetic, ABI 1.7).
+ * all ranks, and the optimizer plugin's update of the shards this rank owns (the plugin does
+ * the arithmetic, ABI 1.7; the parameter groups it is given: groups.h).
  * Not for: computing gradients (step.c) or where the shards live (the strategy plugin). */
 #ifndef CTRAIN_HOST_OPTIM_H
 #define CTRAIN_HOST_OPTIM_H
 
+#include "run/groups.h"
 #include "run/rank.h"
 
 #include <stdio.h>
@@ -18,27 +19,6 @@ typedef struct host_optim_config {
     int32_t decay_shape; /* wsd: 0 linear, 1 cosine, 2 1-sqrt */
 } host_optim_config;
 
-/* The role of tensor k of unit u (ct_optim_role): the model's head tensor is HEAD unless it
- * is also the token embedding (tied: EMBEDDING); other 2-D+ tensors of the head's unit are
- * EMBEDDING, elsewhere MATRIX; 1-D tensors whose name holds "ln" or "norm" NORM, else BIAS. */
-int32_t optim_role(const ct_model_desc *d, uint32_t u, uint32_t k);
-extern const char *const optim_role_names[5]; /* "matrix", "embedding", "head", "norm", "bias" */
-
-/* Whether weight decay applies to tensor k of unit u: [optim] decay_all, else the model's
- * ct_tensor_spec.decay, less the embeddings when [optim] decay_embeddings = false. */
-int32_t optim_decays(const host_config *cfg, const ct_model_desc *d, uint32_t u, uint32_t k);
-
-/* The unit's decay mask (unit numel bytes, 1 = decay) from optim_decays. */
-void optim_decay_mask(const host_config *cfg, const ct_model_desc *d, uint32_t u, uint8_t *out);
-
-/* The unit's tensors as the optimizer sees them in shard sh (malloc'd, n_tensors entries;
- * NULL when out of memory; names point into the model's description). */
-ct_optim_tensor *optim_tensors(const host_config *cfg, const ct_model_desc *d, uint32_t u,
-                               const ct_shard *sh);
-
-/* The parameter groups, one line each, for validate ("group matrix: 8 tensors, decay 0.1,
- * lr x1"). */
-void optim_print_groups(const host_config *cfg, const ct_model_desc *d, FILE *out);
 
 /* Read [optim] and [run] steps from the resolved configuration and check the bounds the
  * arithmetic needs beyond the schema's ranges: beta1 and beta2 in [0, 1) (1 divides by

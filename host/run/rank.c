@@ -5,7 +5,7 @@
 #include "run/rank.h"
 
 #include "plugin/contract.h"
-#include "run/optim.h"
+#include "run/groups.h"
 #include "weights/import.h"
 #include "base/init.h"
 
@@ -114,7 +114,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
-        optim_decay_mask(r->cfg, &r->mdesc, u, mask);
+        groups_decay_mask(r->cfg, &r->mdesc, u, mask);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
         if (rc == CT_OK) rc = RANK_STRATEGY(r, shard, u, &sh, err);
@@ -124,7 +124,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             for (uint32_t k = 0; k < r->n_state; k++)
                 have &= (us->state[k] = dev_alloc(r, sh.numel * sizeof(float), err)) != NULL;
             us->decay_mask = dev_alloc(r, sh.numel, err);
-            us->tensors = optim_tensors(r->cfg, &r->mdesc, u, &sh);
+            us->tensors = groups_tensors(r->cfg, &r->mdesc, u, &sh);
             /* the shard may reach into the end padding: mask 0 there */
             uint8_t *shard_mask = calloc(sh.numel ? sh.numel : 1, 1);
             if (!have || !us->decay_mask || !shard_mask || !us->tensors) {
@@ -472,7 +472,7 @@ int32_t rank_print_groups(const host_config *cfg, const host_wiring *w, ct_comm_
     r->world = comm.world_size;
     r->comm_ref = comm;
     int32_t rc = open_instances(r, w, NULL, 0, err);
-    if (rc == CT_OK) optim_print_groups(cfg, &r->mdesc, out);
+    if (rc == CT_OK) groups_print(cfg, &r->mdesc, out);
     rank_close(r);
     free(r);
     return rc;

@@ -114,7 +114,7 @@ typedef struct host_rank {
  * destroyed and err says what failed. */
 int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, int32_t rank,
                   int32_t world, void *comm_world, ct_error *err);
-/* The optimizer's parameter groups of the configured model (optim_print_groups), one line
+/* The optimizer's parameter groups of the configured model (groups_print), one line
  * each into out: the instances are created as rank_dry_open does (with `comm` as every
  * create()'s comm reference), the model described, everything destroyed. */
 int32_t rank_print_groups(const host_config *cfg, const host_wiring *w, ct_comm_ref comm,
