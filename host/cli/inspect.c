@@ -48,6 +48,8 @@ static void inspect_plugin(const host_plugin *p, FILE *out) {
     fprintf(out, "  file:     %s\n", p->path);
     const char *section = p->desc.kind == CT_KIND_LOSS ? "loss.<name>" : kind_name(p->desc.kind);
     if (p->desc.kind == CT_KIND_LOSS) fprintf(out, "  section:  [loss.%s]\n", p->desc.name);
+    else if (p->desc.kind == CT_KIND_OPTIMIZER)
+        fprintf(out, "  section:  [optimizer.%s] (chosen by [optimizer] plugin)\n", p->desc.name);
     else fprintf(out, "  section:  [%s]\n", section);
     if (p->n_params == 0) {
         fprintf(out, "  keys:     none\n");
@@ -64,7 +66,7 @@ static int inspect_host(void) {
             CT_ABI_MAJOR, CT_ABI_MINOR);
     for (int32_t i = 0; i < n; i++) {
         fprintf(cmdout(), "\n[%s] %s%s%s\n", hs[i].name, hs[i].help,
-                hs[i].kind ? "; plus the keys of its plugin" : "",
+                hs[i].kind == CT_KIND_OPTIMIZER ? "" : hs[i].kind ? "; plus the keys of its plugin" : "",
                 hs[i].kind == CT_KIND_LOSS ? "s' [loss.NAME] sections" : "");
         schema_table(hs[i].specs, cmdout());
     }

@@ -123,8 +123,8 @@ static int32_t reduce_plugin_metrics(host_rank *r, host_metric_table *out, ct_er
 }
 
 /* Bytes per rank after the first step, into the first log line (MAX over ranks): the
- * strategy's memory() figures (params, grads, gathered) and AdamW's m and v, 2 * 4 bytes per
- * element of each shard this rank updates. Nothing when the strategy has no memory() hook. */
+ * strategy's memory() figures (params, grads, gathered) and the optimizer's state buffers
+ * (adamw: m and v), n_state * 4 bytes per element of each shard this rank updates. Nothing when the strategy has no memory() hook. */
 static int32_t report_memory(host_rank *r, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     if (!st->memory) return CT_OK;
@@ -133,7 +133,7 @@ static int32_t report_memory(host_rank *r, ct_error *err) {
     for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
         rc = RANK_STRATEGY(r, shard, u, &sh, err);
-        optim += 2 * sizeof(float) * sh.numel;
+        optim += r->n_state * sizeof(float) * sh.numel;
     }
     if (rc != CT_OK) return rc;
     metrics_add(&r->metrics, "mem/params_bytes", (double)params, CT_METRIC_MAX);
