@@ -285,6 +285,10 @@ static const plugin_case plugins[] = {
      "\"beta1\": 0.9, \"beta2\": 0.99"},
     {"muon", "optimizer_muon.so", "optimizer.muon", "[optimizer.muon]\nmomentum = 0.95\n",
      "\"momentum\": 0.95, \"nesterov\": true, \"ns_steps\": 5, \"ns_eps\": 1e-7"},
+    {"muon_bf16", "optimizer_muon.so", "optimizer.muon",
+     "[optimizer.muon]\nmomentum = 0.95\nns_dtype = bf16\n",
+     "\"momentum\": 0.95, \"nesterov\": true, \"ns_steps\": 5, \"ns_eps\": 1e-7, "
+     "\"ns_dtype\": \"bf16\""},
 };
 
 CT_TEST(each_optimizer_gives_the_same_bits_sharded_over_2_3_4_ranks_as_replicated) {

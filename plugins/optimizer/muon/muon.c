@@ -12,8 +12,10 @@
  * same, redundantly) and applies the rows of its own slice. Every rank calls the all_gather for
  * the same units (those holding a matrix: the tensor list is the same on every rank).
  *
- * Matrix products through OpenBLAS in f32 (torch.optim.Muon runs Newton–Schulz in bf16; the
- * reference's f32 variant is what this computes: tests/optim_reference.py). */
+ * Matrix products through OpenBLAS in f32. [optimizer.muon] ns_dtype = f32 (the default) keeps
+ * Newton–Schulz in f32; bf16 rounds to bf16 where torch.optim.Muon's bf16 tensors do (the
+ * input, the norm, the quotient and each product's result, products accumulated in f32), so it
+ * can be compared with torch's as shipped (tests/optim_reference.py). */
 #include <ctrain/ctrain.h>
 #include <ctrain/numerics.h>
 
@@ -26,7 +28,7 @@ typedef struct muon {
     ct_device_ref dev;
     ct_comm_ref   comm;
     double        momentum;
-    int32_t       nesterov, ns_steps, match_rms;
+    int32_t       nesterov, ns_steps, match_rms, ns_bf16;
     double        ns_a, ns_b, ns_c, eps;
     float        *upd, *full;  /* (numel) this shard's momentum update; (padded) the unit's */
     uint64_t      upd_cap, full_cap;
@@ -40,12 +42,13 @@ static void *muon_create(const ct_create_args *a, ct_error *err) {
     double mom = 0, eps = 0;
     int32_t nest = 1;
     int64_t steps = 5;
-    const char *adjust = "original";
+    const char *adjust = "original", *ns_dtype = "f32";
     if (a->api->get_float(a->host, a->section, "momentum", &mom, err) != CT_OK ||
         a->api->get_bool(a->host, a->section, "nesterov", &nest, err) != CT_OK ||
         a->api->get_int(a->host, a->section, "ns_steps", &steps, err) != CT_OK ||
         a->api->get_float(a->host, a->section, "ns_eps", &eps, err) != CT_OK ||
-        a->api->get_string(a->host, a->section, "adjust_lr", &adjust, err) != CT_OK)
+        a->api->get_string(a->host, a->section, "adjust_lr", &adjust, err) != CT_OK ||
+        a->api->get_string(a->host, a->section, "ns_dtype", &ns_dtype, err) != CT_OK)
         return NULL;
     muon *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "optimizer muon: out of memory"), NULL;
@@ -56,6 +59,7 @@ static void *muon_create(const ct_create_args *a, ct_error *err) {
     self->ns_steps = (int32_t)steps;
     self->eps = eps;
     self->match_rms = strcmp(adjust, "match_rms_adamw") == 0;
+    self->ns_bf16 = strcmp(ns_dtype, "bf16") == 0;
     self->ns_a = 3.4445, self->ns_b = -4.7750, self->ns_c = 2.0315; /* the quintic's */
     return self;
 }
@@ -91,6 +95,12 @@ static inline float lerp(float a, float b, float w) {
     return fabsf(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
 
+/* x[0..n) rounded to bf16 (ns_dtype = bf16), else left as it is. */
+static void to_dtype(const muon *self, float *x, int64_t n) {
+    if (!self->ns_bf16) return;
+    for (int64_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
+}
+
 /* out (rows x cols) = the Newton–Schulz orthogonalisation of in (rows x cols, row-major). */
 static int32_t newton_schulz(muon *self, const float *in, int64_t rows, int64_t cols,
                              float *out, ct_error *err) {
@@ -104,25 +114,31 @@ static int32_t newton_schulz(muon *self, const float *in, int64_t rows, int64_t 
     double ss = 0;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
-            float x = in[i * cols + j];
+            float x = self->ns_bf16 ? ct_round_bf16(in[i * cols + j]) : in[i * cols + j];
             ss += (double)x * x;
             if (tr) X[j * n + i] = x;
             else X[i * n + j] = x;
         }
-    float norm = (float)sqrt(ss);
-    if (norm < (float)self->eps) norm = (float)self->eps;
+    float norm = (float)sqrt(ss), floor_ = (float)self->eps;
+    to_dtype(self, &norm, 1);
+    to_dtype(self, &floor_, 1);
+    if (norm < floor_) norm = floor_;
     for (int64_t i = 0; i < m * n; i++) X[i] /= norm;
+    to_dtype(self, X, m * n);
     float a = (float)self->ns_a, b = (float)self->ns_b, c = (float)self->ns_c;
     for (int32_t s = 0; s < self->ns_steps; s++) {
         /* G = X X^T; H = b G + c G G; Y = a X + H X */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)m, (int)n, 1.0f, X,
                     (int)n, X, (int)n, 0.0f, G, (int)m);
+        to_dtype(self, G, m * m);
         memcpy(H, G, (size_t)(m * m) * sizeof *H);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)m, (int)m, c, G,
                     (int)m, G, (int)m, b, H, (int)m);
+        to_dtype(self, H, m * m);
         memcpy(Y, X, (size_t)(m * n) * sizeof *Y);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)m, 1.0f, H,
                     (int)m, X, (int)n, a, Y, (int)n);
+        to_dtype(self, Y, m * n);
         float *t = X;
         X = Y, Y = t;
     }
@@ -215,6 +231,7 @@ static int32_t muon_update(void *p, const ct_optim_step *st, const ct_optim_shar
 }
 
 static const char *const adjust_choices[] = {"original", "match_rms_adamw", NULL};
+static const char *const ns_dtype_choices[] = {"f32", "bf16", NULL};
 static const ct_param_spec muon_params[] = {
     CT_PARAM_FLOAT_X("momentum", "0.95", 0, 1, CT_PARAM_MAX_EXCLUSIVE, "momentum of the matrices"),
     CT_PARAM_BOOL("nesterov", "true", "orthogonalise the Nesterov update (torch's default)"),
@@ -224,6 +241,8 @@ static const ct_param_spec muon_params[] = {
     CT_PARAM_ENUM("adjust_lr", "original", adjust_choices,
                   "a matrix's lr: original = lr sqrt(max(1, rows/cols)); match_rms_adamw = "
                   "lr 0.2 sqrt(max(rows, cols)) (Moonshot)"),
+    CT_PARAM_ENUM("ns_dtype", "f32", ns_dtype_choices,
+                  "Newton–Schulz in f32, or rounded to bf16 as torch.optim.Muon computes it"),
     CT_PARAM_END,
 };
 
