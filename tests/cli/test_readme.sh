@@ -113,14 +113,14 @@ while i < len(lines):
     path = os.path.join(out, "%02d.%s" % (n, lang))
     open(path, "w").write(body)
     first = next(l for l in lines[i + 2:j] if l.strip() and not l.lstrip().startswith("#"))
-    driver.append("echo '@@block %d %d %s'" % (n, i + 3, first[:70].replace("'", "")))
+    driver.append("echo '@@block %d %d %s'; t0=$SECONDS" % (n, i + 3, first[:70].replace("'", "")))
     if lang == "sh":
         driver.append(". '%s'" % path)
     elif py:
         driver.append("'%s' '%s'" % (py, path))
     else:
         driver.append("echo '@@skip %d'" % n)
-    driver.append("echo '@@ok %d'" % n)
+    driver.append("echo \"@@ok %d $((SECONDS - t0))\"" % n)
     i = j + 1
 open(os.path.join(out, "driver.sh"), "w").write("\n".join(driver) + "\n")
 print(n)
@@ -136,11 +136,11 @@ marked=$(grep -c '^echo .@@block ' "$CT_TMP/blocks/driver.sh" || true)
 while IFS= read -r line; do
     read -r _ num at first <<< "$line"
     what="README.md:$at ($first)"
-    if grep -qx "@@skip $num" "$blog"; then
+    if grep -q "^@@skip $num\$" "$blog"; then
         echo "skip $what: no python with torch and transformers (make test-interop makes .venv-interop)"
         ct_pass "$what (skipped)"
-    elif grep -qx "@@ok $num" "$blog"; then
-        ct_pass "$what"
+    elif grep -q "^@@ok $num " "$blog"; then
+        ct_pass "$what ($(grep "^@@ok $num " "$blog" | cut -d' ' -f3) s)"
     else
         # the output from this block's start to the end of the log
         out=$(sed -n "/^@@block $num /,\$p" "$blog" | tail -n 25)
