@@ -14,6 +14,10 @@ typedef struct host_section {
     int32_t              kind;       /* ct_kind of the plugin that owns the rest; 0: none */
     const char          *plugin_key; /* key naming the plugin ("plugin", "plugins", "type") */
     const char          *help;       /* one line */
+    int32_t              flat;       /* 1: the plugin's own keys live in this section ([model]:
+                                      * the architecture, read by export and resume checks);
+                                      * 0: in [NAME.PLUGIN] ([precision.amp]), so a swap of
+                                      * the plugin leaves them inert */
 } host_section;
 
 /* All host sections, in the order `ctrain validate` prints them. */
