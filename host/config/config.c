@@ -236,6 +236,7 @@ static int32_t put(host_config *cfg, const char *section, const char *key, const
     e->value = dup_s(value);
     e->origin = dup_s(origin);
     e->line = line;
+    e->removed = 0;
     e->hash = entry_hash(section, key);
     if (!e->section || !e->key || !e->value || !e->origin) {
         free(e->section);

@@ -407,6 +407,8 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
         if (rc != CT_OK) return rc;
     }
     if ((rc = vocab_from_meta(cfg, err)) != CT_OK) return rc;
+    /* again: flat keys of plugins not selected may have made sections of their own */
+    if ((rc = check_sections(cfg, w, err)) != CT_OK) return rc;
     return device_mask_check(w, cfg, err);
 }
 
