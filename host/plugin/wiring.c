@@ -226,7 +226,7 @@ static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host
             const char *there = config_get(cfg, own, key);
             if (there && !(from_set && strcmp(config_origin(cfg, own, key), "--set")))
                 return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = %s, and %s: [%s] %s = "
-                                    "%s: the %s plugin %s's key is given twice ---> keep the one "
+                                    "%s: a key of %s plugin %s is given twice ---> keep the one "
                                     "in [%s]", origin, h->name, key, value,
                                     config_origin(cfg, own, key), own, key, there, h->name,
                                     p->desc.name, own);
