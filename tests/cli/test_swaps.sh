@@ -24,9 +24,10 @@ pick_key() {
 }
 KINDS="model loss strategy precision comm device"
 
-# Refusals a swap may meet that are about the machine or another kind, never about keys: a
-# CUDA plugin on a machine without a GPU, or comm nccl beside [device] type = cpu.
-HARDWARE_REFUSALS="no CUDA-capable GPU found|comm plugin 'nccl' runs only on cuda"
+# Refusals a swap may meet that are about the machine or another kind's plugin, never about
+# keys: a CUDA plugin on a machine without a GPU; a plugin beside a device it does not run on
+# (comm nccl with [device] type = cpu, comm threads with cuda).
+HARDWARE_REFUSALS="no CUDA-capable GPU found|plugin '[a-z_0-9]+' runs only on (cpu|cuda)"
 accepted=0
 
 # swap_to INI KIND X [--set ...]: validate INI with plugin X of KIND by one --set. Exit 0, or
