@@ -225,6 +225,7 @@ check-abi: $(PLUGINS)
 NPROC       ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_PLUGINS := $(foreach p,$(PLUGINS),$(if $($(basename $(notdir $(p)))_CUDA_ONLY),,$(p)))
 run-build: $(BUILD)/ctrain $(RUN_PLUGINS)
+	@true
 
 run: deps-run
 	$(Q)$(MAKE) --no-print-directory -j$(NPROC) run-build

@@ -25,8 +25,8 @@ esac
 packages=(build-essential pkg-config libinih-dev libopenmpi-dev libopenblas-dev
           libsentencepiece-dev zlib1g-dev libpcre2-dev python3 libdnnl-dev)
 # The tests besides: mpirun, gnuplot (ctrain plot), the sentencepiece tools, ip (network
-# namespaces of the two-host test).
-[ "$mode" = test ] && packages+=(openmpi-bin gnuplot-nox sentencepiece iproute2)
+# namespaces of the two-host test), pip (PyPI's packages below, get-gpt2-tokenizer.sh's download).
+[ "$mode" = test ] && packages+=(openmpi-bin gnuplot-nox sentencepiece iproute2 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

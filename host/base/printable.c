@@ -111,6 +111,11 @@ void fputs_printable(const char *s, FILE *f) {
     }
 }
 
+void print_message_line(FILE *f, const char *prefix, const char *message) {
+    char shown[4096]; /* a ct_error message (512 bytes) escaped, or "..." */
+    fprintf(f, "%s%s\n", prefix, printable(message, shown, sizeof shown));
+}
+
 /* ---- stderr through the escaping --------------------------------------------------------- */
 
 /* A character cut by the end of one write, completed by the next (fputc writes byte by byte

@@ -23,6 +23,11 @@ const char *printable(const char *s, char *buf, size_t cap);
 /* fputs of s with its control characters escaped as printable() does, of any length. */
 void fputs_printable(const char *s, FILE *f);
 
+/* prefix, then message as printable() makes it, then a newline, in one write: an error message
+ * on one line whatever path or name it holds (a newline in a path is printed \n, never a line
+ * that looks like ctrain's own). prefix is ctrain's own text, printed as it is. */
+void print_message_line(FILE *f, const char *prefix, const char *message);
+
 /* Point `stderr` at a stream over file descriptor 2 that escapes control characters as
  * printable() does (newline, tab and carriage return pass: they are a message's own lines; a
  * newline inside a path is the printing site's to escape, with printable()): every message

@@ -5,6 +5,7 @@
  */
 #include "check/check.h"
 
+#include "base/printable.h"
 #include "base/cmdout.h"
 #include "cli/commands.h"
 #include "plugin/calls.h"
@@ -109,17 +110,17 @@ int cmd_check_plugin(int argc, char **argv) {
      * hangs is reported instead of ending the checker */
     calls_share();
     if (registry_probe_file(file, &err) != CT_OK) {
-        fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
+        print_message_line(stderr, "ctrain check-plugin: ", err.message);
         return 1;
     }
     c.reg = registry_open(&err);
     if (!c.reg) {
-        fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
+        print_message_line(stderr, "ctrain check-plugin: ", err.message);
         return 1;
     }
     c.plugin = resolve_any(c.reg, file, &err);
     if (!c.plugin) {
-        fprintf(stderr, "ctrain check-plugin: %s\n", err.message);
+        print_message_line(stderr, "ctrain check-plugin: ", err.message);
         registry_close(c.reg);
         return 1;
     }

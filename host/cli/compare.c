@@ -5,6 +5,7 @@
  * Not for: reading metrics files (jsonl.c) or drawing them (plot.c).
  */
 #include "cli/commands.h"
+#include "base/printable.h"
 #include "cli/runlog.h"
 
 #include <math.h>
@@ -180,7 +181,7 @@ int cmd_compare(int argc, char **argv) {
     for (int32_t i = 0; i < n; i++) {
         ct_error err = {.struct_size = sizeof err};
         if (run_log_load(dirs[i], &logs[i], &err) != CT_OK) {
-            fprintf(stderr, "ctrain compare: %s\n", err.message);
+            print_message_line(stderr, "ctrain compare: ", err.message);
             goto out_free;
         }
         loaded++;

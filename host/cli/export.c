@@ -6,6 +6,7 @@
  * names) and the run's tokenizer (export_tokenizer.c); or an llm.c fp32 GPT-2 model file.
  * Not for: the tensor tables (export_layout.c) or the file formats (safetensors.c, llmc.c). */
 #include "run/checkpoint.h"
+#include "base/printable.h"
 #include "base/cmdout.h"
 #include "cli/commands.h"
 #include "plugin/contract.h"
@@ -178,12 +179,15 @@ int cmd_export(int argc, char **argv) {
     layout lay = {0};
     int status = 1;
     if (checkpoint_read_master(src, &m, &err) != CT_OK) {
-        fprintf(stderr, "ctrain export: %s\n", err.message);
+        print_message_line(stderr, "ctrain export: ", err.message);
         return 1;
     }
     /* the checkpoint's own configuration says what the model is */
     if (!(reg = registry_open(&err)) || !(mp = resolve_model(m.cfg, reg, &err))) {
-        fprintf(stderr, "ctrain export: %s/config.ini: %s\n", m.dir, err.message);
+        char dir[1024], prefix[1100];
+        snprintf(prefix, sizeof prefix, "ctrain export: %s/config.ini: ",
+                 printable(m.dir, dir, sizeof dir));
+        print_message_line(stderr, prefix, err.message);
         goto out_free;
     }
     hostapi_init(&host, m.cfg, 0, mp->desc.name, NULL);
@@ -211,7 +215,7 @@ int cmd_export(int argc, char **argv) {
             goto out_free;
         }
     if (layout_build(m.cfg, &d, target, &lay, &err) != CT_OK) {
-        fprintf(stderr, "ctrain export: refused: %s\n", err.message);
+        print_message_line(stderr, "ctrain export: refused: ", err.message);
         status = 1;
         goto out_free;
     }
@@ -261,7 +265,7 @@ int cmd_export(int argc, char **argv) {
     status = 0;
     goto out_free;
 out_err:
-    fprintf(stderr, "ctrain export: %s\n", err.message);
+    print_message_line(stderr, "ctrain export: ", err.message);
 out_free:
     layout_free(&lay);
     if (model) life.destroy(model);

@@ -4,6 +4,7 @@
  * with another program's. Not for: exporting weights (export.c).
  */
 #include "base/cmdout.h"
+#include "base/printable.h"
 #include "cli/commands.h"
 #include "io/files.h"
 #include "io/outfile.h"
@@ -29,7 +30,7 @@ int cmd_logits(int argc, char **argv) {
     int32_t *tokens = NULL;
     float *logits = NULL;
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
-        fprintf(stderr, "ctrain logits: %s\n", rest ? err.message : "out of memory");
+        print_message_line(stderr, "ctrain logits: ", rest ? err.message : "out of memory");
         free(rest);
         return 2;
     }
@@ -48,7 +49,7 @@ int cmd_logits(int argc, char **argv) {
         goto out_session;
     }
     if (outfile_check(out, out_flags, &err) != CT_OK) {
-        fprintf(stderr, "ctrain logits: %s\n", err.message);
+        print_message_line(stderr, "ctrain logits: ", err.message);
         goto out_session;
     }
     status = 1;
@@ -62,7 +63,7 @@ int cmd_logits(int argc, char **argv) {
     int fd = -1;
     struct stat st;
     if (open_regular(tokens_path, "token file", "give a file of int32 tokens", &fd, &st, &err) != CT_OK) {
-        fprintf(stderr, "ctrain logits: %s\n", err.message);
+        print_message_line(stderr, "ctrain logits: ", err.message);
         goto out_session;
     }
     int64_t n = (int64_t)st.st_size / 4;
@@ -83,7 +84,7 @@ int cmd_logits(int argc, char **argv) {
     snprintf(b_text, sizeof b_text, "%lld", (long long)(n / T));
     if (config_set(cfg, "data", "batch_size", b_text, "--tokens", &err) != CT_OK ||
         config_set(cfg, "data", "grad_accum", "1", "--tokens", &err) != CT_OK) {
-        fprintf(stderr, "ctrain logits: %s\n", err.message);
+        print_message_line(stderr, "ctrain logits: ", err.message);
         goto out_session;
     }
     const ct_comm_vtable *cv = w.comm->vtable;
@@ -94,7 +95,7 @@ int cmd_logits(int argc, char **argv) {
         ct_create_args a = {.struct_size = sizeof a, .api = hostapi_table(), .host = &wh,
                             .section = "comm", .rank = 0, .world_size = 1};
         if (!(world_obj = cv->world_create(1, &a, &err))) {
-            fprintf(stderr, "ctrain logits: %s\n", err.message);
+            print_message_line(stderr, "ctrain logits: ", err.message);
             goto out_session;
         }
     }
@@ -115,7 +116,7 @@ int cmd_logits(int argc, char **argv) {
         rank_close(&r);
     }
     if (world_obj) cv->world_destroy(world_obj);
-    if (rc != CT_OK) fprintf(stderr, "ctrain logits: %s\n", err.message);
+    if (rc != CT_OK) print_message_line(stderr, "ctrain logits: ", err.message);
     else status = 0;
 out_session:
     free(tokens);

@@ -86,7 +86,7 @@ static int parse_args(int argc, char **argv, plot_args *a) {
     if (!a->out) return usage("no --out FILE.png given");
     ct_error err = {.struct_size = sizeof err}; /* refused before gnuplot runs, not after */
     if (outfile_check(a->out, OUTFILE_USER | (a->force ? OUTFILE_FORCE : 0), &err) != CT_OK) {
-        fprintf(stderr, "ctrain plot: %s\n", err.message);
+        print_message_line(stderr, "ctrain plot: ", err.message);
         return 2;
     }
     return 0;
@@ -332,7 +332,7 @@ int cmd_plot(int argc, char **argv) {
     for (int32_t r = 0; r < a.n_runs; r++) {
         ct_error err = {.struct_size = sizeof err};
         if (run_log_load(a.runs[r], &logs[r], &err) != CT_OK) {
-            fprintf(stderr, "ctrain plot: %s\n", err.message);
+            print_message_line(stderr, "ctrain plot: ", err.message);
             goto out_free_logs;
         }
         n_loaded++;
@@ -357,7 +357,7 @@ int cmd_plot(int argc, char **argv) {
             snprintf(path, sizeof path, "%s/r%d_m%d.dat", tmp, (int)r, (int)m);
             ct_error err = {.struct_size = sizeof err};
             if (!write_series(path, &logs[r], a.metrics[m], a.logy, &counts[r][m], &err)) {
-                fprintf(stderr, "ctrain plot: %s\n", err.message);
+                print_message_line(stderr, "ctrain plot: ", err.message);
                 goto out_remove_tmp;
             }
             if (!counts[r][m])
@@ -376,7 +376,7 @@ int cmd_plot(int argc, char **argv) {
     snprintf(script, sizeof script, "%s/plot.gp", tmp);
     ct_error err = {.struct_size = sizeof err};
     if (!write_script(script, tmp, &a, logs, counts, &err)) {
-        fprintf(stderr, "ctrain plot: %s\n", err.message);
+        print_message_line(stderr, "ctrain plot: ", err.message);
         goto out_remove_tmp;
     }
     if (run_gnuplot(gnuplot, script) != 0) {
@@ -393,7 +393,7 @@ int cmd_plot(int argc, char **argv) {
     }
     if (outfile_copy(picture, a.out, OUTFILE_USER | (a.force ? OUTFILE_FORCE : 0), &err) !=
         CT_OK) {
-        fprintf(stderr, "ctrain plot: %s\n", err.message);
+        print_message_line(stderr, "ctrain plot: ", err.message);
         goto out_remove_tmp;
     }
     printf("wrote %s (%d run%s, %d panel%s)\n", a.out, (int)a.n_runs, a.n_runs == 1 ? "" : "s",

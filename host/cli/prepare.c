@@ -3,6 +3,7 @@
  * 2 bad command line). Not for: the work itself (data/prepare.c).
  */
 #include "cli/commands.h"
+#include "base/printable.h"
 #include "data/prepare.h"
 
 #include <errno.h>
@@ -177,7 +178,7 @@ int cmd_prepare(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
     prepare_summary s;
     if (prepare_run(&o, &s, &err) != CT_OK) {
-        fprintf(stderr, "ctrain prepare: %s\n", err.message);
+        print_message_line(stderr, "ctrain prepare: ", err.message);
         status = err.code == CT_ERR_INVALID && o.n_texts == 0 ? 2 : 1;
         goto out_free_texts;
     }

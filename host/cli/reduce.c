@@ -10,6 +10,8 @@
  * Shape legend: N ranks, n elements per rank buffer, P elements per rank in a part.
  */
 #include "base/cmdout.h"
+#include "base/printable.h"
+#include "base/thread_start.h"
 #include "check/check.h"
 #include "cli/commands.h"
 #include "io/files.h"
@@ -35,7 +37,7 @@
 
 #define REDUCE_USAGE                                                                           \
     "usage: ctrain reduce --world-size N --in FILE --out FILE [--force]\n"                      \
-    "           [--op all_reduce|reduce_scatter] [--dtype bf16|f32]\n"                          \
+    "           [--op all_reduce|reduce_scatter] [--dtype bf16|f16|f32]\n"                      \
     "           [--algo ring|tree|dbtree|hier|nvls|nvls_tree|nccl] [--channels K]\n"           \
     "           [--gpus-per-node G] [--split nccl|even] [--proto simple|ll|ll128]\n"           \
     "           [--gpu a100|h100|h200] [--no-nvswitch] [--avg]\n"                              \
@@ -75,7 +77,8 @@ static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, in
 }
 
 static const char *const op_names[] = {"reduce_scatter", "all_reduce", NULL};
-static const char *const dtype_names[] = {"bf16", "f32", NULL};
+static const char *const dtype_names[] = {"bf16", "f32", "f16", NULL};
+static const int32_t dtype_codes[] = {CT_DTYPE_BF16, CT_DTYPE_F32, CT_DTYPE_F16};
 static int parse_args(int argc, char **argv, reduce_opts *o) {
     memset(o, 0, sizeof *o);
     o->oc = order_config_default(REDUCE_RING);
@@ -112,7 +115,7 @@ static int parse_args(int argc, char **argv, reduce_opts *o) {
         else if (!strcmp(a, "--op")) bad = order_args_choice("reduce", a, v, op_names, &o->all_reduce);
         else if (!strcmp(a, "--dtype")) {
             bad = order_args_choice("reduce", a, v, dtype_names, &dt);
-            o->dtype = dt ? CT_DTYPE_F32 : CT_DTYPE_BF16;
+            o->dtype = dtype_codes[dt];
         } else if (!strcmp(a, "--algo")) bad = order_args_choice("reduce", a, v, order_args_algos, &o->oc.algo);
         else if (!strcmp(a, "--part")) bad = parse_int(a, v, 1, 1ll << 40, &o->part);
         else if (!strcmp(a, "--bucket")) bad = parse_int(a, v, 1, 1ll << 40, &o->bucket);
@@ -205,8 +208,9 @@ static int32_t read_part(const reduce_opts *o, const reduce_in *in, int32_t r, u
 }
 
 static double value_at(const void *p, uint64_t i, int32_t dtype) {
-    return dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((const uint16_t *)p)[i])
-                                  : ((const float *)p)[i];
+    if (dtype == CT_DTYPE_BF16) return ct_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dtype == CT_DTYPE_F16) return ct_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
 }
 
 /* ---- --stats --------------------------------------------------------------------------- */
@@ -214,24 +218,67 @@ static double value_at(const void *p, uint64_t i, int32_t dtype) {
 typedef struct reduce_stats {
     double   d2, e2, worst; /* sum (got - exact)^2, sum exact^2, max |got - exact| */
     uint64_t n, equal_once; /* elements; ones equal to the exact value rounded once */
+    /* non-finite values, which make every figure meaningless: counts, and the first one's
+     * element (in the order the elements are added: the output's), rank and value */
+    uint64_t bad_in, bad_out, first_in, first_out;
+    int64_t  first_in_rank;
+    double   first_in_value, first_out_value;
 } reduce_stats;
 
-/* got[i] against the exact f64 sum (or mean, --avg) of x[r][i] (N rank parts of m). */
+/* got[i] against the exact f64 sum (or mean, --avg) of x[r][i] (N rank parts of m); the
+ * parts come in the output's order, so s->n is the element's index. */
 static void stats_add(reduce_stats *s, const reduce_opts *o, void *const *x, const void *got,
                       int32_t got_dtype, uint64_t m) {
-    for (uint64_t i = 0; i < m; i++) {
+    for (uint64_t i = 0; i < m; i++, s->n++) {
         double e = 0;
-        for (int64_t r = 0; r < o->N; r++) e += value_at(x[r], i, o->dtype);
+        int finite = 1;
+        for (int64_t r = 0; r < o->N; r++) {
+            double v = value_at(x[r], i, o->dtype);
+            if (!isfinite(v) && finite) {
+                finite = 0;
+                if (!s->bad_in++)
+                    s->first_in = s->n, s->first_in_rank = r, s->first_in_value = v;
+            }
+            e += v;
+        }
+        double g = value_at(got, i, got_dtype);
+        if (!finite) continue;
+        if (!isfinite(g)) {
+            if (!s->bad_out++) s->first_out = s->n, s->first_out_value = g;
+            continue;
+        }
         if (o->avg) e /= (double)o->N;
-        double g = value_at(got, i, got_dtype), d = g - e;
-        double once = got_dtype == CT_DTYPE_BF16 ? ct_round_bf16((float)e) : (float)e;
-        s->d2 += d * d, s->e2 += e * e, s->n++;
+        double d = g - e;
+        double once = got_dtype == CT_DTYPE_BF16   ? ct_round_bf16((float)e)
+                      : got_dtype == CT_DTYPE_F16 ? ct_round_f16((float)e)
+                                                  : (float)e;
+        s->d2 += d * d, s->e2 += e * e;
         s->equal_once += g == once;
         if (fabs(d) > s->worst) s->worst = fabs(d);
     }
 }
 
+static const char *nonfinite_name(double v) {
+    return isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
 static void stats_print(const reduce_stats *s, const reduce_opts *o, int32_t got_dtype) {
+    if (s->bad_in) { /* no figure: an error against NaN or Inf is no number */
+        fprintf(cmdout(), "stats: the input is not finite: rank %lld's element %llu is %s (%llu "
+                "of %llu elements have a NaN or Inf on some rank) ---> no error figure; give "
+                "finite inputs\n", (long long)s->first_in_rank,
+                (unsigned long long)s->first_in, nonfinite_name(s->first_in_value),
+                (unsigned long long)s->bad_in, (unsigned long long)s->n);
+        return;
+    }
+    if (s->bad_out) {
+        fprintf(cmdout(), "stats: the result is not finite though the input is: element %llu "
+                "is %s (%llu of %llu elements; the %s overflows %s) ---> no error figure\n",
+                (unsigned long long)s->first_out, nonfinite_name(s->first_out_value),
+                (unsigned long long)s->bad_out, (unsigned long long)s->n,
+                o->avg ? "mean" : "sum", ct_dtype_name(got_dtype));
+        return;
+    }
     double rms = s->n ? sqrt(s->e2 / (double)s->n) : 0;
     fprintf(cmdout(), "stats: relative error %.4g (rms of result - exact %s over rms of exact, %llu "
            "elements); largest |error| %.4g (%.4g of the rms exact value); %.2f%% of elements "
@@ -294,7 +341,8 @@ static void describe_plan(const reduce_opts *o, const order_plan *p) {
     if (o->oc.algo == REDUCE_NCCL) {
         tuner_query q = {p->kind, p->count * p->esize * (p->kind == ORDER_ALL_REDUCE ? 1 : (uint64_t)o->N),
                          (int32_t)o->N, o->oc.gpus_per_node, o->oc.gpu, o->oc.nvswitch,
-                         o->dtype == CT_DTYPE_BF16 || o->dtype == CT_DTYPE_F32, o->avg};
+                         o->dtype == CT_DTYPE_BF16 || o->dtype == CT_DTYPE_F16 ||
+                             o->dtype == CT_DTYPE_F32, o->avg};
         tuner_pick pk;
         char line[512];
         tuner_choose(&q, &pk);
@@ -605,8 +653,14 @@ static int32_t policy_reduce(const reduce_opts *o, const reduce_in *in, outfile 
             rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
             break;
         }
-        for (int32_t r = 0; r < N; r++) pthread_create(&th[r], NULL, policy_rank_main, &w.ranks[r]);
-        for (int32_t r = 0; r < N; r++) pthread_join(th[r], NULL);
+        int32_t started = 0;
+        rc = thread_start_ranks(th, N, policy_rank_main, w.ranks, sizeof *w.ranks, 0,
+                                "lower --world-size", &started, err);
+        /* the started ranks wait in the collective for the missing ones: aborted, they return */
+        for (int32_t r = 0; rc != CT_OK && r < started; r++)
+            if (w.ranks[r].commref.vt->abort)
+                w.ranks[r].commref.vt->abort(w.ranks[r].commref.self, err->message);
+        for (int32_t r = 0; r < started; r++) pthread_join(th[r], NULL);
         free(th);
         for (int32_t r = 0; r < N && rc == CT_OK; r++)
             if (w.ranks[r].rc != CT_OK)
@@ -685,6 +739,6 @@ int cmd_reduce(int argc, char **argv) {
 out_fail:
     outfile_abort(&out);
     if (in.fd >= 0) close(in.fd);
-    fprintf(stderr, "ctrain reduce: %s\n", err.message);
+    print_message_line(stderr, "ctrain reduce: ", err.message);
     return 1;
 }

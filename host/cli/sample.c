@@ -5,6 +5,7 @@
  * `--init CONFIG.ini` samples a freshly initialised model instead (benchmarks).
  * Not for: the decode loop and token choice (sample.c) or tokenizers (runtok.c). */
 #include "run/checkpoint.h"
+#include "base/printable.h"
 #include "base/cmdout.h"
 #include "cli/commands.h"
 #include "run/rank.h"
@@ -153,7 +154,7 @@ int cmd_sample(int argc, char **argv) {
     if (status) return status < 0 ? 0 : status;
     ct_error err = {.struct_size = sizeof err};
     if (sample_check_opts(&o.so, &err) != CT_OK) {
-        fprintf(stderr, "ctrain sample: %s\n", err.message);
+        print_message_line(stderr, "ctrain sample: ", err.message);
         return 2;
     }
     status = 1;
@@ -245,7 +246,7 @@ int cmd_sample(int argc, char **argv) {
     status = 0;
     goto out_free;
 out_fail:
-    fprintf(stderr, "ctrain sample: %s\n", err.message);
+    print_message_line(stderr, "ctrain sample: ", err.message);
 out_free:
     free(pr.got.ids);
     free(prompt);

@@ -5,6 +5,7 @@
  * Not for: shards (prepare.c).
  */
 #include "data/bpe_write.h"
+#include "base/printable.h"
 #include "cli/commands.h"
 #include "io/files.h"
 #include "data/runtok.h"
@@ -154,7 +155,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (rc == CT_OK && (fflush(stdout) != 0 || ferror(stdout)))
         rc = ct_error_set(&err, CT_ERR_IO, "cannot write to stdout");
-    if (rc != CT_OK) fprintf(stderr, "ctrain tokenize: %s\n", err.message);
+    if (rc != CT_OK) print_message_line(stderr, "ctrain tokenize: ", err.message);
     else status = 0;
     runtok_free(tok);
 out_free_files:

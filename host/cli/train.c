@@ -7,6 +7,7 @@
  * process, placed by the launcher: launcher.h) through the training loop (run/loop.h).
  * Not for: the loop itself (run/loop.c) or reading the launcher's variables (launcher.c). */
 #include "base/cmdout.h"
+#include "base/printable.h"
 #include "base/launcher.h"
 #include "cli/commands.h"
 #include "data/runtok.h"
@@ -60,7 +61,7 @@ int cmd_train(int argc, char **argv) {
         return 1;
     }
     if (!rest || session_configure(argc, argv, &n_rest, rest, &cfg, &reg, &w, &err) != CT_OK) {
-        fprintf(stderr, "ctrain train: %s\n", rest ? err.message : "out of memory");
+        print_message_line(stderr, "ctrain train: ", rest ? err.message : "out of memory");
         free(rest);
         return 2;
     }
@@ -95,7 +96,7 @@ int cmd_train(int argc, char **argv) {
     }
     host_optim_config oc; /* the optimiser's bounds, before anything is written */
     if (optim_config(cfg, &oc, &err) != CT_OK) {
-        fprintf(stderr, "ctrain train: %s\n", err.message);
+        print_message_line(stderr, "ctrain train: ", err.message);
         goto out_session;
     }
     const char *out_dir = NULL;
@@ -125,7 +126,7 @@ int cmd_train(int argc, char **argv) {
     int counted = checkpoint_count(out_dir, &n_saved, &n_all, &err) == CT_OK;
     calls_host_op(NULL);
     if (!counted) {
-        fprintf(stderr, "ctrain train: %s%s\n", resume ? "--resume: " : "", err.message);
+        print_message_line(stderr, resume ? "ctrain train: --resume: " : "ctrain train: ", err.message);
         goto out_session;
     }
     if (resume && n_saved == 0) {
@@ -136,11 +137,15 @@ int cmd_train(int argc, char **argv) {
     }
     /* a fresh run never takes over a folder that holds a run: refused before anything is
      * touched, unless --force (which removes only what that run wrote: checkpoint.h) */
+    if (fresh && first_process && runlock_check(out_dir, &err) != CT_OK) {
+        print_message_line(stderr, "ctrain train: ", err.message); /* a live run comes first */
+        goto out_session;
+    }
     if (fresh && first_process && !force) {
         char mpath[4200];
         struct stat mst;
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out_dir);
-        int has_metrics = lstat(mpath, &mst) == 0;
+        int has_metrics = lstat(mpath, &mst) == 0 && mst.st_size > 0; /* empty: nothing lost */
         if (n_all > 0 || has_metrics) {
             char what[160] = "";
             if (n_all)
@@ -172,7 +177,7 @@ int cmd_train(int argc, char **argv) {
                    (!first_process || record_tokenizer(cfg, out_dir, &err) == CT_OK);
     calls_host_op(NULL);
     if (!prepared) {
-        fprintf(stderr, "ctrain train: %s\n", err.message);
+        print_message_line(stderr, "ctrain train: ", err.message);
         goto out_session;
     }
     run_shared sh = {.cfg = cfg, .wiring = &w, .world = (int32_t)world, .resume = resume,

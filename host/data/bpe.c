@@ -23,6 +23,12 @@ static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 #define LONG_PIECE 128 /* pieces longer than this merge through a heap */
+/* A piece longer than this (a run of letters, digits, punctuation or spaces with no break the
+ * pattern sees) is merged in segments of at most this many bytes, each ending on a character
+ * boundary: memory per piece is bounded (the heap takes ~80 bytes a byte) whatever the text.
+ * Ids differ from tiktoken's (which merges the whole run) only around a segment's end, and only
+ * in pieces this long, which ordinary text never has (GPT-2's longest token is 128 bytes). */
+#define PIECE_MAX 65536
 #define NO_RANK INT32_MAX
 
 typedef struct pair_slot {
@@ -788,6 +794,27 @@ out_free:
     return left;
 }
 
+static int contraction_letter(unsigned char c) { /* the letters after ' in 's 't 're 've 'm 'll 'd */
+    return c == 's' || c == 't' || c == 'r' || c == 'v' || c == 'm' || c == 'l' || c == 'd';
+}
+
+/* The length of the next segment of a piece of n > PIECE_MAX bytes at t: PIECE_MAX, shortened
+ * to end before a character's first byte and not before an apostrophe that could open a
+ * contraction. Both keep what follows a piece of its own for GPT-2's pattern: matched from a
+ * segment's end, the pattern gives the rest of the piece (so text cut there encodes as it
+ * does whole: bpe_cut_in_long_piece). */
+static size_t segment_len(const unsigned char *t, size_t n) {
+    size_t k = PIECE_MAX;
+    for (;;) {
+        while (k > 1 && (t[k] & 0xC0) == 0x80) k--;
+        if (k > 1 && t[k] == '\'' && k + 1 < n && contraction_letter(t[k + 1])) {
+            k--;
+            continue;
+        }
+        return k;
+    }
+}
+
 /* The ids of one piece's bytes appended to out. */
 static int encode_piece(const bpe_model *m, const unsigned char *p, size_t n, id_list *out,
                         int32_t *scratch) {
@@ -840,11 +867,15 @@ int32_t bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **i
                               "%s", at, got < 0 ? (const char *)msg : "a gap");
             goto out_free;
         }
-        if (encode_piece(m, (const unsigned char *)text + at, ov[1] - at, &out, scratch)) {
-            rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
-            goto out_free;
+        for (size_t end = ov[1]; at < end;) { /* segments of at most PIECE_MAX bytes */
+            size_t n = end - at;
+            if (n > PIECE_MAX) n = segment_len((const unsigned char *)text + at, n);
+            if (encode_piece(m, (const unsigned char *)text + at, n, &out, scratch)) {
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
+                goto out_free;
+            }
+            at += n;
         }
-        at = ov[1];
     }
     if (!out.v && !(out.v = malloc(sizeof *out.v))) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
@@ -958,6 +989,38 @@ size_t bpe_cut_before(const char *text, size_t len, size_t lo, size_t hi) {
     for (size_t p = hi; p >= lo && p <= hi; p--)
         if (cut_ok(t, p)) return p;
     return 0;
+}
+
+size_t bpe_cut_in_long_piece(const bpe_model *m, const char *text, size_t len, size_t hi) {
+    const unsigned char *t = (const unsigned char *)text;
+    size_t sub = hi + PIECE_MAX + 64 < len ? hi + PIECE_MAX + 64 : len, cut = 0;
+    while (sub > 0 && sub < len && (t[sub] & 0xC0) == 0x80) sub--; /* a character boundary */
+    if (sub < 2 || utf8_sanitized_len(text, sub) != 0) return 0;  /* ill-formed: no claim */
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(m->re, NULL);
+    pcre2_jit_stack *js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    if (md && js && mc) pcre2_jit_stack_assign(mc, NULL, js);
+    for (size_t at = 0; md && js && mc && at < sub && !cut;) {
+        int got = pcre2_match(m->re, (PCRE2_SPTR)text, sub, at, PCRE2_NO_UTF_CHECK, md, mc);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (got < 0 || ov[0] != at || ov[1] <= at) break;
+        size_t end = ov[1];
+        if (end - at <= PIECE_MAX) { /* a piece that reaches the end of what was read may be */
+            if (end >= sub) break;   /* longer in the whole text: no claim */
+            at = end;
+            continue;
+        }
+        /* a long piece: its segments' ends, as bpe_encode cuts it; the last at or below hi
+         * (or the first), never the piece's end, which `sub` may have cut short */
+        for (size_t s = at; end - s > PIECE_MAX;) {
+            s += segment_len(t + s, end - s);
+            if (!cut || s <= hi) cut = s;
+        }
+    }
+    if (mc) pcre2_match_context_free(mc);
+    if (js) pcre2_jit_stack_free(js);
+    if (md) pcre2_match_data_free(md);
+    return cut >= 2 && cut < len ? cut : 0;
 }
 
 size_t bpe_cut_after(const char *text, size_t len, size_t lo, size_t hi) {

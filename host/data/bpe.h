@@ -87,5 +87,12 @@ int32_t bpe_decode(const bpe_model *m, const int32_t *ids, int64_t n, char **tex
 size_t bpe_cut_before(const char *text, size_t len, size_t lo, size_t hi);
 /* The same searched upwards: the smallest such p in [lo, hi]. */
 size_t bpe_cut_after(const char *text, size_t len, size_t lo, size_t hi);
+/* Where neither finds a place (a run of one kind, a line of 20 MB of one letter): text[0] must
+ * start a piece. When a piece of GPT-2's pattern longer than 64 KiB starts in the first hi bytes
+ * (bpe_encode merges such a piece in segments of at most 64 KiB), the end of one of its
+ * segments: the last at or below hi, else the first; encoding text[0, p) and text[p, len) then
+ * gives the ids of encoding it whole. 0 when there is none, or the text read is not UTF-8. It
+ * reads at most hi + 64 KiB + 64 bytes of text. */
+size_t bpe_cut_in_long_piece(const bpe_model *m, const char *text, size_t len, size_t hi);
 
 #endif /* CTRAIN_HOST_BPE_H */

@@ -107,7 +107,8 @@ typedef struct work_unit {
  * a piece whatever the context (bpe_cut_before), so the pieces' ids are the whole file's; the
  * cut is searched back to the start of the piece, then forward (more text read) until one is
  * found or the file ends. */
-static int32_t fill_bpe_unit(text_stream *ts, work_unit *u, size_t target, ct_error *err) {
+static int32_t fill_bpe_unit(text_stream *ts, work_unit *u, const bpe_model *bpe,
+                             size_t target, ct_error *err) {
     u->len = 0;
     u->n_docs = 0;
     int32_t rc = fill_more(ts, target + 1, err);
@@ -115,6 +116,9 @@ static int32_t fill_bpe_unit(text_stream *ts, work_unit *u, size_t target, ct_er
     size_t len = ts->len - ts->head, pos = len; /* all that is left, when that is no more */
     if (len > target && !(pos = bpe_cut_before(ts->buf + ts->head, len, 2, target))) {
         for (size_t from = target + 1;;) {
+            /* a piece longer than 64 KiB is cut where bpe_encode cuts it: memory stays bounded
+             * by the unit, never by a line without a place to cut */
+            if ((pos = bpe_cut_in_long_piece(bpe, ts->buf + ts->head, len, target))) break;
             if (from < len && (pos = bpe_cut_after(ts->buf + ts->head, len, from, len - 1)))
                 break;
             if (ts->eof) {
@@ -457,7 +461,7 @@ typedef struct prep_ctx {
 static int32_t fill_unit(prep_ctx *c, text_stream *ts, work_unit *u, size_t target,
                          ct_error *err) {
     return c->o->jsonl_field ? fill_doc_unit(ts, u, target, c->o->jsonl_field, err)
-           : c->bpe          ? fill_bpe_unit(ts, u, target, err)
+           : c->bpe          ? fill_bpe_unit(ts, u, c->bpe, target, err)
                              : fill_text_unit(ts, u, target, err);
 }
 

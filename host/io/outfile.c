@@ -563,6 +563,16 @@ int32_t outfile_lock_open(const char *path, int *fd, ct_error *err) {
     return CT_OK;
 }
 
+int outfile_lock_peek(const char *path) {
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    if (f >= 0 && (fstat(f, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(f);
+        f = -1;
+    }
+    return f;
+}
+
 /* ---- folder outputs ----------------------------------------------------------------------- */
 
 int32_t outdir_prepare(const char *path, const char *what, int force, ct_error *err) {

@@ -82,6 +82,10 @@ int32_t outfile_append_open(const char *path, uint32_t flags, int *fd, ct_error 
 /* A run's lock file (runlock.c), opened for reading and writing in place: checked as a target,
  * created when missing, O_NOFOLLOW | O_NONBLOCK, a regular file only. *fd is -1 on error. */
 int32_t outfile_lock_open(const char *path, int *fd, ct_error *err);
+/* An existing lock file opened read-only (O_NOFOLLOW | O_NONBLOCK), to see whether a run holds
+ * it without changing it: the descriptor, or -1 when it is missing, a link or not a regular
+ * file. */
+int outfile_lock_peek(const char *path);
 /* All n bytes to fd (partial writes and EINTR retried); 0, or -1 with errno set. */
 int fd_write_all(int fd, const void *p, size_t n);
 

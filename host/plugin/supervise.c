@@ -3,6 +3,7 @@
  * Not for: the threads themselves (train.c) or aborting the comm world (the ranks do that). */
 #include "plugin/supervise.h"
 
+#include "base/printable.h"
 #include "plugin/calls.h"
 #include "plugin/contract.h"
 #include "base/fatal.h"
@@ -97,8 +98,10 @@ void supervise_set_rank(supervisor *sv, int32_t slot, int32_t rank) {
 }
 
 static void print_locked(supervisor *sv, slot *s) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ctrain: rank %d: ", (int)s->rank);
     if (s->err.message[0])
-        fprintf(sv->out, "ctrain: rank %d: %s\n", (int)s->rank, s->err.message);
+        print_message_line(sv->out, prefix, s->err.message);
     else /* a plugin call the host did not name; contract_name_silent_error covers most */
         fprintf(sv->out, "ctrain: rank %d: a plugin call failed with %s (%d) but no message "
                 "---> the plugin must fill its ct_error; report this to its author\n",

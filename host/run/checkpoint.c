@@ -156,6 +156,34 @@ static int manifest_value(const char *text, const char *key, char *val, size_t c
     return 0;
 }
 
+/* The whole of a checkpoint's small text file (a manifest, a config.ini) into a new buffer,
+ * NUL-terminated, through the one reader without joining the set of files being read (a
+ * training run reads every step folder's manifest at each save; the folders are removed
+ * later). A file over max bytes is refused. */
+static int32_t read_small(const char *path, const char *what, size_t max, char **buf, size_t *n,
+                          ct_error *err) {
+    FILE *f = NULL;
+    *buf = NULL;
+    *n = 0;
+    int32_t rc = fopen_own_output(path, what, "the checkpoint folder is damaged", &f, err);
+    if (rc != CT_OK) return rc;
+    struct stat st;
+    size_t size = fstat(fileno(f), &st) == 0 ? (size_t)st.st_size : max + 1;
+    char *b = size <= max ? malloc(size + 1) : NULL;
+    size_t got = b ? fread(b, 1, size + 1, f) : 0;
+    int bad = !b || ferror(f) || got != size;
+    fclose(f);
+    if (bad) {
+        free(b);
+        return ct_error_set(err, CT_ERR_INVALID, "%s %s cannot be read whole or is over %zu "
+                            "bytes ---> the checkpoint folder is damaged", what, path, max);
+    }
+    b[got] = '\0';
+    *buf = b;
+    *n = got;
+    return CT_OK;
+}
+
 /* The step folder dir's manifest: 0 when it has none, 1 with the run id (and, when cfg_hash is
  * not NULL, config.ini's checksum), -1 when it is there but damaged (why in err). */
 static int read_manifest(const char *dir, char id[RUN_ID_HEX + 1], uint64_t *cfg_hash,
@@ -166,9 +194,7 @@ static int read_manifest(const char *dir, char id[RUN_ID_HEX + 1], uint64_t *cfg
     if (lstat(path, &st) != 0 && errno == ENOENT) return 0;
     char *text = NULL;
     size_t n = 0;
-    if (read_bounded(path, "checkpoint manifest", "the checkpoint folder is damaged",
-                     MANIFEST_MAX, &text, &n, err) != CT_OK)
-        return -1;
+    if (read_small(path, "checkpoint manifest", MANIFEST_MAX, &text, &n, err) != CT_OK) return -1;
     int ok = strlen(text) == n && manifest_value(text, "run_id", id, RUN_ID_HEX + 1) &&
              valid_id(id, strlen(id)) && manifest_value(text, "config_fnv1a64", hash, sizeof hash) &&
              strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16;
@@ -206,8 +232,9 @@ static void own_id(const char *root, char id[RUN_ID_HEX + 1]) {
 }
 
 /* Whose is the folder `name` under root, for the run of id ("" = a run without an id: every
- * folder counts as its own)? */
-static int lineage_of(const char *root, const char *name, const char *id) {
+ * folder counts as its own)? `reading` (choosing a checkpoint to resume from, never removing):
+ * a folder saved before manifests counts as the run's own even behind a link, as before. */
+static int lineage_of(const char *root, const char *name, const char *id, int reading) {
     char dir[PATH_MAX], got[RUN_ID_HEX + 1];
     ct_error scratch = {.struct_size = sizeof scratch};
     if (path_fmt(dir, sizeof dir, &scratch, "%s/%s", root, name) != CT_OK) return LINE_DAMAGED;
@@ -215,6 +242,7 @@ static int lineage_of(const char *root, const char *name, const char *id) {
     if (m < 0) return LINE_DAMAGED;
     if (!id[0]) return LINE_OWN;
     if (m == 1) return strcmp(got, id) == 0 ? LINE_OWN : LINE_OTHER;
+    if (reading) return LINE_OWN;
     struct stat st; /* saved before lineage was recorded: the out_dir's own unless linked */
     return lstat(root, &st) == 0 && S_ISDIR(st.st_mode) ? LINE_OWN : LINE_OTHER;
 }
@@ -429,7 +457,7 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     int kept = 0;
     for (int i = 0; i < n; i++) { /* newest first */
         snprintf(name, sizeof name, "step_%08lld", steps[i]);
-        if (lineage_of(root, name, id) != LINE_OWN) continue;
+        if (lineage_of(root, name, id, 0) != LINE_OWN) continue;
         if (steps[i] <= step && kept < keep) {
             kept++;
             continue;
@@ -445,7 +473,7 @@ static void prune(const char *root, int64_t step, int32_t keep, int announce) {
     DIR *d = opendir(root);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        if (!is_stale_name(e->d_name) || lineage_of(root, e->d_name, id) != LINE_OWN) continue;
+        if (!is_stale_name(e->d_name) || lineage_of(root, e->d_name, id, 0) != LINE_OWN) continue;
         if (path_fmt(path, sizeof path, &err, "%s/%s", root, e->d_name) != CT_OK) continue;
         if (out_remove_tree(path) != 0)
             fprintf(stderr, "ctrain: warning: could not remove %s: %s\n", path, strerror(errno));
@@ -461,8 +489,16 @@ static int32_t check_own(const char *root, const char *path, ct_error *err) {
     char id[RUN_ID_HEX + 1];
     own_id(root, id);
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    int l = lineage_of(root, name, id);
+    int l = lineage_of(root, name, id, 0);
     if (l == LINE_OWN) return CT_OK;
+    DIR *d = is_stale_name(name) ? opendir(path) : NULL; /* a save cut before its manifest */
+    if (d) {
+        struct dirent *e;
+        int empty = 1;
+        while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+        closedir(d);
+        if (empty) return CT_OK;
+    }
     return ct_error_set(err, CT_ERR_INVALID, "%s exists and was not written by this run (%s) "
                         "---> give each run its own checkpoints folder (a link to a shared disk "
                         "should point to a folder of its own)",
@@ -556,7 +592,7 @@ int32_t checkpoint_count(const char *out_dir, int *own, int *all, ct_error *err)
     own_id(root, id);
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "step_%08lld", steps[i]);
-        if (lineage_of(root, name, id) != LINE_OTHER) ++*own;
+        if (lineage_of(root, name, id, 1) != LINE_OTHER) ++*own;
     }
     *all = n;
     free(steps);
@@ -595,7 +631,7 @@ int32_t checkpoint_start_over(const char *out_dir, ct_error *err) {
             continue;
         }
         struct stat rst; /* an out_dir without run_id: only its own, unlinked folder's */
-        if (lineage_of(root, e->d_name, id) != LINE_OWN ||
+        if (lineage_of(root, e->d_name, id, 0) != LINE_OWN ||
             (!id[0] && (lstat(root, &rst) != 0 || !S_ISDIR(rst.st_mode)))) {
             kept++;
             continue;
@@ -772,8 +808,7 @@ static int32_t check_config_sum(const char *dir, const char *cfg_path, ct_error 
     if (m == 0) return CT_OK;
     char *text = NULL;
     size_t n = 0;
-    int32_t rc = read_bounded(cfg_path, "configuration", "the checkpoint folder is "
-                              "damaged", 64u << 20, &text, &n, err);
+    int32_t rc = read_small(cfg_path, "configuration", 64u << 20, &text, &n, err);
     if (rc != CT_OK) return rc;
     uint64_t got = 0xcbf29ce484222325ull;
     hash_bytes(&got, text, n);
@@ -985,7 +1020,7 @@ static int32_t open_chosen(const char *root, const char *from, const char *what,
     rc = CT_ERR_IO;
     for (int i = 0; i < n && rc != CT_OK; i++) {
         snprintf(name, sizeof name, "step_%08lld", steps[i]);
-        if (lineage_of(root, name, id) == LINE_OTHER) {
+        if (lineage_of(root, name, id, 1) == LINE_OTHER) {
             others++;
             continue;
         }
@@ -1113,6 +1148,9 @@ static void warn_schedule(const host_config *cfg, const host_config *saved, cons
     const char *ts = config_get(saved, "run", "steps");
     const char *tsch = config_get(saved, "optim", "schedule_steps");
     long long then_steps = ts ? strtoll(ts, NULL, 10) : 0, then_sched = tsch ? strtoll(tsch, NULL, 10) : 0;
+    const char *sched = NULL;
+    config_get_string(cfg, "optim", "schedule", &sched, NULL);
+    if (sched && !strcmp(sched, "constant")) return; /* no length to it */
     long long now_len = now_sched > 0 ? now_sched : now_steps;
     long long then_len = then_sched > 0 ? then_sched : then_steps;
     if (!ts || now_len == then_len) return;

@@ -6,6 +6,7 @@
 #include "run/loop.h"
 
 #include "base/cmdout.h"
+#include "base/thread_start.h"
 #include "run/checkpoint.h"
 #include "run/mfu.h"
 #include "run/optim.h"
@@ -423,14 +424,10 @@ int32_t run_ranks(run_shared *sh, int32_t first_rank, int32_t n_threads) {
         calls_bind(0, -1);
         started = 1;
     } else {
-        for (; started < n_threads; started++)
-            if (pthread_create(&th[started], NULL, rank_thread, &jobs[started]) != 0) break;
-        if (started < n_threads) {
+        ct_error e = {.struct_size = sizeof e};
+        if (thread_start_ranks(th, n_threads, rank_thread, jobs, sizeof *jobs, first_rank,
+                               "lower [comm] world_size", &started, &e) != CT_OK) {
             /* the started ranks will wait for the missing ones until the comm's timeout */
-            ct_error e = {.struct_size = sizeof e};
-            ct_error_set(&e, CT_ERR_NOMEM, "cannot start the thread of rank %d (of %d) "
-                         "---> lower [comm] world_size", (int)(first_rank + started),
-                         (int)n_threads);
             for (int32_t i = started; i < n_threads; i++) {
                 supervise_failed(sh->sv, i, CT_ERR_NOMEM, &e);
                 supervise_done(sh->sv, i);

@@ -236,6 +236,12 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
     const char *failed = NULL;
     rc = rank_dry_open(cfg, w, (int32_t)world, comm, &failed, err);
     if (rc == CT_OK || !failed) return rc;
+    /* a message that already starts at a place in the configuration (rank.c's checks of the
+     * data against [model] and [run]) keeps it: no second prefix */
+    size_t pl = strlen(config_path(cfg));
+    int placed = (!strncmp(err->message, config_path(cfg), pl) && err->message[pl] == ':') ||
+                 !strncmp(err->message, "--set: ", 7);
+    if (placed) return rc;
     if (!strcmp(failed, "train") || !strcmp(failed, "val")) {
         /* the loader names the shard; add the key that named the data, and where a relative
          * path led (paths are taken from the working directory) */

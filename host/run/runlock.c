@@ -36,6 +36,32 @@ static void read_holder(int fd, char *host, size_t host_n, long *pid) {
     }
 }
 
+static int32_t in_use(const char *out_dir, const char *path, int fd, ct_error *err) {
+    char host[256];
+    long pid;
+    read_holder(fd, host, sizeof host, &pid);
+    return ct_error_set(err, CT_ERR_IO,
+                        "[run] out_dir %s is in use by another run (host %s, pid %ld, lock "
+                        "%s) ---> wait for it to end, or choose another out_dir (--set "
+                        "run.out_dir=...)",
+                        out_dir, host, pid, path);
+}
+
+int32_t runlock_check(const char *out_dir, ct_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", out_dir);
+    int fd = outfile_lock_peek(path);
+    if (fd < 0) return CT_OK;
+    int32_t rc = CT_OK;
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) rc = in_use(out_dir, path, fd, err);
+    } else {
+        flock(fd, LOCK_UN);
+    }
+    close(fd);
+    return rc;
+}
+
 int32_t runlock_take(host_runlock *lk, const char *out_dir, ct_error *err) {
     lk->fd = -1;
     char path[4200];
@@ -50,15 +76,9 @@ int32_t runlock_take(host_runlock *lk, const char *out_dir, ct_error *err) {
             return ct_error_set(err, CT_ERR_IO, "cannot lock %s: %s ---> put [run] out_dir on "
                                 "a file system with flock", path, strerror(e));
         }
-        char host[256];
-        long pid;
-        read_holder(fd, host, sizeof host, &pid);
+        rc = in_use(out_dir, path, fd, err);
         close(fd);
-        return ct_error_set(err, CT_ERR_IO,
-                            "[run] out_dir %s is in use by another run (host %s, pid %ld, lock "
-                            "%s) ---> wait for it to end, or choose another out_dir (--set "
-                            "run.out_dir=...)",
-                            out_dir, host, pid, path);
+        return rc;
     }
     char host[256] = "?";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");

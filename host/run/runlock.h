@@ -18,6 +18,11 @@ typedef struct host_runlock {
  * folder and that run's host and pid) or the file cannot be opened. */
 int32_t runlock_take(host_runlock *lk, const char *out_dir, ct_error *err);
 
+/* Whether another run holds out_dir's lock, changing nothing (the file is opened read-only,
+ * and only when it exists): CT_OK when no run holds it, else runlock_take's CT_ERR_IO. For a
+ * command that must say so before it decides anything else. */
+int32_t runlock_check(const char *out_dir, ct_error *err);
+
 /* Drop the lock (the file stays, with the last holder's name in it). Safe when not held. */
 void runlock_release(host_runlock *lk);
 

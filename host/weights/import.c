@@ -163,8 +163,9 @@ static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
     const char *slash = strrchr(index, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - index) : 1, slash ? index : ".");
     char **names = calloc(MAX_SHARDS, sizeof *names);
+    int32_t *by = calloc(MAX_SHARDS, sizeof *by); /* names' indices sorted by name */
     int32_t n_names = 0;
-    if (!names) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    if (!names || !by) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     if (rc == CT_OK && (!map || map->type != JSON_OBJECT || map->n == 0))
         rc = ct_error_set(err, CT_ERR_INVALID, "%s has no weight_map object ---> %s", index, hint);
     for (size_t i = 0; rc == CT_OK && i < map->n; i++) {
@@ -174,14 +175,21 @@ static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
                               "file of the index's folder ---> %s", index, map->keys[i], hint);
             break;
         }
-        int32_t k = 0;
-        while (k < n_names && strcmp(names[k], file)) k++;
-        if (k == n_names) {
+        int32_t lo = 0, hi = n_names, k = -1; /* a binary search: O(log shards) a key */
+        while (lo < hi && k < 0) {
+            int32_t mid = lo + (hi - lo) / 2, c = strcmp(file, names[by[mid]]);
+            if (c == 0) k = by[mid];
+            else if (c < 0) hi = mid;
+            else lo = mid + 1;
+        }
+        if (k < 0) {
             if (n_names == MAX_SHARDS) {
                 rc = ct_error_set(err, CT_ERR_INVALID, "%s names more than %d shards", index,
                                   MAX_SHARDS);
                 break;
             }
+            memmove(by + lo + 1, by + lo, (size_t)(n_names - lo) * sizeof *by);
+            by[lo] = k = n_names;
             if (!(names[n_names++] = strdup(file))) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
             snprintf(path, sizeof path, "%s/%s", dir, file);
             if (rc == CT_OK) rc = add_file(im, path, -1, 0, err);
@@ -193,6 +201,7 @@ static int32_t open_index(ct_import *im, const char *index, ct_error *err) {
     if (rc == CT_OK && im->n_st > 1) rc = no_tensor_twice(im, index, err);
     for (int32_t k = 0; names && k < n_names; k++) free(names[k]);
     free(names);
+    free(by);
     json_free(doc);
     return rc;
 }

@@ -260,11 +260,17 @@ void whatif_est_batch(whatif_est *e, const whatif_strata *s, int64_t V, double c
     }
 }
 
+int whatif_ratio_estimable(const whatif_strata *s) {
+    return s->n_strata > 1 || s->K >= s->V;
+}
+
 void whatif_est_result(const whatif_est *e, const whatif_strata *s, double *fig, double *se) {
     for (int32_t j = 0; j < WHATIF_N_F; j++) {
         double t, v;
         whatif_strata_total(s, e->z + j, WHATIF_N_F, &t, &v);
         fig[j] = e->fig[j];
         se[j] = sqrt(v > 0 ? v : 0);
+        int ratio = j == WHATIF_F_REL || j == WHATIF_F_BIAS || j == WHATIF_F_LSTAR;
+        if (ratio && !whatif_ratio_estimable(s)) fig[j] = se[j] = NAN;
     }
 }

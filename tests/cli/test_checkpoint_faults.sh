@@ -64,8 +64,9 @@ PY
 
 # --- (a) SIGKILL at random moments of a run that saves at every step -------------------------
 # The run is 100000 steps long (it never ends by itself; the schedule is that of 100000 steps):
-# 25 attempts, each killed after a random 0-299 ms (start-up included), each but the first
-# resuming from the newest checkpoint; then one more resume runs to 3 steps past the newest and
+# 25 attempts, each killed after a random 0-299 ms (start-up included), each with --resume
+# (from the newest checkpoint once there is one: a fresh train would be refused in a folder
+# that holds a killed run's metrics); then one more resume runs to 3 steps past the newest and
 # a fresh run stops at the same step: the losses of every step must be equal, bit for bit.
 kargs=(--set run.steps=100000 --set run.checkpoint_every=1 --set comm.plugin=threads
        --set comm.world_size=2 --set data.batch_size=1 --set strategy.plugin=full_shard)
@@ -77,15 +78,14 @@ k="$work/k"
 attempt=0
 while [ $attempt -lt 25 ] || { [ $attempt -lt 40 ] && [ "$(newest_step "$k")" -lt 10 ]; }; do
     attempt=$((attempt + 1))
-    extra=()
-    [ -n "$(newest "$k")" ] && extra=(--resume)
-    "$CTRAIN" train "$work/t.ini" "${kargs[@]}" --set run.out_dir="$k" "${extra[@]}" \
+    had=$(newest "$k")   # --resume always, as a requeue script: with no checkpoint yet it starts
+    "$CTRAIN" train "$work/t.ini" "${kargs[@]}" --set run.out_dir="$k" --resume \
         > "$k.$attempt.out" 2> "$k.$attempt.err" &
     pid=$!
     sleep "$(printf '0.%03d' $((RANDOM % 300)))"
     kill -KILL "$pid" 2> /dev/null && kills=$((kills + 1))
     wait "$pid" 2> /dev/null
-    if [ "${#extra[@]}" -gt 0 ]; then   # this attempt resumed: from the newest, no fallback
+    if [ -n "$had" ]; then   # this attempt resumed: from the newest, no fallback
         if grep -q "skipping checkpoint" "$k.$attempt.err"; then
             bad=$((bad + 1)); fail "attempt $attempt skipped a checkpoint: $(grep skipping "$k.$attempt.err")"
         fi

@@ -190,7 +190,7 @@ kpid=$!
 for _ in $(seq 200); do [ -s "$work/killed/metrics.jsonl" ] && break; sleep 0.05; done
 kill -9 $kpid; wait $kpid 2> /dev/null
 if has "$work/killed/.lock" "pid $kpid" \
-        && timeout 30 "$CTRAIN" train "$work/base.ini" --set run.steps=3 --set run.out_dir="$work/killed" > "$work/C.log" 2>&1; then
+        && timeout 30 "$CTRAIN" train "$work/base.ini" --set run.steps=3 --set run.out_dir="$work/killed" --force > "$work/C.log" 2>&1; then
     ok "a lock file left by a run killed with SIGKILL (pid $kpid) does not block the next run"
 else
     fail "after kill -9: lock file: $(cat "$work/killed/.lock" 2>&1); next run: $(cat "$work/C.log")"

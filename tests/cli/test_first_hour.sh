@@ -105,6 +105,8 @@ else ct_fail default_eval_batches_adapts_and_says_so_once "rc $ct_rc, $notes not
 ct_expect_failure set_eval_batches_too_large_is_refused \
     "[run] eval_batches = 8 is more than the validation data holds: 3 micro-batches|at most 3" \
     "$CTRAIN" validate "$W/t.ini" --set run.eval_every=1 --set run.eval_batches=8
+[[ $ct_err == "ctrain: error: --set: [run] eval_batches = 8"* ]] && ct_pass eval_batches_refusal_names_its_own_key_first \
+    || ct_fail eval_batches_refusal_names_its_own_key_first "$ct_err"
 
 # ---- one rule for relative paths: the working directory; errors name the resolved path ----
 mkdir -p "$W/elsewhere"

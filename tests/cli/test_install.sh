@@ -132,11 +132,22 @@ else
     ct_fail example_run_ini_trains "$(tail -3 "$CT_TMP/ex/train.log" 2>/dev/null)"
 fi
 
-# the frozen headers of the older minors: a plugin built against 1.2's loads and is checked
-for v in v1.0 v1.1 v1.2 v1.3 v1.4; do
+# the frozen headers of every older minor (1.0 .. the one before the SDK's): a plugin built
+# against 1.2's loads and is checked
+minor=${abi#*.}
+for ((m = 0; m < minor; m++)); do
+    v=v1.$m
     [ -f "$(pkg-config --variable=abidir ctrain-sdk)/$v/ctrain/ctrain.h" ] && ct_pass "installed_abi_$v" \
         || ct_fail "installed_abi_$v" "missing under $(pkg-config --variable=abidir ctrain-sdk)"
 done
+# the installed plugin guide speaks of the installed SDK: its modversion line and its list of
+# frozen headers end at the SDK's minor and the one before
+guide="$prefix/share/doc/ctrain/plugin-guide.md"
+said=$(sed -n 's/^pkg-config --modversion ctrain-sdk *# \([0-9.]*\):.*/\1/p' "$guide")
+[ "$said" = "$abi" ] && ct_pass guide_names_the_installed_abi \
+    || ct_fail guide_names_the_installed_abi "the guide says 'pkg-config --modversion' gives '$said'; the SDK is $abi"
+grep -q "\.\.\. \`v1\.$((minor - 1))\`)" "$guide" && ct_pass guide_lists_the_frozen_headers \
+    || ct_fail guide_lists_the_frozen_headers "the guide's list of frozen headers does not end at v1.$((minor - 1))"
 FX_INCLUDE="$(pkg-config --variable=abidir ctrain-sdk)/v1.2" ct_fixture "$CT_TMP/loss_fx12.so" -DFX_NAME=fx12 \
     && ct_expect_success "a plugin built against the installed 1.2 header loads" "ABI:      1.2" \
         "$prefix/bin/ctrain" inspect "$CT_TMP/loss_fx12.so" \

@@ -197,6 +197,18 @@ train "$work/B" --resume --set run.steps=7 --set run.checkpoint_every=7
     && ok "the_other_run_resumes_from_its_own_newest" || fail "B resume: rc $rc: $(grep -v '^step' "$work/B.err" | head -3)"
 snap "$work/shared" > "$work/s1"
 kept "a_shared_folder_keeps_every_step_of_the_other_run" "$work/s0" "$work/s1" "step_0000000[246]/"
+# step folders saved before lineage was recorded (no manifest.ini, no OUT/run_id) behind a link:
+# a resume starts from the newest, and no prune removes any of them
+mkdir -p "$work/Lsh" "$work/L"
+ln -s "$work/Lsh" "$work/L/checkpoints"
+train "$work/L"
+rm -f "$work/L/run_id" "$work/Lsh"/step_*/manifest.ini
+snap "$work/Lsh" > "$work/l0"
+train "$work/L" --resume --set run.steps=8 --set run.checkpoint_every=8 --set run.keep_checkpoints=1
+snap "$work/Lsh" > "$work/l1"
+[ $rc = 0 ] && says "$work/L.out" "resumed from step 6" && [ -d "$work/Lsh/step_00000008" ] \
+    && ok "a_pre_lineage_checkpoint_behind_a_link_is_resumed_from" || fail "legacy resume: rc $rc: $(grep -v '^step' "$work/L.err" | head -3)"
+kept "a_pre_lineage_checkpoint_behind_a_link_is_never_pruned" "$work/l0" "$work/l1" "step_"
 # an out_dir that is itself a link to a run
 ln -s "$work/B" "$work/D"
 snap "$work/B" "$work/shared" > "$work/b0"

@@ -148,7 +148,7 @@ if [ "$have" = 1 ]; then
                 ok "$var=AVX2: the start-up line names the ISA and the fallback: $(line_of isa_$var)" ;;
             *) fail "$var=AVX2: start-up line '$(line_of isa_$var)'" ;;
         esac
-        train ob_amp12 --set run.steps=12 --set precision.plugin=amp --set model.bf16_matmul=openblas
+        rm -rf "$work/ob_amp12"; train ob_amp12 --set run.steps=12 --set precision.plugin=amp --set model.bf16_matmul=openblas
         compare_series "$work/isa_$var" "$work/ob_amp12" loss 0 "$var=AVX2: the fallback is the OpenBLAS path bit for bit"
     done
 fi

@@ -196,4 +196,45 @@ ct_expect_failure world_size_required "--world-size is required" \
     "$CTRAIN" reduce --in "$D/in2.bin" --out "$D/x.bin"
 ct_expect_success help_lists_reduce "reduce" "$CTRAIN" help
 
+# --- f16 (ABI 1.7) -----------------------------------------------------------------------------
+# N = 4 buffers of f16 values over f16's whole range (subnormals, and sums that pass 65504 and
+# become Inf), reduced with --dtype f16; the reference is NCCL's one-channel ring written out
+# with numpy's own f16 rounding (independent of ctrain's numerics.h): each combine an f32 add
+# rounded to f16; and ncclAvg's premultiply by f16(1/3) at N = 3.
+python3 - "$D/f16in4.bin" "$D/f16in3.bin" "$D/f16ref4.bin" "$D/f16avg3.bin" <<'PY'
+import sys
+import numpy as np
+rng = np.random.default_rng(5)
+def gen(N, n):
+    mag = 2.0 ** rng.integers(-26, 16, size=(N, n)) * rng.uniform(1.0, 2.0, size=(N, n))
+    return (mag * rng.choice([-1.0, 1.0], size=(N, n))).astype(np.float32).astype(np.float16)
+def ring(x, avg=False):
+    N, n = x.shape
+    if avg:
+        s = np.float32(np.float16(1.0 / N))
+        x = (x.astype(np.float32) * s).astype(np.float16)
+    cc = ((n + N - 1) // N + 7) // 8 * 8
+    out = np.empty(n, np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(n):
+            c = i // cc
+            acc = x[(c + 1) % N, i]
+            for h in range(2, N + 1):
+                acc = np.float16(np.float32(acc) + np.float32(x[(c + h) % N, i]))
+            out[i] = acc
+    return out
+x4, x3 = gen(4, 3001), gen(3, 1000)
+x4[:, :8] = np.float16(30000.0)  # 120000: Inf
+x4.tofile(sys.argv[1]); x3.tofile(sys.argv[2])
+ring(x4).tofile(sys.argv[3]); ring(x3, avg=True).tofile(sys.argv[4])
+PY
+ct_expect_success f16_ring "f16" \
+    "$CTRAIN" reduce --world-size 4 --dtype f16 --in "$D/f16in4.bin" --out "$D/f16ring.bin"
+same f16_ring_is_nccls_one_channel_ring_in_numpy_f16 "$D/f16ring.bin" "$D/f16ref4.bin" "output differs from numpy's f16 ring"
+ct_expect_success f16_avg "f16" \
+    "$CTRAIN" reduce --world-size 3 --dtype f16 --avg --in "$D/f16in3.bin" --out "$D/f16avg.bin"
+same f16_avg_premultiplies_by_f16_one_third "$D/f16avg.bin" "$D/f16avg3.bin" "output differs from numpy's premultiplied f16 ring"
+ct_expect_success f16_stats_names_the_overflow "the sum overflows f16" \
+    "$CTRAIN" reduce --world-size 3 --dtype f16 --in "$D/f16in3.bin" --out "$D/f16s.bin" --stats --force
+
 ct_summary

@@ -2,7 +2,8 @@
  * program links neither MPI nor the host) and checks its collectives against values computed
  * here. Prints "ok NAME (rank R)" or "FAIL NAME (rank R): why" per check, then "end rank R".
  * Usage: mpi_check basic|abort PLUGIN.so
- *   basic  sums (f32, f64, bf16 rounding every combine), copies, requests; needs -np 2 or 3
+ *   basic  sums (f32, f64, bf16 and f16 rounding every combine), copies, requests; needs -np 2
+ *          or 3
  *   abort  rank 1 aborts while rank 0 waits in an all_reduce: rank 0 must get an error that
  *          names rank 1 and the reason, within seconds
  * Not for: the threads engine (tests/unit/test_comm_threads.c).
@@ -96,6 +97,19 @@ static void run_basic(const ct_comm_vtable *vt, void *c, int r, int n) {
           rc == CT_OK && bf(bd[0]) == expect0 && bf(bd[1]) == expect1 && n <= 3,
           "rc %d (%s): got %.9g, %.9g; expected %.9g, %.9g (np must be 2 or 3)", rc,
           err.message, bf(bd[0]), bf(bd[1]), expect0, expect1);
+
+    /* f16 (ABI 1.7): every combine rounds to f16. np 2: 1 + 2^-11 is a tie between 1 and
+     * 1 + 2^-10 and goes to the even 1 (f32: 1.00048828125); np 3: 1 + 2 + 4 = 7 in any order.
+     * The second element overflows f16 (past 65504) in every order: Inf. */
+    uint16_t hs[2], hd[2];
+    float h_expect0 = n == 2 ? 1.0f : 7.0f;
+    hs[0] = ct_f16_from_f32(n == 2 ? (r == 0 ? 1.0f : 0.00048828125f) : (float)(1 << (r % 3)));
+    hs[1] = ct_f16_from_f32(n == 2 ? (r == 0 ? 65504.0f : 32.0f) : 30000.0f);
+    rc = vt->all_reduce(c, hs, hd, 2, CT_DTYPE_F16, CT_REDUCE_SUM, NULL, &err);
+    CHECK("all_reduce_f16_rounds_every_combine",
+          rc == CT_OK && ct_f16_to_f32(hd[0]) == h_expect0 && hd[1] == 0x7c00,
+          "rc %d (%s): got %.9g, 0x%04x; expected %.9g, 0x7c00 (Inf)", rc, err.message,
+          ct_f16_to_f32(hd[0]), hd[1], h_expect0);
 
     /* reduce_scatter: block q of every rank's send = q*100 + rank, so rank q gets
      * n*q*100 + n(n-1)/2 */

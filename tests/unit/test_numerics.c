@@ -1,5 +1,6 @@
 /* test_numerics.c — claims about sdk/include/ctrain/numerics.h: bf16 rounding against a
  * reference built from double arithmetic (the two neighbouring bf16 values and the tie rule),
+ * f16 rounding (round to nearest even, subnormals, overflow, stochastic) the same way,
  * stochastic rounding, activations against finite differences, SplitMix64, the lr schedule.
  * Not for: the device plugins' loops over these functions (test_device_cpu.c).
  */
@@ -167,6 +168,88 @@ CT_TEST(bf16_stochastic_rounding_picks_a_neighbour_and_is_unbiased) {
     }
     CT_CHECK(isnan(ct_bf16_to_f32(ct_bf16_from_f32_sr(NAN, 0xffff))));
     CT_CHECK_INT(ct_bf16_from_f32_sr(INFINITY, 0xffff), 0x7f80);
+}
+
+/* Reference f32 -> f16 for any x, in double: f16 keeps 11 significant bits with exponents
+ * from -14 (subnormals below, on the fixed grid 2^-24); the nearer grid point wins, a tie goes
+ * to the even multiple of the grid; 65520 and up (after rounding: past 65504) is Inf. */
+static double ref_f16_round(float xf) {
+    double x = (double)xf, a = fabs(x);
+    if (isnan(x)) return x;
+    if (a == 0.0 || isinf(x)) return x;
+    int e;
+    frexp(a, &e);
+    e -= 1;
+    if (e < -14) e = -14;
+    double ulp = ldexp(1.0, e - 10), k = floor(a / ulp), lo = k * ulp, hi = (k + 1) * ulp, r;
+    if (a - lo < hi - a) r = lo;
+    else if (a - lo > hi - a) r = hi;
+    else r = fmod(k, 2.0) == 0.0 ? lo : hi;
+    if (r > 65504.0) r = INFINITY;
+    return x < 0 ? -r : r;
+}
+
+CT_TEST(f16_from_f32_matches_double_reference_on_random_and_boundary_values) {
+    int bad = 0;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = next_u32();
+        if (i & 1) /* half of them in f16's range: exponents 2^-30 .. 2^17 */
+            u = (u & 0x807fffffu) | ((uint32_t)(97 + next_u32() % 48) << 23);
+        float x = ct_f32_from_bits(u);
+        if (isnan(x)) continue;
+        double got = (double)ct_f16_to_f32(ct_f16_from_f32(x)), want = ref_f16_round(x);
+        if (got != want || signbit(got) != signbit(want)) {
+            if (bad++ < 5) CT_CHECK_MSG(0, "x = %a: got %a, want %a", (double)x, got, want);
+        }
+    }
+    CT_CHECK_INT(bad, 0);
+    /* the edges: largest finite, the overflow tie, the smallest subnormal and the tie below */
+    CT_CHECK_INT(ct_f16_from_f32(65504.0f), 0x7bff);
+    CT_CHECK_INT(ct_f16_from_f32(65519.99f), 0x7bff);
+    CT_CHECK_INT(ct_f16_from_f32(65520.0f), 0x7c00);
+    CT_CHECK_INT(ct_f16_from_f32(-INFINITY), 0xfc00);
+    CT_CHECK_INT(ct_f16_from_f32(ldexpf(1.0f, -24)), 0x0001);
+    CT_CHECK_INT(ct_f16_from_f32(ldexpf(1.0f, -25)), 0x0000);  /* a tie: to even, zero */
+    CT_CHECK_INT(ct_f16_from_f32(ldexpf(1.5f, -25)), 0x0001);
+    CT_CHECK_INT(ct_f16_from_f32(-ldexpf(1.0f, -26)), 0x8000); /* negative zero */
+    CT_CHECK(isnan(ct_f16_to_f32(ct_f16_from_f32(NAN))));
+}
+
+CT_TEST(f16_to_f32_to_f16_is_the_identity_for_every_non_nan_pattern) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) continue; /* NaN */
+        if (ct_f16_from_f32(ct_f16_to_f32((uint16_t)h)) != h) bad++;
+    }
+    CT_CHECK_INT(bad, 0);
+    CT_CHECK(ct_f16_to_f32(0x3c00) == 1.0f && ct_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
+}
+
+CT_TEST(f16_stochastic_rounding_picks_a_neighbour_and_is_unbiased) {
+    /* a normal, a negative, a subnormal, one far below the subnormals, one near the top */
+    float xs[] = {1.0f + 0.3f * ldexpf(1.0f, -10), -3.14159f, 3.3e-6f, 1e-9f, 65500.7f};
+    for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+        float x = xs[k];
+        double want = ref_f16_round(x), a = fabs((double)x);
+        int e;
+        frexp(a, &e);
+        double ulp = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+        double down = floor(a / ulp) * ulp, up = down + ulp;
+        if (x < 0) down = -down, up = -up;
+        double sum = 0;
+        int n = 1 << 20, others = 0;
+        for (int r = 0; r < n; r++) {
+            uint32_t bits = (uint32_t)r * 2654435761u; /* spread over the low 24 bits too */
+            double y = ct_f16_to_f32(ct_f16_from_f32_sr(x, bits));
+            if (y != down && y != up) others++;
+            sum += y;
+        }
+        CT_CHECK_MSG(others == 0, "x = %g: %d results were neither neighbour", (double)x, others);
+        CT_CHECK_CLOSE(sum / n, (double)x, 0, ulp * 4e-3 + 1e-30);
+        (void)want;
+    }
+    CT_CHECK_INT(ct_f16_from_f32_sr(65504.0f, 0xffffffffu), 0x7bff); /* exact: never rounded */
+    CT_CHECK_INT(ct_f16_from_f32_sr(INFINITY, 0), 0x7c00);
 }
 
 /* Central difference of f at x in double, for float functions evaluated in float. */

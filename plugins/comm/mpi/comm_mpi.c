@@ -1,6 +1,6 @@
 /* comm_mpi.c — the `mpi` comm plugin: one rank per process, started by mpirun, collectives
- * through MPI (Open MPI). f32/f64/i32 reductions use MPI's own ops; bf16 reductions use
- * user-defined ops that round to bf16 after every combine (the combine order is MPI's: see
+ * through MPI (Open MPI). f32/f64/i32 reductions use MPI's own ops; bf16 and f16 reductions
+ * use user-defined ops that round to the type after every combine (the combine order is MPI's: see
  * docs/collectives.md). Buffers must be host memory (device cpu).
  * Not for: several ranks in one process (threads) or GPU buffers (nccl).
  *
@@ -23,6 +23,7 @@
 #include <mpi.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define TAG_ABORT 7301  /* the control channel's only tag */
@@ -31,8 +32,8 @@
 typedef struct mpi_comm {
     MPI_Comm      comm;        /* dup of MPI_COMM_WORLD for collectives and send/recv */
     MPI_Comm      ctl;         /* dup for abort messages */
-    MPI_Datatype  bf16;        /* a 2-byte type that only the bf16 ops accept */
-    MPI_Op        bf16_sum, bf16_max, bf16_min;
+    MPI_Datatype  bf16, f16;   /* 2-byte types that only the half ops accept */
+    MPI_Op        half_sum, half_max, half_min;
     int           rank, size;
     int           we_initialized; /* 1: MPI_Finalize in destroy (unless the world died) */
     double        timeout_s;
@@ -61,44 +62,46 @@ static const ct_param_spec mpi_params[] = {
 };
 
 /* ---------------------------------------------------------------------------------------
- * bf16 ops: every combine rounds to bf16 (f32 add, then round to nearest even)
+ * half ops (bf16, and f16 since ABI 1.7): every combine rounds to the type (f32 add, then
+ * round to nearest even: the correctly rounded sum of two values of either type). One op
+ * serves both private types; it tells them apart by the type's name.
  * ------------------------------------------------------------------------------------- */
 
-CT_HD uint16_t bf16_add(uint16_t a, uint16_t b) {
-    return ct_bf16_from_f32(ct_bf16_to_f32(a) + ct_bf16_to_f32(b));
+#define F16_TYPE_NAME "ctrain_f16"
+
+static int is_f16_type(MPI_Datatype dt) {
+    char name[MPI_MAX_OBJECT_NAME] = {0};
+    int len = 0;
+    return MPI_Type_get_name(dt, name, &len) == MPI_SUCCESS && strcmp(name, F16_TYPE_NAME) == 0;
 }
 
-CT_HD uint16_t bf16_max(uint16_t a, uint16_t b) { /* NaN propagates */
-    float x = ct_bf16_to_f32(a), y = ct_bf16_to_f32(b);
-    return (x != x || y != y) ? 0x7fc0 : (x > y ? a : b);
+static inline float half_to_f32(uint16_t h, int f16) {
+    return f16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
 }
 
-CT_HD uint16_t bf16_min(uint16_t a, uint16_t b) {
-    float x = ct_bf16_to_f32(a), y = ct_bf16_to_f32(b);
-    return (x != x || y != y) ? 0x7fc0 : (x < y ? a : b);
+static inline uint16_t half_add(uint16_t a, uint16_t b, int f16) {
+    float s = half_to_f32(a, f16) + half_to_f32(b, f16);
+    return f16 ? ct_f16_from_f32(s) : ct_bf16_from_f32(s);
+}
+
+/* max (sign = 1) or min (sign = -1); NaN propagates (a quiet NaN of the type). */
+static inline uint16_t half_pick(uint16_t a, uint16_t b, int f16, int sign) {
+    float x = half_to_f32(a, f16), y = half_to_f32(b, f16);
+    if (x != x || y != y) return f16 ? 0x7e00 : 0x7fc0;
+    return (sign > 0 ? x > y : x < y) ? a : b;
 }
 
 /* MPI user functions: inout[i] = in[i] op inout[i]. */
-static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+static void half_op(void *in, void *inout, int len, MPI_Datatype dt, int op) {
     const uint16_t *a = in;
     uint16_t *b = inout;
-    (void)dt;
-    for (int i = 0; i < *len; i++) b[i] = bf16_add(a[i], b[i]);
+    int f16 = is_f16_type(dt);
+    for (int i = 0; i < len; i++)
+        b[i] = op == 0 ? half_add(a[i], b[i], f16) : half_pick(a[i], b[i], f16, op);
 }
-
-static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    (void)dt;
-    for (int i = 0; i < *len; i++) b[i] = bf16_max(a[i], b[i]);
-}
-
-static void bf16_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    (void)dt;
-    for (int i = 0; i < *len; i++) b[i] = bf16_min(a[i], b[i]);
-}
+static void half_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { half_op(in, inout, *len, *dt, 0); }
+static void half_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { half_op(in, inout, *len, *dt, 1); }
+static void half_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { half_op(in, inout, *len, *dt, -1); }
 
 /* ---------------------------------------------------------------------------------------
  * errors
@@ -179,6 +182,14 @@ static int32_t finish(mpi_comm *self, MPI_Request *r, const char *what, ct_error
  * create / destroy
  * ------------------------------------------------------------------------------------- */
 
+static void free_half_types(mpi_comm *self) {
+    MPI_Op_free(&self->half_sum);
+    MPI_Op_free(&self->half_max);
+    MPI_Op_free(&self->half_min);
+    MPI_Type_free(&self->bf16);
+    MPI_Type_free(&self->f16);
+}
+
 static void *mpi_create(const ct_create_args *args, ct_error *err) {
     if (args->device.vt && args->device.type != CT_DEVICE_CPU)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm mpi: needs host buffers (device "
@@ -220,9 +231,12 @@ static void *mpi_create(const ct_create_args *args, ct_error *err) {
 
     MPI_Type_contiguous(1, MPI_UINT16_T, &self->bf16);
     MPI_Type_commit(&self->bf16);
-    MPI_Op_create(bf16_sum_fn, 1, &self->bf16_sum);
-    MPI_Op_create(bf16_max_fn, 1, &self->bf16_max);
-    MPI_Op_create(bf16_min_fn, 1, &self->bf16_min);
+    MPI_Type_contiguous(1, MPI_UINT16_T, &self->f16);
+    MPI_Type_set_name(self->f16, F16_TYPE_NAME);
+    MPI_Type_commit(&self->f16);
+    MPI_Op_create(half_sum_fn, 1, &self->half_sum);
+    MPI_Op_create(half_max_fn, 1, &self->half_max);
+    MPI_Op_create(half_min_fn, 1, &self->half_min);
 
     rc = MPI_Irecv(self->ctl_buf, WHY_MAX, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT, self->ctl,
                    &self->ctl_req);
@@ -233,10 +247,7 @@ static void *mpi_create(const ct_create_args *args, ct_error *err) {
     return self;
 
 out_free_types:
-    MPI_Op_free(&self->bf16_sum);
-    MPI_Op_free(&self->bf16_max);
-    MPI_Op_free(&self->bf16_min);
-    MPI_Type_free(&self->bf16);
+    free_half_types(self);
     MPI_Comm_free(&self->ctl);
 out_free_comm:
     MPI_Comm_free(&self->comm);
@@ -256,10 +267,7 @@ static void mpi_destroy(void *p) {
     }
     MPI_Cancel(&self->ctl_req);
     MPI_Wait(&self->ctl_req, MPI_STATUS_IGNORE);
-    MPI_Op_free(&self->bf16_sum);
-    MPI_Op_free(&self->bf16_max);
-    MPI_Op_free(&self->bf16_min);
-    MPI_Type_free(&self->bf16);
+    free_half_types(self);
     MPI_Comm_free(&self->ctl);
     MPI_Comm_free(&self->comm);
     if (self->we_initialized) MPI_Finalize();
@@ -282,6 +290,7 @@ static int32_t map_type(const mpi_comm *self, int32_t dtype, int reduce, MPI_Dat
     case CT_DTYPE_I32: *out = MPI_INT32_T; return CT_OK;
     case CT_DTYPE_U16: *out = MPI_UINT16_T; return CT_OK;
     case CT_DTYPE_BF16: *out = reduce ? self->bf16 : MPI_UINT16_T; return CT_OK;
+    case CT_DTYPE_F16: *out = reduce ? self->f16 : MPI_UINT16_T; return CT_OK;
     default:
         return ct_error_set(err, CT_ERR_INVALID, "comm mpi: unknown dtype %d", (int)dtype);
     }
@@ -289,18 +298,18 @@ static int32_t map_type(const mpi_comm *self, int32_t dtype, int reduce, MPI_Dat
 
 static int32_t map_op(const mpi_comm *self, int32_t dtype, int32_t op, MPI_Op *out,
                       ct_error *err) {
-    int bf = dtype == CT_DTYPE_BF16;
+    int half = dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F16;
     switch (op) {
-    case CT_REDUCE_SUM: *out = bf ? self->bf16_sum : MPI_SUM; return CT_OK;
-    case CT_REDUCE_MAX: *out = bf ? self->bf16_max : MPI_MAX; return CT_OK;
-    case CT_REDUCE_MIN: *out = bf ? self->bf16_min : MPI_MIN; return CT_OK;
+    case CT_REDUCE_SUM: *out = half ? self->half_sum : MPI_SUM; return CT_OK;
+    case CT_REDUCE_MAX: *out = half ? self->half_max : MPI_MAX; return CT_OK;
+    case CT_REDUCE_MIN: *out = half ? self->half_min : MPI_MIN; return CT_OK;
     case CT_REDUCE_AVG: /* a SUM of premultiplied copies (avg_copy) */
-        if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_F64) {
-            *out = bf ? self->bf16_sum : MPI_SUM;
+        if (half || dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_F64) {
+            *out = half ? self->half_sum : MPI_SUM;
             return CT_OK;
         }
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm mpi: AVG over %s ---> AVG is for "
-                            "f32, bf16 and f64", ct_dtype_name(dtype));
+                            "f32, bf16, f16 and f64", ct_dtype_name(dtype));
     default:
         return ct_error_set(err, CT_ERR_INVALID, "comm mpi: unknown reduce op %d ---> use "
                             "CT_REDUCE_SUM, _MAX or _MIN", (int)op);
@@ -420,12 +429,16 @@ static void *avg_copy(const mpi_comm *self, const void *send, uint64_t n, int32_
     if (!pre) return ct_error_set(err, CT_ERR_NOMEM, "comm mpi: out of memory for AVG"), NULL;
     int bf = dtype == CT_DTYPE_BF16;
     float s = ct_avg_scalar(self->size, bf);
+    float s16 = ct_round_f16((float)(1.0 / (double)self->size)); /* f16: as NCCL's half */
     for (uint64_t i = 0; i < n; i++) {
         if (dtype == CT_DTYPE_F64)
             ((double *)pre)[i] = ((const double *)send)[i] * (1.0 / (double)self->size);
         else if (bf)
             ((uint16_t *)pre)[i] = ct_bf16_from_f32(
                 ct_avg_premul(ct_bf16_to_f32(((const uint16_t *)send)[i]), s, 1));
+        else if (dtype == CT_DTYPE_F16) /* the f32 product of two f16 values is exact */
+            ((uint16_t *)pre)[i] =
+                ct_f16_from_f32(ct_f16_to_f32(((const uint16_t *)send)[i]) * s16);
         else
             ((float *)pre)[i] = ct_avg_premul(((const float *)send)[i], s, 0);
     }

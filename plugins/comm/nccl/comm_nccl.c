@@ -459,11 +459,12 @@ static int32_t nccl_dtype(int32_t dtype, ncclDataType_t *out, ct_error *err) {
     switch (dtype) {
     case CT_DTYPE_F32: *out = ncclFloat32; return CT_OK;
     case CT_DTYPE_BF16: *out = ncclBfloat16; return CT_OK;
+    case CT_DTYPE_F16: *out = ncclFloat16; return CT_OK;
     case CT_DTYPE_F64: *out = ncclFloat64; return CT_OK;
     case CT_DTYPE_I32: *out = ncclInt32; return CT_OK;
     default:
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm nccl: reductions of %s are not "
-                            "supported ---> use f32, bf16, f64 or i32",
+                            "supported ---> use f32, bf16, f16, f64 or i32",
                             ct_dtype_name(dtype));
     }
 }

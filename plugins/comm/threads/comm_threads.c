@@ -318,8 +318,8 @@ static int32_t check_posts(const threads_comm *self, const char *what, int32_t *
     if (is_reduction(p0->kind) && !reduce_supported(p0->dtype, p0->op))
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "comm threads: %s: reduce op %d over %s is not supported ---> use "
-                            "SUM, MAX or MIN over f32, bf16, f64 or i32, AVG over f32, bf16 or "
-                            "f64", what, (int)p0->op, ct_dtype_name(p0->dtype));
+                            "SUM, MAX or MIN over f32, bf16, f16, f64 or i32, AVG over f32, bf16, "
+                            "f16 or f64", what, (int)p0->op, ct_dtype_name(p0->dtype));
     int32_t algo = self->world->order.algo;
     if (is_reduction(p0->kind) && p0->op == CT_REDUCE_AVG &&
         (algo == REDUCE_NVLS || algo == REDUCE_NVLS_TREE))
@@ -369,7 +369,8 @@ static void *at(void *p, uint64_t elems, size_t es) { return (char *)p + elems *
 static void plan_of(const threads_comm *self, order_plan *plan) {
     const coll_post *p0 = &self->world->posts[0];
     int32_t dt = p0->dtype, op = p0->op;
-    int32_t nvls_ok = (dt == CT_DTYPE_BF16 || dt == CT_DTYPE_F32) && op == CT_REDUCE_SUM;
+    int32_t nvls_ok = (dt == CT_DTYPE_BF16 || dt == CT_DTYPE_F16 || dt == CT_DTYPE_F32) &&
+                      op == CT_REDUCE_SUM;
     order_plan_make(plan, &self->world->order, self->world_size,
                     p0->kind == COLL_ALL_REDUCE ? ORDER_ALL_REDUCE : ORDER_REDUCE_SCATTER,
                     p0->count, (uint32_t)ct_dtype_size(dt), nvls_ok, op == CT_REDUCE_AVG);
@@ -389,8 +390,8 @@ static void tell_pick(threads_comm *self, const order_plan *plan) {
     tuner_query q = {plan->kind, plan->count * plan->esize *
                                      (plan->kind == ORDER_ALL_REDUCE ? 1 : (uint64_t)plan->world_size),
                      plan->world_size, oc->gpus_per_node, oc->gpu, oc->nvswitch,
-                     (p0->dtype == CT_DTYPE_BF16 || p0->dtype == CT_DTYPE_F32) &&
-                         p0->op == CT_REDUCE_SUM,
+                     (p0->dtype == CT_DTYPE_BF16 || p0->dtype == CT_DTYPE_F16 ||
+                      p0->dtype == CT_DTYPE_F32) && p0->op == CT_REDUCE_SUM,
                      p0->op == CT_REDUCE_AVG};
     tuner_pick pk;
     tuner_choose(&q, &pk);

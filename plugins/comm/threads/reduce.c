@@ -21,6 +21,11 @@ static void load_block(const void *src, int32_t dtype, uint64_t n, double *dst) 
         for (uint64_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(s[i]);
         break;
     }
+    case CT_DTYPE_F16: {
+        const uint16_t *s = src;
+        for (uint64_t i = 0; i < n; i++) dst[i] = ct_f16_to_f32(s[i]);
+        break;
+    }
     case CT_DTYPE_F64: {
         const double *s = src;
         for (uint64_t i = 0; i < n; i++) dst[i] = s[i];
@@ -49,6 +54,11 @@ static void store_block(const double *src, int32_t dtype, uint64_t n, void *dst)
         for (uint64_t i = 0; i < n; i++) d[i] = ct_bf16_from_f32((float)src[i]);
         break;
     }
+    case CT_DTYPE_F16: {
+        uint16_t *d = dst;
+        for (uint64_t i = 0; i < n; i++) d[i] = ct_f16_from_f32((float)src[i]);
+        break;
+    }
     case CT_DTYPE_F64: {
         double *d = dst;
         for (uint64_t i = 0; i < n; i++) d[i] = src[i];
@@ -74,6 +84,8 @@ static void combine_block(double *acc, const double *x, uint64_t n, int32_t dtyp
         for (uint64_t i = 0; i < n; i++) acc[i] = wire_min(acc[i], x[i]);
     } else if (dtype == CT_DTYPE_BF16) {
         for (uint64_t i = 0; i < n; i++) acc[i] = wire_add_bf16(acc[i], x[i]);
+    } else if (dtype == CT_DTYPE_F16) {
+        for (uint64_t i = 0; i < n; i++) acc[i] = wire_add_f16(acc[i], x[i]);
     } else if (dtype == CT_DTYPE_F32) {
         for (uint64_t i = 0; i < n; i++) acc[i] = wire_add_f32(acc[i], x[i]);
     } else { /* f64, and i32 (exact in double) */
@@ -99,7 +111,7 @@ static void accumulate_block(double *acc, const double *x, uint64_t n, int32_t d
                              int32_t op) {
     if (op == CT_REDUCE_MAX || op == CT_REDUCE_MIN) {
         combine_block(acc, x, n, dtype, op);
-    } else if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32) {
+    } else if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F16 || dtype == CT_DTYPE_F32) {
         for (uint64_t i = 0; i < n; i++) acc[i] = wire_add_f32(acc[i], x[i]);
     } else {
         for (uint64_t i = 0; i < n; i++) acc[i] += x[i];
@@ -110,6 +122,8 @@ static void accumulate_block(double *acc, const double *x, uint64_t n, int32_t d
 static void round_block(double *acc, uint64_t n, int32_t dtype) {
     if (dtype == CT_DTYPE_BF16)
         for (uint64_t i = 0; i < n; i++) acc[i] = ct_round_bf16((float)acc[i]);
+    else if (dtype == CT_DTYPE_F16)
+        for (uint64_t i = 0; i < n; i++) acc[i] = ct_round_f16((float)acc[i]);
     else if (dtype == CT_DTYPE_F32)
         for (uint64_t i = 0; i < n; i++) acc[i] = (float)acc[i];
 }

@@ -21,12 +21,18 @@
  * wire dtype, so the value held is always exactly representable in it. For f32 and bf16 the
  * add is done in f32 (what a GPU kernel does) and then rounded: bf16(f32(a + b)) equals the
  * correctly rounded bf16 sum because f32 has more than 2*8+2 bits (double rounding is
- * innocuous). i32 sums are exact in double for |sum| < 2^53 and wrap modulo 2^32 on store. */
+ * innocuous); f16 the same way (24 >= 2*11+2). i32 sums are exact in double for |sum| < 2^53 and wrap modulo 2^32 on store. */
 
 CT_HD double wire_add_f32(double a, double b) { return (double)((float)a + (float)b); }
 
 CT_HD double wire_add_bf16(double a, double b) {
     return (double)ct_round_bf16((float)a + (float)b);
+}
+
+/* f16 (ABI 1.7): f32 has 24 >= 2*11+2 bits, so f16(f32(a + b)) is the correctly rounded f16
+ * sum too (what a GPU's half add gives). */
+CT_HD double wire_add_f16(double a, double b) {
+    return (double)ct_round_f16((float)a + (float)b);
 }
 
 /* max/min propagate NaN (a diverged rank must not be hidden by the others). */
@@ -37,7 +43,7 @@ CT_HD double wire_min(double a, double b) { return (a != a || b != b) ? NAN : (a
  * floating dtypes only. */
 static inline int reduce_supported(int32_t dtype, int32_t op) {
     int dtype_ok = dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F64 ||
-                   dtype == CT_DTYPE_I32;
+                   dtype == CT_DTYPE_I32 || dtype == CT_DTYPE_F16;
     int op_ok = op == CT_REDUCE_SUM || op == CT_REDUCE_MAX || op == CT_REDUCE_MIN ||
                 (op == CT_REDUCE_AVG && dtype != CT_DTYPE_I32);
     return dtype_ok && op_ok;
@@ -48,13 +54,17 @@ static inline int reduce_supported(int32_t dtype, int32_t op) {
 static inline double reduce_avg_scalar(int32_t dtype, int32_t world_size) {
     if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32)
         return ct_avg_scalar(world_size, dtype == CT_DTYPE_BF16);
+    if (dtype == CT_DTYPE_F16) return ct_round_f16((float)(1.0 / (double)world_size));
     return 1.0 / (double)world_size;
 }
 
-/* One contribution x premultiplied as ncclAvg does before the sum (PreMulSum), in dtype. */
+/* One contribution x premultiplied as ncclAvg does before the sum (PreMulSum), in dtype (f16:
+ * the f32 product of two f16 values is exact, so rounding it is the correctly rounded half
+ * product). */
 CT_HD double reduce_premul(double x, double s, int32_t dtype) {
     if (dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F32)
         return ct_avg_premul((float)x, (float)s, dtype == CT_DTYPE_BF16);
+    if (dtype == CT_DTYPE_F16) return ct_round_f16((float)x * (float)s);
     return x * s;
 }
 

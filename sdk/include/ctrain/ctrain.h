@@ -243,13 +243,15 @@ typedef enum ct_dtype {
     CT_DTYPE_F64  = 3,
     CT_DTYPE_I32  = 4,
     CT_DTYPE_U16  = 5,
+    CT_DTYPE_F16  = 6, /* since ABI 1.7: IEEE binary16 stored as uint16_t (numerics.h); a
+                        * plugin of an older host never sees it */
 } ct_dtype;
 
 /* Bytes per element of a dtype; 0 for an unknown value. */
 static inline size_t ct_dtype_size(int32_t dtype) {
     switch (dtype) {
     case CT_DTYPE_F32: case CT_DTYPE_I32: return 4;
-    case CT_DTYPE_BF16: case CT_DTYPE_U16: return 2;
+    case CT_DTYPE_BF16: case CT_DTYPE_U16: case CT_DTYPE_F16: return 2;
     case CT_DTYPE_F64: return 8;
     default: return 0;
     }
@@ -263,6 +265,7 @@ static inline const char *ct_dtype_name(int32_t dtype) {
     case CT_DTYPE_F64: return "f64";
     case CT_DTYPE_I32: return "i32";
     case CT_DTYPE_U16: return "u16";
+    case CT_DTYPE_F16: return "f16";
     default: return "?";
     }
 }

@@ -67,6 +67,68 @@ CT_HD uint16_t ct_bf16_from_f32_sr(float x, uint32_t r16) {
 /* x rounded to the nearest bf16 value, kept as f32 (the emulation of bf16 storage). */
 CT_HD float ct_round_bf16(float x) { return ct_bf16_to_f32(ct_bf16_from_f32(x)); }
 
+/* --- f16: IEEE binary16 (CT_DTYPE_F16, since ABI 1.7), stored as uint16_t ----------------
+ * 1 sign bit, 5 exponent bits (bias 15), 10 fraction bits: normals from 2^-14, subnormals down
+ * to 2^-24, largest finite 65504. Unlike bf16 the range is narrow: f32 values past 65520 round
+ * to Inf and values below 2^-25 to zero, which is why fp16 training scales its loss. */
+
+/* f16 -> f32: exact (every f16 value, subnormals included, is an f32 value). */
+CT_HD float ct_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1fu) return ct_f32_from_bits(sign | 0x7f800000u | (man << 13)); /* Inf, NaN */
+    if (exp == 0) { /* zero or subnormal: man x 2^-24 */
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    return ct_f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* f32 -> f16, round to nearest, ties to even. NaN stays NaN (quiet, sign kept); values that
+ * round past 65504 (from 65520 up) become +-Inf; values below 2^-14 round to a subnormal, and
+ * below 2^-25 (2^-25 itself: a tie, to even) to a zero of their sign. */
+CT_HD uint16_t ct_f16_from_f32(float x) {
+    uint32_t u = ct_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520, and Inf */
+    if (a >= 0x38800000u) { /* a normal f16: rebias the exponent, round off 13 bits */
+        a -= 112u << 23;
+        return (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
+    }
+    if (a < 0x33000000u) return (uint16_t)sign; /* below 2^-25: zero */
+    /* a subnormal: (1.m x 2^(e-150)) / 2^-24 = m >> (126 - e), rounded to nearest even */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, sh = 126u - e;
+    uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q); /* q = 0x400 is the smallest normal: the encoding carries */
+}
+
+/* f32 -> f16 with stochastic rounding: the discarded part of |x| (13 bits for a normal f16,
+ * more for a subnormal) is rounded up with probability equal to its size in units of the
+ * f16's last place, using the low bits of r (uniformly random: 13 for normals, up to 24 for
+ * subnormals). E[result] = x for finite x below 65504. NaN and Inf as ct_f16_from_f32; a
+ * round up past 65504 gives Inf. */
+CT_HD uint16_t ct_f16_from_f32_sr(float x, uint32_t r) {
+    uint32_t u = ct_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return ct_f16_from_f32(x);
+    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7c00u); /* 65536 and up: Inf */
+    if (a >= 0x38800000u) {
+        a -= 112u << 23;
+        uint32_t h = (a + (r & 0x1fffu)) >> 13;
+        return (uint16_t)(sign | (h >= 0x7c00u ? 0x7c00u : h));
+    }
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    if (e < 102u) { /* far below 2^-24: its size in units of 2^-48, as 102 would hold it */
+        m = 102u - e < 32u ? m >> (102u - e) : 0u;
+        e = 102u;
+    }
+    uint32_t sh = 126u - e, mask = (1u << sh) - 1u;
+    uint32_t q = (m >> sh) + (((m & mask) + (r & mask)) >> sh);
+    return (uint16_t)(sign | q);
+}
+
+/* x rounded to the nearest f16 value, kept as f32 (the emulation of f16 storage). */
+CT_HD float ct_round_f16(float x) { return ct_f16_to_f32(ct_f16_from_f32(x)); }
+
 /* --- ncclAvg (CT_REDUCE_AVG): the premultiplied sum -------------------------------------
  * NCCL averages floating types by multiplying every contribution by the element type's 1/N
  * before the sum (PreMulSum): the scalar is float(1/N) rounded to the type (bf16(1/3) =
