@@ -117,15 +117,15 @@ static const ct_param_spec device_specs[] = {
 };
 
 static const host_section sections[] = {
-    {"run", run_specs, 0, NULL, "the run: length, logging, checkpoints", 0},
-    {"data", data_specs, 0, NULL, "token shards and batch shape", 0},
-    {"model", model_specs, CT_KIND_MODEL, "plugin", "the model plugin and its keys", 1},
-    {"loss", loss_specs, CT_KIND_LOSS, "plugins", "loss terms (keys in [loss.NAME])", 0},
-    {"strategy", strategy_specs, CT_KIND_STRATEGY, "plugin", "sharding strategy (its keys in [strategy.NAME])", 0},
-    {"precision", precision_specs, CT_KIND_PRECISION, "plugin", "precision policy (its keys in [precision.NAME])", 0},
-    {"comm", comm_specs, CT_KIND_COMM, "plugin", "collective engine (its keys in [comm.NAME])", 0},
-    {"device", device_specs, CT_KIND_DEVICE, "type", "device plugin (its keys in [device.NAME])", 0},
-    {"optim", optim_specs, 0, NULL, "AdamW and the learning-rate schedule", 0},
+    {"run", run_specs, 0, NULL, "the run: length, logging, checkpoints"},
+    {"data", data_specs, 0, NULL, "token shards and batch shape"},
+    {"model", model_specs, CT_KIND_MODEL, "plugin", "the model plugin and its keys"},
+    {"loss", loss_specs, CT_KIND_LOSS, "plugins", "loss terms (keys in [loss.NAME])"},
+    {"strategy", strategy_specs, CT_KIND_STRATEGY, "plugin", "sharding strategy and its keys"},
+    {"precision", precision_specs, CT_KIND_PRECISION, "plugin", "precision policy and its keys"},
+    {"comm", comm_specs, CT_KIND_COMM, "plugin", "collective engine and its keys"},
+    {"device", device_specs, CT_KIND_DEVICE, "type", "device plugin and its keys"},
+    {"optim", optim_specs, 0, NULL, "AdamW and the learning-rate schedule"},
 };
 
 const host_section *host_schema_sections(int32_t *n) {
@@ -138,3 +138,5 @@ const host_section *host_schema_find(const char *name) {
         if (!strcmp(sections[i].name, name)) return &sections[i];
     return NULL;
 }
+
+int32_t host_schema_flat(const host_section *hs) { return hs && hs->kind == CT_KIND_MODEL; }

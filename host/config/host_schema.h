@@ -14,10 +14,6 @@ typedef struct host_section {
     int32_t              kind;       /* ct_kind of the plugin that owns the rest; 0: none */
     const char          *plugin_key; /* key naming the plugin ("plugin", "plugins", "type") */
     const char          *help;       /* one line */
-    int32_t              flat;       /* 1: the plugin's own keys live in this section ([model]:
-                                      * the architecture, read by export and resume checks);
-                                      * 0: in [NAME.PLUGIN] ([precision.amp]), so a swap of
-                                      * the plugin leaves them inert */
 } host_section;
 
 /* All host sections, in the order `ctrain validate` prints them. */
@@ -25,5 +21,11 @@ const host_section *host_schema_sections(int32_t *n);
 
 /* The host section called `name`, or NULL ("loss.zloss" is not one: it belongs to a plugin). */
 const host_section *host_schema_find(const char *name);
+
+/* Where the keys of the plugin of section hs live: 1 in hs itself ([model]: the architecture,
+ * which the host reads too: exports, from_config, the resume check), 0 in a section of the
+ * plugin's own, [KIND.NAME] ([precision.amp], [loss.zloss], and any kind added later), so a
+ * swap of the plugin leaves them inert. 0 for a section without a plugin. */
+int32_t host_schema_flat(const host_section *hs);
 
 #endif /* CTRAIN_HOST_HOST_SCHEMA_H */

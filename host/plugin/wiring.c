@@ -149,7 +149,7 @@ static int is_host_key(const host_section *h, const char *key) {
 static const char *selected_section(const host_wiring *w, const char *parent, int32_t *is_loss) {
     const host_section *h = host_schema_find(parent);
     *is_loss = h && h->kind == CT_KIND_LOSS;
-    if (!h || !h->kind || h->kind >= HOST_WIRING_KINDS || h->flat) return NULL;
+    if (!h || !h->kind || h->kind >= HOST_WIRING_KINDS || host_schema_flat(h)) return NULL;
     return w->own_section[h->kind];
 }
 
@@ -204,8 +204,8 @@ static int32_t check_sections(const host_config *cfg, host_wiring *w, ct_error *
 }
 
 /* Flat keys of plugin kind section [h] (the layout before each plugin had its own section):
- * the selected plugin p's keys move to [own] with a note (stay, silently, when h->flat: the
- * model's keys live in [model]); another plugin's are inert (kept in [KIND.THAT] when exactly
+ * the selected plugin p's keys move to [own] with a note (stay, silently, when
+ * host_schema_flat(h): the model's keys live in [model]); another plugin's are inert (kept in [KIND.THAT] when exactly
  * one plugin of the kind, found by scanning the search path, owns it); a key no plugin of the
  * kind knows is an error naming the nearest key. */
 static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host_section *h,
@@ -214,7 +214,7 @@ static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host
     for (int32_t i = 0; i < config_key_count(cfg, h->name);) {
         char key[CONFIG_NAME_MAX], value[CT_VALUE_MAX], origin[2 * CT_VALUE_MAX];
         snprintf(key, sizeof key, "%s", config_key_name(cfg, h->name, i));
-        if (is_host_key(h, key) || (h->flat && has_param(p, key))) {
+        if (is_host_key(h, key) || (host_schema_flat(h) && has_param(p, key))) {
             i++;
             continue;
         }
@@ -254,7 +254,7 @@ static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host
         if (owners) {
             char theirs[CONFIG_NAME_MAX];
             snprintf(theirs, sizeof theirs, "%s.%s", h->name, owner->desc.name);
-            int keep = owners == 1 && !h->flat && !config_get(cfg, theirs, key);
+            int keep = owners == 1 && !host_schema_flat(h) && !config_get(cfg, theirs, key);
             if (keep && from_set) snprintf(fix, sizeof fix, "--set %s.%s=...", theirs, key);
             else if (keep) snprintf(fix, sizeof fix, "write it under [%s]", theirs);
             else snprintf(fix, sizeof fix, "remove it");
@@ -374,7 +374,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
         const char *own = p ? w->own_section[h->kind] : NULL;
         if (p) {
             if ((rc = settle_flat_keys(cfg, reg, h, p, own, err)) != CT_OK) return rc;
-            if (!h->flat && config_alias(cfg, h->name, own) != CT_OK)
+            if (!host_schema_flat(h) && config_alias(cfg, h->name, own) != CT_OK)
                 return ct_error_set(err, CT_ERR_INVALID, "[%s]: too many plugin sections",
                                     own);
         }
@@ -382,7 +382,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
         if (h->kind == CT_KIND_MODEL && (rc = hf_config_fill(cfg, err)) != CT_OK) return rc;
         char owner[128] = "ctrain";
         if (p) snprintf(owner, sizeof owner, "%s plugin %s", kind_name(p->desc.kind), p->desc.name);
-        if (p && h->flat) { /* host keys and the plugin's in one section */
+        if (p && host_schema_flat(h)) { /* host keys and the plugin's in one section */
             ct_param_spec *specs = merge_specs(h->specs, p);
             if (!specs) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
             rc = config_validate_section(cfg, h->name, specs, sizeof(ct_param_spec), owner, NULL,
