@@ -205,9 +205,10 @@ static int32_t check_sections(const host_config *cfg, host_wiring *w, ct_error *
 
 /* Flat keys of plugin kind section [h] (the layout before each plugin had its own section):
  * the selected plugin p's keys move to [own] with a note (stay, silently, when
- * host_schema_flat(h): the model's keys live in [model]); another plugin's are inert (kept in [KIND.THAT] when exactly
- * one plugin of the kind, found by scanning the search path, owns it); a key no plugin of the
- * kind knows is an error naming the nearest key. */
+ * host_schema_flat(h): the model's keys live in [model]); a value given both flat and in [own]
+ * is an error, unless one of the two comes from --set (it wins). Another plugin's keys are
+ * inert (kept in [KIND.THAT] when exactly one plugin of the kind, found by scanning the search
+ * path, owns it); a key no plugin of the kind knows is an error naming the nearest key. */
 static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host_section *h,
                                 const host_plugin *p, const char *own, ct_error *err) {
     int scanned = 0;
@@ -224,7 +225,12 @@ static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host
         char fix[CT_VALUE_MAX + 2 * CONFIG_NAME_MAX + 16];
         if (has_param(p, key)) {
             const char *there = config_get(cfg, own, key);
-            if (there && !(from_set && strcmp(config_origin(cfg, own, key), "--set")))
+            int there_set = there && !strcmp(config_origin(cfg, own, key), "--set");
+            if (there && there_set && !from_set) { /* --set beats the file, either spelling */
+                config_unset(cfg, h->name, key);
+                continue;
+            }
+            if (there && from_set == there_set)
                 return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] %s = %s, and %s: [%s] %s = "
                                     "%s: a key of %s plugin %s is given twice ---> keep the one "
                                     "in [%s]", origin, h->name, key, value,
@@ -276,11 +282,14 @@ static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host
         const char *near = config_nearest(key, (const char *const *)cands, nc);
         char hint[CONFIG_NAME_MAX + 32] = "";
         if (near) snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+        char other[2 * CONFIG_NAME_MAX + 48] = "";
+        if (!host_schema_flat(h))
+            snprintf(other, sizeof other, "; a key of another %s plugin goes under [%s.NAME]",
+                     h->name, h->name);
         return ct_error_set(err, CT_ERR_INVALID, "%s: [%s] unknown key '%s'%s: no %s plugin on "
                             "the search path has it ---> `ctrain inspect %s` lists the keys of "
-                            "%s plugin %s; a key of another %s plugin goes under [%s.NAME]",
-                            origin, h->name, key, hint, h->name, p->desc.name, h->name,
-                            p->desc.name, h->name, h->name);
+                            "%s plugin %s%s", origin, h->name, key, hint, h->name, p->desc.name,
+                            h->name, p->desc.name, other);
     }
     return CT_OK;
 }

@@ -212,6 +212,12 @@ if [ "$ct_rc" -eq 0 ] && grep -q '^algo = tree *; --set' "$CT_TMP/out"; then
 else
     ct_fail flat_set_overrides_the_file_section "rc $ct_rc: $ct_err"
 fi
+ct_run "$CTRAIN" validate run.ini --set comm.threads.algo=ring
+if [ "$ct_rc" -eq 0 ] && grep -q '^algo = ring *; --set' "$CT_TMP/out"; then
+    ct_pass section_set_overrides_the_file_flat_key
+else
+    ct_fail section_set_overrides_the_file_flat_key "rc $ct_rc: $ct_err"
+fi
 ct_run "$CTRAIN" validate new.ini
 if [ "$ct_rc" -eq 0 ] && ! grep -v '^ctrain: .* is valid' "$CT_TMP/err" | grep -q .; then
     ct_pass new_layout_without_notes
