@@ -80,7 +80,7 @@ one_run() {
     local cond=$1 th=$2 rep=$3 out=$work/run_$1_$2_$3 t
     local set=$([ "$th" = auto ] && echo 0 || echo "$th")
     TIMEFORMAT='%R %U %S'
-    { time "$BUILD/ctrain" train "$work/t.ini" --set run.out_dir="$out" --set device.threads="$set" \
+    { time "$BUILD/ctrain" train "$work/t.ini" --set run.out_dir="$out" --set device.cpu.threads="$set" \
         > "$out.log" 2> "$out.err"; } 2> "$out.time" \
         || { echo "bench_threads.sh: the run with threads = $set failed: $(tail -2 "$out.err")" >&2; exit 1; }
     t=$(python3 - "$out/metrics.jsonl" <<'PY'
