@@ -7,7 +7,7 @@
 #     OPENBLAS_CORETYPE decision as `ctrain train`: host/base/blas_core.c; the kernels are compared),
 #   - the CPU's arithmetic peak (bench/fma_peak.c: clock and FMA rate timed, all cores),
 #   - the GFLOP/s of one GPT-2 124M step's matrix products alone, OpenBLAS's and a hand-written
-#     AVX-512 GEMM's, on one thread and on all (bench/gemm_ceiling.c),
+#     AVX-512 GEMM's (skipped without AVX-512F), on one thread and on all (bench/gemm_ceiling.c),
 #   - PyTorch's tokens/s for the same shape, B, T and thread count (bench/torch_gpt2.py, eager
 #     fp32 beside fp32, bf16 autocast beside amp and pure_bf16; torch given the same BLAS
 #     environment), when `python3 -c 'import torch'` works,

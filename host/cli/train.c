@@ -154,10 +154,12 @@ int cmd_train(int argc, char **argv) {
             if (has_metrics)
                 snprintf(what + strlen(what), sizeof what - strlen(what),
                          "metrics.jsonl (%lld bytes)", (long long)mst.st_size);
-            fprintf(stderr, "ctrain train: [run] out_dir %s holds a run: %s; nothing was "
-                    "changed ---> --resume to continue it, --force to start over (removes "
-                    "that run's checkpoints and metrics), or set [run] out_dir to another "
-                    "folder\n", out_dir, what);
+            char msg[4600];
+            snprintf(msg, sizeof msg, "[run] out_dir %s holds a run: %s; nothing was changed "
+                     "---> --resume to continue it, --force to start over (removes that run's "
+                     "checkpoints and metrics), or set [run] out_dir to another folder",
+                     out_dir, what);
+            print_message_line(stderr, "ctrain train: ", msg);
             status = 2;
             goto out_session;
         }

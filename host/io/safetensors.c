@@ -218,29 +218,56 @@ static int32_t index_names(st_file *f, st_key *k, ct_error *err) {
     return CT_OK;
 }
 
+/* name (n bytes and its NUL) appended to f->names (*cap bytes); its offset into *off. */
+static int32_t pool_name(jp *p, st_file *f, size_t *used, size_t *cap, const char *name,
+                         size_t n, size_t *off) {
+    if (*used + n + 1 > *cap) {
+        size_t c = *cap ? 2 * *cap : 4096;
+        while (c < *used + n + 1) c *= 2;
+        char *names = realloc(f->names, c);
+        if (!names) return ct_error_set(p->err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
+        f->names = names;
+        *cap = c;
+    }
+    memcpy(f->names + *used, name, n + 1);
+    *off = *used;
+    *used += n + 1;
+    return CT_OK;
+}
+
+/* The header's object: the tensors (their names, one after another in f->names: a header of
+ * many short names takes little more than itself) and the metadata. */
 static int32_t parse_header(jp *p, st_file *f) {
     if (expect(p, '{') != CT_OK) return CT_ERR_INVALID;
-    int32_t cap = 0;
+    int32_t cap = 0, rc = CT_OK;
+    size_t *at = NULL, used = 0, pool_cap = 0; /* (cap) each tensor's name offset in the pool */
     ws(p);
     if (p->s < p->end && *p->s == '}') return p->s++, CT_OK;
     for (;;) {
         char name[ST_NAME_MAX];
-        if (jstring(p, name, sizeof name) != CT_OK || expect(p, ':') != CT_OK)
-            return CT_ERR_INVALID;
+        if (jstring(p, name, sizeof name) != CT_OK || expect(p, ':') != CT_OK) {
+            rc = CT_ERR_INVALID;
+            goto out_free;
+        }
         if (!strcmp(name, "__metadata__")) {
-            if (metadata(p, f) != CT_OK) return CT_ERR_INVALID;
+            if ((rc = metadata(p, f)) != CT_OK) goto out_free;
         } else {
             if (f->n == cap) {
                 cap = cap ? 2 * cap : 64;
                 st_tensor *t = realloc(f->t, (size_t)cap * sizeof *t);
-                if (!t) return ct_error_set(p->err, CT_ERR_NOMEM, "out of memory reading %s",
-                                            f->path);
-                f->t = t;
+                size_t *a = t ? realloc(at, (size_t)cap * sizeof *a) : NULL;
+                if (t) f->t = t;
+                if (a) at = a;
+                if (!t || !a) {
+                    rc = ct_error_set(p->err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
+                    goto out_free;
+                }
             }
             st_tensor *t = &f->t[f->n];
             memset(t, 0, sizeof *t);
-            snprintf(t->name, sizeof t->name, "%s", name);
-            if (tensor_entry(p, t) != CT_OK) return CT_ERR_INVALID;
+            if ((rc = pool_name(p, f, &used, &pool_cap, name, strlen(name), &at[f->n])) != CT_OK ||
+                (rc = tensor_entry(p, t)) != CT_OK)
+                goto out_free;
             f->n++;
         }
         ws(p);
@@ -248,18 +275,25 @@ static int32_t parse_header(jp *p, st_file *f) {
             p->s++;
             continue;
         }
-        if (expect(p, '}') != CT_OK) return CT_ERR_INVALID;
+        if ((rc = expect(p, '}')) != CT_OK) goto out_free;
+        for (int32_t k = 0; k < f->n; k++) f->t[k].name = f->names + at[k]; /* the pool is whole */
         /* the names checked before what follows the object: a name twice is the likelier */
         st_key *keys = malloc(((size_t)f->n + 1) * sizeof *keys);
-        if (!keys)
-            return ct_error_set(p->err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
-        int32_t rc = index_names(f, keys, p->err);
+        if (!keys) {
+            rc = ct_error_set(p->err, CT_ERR_NOMEM, "out of memory reading %s", f->path);
+            goto out_free;
+        }
+        rc = index_names(f, keys, p->err);
         free(keys);
-        if (rc != CT_OK) return rc;
-        ws(p);
-        if (p->s != p->end) return jfail(p, "bytes after the header's object");
-        return CT_OK;
+        if (rc == CT_OK) {
+            ws(p);
+            if (p->s != p->end) rc = jfail(p, "bytes after the header's object");
+        }
+        goto out_free;
     }
+out_free:
+    free(at);
+    return rc;
 }
 
 static uint64_t dtype_size(const char *d) {
@@ -378,6 +412,7 @@ void st_close(st_file *f) {
     free(f->meta);
     free(f->t);
     free(f->by_name);
+    free(f->names);
     memset(f, 0, sizeof *f);
     f->fd = -1;
 }

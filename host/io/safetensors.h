@@ -17,11 +17,11 @@
 #define ST_HEADER_MAX (100u << 20) /* bytes of JSON header accepted (as the reference reader) */
 
 typedef struct st_tensor {
-    char     name[ST_NAME_MAX];
-    char     dtype[16];
-    int32_t  ndim;
-    int64_t  shape[ST_MAX_DIMS];
-    uint64_t begin, end; /* byte offsets after the header */
+    const char *name;        /* in the file's names (st_file.names), NUL-terminated */
+    char        dtype[16];
+    int32_t     ndim;
+    int64_t     shape[ST_MAX_DIMS];
+    uint64_t    begin, end;  /* byte offsets after the header */
 } st_tensor;
 
 typedef struct st_file {
@@ -32,6 +32,7 @@ typedef struct st_file {
     st_tensor *t;
     int32_t    n;
     int32_t   *by_name;    /* (n) indices of t sorted by name: st_find's binary search */
+    char      *names;      /* the tensors' names, one after another */
     char     **meta;       /* key, value, key, value ... (2 * n_meta strings) */
     int32_t    n_meta;
 } st_file;

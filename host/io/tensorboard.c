@@ -9,6 +9,7 @@
  */
 #include "io/tensorboard.h"
 
+#include "base/printable.h"
 #include "io/outfile.h"
 
 #include <dirent.h>
@@ -113,9 +114,11 @@ static int32_t append(tb_writer *w, const pbuf *b, ct_error *err) {
     if (b->oom) return ct_error_set(err, CT_ERR_NOMEM, "out of memory writing %s", w->path);
     if (fd_write_all(w->fd, b->p, b->n) != 0) {
         int saved = errno ? errno : ENOSPC;
-        if (ftruncate(w->fd, w->length) != 0 && errno != EINVAL)
+        if (ftruncate(w->fd, w->length) != 0 && errno != EINVAL) {
+            char shown[2048];
             fprintf(stderr, "ctrain: warning: cannot cut the partial record of %s: %s\n",
-                    w->path, strerror(errno));
+                    printable(w->path, shown, sizeof shown), strerror(errno));
+        }
         return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s " TB_HINT, w->path,
                             strerror(saved));
     }

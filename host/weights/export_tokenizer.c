@@ -1,6 +1,7 @@
 /* export_tokenizer.c — the tokenizer files of an export (see export_tokenizer.h). */
 #include "weights/export_tokenizer.h"
 
+#include "base/printable.h"
 #include "data/bpe.h"
 #include "data/bpe_write.h"
 #include "base/cmdout.h"
@@ -87,9 +88,10 @@ int32_t export_tokenizer(const char *ckpt_dir, const host_config *cfg, int64_t V
     runtok *tok = runtok_open(run_dir, NULL, &e);
     if (!tok) tok = from_meta(cfg);
     if (!tok) {
+        char a[2048], b[2048];
         fprintf(stderr, "ctrain export: note: the run records no tokenizer (%s/tokenizer.ini, "
-                "[data] train's meta.ini): %s has weights and config.json only\n", run_dir,
-                out_dir);
+                "[data] train's meta.ini): %s has weights and config.json only\n",
+                printable(run_dir, a, sizeof a), printable(out_dir, b, sizeof b));
         return CT_OK;
     }
     int32_t rc = CT_OK;

@@ -2,6 +2,7 @@
  * Hugging Face's defaults (GPT2Config, LlamaConfig) stand for keys a file leaves out. */
 #include "weights/hf_config.h"
 
+#include "base/printable.h"
 #include "io/json.h"
 
 #include <math.h>
@@ -327,9 +328,10 @@ int32_t hf_config_check(const hf_arch *a, const host_config *cfg, ct_error *err)
         return ct_error_set(err, CT_ERR_INVALID, "%s (%s) disagrees with [model] in %d setting%s: "
                             "%s ---> set [model] %s, or " HINT_FROM, a->path, a->kind, bad,
                             bad > 1 ? "s" : "", whole, sets);
-    fprintf(stderr, "ctrain: %s (%s) disagrees with [model] in %d settings:\n", a->path, a->kind,
-            bad);
-    for (int i = 0; i < bad; i++) fprintf(stderr, "  %s\n", list[i]);
+    char shown[2048];
+    fprintf(stderr, "ctrain: %s (%s) disagrees with [model] in %d settings:\n",
+            printable(a->path, shown, sizeof shown), a->kind, bad);
+    for (int i = 0; i < bad; i++) fprintf(stderr, "  %s\n", printable(list[i], shown, sizeof shown));
     return ct_error_set(err, CT_ERR_INVALID, "%s (%s): %d settings differ from [model] (listed "
                         "above) ---> set [model] %s, or " HINT_FROM, a->path, a->kind, bad, sets);
 }

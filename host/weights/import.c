@@ -3,6 +3,7 @@
  * (the shards of an index too) and checked before any is used. */
 #include "weights/import.h"
 
+#include "base/printable.h"
 #include "weights/export_layout.h"
 #include "io/files.h"
 #include "weights/hf_config.h"
@@ -55,17 +56,21 @@ void import_close(ct_import *im) {
 static void note(char *buf, size_t cap, int *n, int *dropped, const char *text,
                  const char *path) {
     size_t at = strlen(buf);
+    char shown[2048]; /* a path or a tensor name of the file, escaped: one line each */
     if (*dropped == 0 && at + strlen(text) + 3 >= cap) { /* the first that does not fit */
-        fprintf(stderr, "ctrain: init_from %s: every mismatch:\n", path);
+        fprintf(stderr, "ctrain: init_from %s: every mismatch:\n",
+                printable(path, shown, sizeof shown));
         for (const char *p = buf; *p;) {
             size_t k = strcspn(p, ";");
-            fprintf(stderr, "  %.*s\n", (int)k, p);
+            char line[512];
+            snprintf(line, sizeof line, "%.*s", (int)k, p);
+            fprintf(stderr, "  %s\n", printable(line, shown, sizeof shown));
             p += k;
             while (*p == ';' || *p == ' ') p++;
         }
     }
     if (*dropped || at + strlen(text) + 3 >= cap) {
-        fprintf(stderr, "  %s\n", text);
+        fprintf(stderr, "  %s\n", printable(text, shown, sizeof shown));
         (*dropped)++;
     } else {
         snprintf(buf + at, cap - at, "%s%s", *n ? "; " : "", text);
@@ -304,9 +309,12 @@ static int32_t open_safetensors(ct_import *im, int fd, uint64_t size, const host
                             "model: %s%s ---> set [model] to the shape the file was exported "
                             "from", im->path, layout_target_name(target), bad, bad > 1 ? "s" : "",
                             list, dropped ? " (and more: the whole list is above)" : "");
-    if (say && converted)
+    if (say && converted) {
+        char shown[2048];
         fprintf(stderr, "ctrain: init_from %s: %d tensor%s stored as %s, converted to f32 on "
-                "load (exactly)\n", im->path, converted, converted > 1 ? "s" : "", dtypes);
+                "load (exactly)\n", printable(im->path, shown, sizeof shown), converted,
+                converted > 1 ? "s" : "", dtypes);
+    }
     return CT_OK;
 }
 

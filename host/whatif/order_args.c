@@ -3,6 +3,7 @@
  */
 #include "whatif/order_args.h"
 
+#include "base/printable.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,10 @@ int order_args_int(const char *cmd, const char *flag, const char *v, int64_t lo,
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (!v[0] || *end || errno || x < lo || x > hi) {
+        char shown[256];
         fprintf(stderr, "ctrain %s: %s '%s' is not an integer in [%lld, %lld] ---> see "
-                "`ctrain %s --help`\n", cmd, flag, v, (long long)lo, (long long)hi, cmd);
+                "`ctrain %s --help`\n", cmd, flag, printable(v, shown, sizeof shown),
+                (long long)lo, (long long)hi, cmd);
         return 2;
     }
     *out = x;
@@ -43,8 +46,9 @@ int order_args_choice(const char *cmd, const char *flag, const char *v,
         if (!strcmp(v, choices[i])) return *out = i, 0;
         snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", choices[i]);
     }
+    char shown[256];
     fprintf(stderr, "ctrain %s: %s '%s' is not one of %s ---> see `ctrain %s --help`\n", cmd,
-            flag, v, all, cmd);
+            flag, printable(v, shown, sizeof shown), all, cmd);
     return 2;
 }
 

@@ -231,6 +231,16 @@ ct_run "$CTRAIN" train t.ini --set $'run.out_dir=/proc/no\nctrain train: fake'
 if [ "$ct_rc" -ne 0 ] && [ "$(wc -l < "$CT_TMP/err")" -eq 1 ] && grep -qF '/proc/no\nctrain train: fake' "$CT_TMP/err"; then
     ct_pass message_newline_in_path_escaped_train
 else ct_fail message_newline_in_path_escaped_train "rc $ct_rc: $ct_err"; fi
+python3 - <<'PY'
+import json, struct
+h = {("x\nctrain: fake line %d" % k): {"dtype": "F32", "shape": [1], "data_offsets": [4 * k, 4 * k + 4]} for k in range(20)}
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open("nl.safetensors", "wb").write(struct.pack("<Q", len(j)) + j + b"\0" * 80)
+PY
+ct_run "$CTRAIN" validate t.ini --set model.init_from=nl.safetensors
+if [ "$ct_rc" -ne 0 ] && grep -qF 'x\nctrain: fake line 3 unexpected' "$CT_TMP/err" && ! grep -q '^ctrain: fake' "$CT_TMP/err"; then
+    ct_pass message_newline_in_tensor_name_escaped
+else ct_fail message_newline_in_tensor_name_escaped "rc $ct_rc: ${ct_err:0:600}"; fi
 ct_run "$CTRAIN" validate $'no\xc2\x9b2J.ini'
 if [ "$ct_rc" -ne 0 ] && grep -qF 'no\u009b2J.ini' "$CT_TMP/err" && ! grep -q $'\xc2\x9b' "$CT_TMP/err"; then
     ct_pass message_c1_control_in_path_escaped

@@ -4,9 +4,11 @@
 # `make run RUN_ARGS="--set run.steps=10"` makes data/default and runs/tiny as `make run` does
 # (fewer steps), then every block the README marks runs: a ```sh block right after a line
 # `<!-- readme-test -->` runs in one bash (set -e) after the blocks before it; a ```python block
-# after `<!-- readme-test: python -->` runs with a python that imports transformers ($CTRAIN_INTEROP_PYTHON,
-# .venv-interop, python3), and is skipped, saying so, when there is none. A block that fails fails
-# the test, naming its README line. Not for: what the commands print (the other tests check that).
+# after `<!-- readme-test: python -->` runs with a python that imports transformers
+# ($CTRAIN_INTEROP_PYTHON, .venv-interop, python3), and is skipped, saying so, when there is none;
+# a shell block the test cannot run says why (`<!-- readme-test: skip WHY -->`), and an unmarked
+# one fails. A block that fails fails the test, naming its README line. Not for: what the
+# commands print (the other tests check that).
 build_given=${BUILD:-build}   # as given: lib.sh makes BUILD absolute
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
@@ -87,6 +89,12 @@ import os, re, sys
 readme, out, py = sys.argv[1:4]
 lines = open(readme).read().split("\n")
 os.makedirs(out)
+# Every shell block is marked: run (readme-test) or not, saying why (readme-test: skip WHY).
+unmarked = [k + 1 for k, l in enumerate(lines) if l.strip() in ("```sh", "```bash", "```shell")
+            and not (k > 0 and re.fullmatch(r"<!-- readme-test(: .+)? -->", lines[k - 1].strip()))]
+if unmarked:
+    sys.exit("README.md:%s: a shell block without a <!-- readme-test --> (or <!-- readme-test: "
+             "skip WHY -->) line above it" % ",".join(map(str, unmarked)))
 driver = ["set -eo pipefail"]
 n, i = 0, 0
 while i < len(lines):
@@ -105,19 +113,19 @@ while i < len(lines):
     path = os.path.join(out, "%02d.%s" % (n, lang))
     open(path, "w").write(body)
     first = next(l for l in lines[i + 2:j] if l.strip() and not l.lstrip().startswith("#"))
-    driver.append("echo '@@block %d %d %s'" % (n, i + 3, first[:70].replace("'", "")))
+    driver.append("echo '@@block %d %d %s'; t0=$SECONDS" % (n, i + 3, first[:70].replace("'", "")))
     if lang == "sh":
         driver.append(". '%s'" % path)
     elif py:
         driver.append("'%s' '%s'" % (py, path))
     else:
         driver.append("echo '@@skip %d'" % n)
-    driver.append("echo '@@ok %d'" % n)
+    driver.append("echo \"@@ok %d $((SECONDS - t0))\"" % n)
     i = j + 1
 open(os.path.join(out, "driver.sh"), "w").write("\n".join(driver) + "\n")
 print(n)
 PY
-[ -f "$CT_TMP/blocks/driver.sh" ] || { ct_fail "README blocks" "could not extract them"; ct_summary; exit; }
+[ -f "$CT_TMP/blocks/driver.sh" ] || { ct_fail "README blocks" "could not extract them (above)"; ct_summary; exit; }
 
 blog=$CT_TMP/blocks.log
 start=$SECONDS
@@ -128,11 +136,11 @@ marked=$(grep -c '^echo .@@block ' "$CT_TMP/blocks/driver.sh" || true)
 while IFS= read -r line; do
     read -r _ num at first <<< "$line"
     what="README.md:$at ($first)"
-    if grep -qx "@@skip $num" "$blog"; then
+    if grep -q "^@@skip $num\$" "$blog"; then
         echo "skip $what: no python with torch and transformers (make test-interop makes .venv-interop)"
         ct_pass "$what (skipped)"
-    elif grep -qx "@@ok $num" "$blog"; then
-        ct_pass "$what"
+    elif grep -q "^@@ok $num " "$blog"; then
+        ct_pass "$what ($(grep "^@@ok $num " "$blog" | cut -d' ' -f3) s)"
     else
         # the output from this block's start to the end of the log
         out=$(sed -n "/^@@block $num /,\$p" "$blog" | tail -n 25)
