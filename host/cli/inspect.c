@@ -67,7 +67,7 @@ static int inspect_host(void) {
         int own = hs[i].kind && hs[i].kind != CT_KIND_LOSS && !host_schema_flat(&hs[i]);
         fprintf(cmdout(), "\n[%s] %s%s%s%s%s\n", hs[i].name, hs[i].help,
                 host_schema_flat(&hs[i]) ? "; plus the keys of its plugin" : "",
-                own ? "; plugin NAME's own keys in [" : "", own ? hs[i].name : "",
+                own ? "; plugin NAME's own keys go in [" : "", own ? hs[i].name : "",
                 own ? ".NAME]" : "");
         schema_table(hs[i].specs, cmdout());
     }
