@@ -198,7 +198,7 @@ deps-run:
 	$(Q)scripts/install-deps.sh --run
 
 test: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory -j$(NPROC) all
 	$(Q)$(MAKE) --no-print-directory check-abi
 	$(Q)BUILD=$(BUILD) tests/run.sh
 

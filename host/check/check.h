@@ -125,6 +125,13 @@ double check_urand(uint64_t seed, uint64_t i);
 
 /* The per-kind checks: they print and count through c; a set-up failure is a FAIL line. */
 void check_loss(host_check *c);
+/* The loss term under test on an author's batch: logits (N,V) f32 and targets (N) (negative:
+ * ignored; each below V, else CT_ERR_INVALID naming the row), on device cpu exactly as a step
+ * calls it (row stats from the device, grad_scale 1, n_counted the rows with a target). *value
+ * the term's value, grad (N,V) d(value)/d(logits). Runs in this process (a crash is reported
+ * by the command's fatal-signal handler). */
+int32_t check_loss_apply(host_check *c, const float *logits, const int32_t *targets, int64_t N,
+                         int64_t V, double *value, float *grad, ct_error *err);
 void check_precision(host_check *c);
 void check_strategy(host_check *c);
 void check_model(host_check *c);

@@ -461,3 +461,82 @@ void check_loss(host_check *c) {
         check_note(c, "the remaining checks were not run: each begins with create(), and "
                    "create() or a call after it failed or did not return above");
 }
+
+/* ---- an author's own batch (check-plugin --logits/--targets) ------------------------------ */
+
+int32_t check_loss_apply(host_check *c, const float *logits, const int32_t *targets, int64_t N,
+                         int64_t V, double *value, float *grad, ct_error *err) {
+    for (int64_t i = 0; i < N; i++)
+        if (targets[i] >= V)
+            return ct_error_set(err, CT_ERR_INVALID, "--targets: row %lld's target %d is not "
+                                "below the logits' %lld columns ---> a target is a column of "
+                                "its row (negative: the row is ignored)", (long long)i,
+                                (int)targets[i], (long long)V);
+    char section[80];
+    snprintf(section, sizeof section, "loss.%s", c->plugin->desc.name);
+    host_config *cfg = NULL;
+    check_instance dev_inst, loss;
+    memset(&dev_inst, 0, sizeof dev_inst);
+    memset(&loss, 0, sizeof loss);
+    ct_device_ref dev = {0};
+    float *d_logits = NULL, *d_dlogits = NULL, *row_max = NULL, *row_lse = NULL;
+    int32_t *d_targets = NULL;
+    size_t nv = (size_t)(N * V);
+    int32_t rc = check_config(c, "", section, NULL, &cfg, err);
+    if (rc == CT_OK) rc = check_device_section(c, cfg, err);
+    if (rc == CT_OK) rc = check_device_open(c, cfg, 0, &dev_inst, &dev, err);
+    if (rc != CT_OK) goto out_free;
+    /* host memory is device cpu's memory */
+    if (posix_memalign((void **)&d_logits, 64, nv * sizeof(float) + 64) ||
+        posix_memalign((void **)&d_dlogits, 64, nv * sizeof(float) + 64) ||
+        posix_memalign((void **)&row_max, 64, (size_t)N * sizeof(float) + 64) ||
+        posix_memalign((void **)&row_lse, 64, (size_t)N * sizeof(float) + 64) ||
+        posix_memalign((void **)&d_targets, 64, (size_t)N * sizeof(int32_t) + 64)) {
+        rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory for a batch of %lld x %lld logits",
+                          (long long)N, (long long)V);
+        goto out_free;
+    }
+    memcpy(d_logits, logits, nv * sizeof(float));
+    memcpy(d_targets, targets, (size_t)N * sizeof(int32_t));
+    memset(d_dlogits, 0, nv * sizeof(float));
+    rc = CALLS(dev_inst.plugin, "row_stats", dev.vt->row_stats(dev.self, d_logits, N, V, row_max,
+                                                               row_lse, NULL, err));
+    ct_comm_ref no_comm = {0};
+    if (rc == CT_OK)
+        rc = check_create(&loss, c->plugin, cfg, section, 0, 1, dev, no_comm, NULL, err);
+    if (rc != CT_OK) goto out_free;
+    int64_t counted = 0;
+    for (int64_t i = 0; i < N; i++) counted += targets[i] >= 0;
+    ct_loss_batch b = {
+        .struct_size = sizeof b,
+        .logits = d_logits,
+        .targets = d_targets,
+        .row_max = row_max,
+        .row_lse = row_lse,
+        .n_rows = N,
+        .vocab = V,
+        .n_counted = counted,
+        .dlogits = d_dlogits,
+        .grad_scale = 1.0,
+        .device = dev,
+        .batch_rows = N,
+    };
+    ct_loss_result res = {.struct_size = sizeof res};
+    const ct_loss_vtable *vt = c->plugin->vtable;
+    rc = CALLS(c->plugin, "forward_backward", vt->forward_backward(loss.self, &b, &res, err));
+    rc = contract_name_silent_error(rc, err, c->plugin, "forward_backward");
+    if (rc == CT_OK) {
+        *value = res.value;
+        memcpy(grad, d_dlogits, nv * sizeof(float));
+    }
+out_free:
+    check_destroy(&loss);
+    free(d_logits);
+    free(d_dlogits);
+    free(row_max);
+    free(row_lse);
+    free(d_targets);
+    check_destroy(&dev_inst);
+    if (cfg) config_free(cfg);
+    return rc;
+}

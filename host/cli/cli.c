@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "base/printable.h"
+#include "config/config.h"
 
 #include <stdio.h>
 
@@ -54,4 +55,17 @@ const char *cli_devices_text(uint32_t mask, char *buf, size_t cap) {
              (mask & CT_DEVICE_CPU) && (mask & CT_DEVICE_CUDA) ? "," : "",
              mask & CT_DEVICE_CUDA ? "cuda" : "");
     return buf;
+}
+
+int cli_no_such_command(const char *who, const char *what, const char *name) {
+    int n_commands;
+    const command *commands = cli_commands(&n_commands);
+    const char *names[64];
+    char texts[64][64];
+    for (int i = 0; i < n_commands && i < 64; i++)
+        names[i] = cli_command_text(commands[i].name, texts[i], sizeof texts[i]);
+    const char *near = config_nearest(name, names, n_commands < 64 ? n_commands : 64);
+    fprintf(stderr, "%s: %s '%s'%s%s%s ---> `ctrain help` lists the commands\n", who, what, name,
+            near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+    return 2;
 }

@@ -22,6 +22,11 @@ int cli_command_is(const char *name, const char *arg);
 /* The name as the command line writes it ('_' -> '-'), into buf. */
 const char *cli_command_text(const char *name, char *buf, size_t cap);
 
+/* "<who>: <what> '<name>' (did you mean '<nearest>'?) ---> `ctrain help` lists the commands" on
+ * stderr, for a name that is no command ("ctrain", "unknown command"; "ctrain help", "no
+ * command"). Returns 2, the status of a usage error. */
+int cli_no_such_command(const char *who, const char *what, const char *name);
+
 /* Whether the command line of command `name` (argv[0] is the command) asks for its usage: an
  * argument --help or -h, for the commands whose own parser does not answer it. */
 int cli_help_wanted(const char *name, int argc, char **argv);

@@ -18,7 +18,7 @@
     X(tokenize, "TOKENIZER FILE... [--decode] [--count] [--stats]", "the ids of text files under a tokenizer, or the text of ids") \
     X(plot,     "RUN_DIR... --metric NAME... --out FILE.png [--title T] [--logy] [--force]", "draw metrics of runs against step (gnuplot)") \
     X(compare,  "RUN_DIR... [--csv]",       "a table of the runs' logit-norm figures, losses, tokens/s") \
-    X(check_plugin, "FILE.so [--set key=value]... [--timeout SECONDS]", "prove a plugin keeps its kind's contract (finite differences, references)") \
+    X(check_plugin, "FILE.so [--set key=value]... [--timeout SECONDS] | LOSS.so --logits L.npy --targets T.npy [--out G.npy [--force]]", "prove a plugin keeps its kind's contract (finite differences, references)") \
     X(export,   "RUN_DIR|CHECKPOINT_DIR --format safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain] [--dtype f32|bf16] [--force]", "write a checkpoint's weights for other programs (Hugging Face, llm.c)") \
     X(what_if,  "RUN_DIR|CHECKPOINT_DIR --world-sizes N,... [--algo A,...] [--policies P,...] [--gpus-per-node G] [--per-row FILE [--force]]", "replay the head's gradient reduction at other world sizes, orders and policies") \
     X(reduce,   "--world-size N --in FILE --out FILE [--op all_reduce|reduce_scatter] [--dtype bf16|f32] [--algo A] [--channels K] [--gpus-per-node G] [--avg] [--policy NAME] [--stats] [--force]", "run N rank buffers through NCCL's reduction order as the threads engine does") \

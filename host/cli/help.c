@@ -4,7 +4,6 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "base/cmdout.h"
-#include "config/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,14 +96,7 @@ int cli_help_for(const char *name) {
         fprintf(cmdout(), "\n  %s\n%s", commands[i].summary, more ? more : "");
         return fflush(cmdout()) == 0 ? 0 : 1;
     }
-    const char *names[64];
-    char texts[64][64];
-    for (int i = 0; i < n_commands && i < 64; i++)
-        names[i] = cli_command_text(commands[i].name, texts[i], sizeof texts[i]);
-    const char *near = config_nearest(name, names, n_commands < 64 ? n_commands : 64);
-    fprintf(stderr, "ctrain help: no command '%s'%s%s%s ---> `ctrain help` lists the commands\n",
-            name, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
-    return 2;
+    return cli_no_such_command("ctrain help", "no command", name);
 }
 
 int cmd_help(int argc, char **argv) {

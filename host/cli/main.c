@@ -9,7 +9,6 @@
 #include "base/printable.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "config/config.h"
 #include "plugin/calls.h"
 #include "plugin/supervise.h"
 
@@ -56,12 +55,5 @@ int main(int argc, char **argv) {
         }
     for (int i = 0; i < n_commands; i++)
         if (cli_command_is(commands[i].name, name)) return commands[i].fn(argc - 1, argv + 1);
-    const char *names[64];
-    char texts[64][64];
-    for (int i = 0; i < n_commands && i < 64; i++)
-        names[i] = cli_command_text(commands[i].name, texts[i], sizeof texts[i]);
-    const char *near = config_nearest(name, names, n_commands < 64 ? n_commands : 64);
-    fprintf(stderr, "ctrain: unknown command '%s'%s%s%s ---> `ctrain help` lists the commands\n",
-            name, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
-    return 2;
+    return cli_no_such_command("ctrain", "unknown command", name);
 }
