@@ -40,7 +40,8 @@ int cmd_validate(int argc, char **argv) {
     int status = 0;
     if (n_rest > 0) {
         fprintf(stderr, "ctrain validate: unexpected argument '%s' ---> usage: ctrain validate "
-                        "CONFIG.ini [--set section.key=value ...] [--unset section.key ...]\n", rest[0]);
+                        "CONFIG.ini [--set section.key=value ...] [--unset section.key ...]\n",
+                rest[0]);
         status = 2;
         goto out_close;
     }

@@ -524,7 +524,8 @@ int32_t config_unset(host_config *cfg, const char *section, const char *key) {
     assert(sec);
     for (int32_t i = 0; i < sec->n_keys; i++)
         if (sec->keys[i] == at) {
-            memmove(&sec->keys[i], &sec->keys[i + 1], (size_t)(sec->n_keys - i - 1) * sizeof *sec->keys);
+            memmove(&sec->keys[i], &sec->keys[i + 1],
+                    (size_t)(sec->n_keys - i - 1) * sizeof *sec->keys);
             sec->n_keys--;
             break;
         }
@@ -554,7 +555,8 @@ int32_t config_alias(host_config *cfg, const char *section, const char *target) 
     while (i < cfg->n_alias && strcmp(cfg->alias[i][0], section)) i++;
     if (!target) { /* drop it */
         if (i < cfg->n_alias) {
-            memmove(cfg->alias[i], cfg->alias[i + 1], (size_t)(cfg->n_alias - i - 1) * sizeof cfg->alias[0]);
+            memmove(cfg->alias[i], cfg->alias[i + 1],
+                    (size_t)(cfg->n_alias - i - 1) * sizeof cfg->alias[0]);
             cfg->n_alias--;
         }
         return CT_OK;
