@@ -9,7 +9,7 @@
 # Not for: big models (bench/run.sh) or many ranks; it reports, never gates (docs/benchmarks.md,
 # "auto threads, idle and under load").
 # Usage: bench/bench_threads.sh. Env: BUILD (default build), STEPS (20), REPEATS (2: each setting
-# runs REPEATS times, the settings alternated; the median kept), LOAD (busy processes, default
+# runs REPEATS times, in order then reversed; the median kept), LOAD (busy processes, default
 # nproc; 0: no loaded phase), SETTINGS (fixed counts, default "1 .. nproc"), LOAD_MAX_S (900:
 # the busy loops end by themselves after this many seconds whatever happens to this script).
 set -euo pipefail
@@ -103,10 +103,13 @@ PY
     rm -rf "$out"
 }
 
-phase() { # COND
-    local rep th
+phase() { # COND: the settings in order, then reversed (ABC CBA ...), so a load that rises or
+    # falls through the phase touches every setting alike
+    local rep th order
     for rep in $(seq 1 "$repeats"); do
-        for th in auto $settings; do one_run "$1" "$th" "$rep"; done
+        order="auto $settings"
+        [ $((rep % 2)) = 0 ] && order=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for th in $order; do one_run "$1" "$th" "$rep"; done
     done
 }
 
