@@ -257,7 +257,8 @@ ABI_VERSION = $(shell sed -n 's/^\#define CT_ABI_MAJOR \([0-9]*\)$$/\1/p' sdk/in
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ctrain/plugins \
 	    $(DESTDIR)$(PREFIX)/include/ctrain $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-	    $(DESTDIR)$(PREFIX)/share/doc/ctrain $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit
+	    $(DESTDIR)$(PREFIX)/share/doc/ctrain $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit \
+	    $(DESTDIR)$(PREFIX)/share/ctrain/examples/precision_gather_sum
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
 	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/
 	$(if $(COMPANIONS),install -d $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda)
@@ -269,6 +270,8 @@ install: all
 	    install -m 644 tests/abi/$(v)/ctrain/ctrain.h $(DESTDIR)$(PREFIX)/include/ctrain/abi/$(v)/ctrain/ &&) true
 	install -m 644 examples/loss_mse_logit/Makefile examples/loss_mse_logit/mse_logit.c \
 	    examples/loss_mse_logit/run.ini $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit/
+	install -m 644 examples/precision_gather_sum/Makefile examples/precision_gather_sum/gather_sum.c \
+	    examples/precision_gather_sum/run.ini $(DESTDIR)$(PREFIX)/share/ctrain/examples/precision_gather_sum/
 	install -d $(DESTDIR)$(PREFIX)/share/ctrain/examples/check-plugin
 	install -m 644 tests/check-plugin/*.c $(DESTDIR)$(PREFIX)/share/ctrain/examples/check-plugin/
 	install -m 755 scripts/check-abi.sh $(DESTDIR)$(PREFIX)/share/ctrain/check-abi.sh
