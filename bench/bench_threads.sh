@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/bench_threads.sh — what `[device] threads = 0` (auto) costs against the best fixed thread
+# bench/bench_threads.sh — what `[device.cpu] threads = 0` (auto) costs against the best fixed thread
 # count, on an idle machine and under a synthetic background load (issue 31): the same short
 # training run (ini/tiny.ini's shape: L=4 C=128 H=4 V=4096, B=16, T=64, fp32, one rank) with
 # threads = auto, 1, 2, ... nproc, first with nothing added, then with LOAD busy-loop processes
@@ -114,7 +114,7 @@ phase() { # COND: the settings in order, then reversed (ABC CBA ...), so a load 
 }
 
 echo "threads: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $cores CPU(s), flags $(grep -m1 -owE 'avx512f|avx512_bf16|amx_bf16|avx2|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "threads: L=4 C=128 H=4 V=4096, B=16, T=64, fp32, $steps steps; auto = [device] threads = 0; settings: auto $settings; $repeats run(s) each; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "threads: L=4 C=128 H=4 V=4096, B=16, T=64, fp32, $steps steps; auto = [device.cpu] threads = 0; settings: auto $settings; $repeats run(s) each; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
 if awk -v l="$(load1)" -v c="$cores" 'BEGIN {exit !(l >= c)}'; then
     echo "threads: note: load average $(load1) >= $cores CPUs before the idle phase: other processes are running, so 'idle' means no load added by this script"
 fi
