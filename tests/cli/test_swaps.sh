@@ -76,6 +76,9 @@ every_swap() {
 # ---- every example INI, as written and swapped --------------------------------------------
 cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs -I"$ROOT/sdk/include" \
     "$ROOT/examples/loss_mse_logit/mse_logit.c" -o loss_mse_logit.so -lm || ct_fail example_build "cc failed"
+cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs -I"$ROOT/sdk/include" \
+    "$ROOT/examples/precision_gather_sum/gather_sum.c" -o precision_gather_sum.so -lm \
+    || ct_fail example_build "cc failed"
 for ini in "$ROOT"/ini/*.ini "$ROOT"/ini/*/*.ini "$ROOT"/ini/*/*/*.ini "$ROOT"/examples/*/*.ini; do
     [ -f "$ini" ] || continue
     name=$(basename "$ini" .ini)
