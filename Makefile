@@ -260,7 +260,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ctrain/plugins \
 	    $(DESTDIR)$(PREFIX)/include/ctrain $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	    $(DESTDIR)$(PREFIX)/share/doc/ctrain $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit \
-	    $(DESTDIR)$(PREFIX)/share/ctrain/examples/optimizer_signum
+	    $(DESTDIR)$(PREFIX)/share/ctrain/examples/optimizer_signum \
+	    $(DESTDIR)$(PREFIX)/share/ctrain/examples/precision_gather_sum
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
 	install -m 755 $(PLUGINS) $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/
 	$(if $(COMPANIONS),install -d $(DESTDIR)$(PREFIX)/lib/ctrain/plugins/cuda)
@@ -274,6 +275,8 @@ install: all
 	    examples/loss_mse_logit/run.ini $(DESTDIR)$(PREFIX)/share/ctrain/examples/loss_mse_logit/
 	install -m 644 examples/optimizer_signum/Makefile examples/optimizer_signum/signum.c \
 	    examples/optimizer_signum/run.ini $(DESTDIR)$(PREFIX)/share/ctrain/examples/optimizer_signum/
+	install -m 644 examples/precision_gather_sum/Makefile examples/precision_gather_sum/gather_sum.c \
+	    examples/precision_gather_sum/run.ini $(DESTDIR)$(PREFIX)/share/ctrain/examples/precision_gather_sum/
 	install -d $(DESTDIR)$(PREFIX)/share/ctrain/examples/check-plugin
 	install -m 644 tests/check-plugin/*.c $(DESTDIR)$(PREFIX)/share/ctrain/examples/check-plugin/
 	install -m 755 scripts/check-abi.sh $(DESTDIR)$(PREFIX)/share/ctrain/check-abi.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/bench_threads.sh — what `[device] threads = 0` (auto) costs against the best fixed thread
+# bench/bench_threads.sh — what `[device.cpu] threads = 0` (auto) costs against the best fixed thread
 # count, on an idle machine and under a synthetic background load (issue 31): the same short
 # training run (ini/tiny.ini's shape: L=4 C=128 H=4 V=4096, B=16, T=64, fp32, one rank) with
 # threads = auto, 1, 2, ... nproc, first with nothing added, then with LOAD busy-loop processes
@@ -9,7 +9,7 @@
 # Not for: big models (bench/run.sh) or many ranks; it reports, never gates (docs/benchmarks.md,
 # "auto threads, idle and under load").
 # Usage: bench/bench_threads.sh. Env: BUILD (default build), STEPS (20), REPEATS (2: each setting
-# runs REPEATS times, the settings alternated; the median kept), LOAD (busy processes, default
+# runs REPEATS times, in order then reversed; the median kept), LOAD (busy processes, default
 # nproc; 0: no loaded phase), SETTINGS (fixed counts, default "1 .. nproc"), LOAD_MAX_S (900:
 # the busy loops end by themselves after this many seconds whatever happens to this script).
 set -euo pipefail
@@ -80,7 +80,7 @@ one_run() {
     local cond=$1 th=$2 rep=$3 out=$work/run_$1_$2_$3 t
     local set=$([ "$th" = auto ] && echo 0 || echo "$th")
     TIMEFORMAT='%R %U %S'
-    { time "$BUILD/ctrain" train "$work/t.ini" --set run.out_dir="$out" --set device.threads="$set" \
+    { time "$BUILD/ctrain" train "$work/t.ini" --set run.out_dir="$out" --set device.cpu.threads="$set" \
         > "$out.log" 2> "$out.err"; } 2> "$out.time" \
         || { echo "bench_threads.sh: the run with threads = $set failed: $(tail -2 "$out.err")" >&2; exit 1; }
     t=$(python3 - "$out/metrics.jsonl" <<'PY'
@@ -103,15 +103,18 @@ PY
     rm -rf "$out"
 }
 
-phase() { # COND
-    local rep th
+phase() { # COND: the settings in order, then reversed (ABC CBA ...), so a load that rises or
+    # falls through the phase touches every setting alike
+    local rep th order
     for rep in $(seq 1 "$repeats"); do
-        for th in auto $settings; do one_run "$1" "$th" "$rep"; done
+        order="auto $settings"
+        [ $((rep % 2)) = 0 ] && order=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for th in $order; do one_run "$1" "$th" "$rep"; done
     done
 }
 
 echo "threads: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $cores CPU(s), flags $(grep -m1 -owE 'avx512f|avx512_bf16|amx_bf16|avx2|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "threads: L=4 C=128 H=4 V=4096, B=16, T=64, fp32, $steps steps; auto = [device] threads = 0; settings: auto $settings; $repeats run(s) each; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "threads: L=4 C=128 H=4 V=4096, B=16, T=64, fp32, $steps steps; auto = [device.cpu] threads = 0; settings: auto $settings; $repeats run(s) each; load average at the start $(cut -d' ' -f1-3 /proc/loadavg)"
 if awk -v l="$(load1)" -v c="$cores" 'BEGIN {exit !(l >= c)}'; then
     echo "threads: note: load average $(load1) >= $cores CPUs before the idle phase: other processes are running, so 'idle' means no load added by this script"
 fi

@@ -21,7 +21,7 @@
 # training runs under `perf record` and two lines say what share of its steps the product
 # kernels took, how fast they ran and where the rest went: bench/kernel_share.py; needs perf,
 # costs ~1% of the tokens/s), THREADS_BENCH (0: skip bench/bench_threads.sh, which `all` runs
-# last: [device] threads = 0 against fixed counts, idle and under a synthetic load, ~3 minutes).
+# last: [device.cpu] threads = 0 against fixed counts, idle and under a synthetic load, 2-15 minutes).
 # A measurement that did not run prints as such ("skipped", "refused: ISA avx2 has no bf16",
 # "not measured"), never as a number.
 set -euo pipefail

@@ -115,11 +115,13 @@ run() {
                 --set "data.batch_size=$((global_batch / n))" --set "comm.world_size=$n"
                 --set "run.seed=$seed" --set "run.name=n${n}_$policy${algo:+_$algo}")
     [ "$n" -gt 1 ] && sets+=(--set comm.plugin=threads)
-    [ -n "$algo" ] && sets+=(--set "comm.algo=$algo" --set comm.gpus_per_node=8)
-    [ "$algo" = nccl ] && sets+=(--set comm.gpu=a100)   # NCCL's own pick on A100 nodes
+    [ -n "$algo" ] && sets+=(--set "comm.threads.algo=$algo" --set comm.threads.gpus_per_node=8)
+    [ "$algo" = nccl ] && sets+=(--set comm.threads.gpu=a100)   # NCCL's own pick on A100 nodes
     [ -n "$data" ] && sets+=(--set "data.train=$data")
     [ -n "$seq_len" ] && sets+=(--set "data.seq_len=$seq_len" --set "model.seq_len=$seq_len")
+    local prec=$policy   # the precision plugin: its keys go in [precision.$prec]
     if [ "$policy" = ddp ]; then
+        prec=amp
         sets+=(--set strategy.plugin=ddp --set precision.plugin=amp)
     elif [ -n "$algo" ]; then
         # NCCL's reduce-scatter (full_shard's gradient reduction) is ring-only, and so is the
@@ -134,7 +136,7 @@ run() {
     # before the collective. With one micro-batch per step that is the same single bf16 rounding
     # of each rank's gradient as a bf16 buffer gives (up to the order of f32 sums), and it lets
     # the head run by row ranges: 25 MB of logits per rank instead of 8.4 GB per run.
-    [ "$loss" = tpr ] && sets+=(--set data.val= --set precision.grad_accum_dtype=f32
+    [ "$loss" = tpr ] && sets+=(--set data.val= --set "precision.$prec.grad_accum_dtype=f32"
                                   --set run.log_every=25)
     [ "$checkpoint_every" -gt 0 ] && sets+=(--set "run.checkpoint_every=$checkpoint_every"
                                             --set run.keep_checkpoints=2)

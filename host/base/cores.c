@@ -35,7 +35,8 @@ void cores_describe(const cores_choice *c, int32_t configured, char *buf, size_t
     else
         snprintf(procs, sizeof procs, "processes on this node not given by the launcher");
     snprintf(buf, cap, "%d thread%s per rank (auto: %d of %d CPUs usable, %s, %d rank%s in this "
-             "process; [device] threads sets it)", (int)c->threads, c->threads == 1 ? "" : "s",
+             "process; [device.cpu] threads sets it)", (int)c->threads,
+             c->threads == 1 ? "" : "s",
              (int)c->usable, (int)c->online, procs, (int)c->in_process,
              c->in_process == 1 ? "" : "s");
 }

@@ -11,8 +11,8 @@
 #define HOST_COMMANDS(X)                                                                      \
     X(plugins,  "",                         "list the plugins found, shadowed ones and problems") \
     X(inspect,  "NAME | KIND/NAME | FILE.so | ctrain", "describe a plugin and its INI keys")            \
-    X(validate, "CONFIG.ini [--set s.k=v]...", "check a configuration; print it resolved")   \
-    X(train,    "CONFIG.ini [--set s.k=v]... [--resume | --resume-from DIR | --force] [--stop-after N]", "train a model") \
+    X(validate, "CONFIG.ini [--set s.k=v]... [--unset s.k]...", "check a configuration; print it resolved")   \
+    X(train,    "CONFIG.ini [--set s.k=v]... [--unset s.k]... [--resume | --resume-from DIR | --force] [--stop-after N]", "train a model") \
     X(sample,   "RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--greedy]", "generate text from a run's newest checkpoint") \
     X(prepare,  "TEXT... [options]",        "make token shards from text")      \
     X(tokenize, "TOKENIZER FILE... [--decode] [--count] [--stats]", "the ids of text files under a tokenizer, or the text of ids") \
@@ -22,7 +22,7 @@
     X(export,   "RUN_DIR|CHECKPOINT_DIR --format safetensors|llmc --out PATH [--target auto|hf-gpt2|hf-llama|ctrain] [--dtype f32|bf16] [--force]", "write a checkpoint's weights for other programs (Hugging Face, llm.c)") \
     X(what_if,  "RUN_DIR|CHECKPOINT_DIR --world-sizes N,... [--algo A,...] [--policies P,...] [--gpus-per-node G] [--per-row FILE [--force]]", "replay the head's gradient reduction at other world sizes, orders and policies") \
     X(reduce,   "--world-size N --in FILE --out FILE [--op all_reduce|reduce_scatter] [--dtype bf16|f32] [--algo A] [--channels K] [--gpus-per-node G] [--avg] [--policy NAME] [--stats] [--force]", "run N rank buffers through NCCL's reduction order as the threads engine does") \
-    X(logits,   "CONFIG.ini [--set s.k=v]... --tokens FILE --out FILE [--force]", "debug: the model's logits on int32 tokens, as raw f32 (B,T,V)") \
+    X(logits,   "CONFIG.ini [--set s.k=v]... [--unset s.k]... --tokens FILE --out FILE [--force]", "debug: the model's logits on int32 tokens, as raw f32 (B,T,V)") \
     X(help,     "[COMMAND]",                "this help")
 
 #define HOST_DECLARE_COMMAND(name, usage, summary) int cmd_##name(int argc, char **argv);

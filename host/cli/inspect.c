@@ -46,11 +46,10 @@ static void inspect_plugin(const host_plugin *p, FILE *out) {
             p->desc.abi_minor, CT_ABI_MAJOR, CT_ABI_MINOR);
     fprintf(out, "  devices:  %s\n", cli_devices_text(p->desc.devices, dev, sizeof dev));
     fprintf(out, "  file:     %s\n", p->path);
-    const char *section = p->desc.kind == CT_KIND_LOSS ? "loss.<name>" : kind_name(p->desc.kind);
-    if (p->desc.kind == CT_KIND_LOSS) fprintf(out, "  section:  [loss.%s]\n", p->desc.name);
-    else if (p->desc.kind == CT_KIND_OPTIMIZER)
-        fprintf(out, "  section:  [optimizer.%s] (chosen by [optimizer] plugin)\n", p->desc.name);
-    else fprintf(out, "  section:  [%s]\n", section);
+    /* where the keys live: [model] itself (the architecture), else the plugin's own section */
+    const host_section *hs = host_schema_find(kind_name(p->desc.kind));
+    if (host_schema_flat(hs)) fprintf(out, "  section:  [%s]\n", hs->name);
+    else fprintf(out, "  section:  [%s.%s]\n", kind_name(p->desc.kind), p->desc.name);
     if (p->n_params == 0) {
         fprintf(out, "  keys:     none\n");
         return;
@@ -65,9 +64,11 @@ static int inspect_host(void) {
     fprintf(cmdout(), "ctrain %s (plugin ABI %d.%d): the host's own INI keys\n", CTRAIN_VERSION,
             CT_ABI_MAJOR, CT_ABI_MINOR);
     for (int32_t i = 0; i < n; i++) {
-        fprintf(cmdout(), "\n[%s] %s%s%s\n", hs[i].name, hs[i].help,
-                hs[i].kind == CT_KIND_OPTIMIZER ? "" : hs[i].kind ? "; plus the keys of its plugin" : "",
-                hs[i].kind == CT_KIND_LOSS ? "s' [loss.NAME] sections" : "");
+        int own = hs[i].kind && hs[i].kind != CT_KIND_LOSS && !host_schema_flat(&hs[i]);
+        fprintf(cmdout(), "\n[%s] %s%s%s%s%s\n", hs[i].name, hs[i].help,
+                host_schema_flat(&hs[i]) ? "; plus the keys of its plugin" : "",
+                own ? "; plugin NAME's own keys go in [" : "", own ? hs[i].name : "",
+                own ? ".NAME]" : "");
         schema_table(hs[i].specs, cmdout());
     }
     return 0;
@@ -104,7 +105,7 @@ int cmd_inspect(int argc, char **argv) {
     if (slash || is_file) {
         /* a file: resolve it as whatever kind it declares */
         const host_plugin *p = NULL;
-        for (int32_t k = 1; k <= N_KINDS && !p; k++) {
+        for (int32_t k = 1; k <= 6 && !p; k++) {
             ct_error e = cli_new_err();
             p = registry_resolve(reg, k, what, &e);
             if (!p && !strstr(e.message, "plugin; [")) {

@@ -1,6 +1,7 @@
 /* validate.c — `ctrain validate CONFIG.ini [--set ...]`: the configuration resolved and checked
  * exactly as `train` does before any rank starts (run/session.h), printed with every value's
- * origin and the plugins chosen. Not for: the checks themselves (run/preflight.c).
+ * origin, the plugins chosen and the sections of plugins not chosen (inert). Not for: the
+ * checks themselves (run/preflight.c).
  */
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -40,7 +41,8 @@ int cmd_validate(int argc, char **argv) {
     int status = 0;
     if (n_rest > 0) {
         fprintf(stderr, "ctrain validate: unexpected argument '%s' ---> usage: ctrain validate "
-                        "CONFIG.ini [--set section.key=value ...]\n", rest[0]);
+                        "CONFIG.ini [--set section.key=value ...] [--unset section.key ...]\n",
+                rest[0]);
         status = 2;
         goto out_close;
     }
@@ -52,7 +54,6 @@ int cmd_validate(int argc, char **argv) {
     FILE *mem = open_memstream(&buf, &len);
     if (mem) {
         wiring_print(&w, mem);
-        wiring_print_inert(cfg, &w, mem);
         ct_error gerr = {.struct_size = sizeof gerr};
         if (preflight_print_groups(cfg, &w, mem, &gerr) != CT_OK)
             fprintf(mem, "groups: not shown: %s\n", gerr.message);
@@ -60,6 +61,16 @@ int cmd_validate(int argc, char **argv) {
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
             fprintf(cmdout(), ";   %s\n", line);
         free(buf);
+    }
+    if (w.n_inert > 0) {
+        fprintf(cmdout(), "\n; inert: sections of plugins that are not selected (read by nobody; "
+                          "they take effect when their plugin is chosen)\n");
+        for (int32_t i = 0; i < w.n_inert; i++) {
+            char name[2 * CONFIG_NAME_MAX];
+            snprintf(name, sizeof name, "[%s]", w.inert[i]);
+            fprintf(cmdout(), ";   %-24s inert: %s (%s)\n", name, w.inert_why[i],
+                    config_section_origin(cfg, w.inert[i]));
+        }
     }
     fprintf(stderr, "ctrain: %s is valid\n", config_path(cfg));
 out_close:

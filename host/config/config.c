@@ -30,6 +30,7 @@ typedef struct config_entry {
     char    *value;
     char    *origin; /* "FILE:LINE", "--set", "default", ... */
     int32_t  line;   /* line in the loaded file; 0 when not from the file */
+    int32_t  removed; /* config_unset: kept in the index, never found */
     uint64_t hash;   /* of (section, key): see entry_hash */
 } config_entry;
 
@@ -58,6 +59,9 @@ struct host_config {
     int32_t     n_sections, cap_sections;
     config_index    entry_index, section_index;
     uint64_t    probes;   /* items compared by lookups so far (config_lookup_probes) */
+    /* config_alias: a key absent from section alias[i][0] is looked up in alias[i][1] */
+    char        alias[CONFIG_MAX_ALIASES][2][CONFIG_NAME_MAX];
+    int32_t     n_alias;
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -124,9 +128,24 @@ static config_entry *find_entry(const host_config *cfg, const char *section, con
     for (uint32_t at = (uint32_t)h & (ix->cap - 1); ix->slots[at]; at = (at + 1) & (ix->cap - 1)) {
         config_entry *e = &cfg->entries[ix->slots[at] - 1];
         (*probes)++;
-        if (e->hash == h && !strcmp(e->section, section) && !strcmp(e->key, key)) return e;
+        if (e->hash == h && !e->removed && !strcmp(e->section, section) && !strcmp(e->key, key))
+            return e;
     }
     return NULL;
+}
+
+/* The section a key absent from `section` is looked up in (config_alias), or NULL. */
+static const char *alias_of(const host_config *cfg, const char *section) {
+    for (int32_t i = 0; i < cfg->n_alias; i++)
+        if (!strcmp(cfg->alias[i][0], section)) return cfg->alias[i][1];
+    return NULL;
+}
+
+/* find_entry, then the section's alias when the key is not in the section itself. */
+static config_entry *find_aliased(const host_config *cfg, const char *section, const char *key) {
+    config_entry *e = find_entry(cfg, section, key);
+    const char *to = e ? NULL : alias_of(cfg, section);
+    return to ? find_entry(cfg, to, key) : e;
 }
 
 static config_section *find_section(const host_config *cfg, const char *name) {
@@ -217,6 +236,7 @@ static int32_t put(host_config *cfg, const char *section, const char *key, const
     e->value = dup_s(value);
     e->origin = dup_s(origin);
     e->line = line;
+    e->removed = 0;
     e->hash = entry_hash(section, key);
     if (!e->section || !e->key || !e->value || !e->origin) {
         free(e->section);
@@ -491,18 +511,78 @@ int32_t config_set(host_config *cfg, const char *section, const char *key, const
                    const char *origin, ct_error *err) {
     if (!section || !*section || !key || !*key || !value)
         return ct_error_set(err, CT_ERR_INVALID, "config_set: empty section or key");
+    const char *to = alias_of(cfg, section);
+    if (to && !find_entry(cfg, section, key)) section = to; /* the selected plugin's section */
     return put(cfg, section, key, value, origin ? origin : "set", 0, err);
+}
+
+int32_t config_unset(host_config *cfg, const char *section, const char *key) {
+    config_entry *e = find_entry(cfg, section, key);
+    if (!e) return 0;
+    config_section *sec = find_section(cfg, section);
+    int32_t at = (int32_t)(e - cfg->entries);
+    assert(sec);
+    for (int32_t i = 0; i < sec->n_keys; i++)
+        if (sec->keys[i] == at) {
+            memmove(&sec->keys[i], &sec->keys[i + 1],
+                    (size_t)(sec->n_keys - i - 1) * sizeof *sec->keys);
+            sec->n_keys--;
+            break;
+        }
+    e->removed = 1;
+    return 1;
+}
+
+int32_t config_apply_unset(host_config *cfg, const char *name, int32_t *found, ct_error *err) {
+    const char *hint = "expected the form --unset section.key (e.g. --unset comm.threads.algo)";
+    const char *b = name, *e = name + strlen(name);
+    trim_span(&b, &e);
+    const char *dot = NULL;
+    for (const char *p = b; p < e; p++)
+        if (*p == '.') dot = p;
+    if (!dot || dot == b || dot + 1 == e || memchr(b, '=', (size_t)(e - b)))
+        return ct_error_set(err, CT_ERR_INVALID, "--unset '%s': not section.key ---> %s", name,
+                            hint);
+    char section[CT_VALUE_MAX], key[CT_VALUE_MAX];
+    snprintf(section, sizeof section, "%.*s", (int)(dot - b), b);
+    snprintf(key, sizeof key, "%.*s", (int)(e - dot - 1), dot + 1);
+    *found = config_unset(cfg, section, key);
+    return CT_OK;
+}
+
+int32_t config_alias(host_config *cfg, const char *section, const char *target) {
+    int32_t i = 0;
+    while (i < cfg->n_alias && strcmp(cfg->alias[i][0], section)) i++;
+    if (!target) { /* drop it */
+        if (i < cfg->n_alias) {
+            memmove(cfg->alias[i], cfg->alias[i + 1],
+                    (size_t)(cfg->n_alias - i - 1) * sizeof cfg->alias[0]);
+            cfg->n_alias--;
+        }
+        return CT_OK;
+    }
+    if (i == CONFIG_MAX_ALIASES || strlen(section) >= CONFIG_NAME_MAX ||
+        strlen(target) >= CONFIG_NAME_MAX)
+        return CT_ERR_INVALID;
+    snprintf(cfg->alias[i][0], CONFIG_NAME_MAX, "%s", section);
+    snprintf(cfg->alias[i][1], CONFIG_NAME_MAX, "%s", target);
+    if (i == cfg->n_alias) cfg->n_alias++;
+    return CT_OK;
+}
+
+const char *config_alias_target(const host_config *cfg, const char *section) {
+    return alias_of(cfg, section);
 }
 
 /* ---- queries ------------------------------------------------------------------------- */
 
 const char *config_get(const host_config *cfg, const char *section, const char *key) {
-    const config_entry *e = find_entry(cfg, section, key);
+    const config_entry *e = find_aliased(cfg, section, key);
     return e ? e->value : NULL;
 }
 
 const char *config_origin(const host_config *cfg, const char *section, const char *key) {
-    const config_entry *e = find_entry(cfg, section, key);
+    const config_entry *e = find_aliased(cfg, section, key);
     return e ? e->origin : cfg->path;
 }
 
@@ -817,7 +897,7 @@ int32_t config_validate_section(host_config *cfg, const char *section, const ct_
 
 static const config_entry *need(const host_config *cfg, const char *section, const char *key,
                             ct_error *err) {
-    const config_entry *e = find_entry(cfg, section, key);
+    const config_entry *e = find_aliased(cfg, section, key);
     if (!e)
         ct_error_set(err, CT_ERR_INVALID, "[%s] key '%s' is not set ---> the section's schema "
                      "should declare it (with a default)", section, key);
@@ -864,28 +944,50 @@ int32_t config_get_string(const host_config *cfg, const char *section, const cha
 
 /* ---- printing ------------------------------------------------------------------------ */
 
-/* config_print, or config_show with `shown` (control characters escaped; printable.h). */
+/* One section as INI text; `first`: no blank line before it. */
+static void print_section(const host_config *cfg, const config_section *sec, FILE *out,
+                          int shown, int first) {
+    fprintf(out, "%s[%s]\n", first ? "" : "\n", sec->name);
+    int width = 0;
+    for (int32_t i = 0; i < sec->n_keys; i++) {
+        const config_entry *e = &cfg->entries[sec->keys[i]];
+        int w = (int)(strlen(e->key) + 3 + strlen(e->value));
+        if (w > width) width = w;
+    }
+    for (int32_t i = 0; i < sec->n_keys; i++) {
+        const config_entry *e = &cfg->entries[sec->keys[i]];
+        int w;
+        if (shown) {
+            char v[512];
+            w = fprintf(out, "%s = %s", e->key, printable(e->value, v, sizeof v));
+        } else {
+            w = fprintf(out, "%s = %s", e->key, e->value);
+        }
+        fprintf(out, "%*s ; %s\n", width - w > 0 ? width - w : 0, "", e->origin);
+    }
+}
+
+/* The section [A] that [A.B] belongs to, when cfg has it; else NULL. */
+static const config_section *parent_of(const host_config *cfg, const char *name) {
+    const char *dot = strchr(name, '.');
+    if (!dot || dot == name || (size_t)(dot - name) >= CONFIG_NAME_MAX) return NULL;
+    char parent[CONFIG_NAME_MAX];
+    snprintf(parent, sizeof parent, "%.*s", (int)(dot - name), name);
+    return find_section(cfg, parent);
+}
+
+/* config_print, or config_show with `shown` (control characters escaped; printable.h). A
+ * section [A.B] is printed right after [A] (a plugin's own keys after its kind's section). */
 static void print_config(const host_config *cfg, FILE *out, int shown) {
+    int first = 1;
     for (int32_t s = 0; s < cfg->n_sections; s++) {
         const config_section *sec = &cfg->sections[s];
-        fprintf(out, "%s[%s]\n", s ? "\n" : "", sec->name);
-        int width = 0;
-        for (int32_t i = 0; i < sec->n_keys; i++) {
-            const config_entry *e = &cfg->entries[sec->keys[i]];
-            int w = (int)(strlen(e->key) + 3 + strlen(e->value));
-            if (w > width) width = w;
-        }
-        for (int32_t i = 0; i < sec->n_keys; i++) {
-            const config_entry *e = &cfg->entries[sec->keys[i]];
-            int w;
-            if (shown) {
-                char v[512];
-                w = fprintf(out, "%s = %s", e->key, printable(e->value, v, sizeof v));
-            } else {
-                w = fprintf(out, "%s = %s", e->key, e->value);
-            }
-            fprintf(out, "%*s ; %s\n", width - w > 0 ? width - w : 0, "", e->origin);
-        }
+        if (parent_of(cfg, sec->name)) continue;
+        print_section(cfg, sec, out, shown, first);
+        first = 0;
+        for (int32_t c = 0; c < cfg->n_sections; c++)
+            if (parent_of(cfg, cfg->sections[c].name) == sec)
+                print_section(cfg, &cfg->sections[c], out, shown, 0);
     }
 }
 

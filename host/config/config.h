@@ -34,11 +34,33 @@ int32_t config_load_string(host_config *cfg, const char *name, const char *text,
  * that shows the expected form. */
 int32_t config_apply_override(host_config *cfg, const char *assignment, ct_error *err);
 
-/* Set a value programmatically (origin is shown in messages, e.g. "default"). */
+/* Set a value programmatically (origin is shown in messages, e.g. "default"). A key absent from
+ * a section with an alias (config_alias) goes to the alias's section: set [model] vocab_size
+ * lands in [model.gpt] beside the plugin's other keys. */
 int32_t config_set(host_config *cfg, const char *section, const char *key, const char *value,
                    const char *origin, ct_error *err);
 
-/* Raw text of a value or NULL when absent. Owned by cfg. */
+/* Remove section.key (the section itself stays, possibly empty). 1 when it was there, else 0. */
+int32_t config_unset(host_config *cfg, const char *section, const char *key);
+
+/* Apply "--unset section.key" (section may contain dots, as for --set): *found = whether the
+ * key was there (absent is not an error: the caller may say so). Malformed text is an error
+ * that shows the expected form. */
+int32_t config_apply_unset(host_config *cfg, const char *name, int32_t *found, ct_error *err);
+
+/* Lookups of a key absent from `section` go to `target` (the selected plugin's own section:
+ * "precision" -> "precision.amp"), for config_get, config_origin, config_set and the typed
+ * getters; config_key_count/key_name and validation see each section as it is. NULL target
+ * drops the alias. CT_ERR_INVALID when more than CONFIG_MAX_ALIASES sections or a name of
+ * CONFIG_NAME_MAX bytes or more. */
+#define CONFIG_MAX_ALIASES 16
+#define CONFIG_NAME_MAX    128
+int32_t config_alias(host_config *cfg, const char *section, const char *target);
+/* The alias of `section`, or NULL. */
+const char *config_alias_target(const host_config *cfg, const char *section);
+
+/* Raw text of a value or NULL when absent (looked up in the section's alias too). Owned by
+ * cfg. */
 const char *config_get(const host_config *cfg, const char *section, const char *key);
 
 /* "FILE:LINE" or "--set" or "default" for a present key, "FILE" for an absent one. */
@@ -92,7 +114,8 @@ int32_t config_get_string(const host_config *cfg, const char *section, const cha
                           const char **out, ct_error *err);
 
 /* Print every section and key as INI text, with defaults, each value followed by a comment
- * naming its origin ("; ini/tiny.ini:7", "; default", "; --set"). */
+ * naming its origin ("; ini/tiny.ini:7", "; default", "; --set"); a section [A.B] right after
+ * [A]. */
 void config_print(const host_config *cfg, FILE *out);
 /* config_print for a terminal: control characters in values escaped (printable.h), so a
  * hostile value cannot drive the terminal. */

@@ -161,3 +161,5 @@ const host_section *host_schema_find(const char *name) {
         if (!strcmp(sections[i].name, name)) return &sections[i];
     return NULL;
 }
+
+int32_t host_schema_flat(const host_section *hs) { return hs && hs->kind == CT_KIND_MODEL; }

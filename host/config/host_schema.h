@@ -22,4 +22,10 @@ const host_section *host_schema_sections(int32_t *n);
 /* The host section called `name`, or NULL ("loss.zloss" is not one: it belongs to a plugin). */
 const host_section *host_schema_find(const char *name);
 
+/* Where the keys of the plugin of section hs live: 1 in hs itself ([model]: the architecture,
+ * which the host reads too: exports, from_config, the resume check), 0 in a section of the
+ * plugin's own, [KIND.NAME] ([precision.amp], [loss.zloss], and any kind added later), so a
+ * swap of the plugin leaves them inert. 0 for a section without a plugin. */
+int32_t host_schema_flat(const host_section *hs);
+
 #endif /* CTRAIN_HOST_HOST_SCHEMA_H */

@@ -9,28 +9,44 @@
 #include "config/config.h"
 #include "plugin/registry.h"
 
-#define HOST_WIRING_MAX_LOSS 16
+#define HOST_WIRING_MAX_LOSS  16
+#define HOST_WIRING_MAX_INERT 32
+#define HOST_WIRING_KINDS     16 /* own_section is indexed by ct_kind */
 
 /* The plugins of a run. Pointers are owned by the registry. */
 typedef struct host_wiring {
     const host_plugin *model, *strategy, *precision, *comm, *device;
-    const host_plugin *optimizer;                /* ABI 1.7; keys in optimizer_section */
-    char             optimizer_section[80];      /* "optimizer.<plugin name>" */
+    const host_plugin *optimizer; /* ABI 1.7; its keys in own_section[CT_KIND_OPTIMIZER] */
     int32_t          n_loss;
     const host_plugin *loss[HOST_WIRING_MAX_LOSS];
     char             loss_section[HOST_WIRING_MAX_LOSS][64]; /* "loss.<plugin name>" */
+    /* [KIND.NAME] of the selected plugin of each kind with one plugin ("precision.amp"),
+     * indexed by ct_kind; "" for the others. [KIND] aliases it (config_alias). */
+    char             own_section[HOST_WIRING_KINDS][CONFIG_NAME_MAX];
+    /* sections of plugins that are not selected ([precision.amp] under plugin = fp32, [loss.X]
+     * of a term [loss] plugins does not list), with why: read by nobody */
+    int32_t          n_inert;
+    char             inert[HOST_WIRING_MAX_INERT][CONFIG_NAME_MAX];
+    char             inert_why[HOST_WIRING_MAX_INERT][160];
 } host_wiring;
 
 /* Validate every section of cfg and resolve every plugin into *w:
  *   - host sections [run] [data] [optim] against the host schema (out_dir defaults to
  *     runs/<name>);
- *   - [model] [strategy] [precision] [comm] [device]: the host key (plugin / type, and comm's
- *     world_size) picks the plugin, then the section is validated against the host keys plus the
- *     plugin's schema;
+ *   - [model] [strategy] [precision] [comm] [device] [optimizer] (any kind with one plugin): the
+ *     host key
+ *     (plugin / type) picks plugin NAME; [KIND] holds the host's keys (plugin, comm's
+ *     world_size, ...), validated against the host schema; NAME's own keys live in
+ *     [KIND.NAME], validated against its schema, and [KIND] aliases [KIND.NAME]
+ *     (config_alias), so config_get(cfg, "precision", key) and a plugin reading its
+ *     ct_create_args.section ("precision") find them;
+ *   - a key of NAME written flat in [KIND] (the layout before sections per plugin) is moved to
+ *     [KIND.NAME] with a note on stderr; a flat key of another plugin of the kind (found by
+ *     scanning the search path) is inert, with a note, and kept in [KIND.THAT] when one plugin
+ *     owns it; a key no plugin of the kind knows is an error with the nearest key;
  *   - [loss] plugins = a, b: term NAME's keys live in [loss.NAME], validated against its schema;
- *   - [optimizer] plugin = NAME (default adamw): its keys live in [optimizer.NAME]; a section
- *     [optimizer.OTHER] of a plugin not chosen is inert (kept, not validated, listed by
- *     wiring_inert);
+ *   - [KIND.OTHER] of a plugin not selected (a term not listed) is inert: recorded in w->inert,
+ *     never validated;
  *   - any other section is an error naming the nearest known section.
  * Afterwards every key a plugin reads exists (defaults filled, origin "default").
  * A plugin value with a '/' that is not absolute names a file relative to the folder of the
@@ -42,10 +58,6 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
 /* The comm plugin name [comm] plugin = auto stands for, given [device] type of cfg, world_size
  * and the launcher read by session_configure (launcher_current). */
 const char *wiring_auto_comm(const host_config *cfg, int64_t world_size);
-
-/* The [optimizer.NAME] sections of cfg that configure a plugin other than the chosen one,
- * printed one per line ("inert: [optimizer.sgd] (the optimizer is adamw)"); none: nothing. */
-void wiring_print_inert(const host_config *cfg, const host_wiring *w, FILE *out);
 
 /* Print the chosen plugins ("model      gpt 1.0.0  build/plugins/model_gpt.so"), one a line. */
 void wiring_print(const host_wiring *w, FILE *out);

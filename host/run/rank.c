@@ -316,7 +316,7 @@ static int32_t open_instances(host_rank *r, const host_wiring *w, void *comm_wor
         r->n_loss = i + 1;
     }
     if (w->optimizer) {
-        TRY(make_instance(r, &r->optimizer, w->optimizer, w->optimizer_section, NULL, err));
+        TRY(make_instance(r, &r->optimizer, w->optimizer, "optimizer", NULL, err));
         const char *const *names = NULL;
         uint32_t n = 0;
         TRY(contract_name_silent_error(RANK_OPTIMIZER(r, state_names, &n, &names, err), err,

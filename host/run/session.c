@@ -25,14 +25,15 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, host_
     if (!c) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     /* pass 1: find the configuration file and the other arguments */
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--set")) {
+        if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--unset")) {
             if (i + 1 == argc) {
-                rc = ct_error_set(err, CT_ERR_INVALID, "--set needs an argument ---> expected "
-                                  "the form --set section.key=value");
+                rc = ct_error_set(err, CT_ERR_INVALID, "%s needs an argument ---> expected "
+                                  "the form %s", argv[i], argv[i][2] == 's'
+                                  ? "--set section.key=value" : "--unset section.key");
                 goto out_free_config;
             }
             i++;
-        } else if (!strncmp(argv[i], "--set=", 6)) {
+        } else if (!strncmp(argv[i], "--set=", 6) || !strncmp(argv[i], "--unset=", 8)) {
             continue;
         } else if (!path && argv[i][0] != '-') {
             path = argv[i];
@@ -47,14 +48,20 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, host_
     }
     rc = config_load_file(c, path, err);
     if (rc != CT_OK) goto out_free_config;
-    /* pass 2: overrides, in order, after the file */
+    /* pass 2: overrides and removals, in order, after the file */
     for (int i = 1; i < argc; i++) {
-        const char *a = NULL;
+        const char *a = NULL, *u = NULL;
         if (!strcmp(argv[i], "--set")) a = argv[++i];
         else if (!strncmp(argv[i], "--set=", 6)) a = argv[i] + 6;
-        if (!a) continue;
-        rc = config_apply_override(c, a, err);
+        else if (!strcmp(argv[i], "--unset")) u = argv[++i];
+        else if (!strncmp(argv[i], "--unset=", 8)) u = argv[i] + 8;
+        int32_t found = 1;
+        if (a) rc = config_apply_override(c, a, err);
+        else if (u) rc = config_apply_unset(c, u, &found, err);
+        else continue;
         if (rc != CT_OK) goto out_free_config;
+        if (!found && launcher_current()->rank == 0)
+            fprintf(stderr, "note: --unset %s: %s has no such key; nothing removed\n", u, path);
     }
     host_registry *r = registry_open(err);
     if (!r) {

@@ -14,9 +14,12 @@
 
 /* What `ctrain validate` and `ctrain train` share. argc/argv are the subcommand's, as its
  * cmd_<name> received them (argv[0] is the subcommand's name and is skipped):
- *     CONFIG.ini [--set section.key=value | --set=section.key=value]... [other arguments]
- * The configuration is the first argument that does not start with '-' (and is not the value
- * of --set). Every other argument is copied, in order, into rest (the caller provides room for
+ *     CONFIG.ini [--set section.key=value | --set=section.key=value |
+ *                 --unset section.key | --unset=section.key]... [other arguments]
+ * --set and --unset apply in their order, after the file (--unset of a key the configuration
+ * lacks is a note on stderr, not an error: the key may be a default already). The
+ * configuration is the first argument that does not start with '-' (and is not the value of
+ * --set or --unset). Every other argument is copied, in order, into rest (the caller provides room for
  * argc entries) and counted in *n_rest, for the subcommand's own flags.
  * The launcher's variables are read first (launcher_read, then launcher_set): a contradiction
  * fails here. Then preflight_check (preflight.h): what the ranks of `train` would refuse is refused here,

@@ -155,6 +155,35 @@ else
     ct_fail optimizer_example_run_ini_trains "$(tail -3 "$CT_TMP/exo/train.log" 2>/dev/null)"
 fi
 
+# the precision example as installed, copied elsewhere: builds with pkg-config alone, passes
+# check-plugin, and its run.ini (two ranks of the threads engine, FULL_SHARD) gives the built-in
+# bf16_fp32acc's losses bit for bit (the same arithmetic: an f32 sum in rank order, rounded once)
+cp -r "$prefix/share/ctrain/examples/precision_gather_sum" "$CT_TMP/px"
+ct_run make --no-print-directory -C "$CT_TMP/px"
+[ "$ct_rc" -eq 0 ] && [ -f "$CT_TMP/px/precision_gather_sum.so" ] && ct_pass precision_example_builds \
+    || ct_fail precision_example_builds "exit $ct_rc: $ct_err"
+ct_run "$prefix/bin/ctrain" check-plugin "$CT_TMP/px/precision_gather_sum.so"
+if [ "$ct_rc" -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed$' "$CT_TMP/out"; then
+    ct_pass precision_example_passes_check_plugin
+else
+    ct_fail precision_example_passes_check_plugin "exit $ct_rc: $(tail -3 "$CT_TMP/out") $ct_err"
+fi
+(cd "$CT_TMP/px" && "$prefix/bin/ctrain" prepare /usr/share/common-licenses/GPL-3 --out data \
+    --tokenizer bytes > prepare.log 2>&1 && "$prefix/bin/ctrain" train run.ini --set run.steps=6 \
+    > train.log 2>&1 && "$prefix/bin/ctrain" train run.ini --set run.steps=6 \
+    --set precision.plugin=bf16_fp32acc --set run.out_dir=runs/fp32acc > train2.log 2>&1)
+if [ $? -eq 0 ] && python3 - "$CT_TMP/px/runs/gather_sum_example/metrics.jsonl" \
+    "$CT_TMP/px/runs/fp32acc/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([d["loss"] for d in map(json.loads, open(p))] for p in sys.argv[1:3])
+sys.exit(0 if a and a == b else print(f"losses differ: {a} vs {b}") or 1)
+PY
+then
+    ct_pass precision_example_equals_bf16_fp32acc_bit_for_bit
+else
+    ct_fail precision_example_equals_bf16_fp32acc_bit_for_bit "$(tail -3 "$CT_TMP/px/train.log" "$CT_TMP/px/train2.log" 2>/dev/null)"
+fi
+
 # the frozen headers of every older minor (1.0 .. the one before the SDK's): a plugin built
 # against 1.2's loads and is checked
 minor=${abi#*.}

@@ -100,6 +100,6 @@ fi
 # commands refuse it with the same message, before any rank starts
 agree gpus_per_node_must_divide_world_size \
     "--set: comm threads: [comm] world_size 4 is not a whole number of nodes of gpus_per_node = 3" \
-    good.ini --set comm.plugin=threads --set comm.world_size=4 --set comm.gpus_per_node=3
+    good.ini --set comm.plugin=threads --set comm.world_size=4 --set comm.threads.gpus_per_node=3
 
 ct_summary

@@ -175,6 +175,52 @@ CT_TEST(config_override_splits_at_last_dot_and_replaces) {
     config_free(cfg);
 }
 
+/* --unset and a kind section's alias (issue 33): an unset key is gone from lookups, the key
+ * list and printing, and may be set again; an alias reads through to the plugin's section and
+ * config_set writes a key it lacks there. */
+CT_TEST(config_unset_and_alias_read_through) {
+    host_config *cfg = config_new();
+    ct_error err = new_err();
+    CT_CHECK(config_load_string(cfg, "u.ini", "[comm]\nplugin = threads\nworld_size = 2\n"
+                                "[comm.threads]\nalgo = tree\n", &err) == CT_OK);
+    int32_t found = 0;
+    CT_CHECK(config_apply_unset(cfg, "comm.threads.algo", &found, &err) == CT_OK);
+    CT_CHECK_INT(found, 1);
+    CT_CHECK(!config_get(cfg, "comm.threads", "algo"));
+    CT_CHECK_INT(config_key_count(cfg, "comm.threads"), 0);
+    CT_CHECK(config_apply_unset(cfg, "comm.threads.algo", &found, &err) == CT_OK);
+    CT_CHECK_INT(found, 0);
+    CT_CHECK_INT(config_apply_unset(cfg, "comm", &found, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "expected the form --unset section.key");
+    CT_CHECK(config_apply_override(cfg, "comm.threads.algo=ring", &err) == CT_OK);
+    CT_CHECK(!strcmp(config_get(cfg, "comm.threads", "algo"), "ring"));
+    CT_CHECK(config_alias(cfg, "comm", "comm.threads") == CT_OK);
+    CT_CHECK(!strcmp(config_alias_target(cfg, "comm"), "comm.threads"));
+    CT_CHECK(!strcmp(config_get(cfg, "comm", "algo"), "ring"));
+    CT_CHECK(!strcmp(config_origin(cfg, "comm", "algo"), "--set"));
+    CT_CHECK(!strcmp(config_get(cfg, "comm", "world_size"), "2")); /* its own first */
+    CT_CHECK(config_set(cfg, "comm", "channels", "4", "t", &err) == CT_OK);
+    CT_CHECK(!strcmp(config_get(cfg, "comm.threads", "channels"), "4"));
+    CT_CHECK(config_set(cfg, "comm", "world_size", "3", "t", &err) == CT_OK);
+    CT_CHECK(!config_get(cfg, "comm.threads", "world_size"));
+    int64_t v = 0;
+    CT_CHECK(config_get_int(cfg, "comm", "channels", &v, &err) == CT_OK && v == 4);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    CT_CHECK(m != NULL);
+    if (m) {
+        config_print(cfg, m);
+        fclose(m);
+        CT_CHECK(!strstr(text, "tree"));
+        CT_CHECK_STR_CONTAINS(text, "[comm.threads]\nalgo = ring");
+        free(text);
+    }
+    CT_CHECK(config_alias(cfg, "comm", NULL) == CT_OK);
+    CT_CHECK(!config_get(cfg, "comm", "algo"));
+    config_free(cfg);
+}
+
 static const char *const sched_choices[] = {"cosine", "linear", "constant", NULL};
 static const ct_param_spec test_specs[] = {
     CT_PARAM_BOOL("limit_all_gathers", "true", "cap gathers in flight"),

@@ -393,7 +393,6 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
 
     struct { const char *extra, *want; } bad[] = {
         {"[optm]\nlr = 1\n", "w.ini:18: unknown section [optm] (did you mean [optim]?)"},
-        {"[loss.zz]\ncoef = 1\n", "[loss.zz] configures loss term 'zz'"},
         {"[device]\ntype = gpu\n", "w.ini:19: [device] type = gpu: unknown device plugin 'gpu'"},
         {"[run]\nsteps = 0\n", "[run] steps = 0 is out of range"},
         {"[optim]\nschedule = cos\n", "is not one of: cosine, linear, constant, wsd"},
@@ -412,6 +411,45 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
         CT_CHECK_STR_CONTAINS(err.message, bad[i].want);
         config_free(cfg);
     }
+    /* issue 33: a plugin's keys in [KIND.NAME]; flat ones moved there; sections of plugins not
+     * selected inert; [KIND] reads through to the selected plugin's section */
+    cfg = config_new();
+    err = new_err();
+    char text[2048];
+    snprintf(text, sizeof text, "%s[precision]\ncount = 7\n[strategy.s]\nmode = slow\n"
+             "[strategy.other]\nanything = 1\n[loss.zz]\ncoef = 1\n", base);
+    CT_CHECK(config_load_string(cfg, "w.ini", text, &err) == CT_OK);
+    rc = wiring_resolve(cfg, reg, &w, &err);
+    CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
+    if (rc == CT_OK) {
+        CT_CHECK(!strcmp(w.own_section[CT_KIND_PRECISION], "precision.p"));
+        CT_CHECK(!config_get(cfg, "precision", "count") ||
+                 !strcmp(config_get(cfg, "precision", "count"), "7")); /* through the alias */
+        CT_CHECK(config_get(cfg, "precision.p", "count") &&
+                 !strcmp(config_get(cfg, "precision.p", "count"), "7"));
+        CT_CHECK(!strcmp(config_origin(cfg, "precision", "count"), "w.ini:19"));
+        CT_CHECK_INT(config_key_count(cfg, "precision"), 1); /* plugin only: the host's key */
+        CT_CHECK(!strcmp(config_get(cfg, "strategy", "mode"), "slow"));
+        CT_CHECK(!strcmp(config_get(cfg, "strategy.s", "coef"), "0.5")); /* default, own section */
+        CT_CHECK(!strcmp(config_get(cfg, "model", "coef"), "0.5")); /* the model's in [model] */
+        CT_CHECK(!config_has_section(cfg, "model.m"));
+        CT_CHECK_INT(w.n_inert, 2);
+        if (w.n_inert == 2) {
+            CT_CHECK(!strcmp(w.inert[0], "strategy.other"));
+            CT_CHECK(!strcmp(w.inert[1], "loss.zz"));
+            CT_CHECK_STR_CONTAINS(w.inert_why[0], "the strategy plugin is s");
+            CT_CHECK_STR_CONTAINS(w.inert_why[1], "[loss] plugins = fx does not list zz");
+        }
+    }
+    config_free(cfg);
+    /* the same key flat and in the plugin's section of one file: which is meant is unclear */
+    cfg = config_new();
+    err = new_err();
+    snprintf(text, sizeof text, "%s[precision]\ncount = 7\n[precision.p]\ncount = 8\n", base);
+    CT_CHECK(config_load_string(cfg, "w.ini", text, &err) == CT_OK);
+    CT_CHECK(wiring_resolve(cfg, reg, &w, &err) != CT_OK);
+    CT_CHECK_STR_CONTAINS(err.message, "is given twice ---> keep the one in [precision.p]");
+    config_free(cfg);
     /* missing [data] train */
     cfg = config_new();
     err = new_err();

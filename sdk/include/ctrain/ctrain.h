@@ -399,6 +399,10 @@ typedef struct ct_host_api {
 
     /* Resolved configuration values of `section` (the instance's own section is
      * ct_create_args.section; a plugin may also read the host's sections: run, data, ...).
+     * A key absent from a kind's section ("precision", "comm", "strategy", "device") is looked
+     * up in the selected plugin's own section ([precision.amp]: where a plugin's keys live,
+     * so a swap of the plugin leaves them inert), so get_*(host, args->section, ...) reads
+     * the plugin's keys and the host's ([comm] world_size) alike.
      * Return CT_OK and store the value, or fill err and return CT_ERR_INVALID when the key
      * does not exist or has another type. get_string's result is owned by the host and lives
      * until the run ends. One key is the host's, not the INI file's: get_int(host, "device",
@@ -432,7 +436,9 @@ typedef struct ct_create_args {
     uint32_t           struct_size;
     const ct_host_api *api;
     ct_host           *host;
-    const char        *section;    /* INI section of this instance: "model", "loss.zloss", ... */
+    const char        *section;    /* INI section of this instance: "model", "precision",
+                                    * "loss.zloss", ... (a kind's section also reads the
+                                    * plugin's own [precision.NAME]: ct_host_api get_*) */
     int32_t            rank;       /* this instance's rank */
     int32_t            world_size;
     ct_device_ref      device;     /* vt == NULL when creating the device plugin itself */
@@ -1215,8 +1221,8 @@ typedef struct ct_optim_step {
 typedef struct ct_optimizer_vtable {
     uint32_t struct_size;
 
-    /* args->section is "optimizer.NAME" (the plugin's keys); args->device and args->comm are
-     * the rank's engines. NULL + err on failure. */
+    /* args->section is "optimizer", which reads [optimizer.NAME] (the plugin's own keys);
+     * args->device and args->comm are the rank's engines. NULL + err on failure. */
     void *(*create)(const ct_create_args *args, ct_error *err); /* REQUIRED */
     void (*destroy)(void *self); /* REQUIRED */
 
