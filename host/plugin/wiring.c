@@ -196,9 +196,9 @@ static int32_t check_sections(const host_config *cfg, host_wiring *w, ct_error *
         char hint[96] = "";
         if (near) snprintf(hint, sizeof hint, " (did you mean [%s]?)", near);
         return ct_error_set(err, CT_ERR_INVALID, "%s: unknown section [%s]%s ---> sections are "
-                            "run, data, model, loss, strategy, precision, comm, device, optim, optimizer, "
-                            "and KIND.NAME for plugin NAME's own keys (e.g. [loss.zloss], "
-                            "[precision.amp])", where, name, hint);
+                            "run, data, model, loss, strategy, precision, comm, device, optim, "
+                            "optimizer, and KIND.NAME for plugin NAME's own keys (e.g. "
+                            "[loss.zloss], [precision.amp])", where, name, hint);
     }
     return CT_OK;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_swaps.sh — any plugin swaps with one line (issue 33): each plugin's own keys live in
-# [KIND.NAME] (precision, strategy, comm, device; loss terms in [loss.NAME]; the model's stay in
+# [KIND.NAME] (precision, strategy, comm, device, optimizer; loss terms in [loss.NAME]; the model's stay in
 # [model]), so a swap leaves the old plugin's keys inert. Checks: every shipped plugin of every
 # kind swapped for every other by one --set, on every INI of ini/ and examples/, on the
 # resolved configuration of each, and on a run's own config.ini; the old flat layout still works
@@ -22,7 +22,7 @@ plugins_of() { ls "$BUILD/plugins/" | sed -n "s/^$1_\(.*\)\.so$/\1/p" | sort; }
 pick_key() {
     case $1 in loss) echo loss.plugins ;; device) echo device.type ;; *) echo "$1.plugin" ;; esac
 }
-KINDS="model loss strategy precision comm device"
+KINDS="model loss strategy precision comm device optimizer"
 
 # Refusals a swap may meet that are about the machine or another kind's plugin, never about
 # keys: a CUDA plugin on a machine without a GPU; a plugin beside a device it does not run on
@@ -78,6 +78,9 @@ cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs -I"$ROOT/sdk/include" 
     "$ROOT/examples/loss_mse_logit/mse_logit.c" -o loss_mse_logit.so -lm || ct_fail example_build "cc failed"
 cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs -I"$ROOT/sdk/include" \
     "$ROOT/examples/precision_gather_sum/gather_sum.c" -o precision_gather_sum.so -lm \
+    || ct_fail example_build "cc failed"
+cc -std=c11 -shared -fPIC -fvisibility=hidden -Wl,-z,defs -I"$ROOT/sdk/include" \
+    "$ROOT/examples/optimizer_signum/signum.c" -o optimizer_signum.so -lm \
     || ct_fail example_build "cc failed"
 for ini in "$ROOT"/ini/*.ini "$ROOT"/ini/*/*.ini "$ROOT"/ini/*/*/*.ini "$ROOT"/examples/*/*.ini; do
     [ -f "$ini" ] || continue
