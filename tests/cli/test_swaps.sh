@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_swaps.sh — any plugin swaps with one line (issue 33): each plugin's own keys live in
-# [KIND.NAME] (precision, strategy, comm, device, optimizer; loss terms in [loss.NAME]; the model's stay in
-# [model]), so a swap leaves the old plugin's keys inert. Checks: every shipped plugin of every
+# [KIND.NAME] (precision, strategy, comm, device, optimizer; loss terms in [loss.NAME]; the
+# model's stay in [model]), so a swap leaves the old plugin's keys inert. Checks: every shipped plugin of every
 # kind swapped for every other by one --set, on every INI of ini/ and examples/, on the
 # resolved configuration of each, and on a run's own config.ini; the old flat layout still works
 # (a flat key of the selected plugin taken with a note, another plugin's inert with a note, a
