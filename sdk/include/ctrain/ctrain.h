@@ -1181,7 +1181,7 @@ typedef struct ct_optim_tensor {
                                  state); = unit_offset + part_begin - ct_optim_shard.offset */
     int32_t     role;         /* a ct_optim_role */
     float       weight_decay; /* the decay of this tensor's group: [optim] weight_decay, or 0 */
-    float       lr_mult;      /* its group's lr multiplier ([optim] lr_mult.ROLE; 1 by default) */
+    float       lr_mult;      /* its group's lr multiplier ([optim] lr_mult_ROLE; 1 by default) */
 } ct_optim_tensor;
 
 /* The shard of one unit. Pointers are device memory of the rank's device and stay valid
