@@ -368,7 +368,8 @@ static int32_t check_args(gpt *m, const ct_stage_args *a, int backward, ct_error
         if (a->grad_dtype != CT_DTYPE_F32 && a->grad_dtype != CT_DTYPE_BF16 &&
             a->grad_dtype != CT_DTYPE_F16)
             return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: grad dtype %s is not "
-                                "supported ---> use f32, bf16 or f16", ct_dtype_name(a->grad_dtype));
+                                "supported ---> use f32, bf16 or f16",
+                                ct_dtype_name(a->grad_dtype));
     }
     if ((a->row_begin || a->row_count) && a->stage != m->L + 1)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage %d got a row range; only the "
