@@ -4,7 +4,8 @@
 # 20 steps on ddp, no_shard and full_shard (threads engine, N = 2) with finite losses close to
 # fp32's and different from pure_bf16's; full_shard equals no_shard bit for bit; a run stopped
 # at step 10 and resumed equals the straight run bit for bit; the start-up line says f16 takes
-# the OpenBLAS path; check-plugin passes for pure_f16.
+# the OpenBLAS path; sampling from the run decodes in f16 (cache = recompute); check-plugin
+# passes for pure_f16.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/train_lib.sh
@@ -62,10 +63,25 @@ grep -q "cpu f16: OpenBLAS" "$work/f16_ddp.log" && ok "the start-up line says f1
     > "$work/resume2.log" 2>&1 || fail "resume: second half: $(tail -3 "$work/resume2.log")"
 compare_series "$work/resume" "$work/f16_full_shard" loss 0 "pure_f16 full_shard: stop at 10, resume, bit for bit"
 
+# The checkpoint holds the f32 master and AdamW state, as fp32's and pure_bf16's: the same size.
+sz() { stat -c %s "$1"/checkpoints/step_00000020/rank_00000.bin 2>/dev/null; }
+[ -n "$(sz "$work/f16_ddp")" ] && [ "$(sz "$work/f16_ddp")" = "$(sz "$work/fp32")" ] \
+    && [ "$(sz "$work/f16_ddp")" = "$(sz "$work/bf16_ddp")" ] \
+    && ok "pure_f16's checkpoint is fp32's size ($(sz "$work/f16_ddp") bytes a rank): f32 master" \
+    || fail "checkpoint sizes: pure_f16 $(sz "$work/f16_ddp"), fp32 $(sz "$work/fp32"), pure_bf16 $(sz "$work/bf16_ddp")"
+
 # grad_accum_dtype = f32 (f32 local gradient, cast to f16 for the wire) trains as well
 train f16_acc32 "${two[@]}" --set strategy.plugin=no_shard --set precision.plugin=pure_f16 \
     --set precision.grad_accum_dtype=f32
 compare_series "$work/f16_acc32" "$work/fp32" loss 2e-3 "pure_f16 grad_accum_dtype = f32 close to fp32"
+
+# Generation from an f16 run decodes in f16 (prepare_decode with the policy's f16): greedy text
+# with the key/value cache equals recomputing with forward(), past the 32-token context.
+a=$("$CTRAIN" sample "$work/f16_ddp" --prompt "Pack my" --greedy --tokens 48 2> "$work/s1.err")
+b=$("$CTRAIN" sample "$work/f16_ddp" --prompt "Pack my" --greedy --tokens 48 --no-cache 2> "$work/s2.err")
+[ -n "$a" ] && [ "$a" = "$b" ] && grep -q "cpu f16" "$work/s1.err" \
+    && ok "pure_f16 run: greedy sampling with the KV cache equals recompute, in f16" \
+    || fail "pure_f16 sampling: '$a' vs '$b' ($(tail -2 "$work/s1.err"))"
 
 out=$(timeout 300 "$CTRAIN" check-plugin "$(dirname "$CTRAIN")/plugins/precision_pure_f16.so" 2>&1) \
     && ok "check-plugin pure_f16: $(echo "$out" | tail -1)" || fail "check-plugin pure_f16: $(echo "$out" | grep FAIL | head -3)"
