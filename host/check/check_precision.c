@@ -65,7 +65,9 @@ static double contribution(int32_t dtype, int32_t N, int32_t r, uint64_t i, int 
     double u = 0.5 * (check_urand(CHECK_SEED + 10 + (uint64_t)call, i * MAXN + (uint64_t)r) + 1);
     double s = ct_hash64(CHECK_SEED + 20 + (uint64_t)call, i * MAXN + (uint64_t)r) & 1 ? -1 : 1;
     double x = (r == (int32_t)(i % (uint64_t)N) ? 64.0 * (1.0 + u) : 0.5 * (1.0 + u)) * s;
-    return dtype == CT_DTYPE_BF16 ? ct_round_bf16((float)x) : (double)(float)x;
+    return dtype == CT_DTYPE_BF16  ? ct_round_bf16((float)x)
+           : dtype == CT_DTYPE_F16 ? ct_round_f16((float)x)
+                                   : (double)(float)x;
 }
 
 static int32_t to_device(rank_slot *s, void *dst, const double *x, uint64_t n) {
@@ -74,6 +76,7 @@ static int32_t to_device(rank_slot *s, void *dst, const double *x, uint64_t n) {
     if (!h) return ct_error_set(&s->err, CT_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < n; i++) {
         if (s->w->dtype == CT_DTYPE_BF16) ((uint16_t *)h)[i] = ct_bf16_from_f32((float)x[i]);
+        else if (s->w->dtype == CT_DTYPE_F16) ((uint16_t *)h)[i] = ct_f16_from_f32((float)x[i]);
         else ((float *)h)[i] = (float)x[i];
     }
     int32_t rc = CALLS(s->dev.plugin, "copy",
@@ -89,7 +92,9 @@ static int32_t from_device(rank_slot *s, double *x, const void *src, uint64_t n,
     int32_t rc = CALLS(s->dev.plugin, "copy",
                        s->devref.vt->copy(s->devref.self, h, src, n * es, CT_COPY_D2H, &s->err));
     for (uint64_t i = 0; rc == CT_OK && i < n; i++)
-        x[i] = dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)h)[i]) : ((float *)h)[i];
+        x[i] = dtype == CT_DTYPE_BF16  ? ct_bf16_to_f32(((uint16_t *)h)[i])
+               : dtype == CT_DTYPE_F16 ? ct_f16_to_f32(((uint16_t *)h)[i])
+                                       : ((float *)h)[i];
     free(h);
     return rc;
 }
@@ -206,7 +211,8 @@ static int32_t world_open(prec_world *w, int32_t N, ct_error *err) {
 static void judge(prec_world *w, int call) {
     host_check *c = w->c;
     const int32_t N = w->n;
-    const double u = w->result == CT_DTYPE_BF16 ? ldexp(1, -8) : ldexp(1, -24);
+    const int ulog = w->result == CT_DTYPE_BF16 ? -8 : w->result == CT_DTYPE_F16 ? -11 : -24;
+    const double u = ldexp(1, ulog);
     double worst = 0, w_ref = 0, w_got = 0, w_tol = 0;
     int32_t w_rank = 0, same = 1;
     uint64_t w_i = 0, n = call == RS ? RS_N : AR_N;
@@ -229,7 +235,7 @@ static void judge(prec_world *w, int call) {
     if (worst <= 1) {
         check_verdict(c, 1, "%s at N=%d matches an fp64 sum (max err %.2g of tol; tol 2N x "
                       "2^%d x sum|x|)", call_names[call], (int)N, worst,
-                      w->result == CT_DTYPE_BF16 ? -8 : -24);
+                      ulog);
     } else {
         /* whose contribution would explain it? */
         int32_t missing = -1;
@@ -261,7 +267,9 @@ static void judge(prec_world *w, int call) {
     }
 }
 
-static int policy_dtype_ok(int32_t d) { return d == CT_DTYPE_F32 || d == CT_DTYPE_BF16; }
+static int policy_dtype_ok(int32_t d) {
+    return d == CT_DTYPE_F32 || d == CT_DTYPE_BF16 || d == CT_DTYPE_F16;
+}
 
 /* What every check needs: the configuration (the plugin's section from --set, device cpu, comm
  * threads) and the threads engine. */
@@ -330,8 +338,8 @@ static void body_policy(host_check *c, void *ctx, void *out) {
                   "%s, buffer %s%s", ct_dtype_name(pol.param_dtype),
                   ct_dtype_name(pol.reduce_dtype), ct_dtype_name(pol.master_dtype),
                   ct_dtype_name(pol.grad_accum_dtype), ct_dtype_name(pol.buffer_dtype),
-                  ok ? "" : " (expected param, reduce and grad_accum f32 or bf16, master f32, "
-                            "buffer f32, bf16 or unset)");
+                  ok ? "" : " (expected param, reduce and grad_accum f32, bf16 or f16, master f32, "
+                            "buffer f32, bf16, f16 or unset)");
     int i = 0;
     for (; i < CYCLES; i++) {
         check_instance inst;

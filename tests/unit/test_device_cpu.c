@@ -487,3 +487,65 @@ CT_TEST(device_cpu_rejects_negative_threads_through_the_schema) {
     CT_CHECK_STR_CONTAINS(err.message, "threads");
     harness_free(h);
 }
+
+/* f16 (pure_f16 on the CPU): the casts give numerics.h's bits (ct_f16_from_f32, round to
+ * nearest even; ct_f16_to_f32), over f32 values across f16's whole range and beyond it
+ * (subnormals, overflow to inf, signed zeros, inf, NaN) and over every f16 bit pattern; scale,
+ * axpy and sumsq of f16 follow the element formula of numerics.h's conversions. */
+CT_TEST(device_cpu_f16_casts_equal_numerics_h_bit_for_bit) {
+    fixture f;
+    if (!fixture_open(&f)) goto out;
+    ct_error err = {.struct_size = sizeof err};
+    enum { n = 131072 + 16 }; /* every f16 pattern (65536) fits; long enough to thread */
+    float *a = f.d.vt->alloc(f.d.self, n * 4, &err), *b = f.d.vt->alloc(f.d.self, n * 4, &err);
+    uint16_t *h = f.d.vt->alloc(f.d.self, n * 2, &err);
+    if (!a || !b || !h) { CT_CHECK(0); goto out; }
+    for (int i = 0; i < n; i++) { /* magnitudes 2^-30 .. 2^20: below subnormal to overflow */
+        double e = uniform(-30, 20), s = uniform(-1, 1) < 0 ? -1 : 1;
+        a[i] = (float)(s * pow(2.0, e));
+    }
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f,
+                             65519.99f, 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 6.1035156e-5f,
+                             1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-23f, -1.0f - 0x1p-11f, 1e-45f};
+    for (int i = 0; i < 16; i++) a[i] = special[i];
+    CT_CHECK_INT(f.d.vt->cast(f.d.self, h, CT_DTYPE_F16, a, CT_DTYPE_F32, n, &err), CT_OK);
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += h[i] != ct_f16_from_f32(a[i]);
+    CT_CHECK_MSG(bad == 0, "%d of %d f32 -> f16 casts differ from ct_f16_from_f32", bad, (int)n);
+    CT_CHECK_INT(h[2], 0x7c00); /* inf */
+    CT_CHECK_INT(h[6], 0x7c00); /* 65520 rounds to inf */
+    CT_CHECK_INT(h[5], 0x7bff); /* 65504, the largest finite */
+    CT_CHECK_INT(h[8], 0x0001); /* 2^-24, the smallest subnormal */
+    CT_CHECK_INT(h[9], 0x0000); /* 2^-25: a tie, to even (zero): underflow */
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i; /* every f16 bit pattern */
+    CT_CHECK_INT(f.d.vt->cast(f.d.self, b, CT_DTYPE_F32, h, CT_DTYPE_F16, 65536, &err), CT_OK);
+    bad = 0;
+    for (int i = 0; i < 65536; i++) {
+        float want = ct_f16_to_f32((uint16_t)i);
+        bad += memcmp(&b[i], &want, 4) != 0;
+    }
+    CT_CHECK_MSG(bad == 0, "%d f16 -> f32 casts differ from ct_f16_to_f32", bad);
+    /* scale, axpy, sumsq of f16 (finite patterns, |x| <= 2) */
+    for (int i = 0; i < n; i++) h[i] = ct_f16_from_f32((float)uniform(-2, 2));
+    float *y = a;
+    for (int i = 0; i < n; i++) y[i] = 1.0f;
+    CT_CHECK_INT(f.d.vt->axpy(f.d.self, y, -2.0f, h, CT_DTYPE_F16, n, &err), CT_OK);
+    bad = 0;
+    for (int i = 0; i < n; i++) bad += y[i] != 1.0f + -2.0f * ct_f16_to_f32(h[i]);
+    CT_CHECK_INT(bad, 0);
+    double ss = 0, want_ss = 0;
+    for (int i = 0; i < n; i++) want_ss += (double)ct_f16_to_f32(h[i]) * ct_f16_to_f32(h[i]);
+    CT_CHECK_INT(f.d.vt->sumsq(f.d.self, h, CT_DTYPE_F16, n, &ss, &err), CT_OK);
+    CT_CHECK_MSG(fabs(ss - want_ss) <= 1e-12 * want_ss, "sumsq %.17g, double %.17g", ss, want_ss);
+    memcpy(b, h, n * 2); /* b holds the f16 bits before scaling */
+    CT_CHECK_INT(f.d.vt->scale(f.d.self, h, CT_DTYPE_F16, n, 3.0f, &err), CT_OK);
+    bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += h[i] != ct_f16_from_f32(ct_f16_to_f32(((uint16_t *)b)[i]) * 3.0f);
+    CT_CHECK_INT(bad, 0);
+    f.d.vt->free_mem(f.d.self, a);
+    f.d.vt->free_mem(f.d.self, b);
+    f.d.vt->free_mem(f.d.self, h);
+out:
+    harness_free(f.h);
+}

@@ -77,6 +77,13 @@ CT_TEST(precision_pure_bf16_reduces_in_bf16_and_keeps_f32_master) {
                  (dtypes){BF16, BF16, F32, F32, BF16});
 }
 
+CT_TEST(precision_pure_f16_reduces_in_f16_and_keeps_f32_master) {
+    check_policy("precision_pure_f16.so", "[precision]\n",
+                 (dtypes){CT_DTYPE_F16, CT_DTYPE_F16, F32, CT_DTYPE_F16, CT_DTYPE_F16});
+    check_policy("precision_pure_f16.so", "[precision]\ngrad_accum_dtype = f32\n",
+                 (dtypes){CT_DTYPE_F16, CT_DTYPE_F16, F32, F32, CT_DTYPE_F16});
+}
+
 CT_TEST(precision_amp_rejects_an_unknown_grad_accum_dtype) {
     ct_harness *h = harness_new("[precision]\ngrad_accum_dtype = fp16\n");
     if (!h) return;

@@ -169,9 +169,23 @@ static int32_t cpu_cast(void *p, void *dst, int32_t dst_dtype, const void *src, 
         for (int64_t i = 0; i < m; i++) d[i] = ct_bf16_to_f32(s[i]);
         return CT_OK;
     }
+    if (src_dtype == CT_DTYPE_F32 && dst_dtype == CT_DTYPE_F16) {
+        const float *s = src;
+        uint16_t *d = dst;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) d[i] = ct_f16_from_f32(s[i]);
+        return CT_OK;
+    }
+    if (src_dtype == CT_DTYPE_F16 && dst_dtype == CT_DTYPE_F32) {
+        const uint16_t *s = src;
+        float *d = dst;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) d[i] = ct_f16_to_f32(s[i]);
+        return CT_OK;
+    }
     return ct_error_set(err, CT_ERR_UNSUPPORTED,
-                        "device cpu: cast %s -> %s is not supported ---> supported: f32 <-> bf16 "
-                        "and any dtype to itself",
+                        "device cpu: cast %s -> %s is not supported ---> supported: f32 <-> bf16, "
+                        "f32 <-> f16 and any dtype to itself",
                         ct_dtype_name(src_dtype), ct_dtype_name(dst_dtype));
 }
 
@@ -190,8 +204,14 @@ static int32_t cpu_scale(void *p, void *x, int32_t dtype, uint64_t n, float a, c
         for (int64_t i = 0; i < m; i++) v[i] = ct_bf16_from_f32(ct_bf16_to_f32(v[i]) * a);
         return CT_OK;
     }
+    if (dtype == CT_DTYPE_F16) {
+        uint16_t *v = x;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) v[i] = ct_f16_from_f32(ct_f16_to_f32(v[i]) * a);
+        return CT_OK;
+    }
     return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cpu: scale of %s is not supported "
-                        "---> use f32 or bf16", ct_dtype_name(dtype));
+                        "---> use f32, bf16 or f16", ct_dtype_name(dtype));
 }
 
 static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dtype, uint64_t n,
@@ -210,8 +230,14 @@ static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dty
         for (int64_t i = 0; i < m; i++) y[i] += a * ct_bf16_to_f32(v[i]);
         return CT_OK;
     }
+    if (x_dtype == CT_DTYPE_F16) {
+        const uint16_t *v = x;
+#pragma omp parallel for schedule(static) num_threads(self->threads) if (m >= CT_CPU_PAR_MIN)
+        for (int64_t i = 0; i < m; i++) y[i] += a * ct_f16_to_f32(v[i]);
+        return CT_OK;
+    }
     return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cpu: axpy with x of %s is not supported "
-                        "---> use f32 or bf16", ct_dtype_name(x_dtype));
+                        "---> use f32, bf16 or f16", ct_dtype_name(x_dtype));
 }
 
 /* Loops over a span of one array, compiled for AVX-512, AVX2 and the baseline (GCC's
@@ -256,19 +282,21 @@ static int32_t cpu_axpy(void *p, float *y, float a, const void *x, int32_t x_dty
 #define CT_CPU_AS_IS(v) (v)
 CT_CPU_SUMSQ_SPAN(sumsq_f32, float, CT_CPU_AS_IS)
 CT_CPU_SUMSQ_SPAN(sumsq_bf16, uint16_t, ct_bf16_to_f32)
+CT_CPU_SUMSQ_SPAN(sumsq_f16, uint16_t, ct_f16_to_f32)
 
 static int32_t cpu_sumsq(void *p, const void *x, int32_t dtype, uint64_t n, double *out,
                          ct_error *err) {
     cpu_device *self = p;
-    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cpu: sumsq of %s is not supported "
-                            "---> use f32 or bf16", ct_dtype_name(dtype));
+                            "---> use f32, bf16 or f16", ct_dtype_name(dtype));
     double partial[CT_CPU_BLOCKS];
 #pragma omp parallel for schedule(static) num_threads(self->threads) if (n >= CT_CPU_PAR_MIN)
     for (int b = 0; b < CT_CPU_BLOCKS; b++) {
         uint64_t lo = block_lo(n, b), len = block_lo(n, b + 1) - lo;
-        partial[b] = dtype == CT_DTYPE_F32 ? sumsq_f32((const float *)x + lo, len)
-                                           : sumsq_bf16((const uint16_t *)x + lo, len);
+        partial[b] = dtype == CT_DTYPE_F32    ? sumsq_f32((const float *)x + lo, len)
+                     : dtype == CT_DTYPE_F16 ? sumsq_f16((const uint16_t *)x + lo, len)
+                                             : sumsq_bf16((const uint16_t *)x + lo, len);
     }
     double total = 0.0;
     for (int b = 0; b < CT_CPU_BLOCKS; b++) total += partial[b];

@@ -47,11 +47,17 @@ void gpt_rope(const gpt *m, float *qkv, int64_t N, int inverse) {
 
 /* Query rows come in blocks of GPT_ATT_QB: block [r0, r1) only meets keys [0, r1), so the
  * products skip most of the masked upper triangle. */
-/* row[j] = exp(row[j] - lse) for j < n, rounded to bf16 when asked. Vectorizes (ct_exp). */
-GPT_VECTOR_CLONES static void exp_span(float *row, int64_t n, float lse, int bf16) {
-    if (bf16) {
+/* row[j] = exp(row[j] - lse) for j < n, rounded to bf16 (h16 1) or f16 (h16 2) when asked.
+ * Vectorizes (ct_exp). */
+GPT_VECTOR_CLONES static void exp_span(float *row, int64_t n, float lse, int h16) {
+    if (h16 == 1) {
 #pragma omp simd
         for (int64_t j = 0; j < n; j++) row[j] = ct_round_bf16(ct_exp(row[j] - lse));
+        return;
+    }
+    if (h16 == 2) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) row[j] = ct_round_f16(ct_exp(row[j] - lse));
         return;
     }
 #pragma omp simd
@@ -82,7 +88,7 @@ GPT_VECTOR_CLONES static float row_lse(const float *row, int64_t n) {
 static void probs(const gpt *m, float *S, const float *lse, int64_t r0, int64_t r1) {
     for (int64_t t = r0; t < r1; t++) {
         float *row = S + (t - r0) * m->T;
-        exp_span(row, t + 1, lse[t], m->bf16);
+        exp_span(row, t + 1, lse[t], m->bf16 ? 1 + m->f16 : 0);
         for (int64_t j = t + 1; j < r1; j++) row[j] = 0.0f;
     }
 }
@@ -106,7 +112,7 @@ static void att_gemm(gpt *m, gpt_dnnl *d, int ta, int tb, int64_t M, int64_t N, 
  * NULL on the OpenBLAS path. */
 static gpt_dnnl *att_context(const gpt *m, uint16_t **scratch) {
     *scratch = NULL;
-    if (!(m->use_dnnl && m->bf16)) return NULL;
+    if (!gpt_dnnl_on(m)) return NULL;
     int t = omp_get_thread_num();
     *scratch = m->att_b + (int64_t)t * 2 * GPT_ATT_QB * m->T;
     return m->dnnl_att[t];
@@ -117,7 +123,7 @@ static gpt_dnnl *att_context(const gpt *m, uint16_t **scratch) {
 void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HD);
-    int dnnl = m->use_dnnl && m->bf16;
+    int dnnl = gpt_dnnl_on(m);
     if (dnnl) gpt_to_bf16(m, m->qkvb, qkv, m->N, 3 * C, 3 * C);
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; bh++) {
@@ -149,7 +155,7 @@ void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float 
                             const float *lse) {
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HD);
-    int dnnl = m->use_dnnl && m->bf16;
+    int dnnl = gpt_dnnl_on(m);
     if (dnnl) { /* q, k, v and dO as bf16 bits, once */
         gpt_to_bf16(m, m->qkvb, qkv, m->N, 3 * C, 3 * C);
         gpt_to_bf16(m, m->yb, datt, m->N, C, C);
@@ -191,7 +197,7 @@ void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float 
                 for (int64_t j = 0; j <= t; j++) D += p[j] * dp[j];
                 for (int64_t j = 0; j <= t; j++) {
                     float ds = p[j] * (dp[j] - D);
-                    dp[j] = m->bf16 ? ct_round_bf16(ds) : ds;
+                    dp[j] = m->bf16 ? gpt_round16(m, ds) : ds;
                 }
                 for (int64_t j = t + 1; j < r1; j++) dp[j] = 0.0f;
             }

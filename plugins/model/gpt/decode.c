@@ -46,7 +46,7 @@ static uint64_t layout(gpt *m, char *base, int64_t T, int32_t dtype) {
     m->dec_mean = carve(base, &c, t);
     m->dec_rstd = carve(base, &c, t);
     m->dec_s = carve(base, &c, (uint64_t)m->threads * t);
-    m->dec_wbuf = dtype == CT_DTYPE_BF16 ? carve(base, &c, m->unit_numel_max) : NULL;
+    m->dec_wbuf = dtype != CT_DTYPE_F32 ? carve(base, &c, m->unit_numel_max) : NULL;
     return c;
 }
 
@@ -58,9 +58,9 @@ int32_t gpt_prepare_decode(void *self, int64_t max_T, int32_t dtype, ct_error *e
     if (max_T < 1 || max_T > m->max_T)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: prepare_decode(max_T=%lld): max_T "
                             "must be in 1..seq_len=%lld", (long long)max_T, (long long)m->max_T);
-    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: compute dtype %s is not "
-                            "supported ---> use f32 or bf16", ct_dtype_name(dtype));
+                            "supported ---> use f32, bf16 or f16", ct_dtype_name(dtype));
     gpt_decode_free(m);
     uint64_t bytes = layout(m, NULL, max_T, dtype);
     m->dec_arena = m->api->alloc(m->host, bytes);
@@ -95,7 +95,7 @@ static void store(const gpt *m, float *x, int64_t n) {
 
 static inline float param_at(const ct_stage_args *a, int64_t off) {
     if (a->param_dtype == CT_DTYPE_F32) return ((const float *)a->params)[off];
-    return ct_bf16_to_f32(((const uint16_t *)a->params)[off]);
+    return gpt_h16_to_f32(a->param_dtype, ((const uint16_t *)a->params)[off]);
 }
 
 /* x (n,C) = wte[tokens] (+ wpe[P + i]) */
@@ -154,7 +154,7 @@ static void attend(gpt *m, int64_t l, int64_t n, int64_t P) {
         for (int64_t d = 0; d < HD; d++) o[d] = 0.0f;
         for (int64_t j = 0; j <= t; j++) {
             float p = expf(S[j] - lse);
-            if (m->bf16) p = ct_round_bf16(p);
+            if (m->bf16) p = gpt_round16(m, p);
             const float *v = Vc + j * C + h * HD;
             for (int64_t d = 0; d < HD; d++) o[d] += p * v[d];
         }
@@ -231,13 +231,15 @@ int32_t gpt_decode(void *self, const ct_decode_args *a, ct_error *err) {
     if (!a || !a->params || !a->tokens || !a->logits || a->n_new < 1)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: decode got NULL params, tokens or "
                             "logits, or n_new < 1");
-    if (a->param_dtype != CT_DTYPE_F32 && a->param_dtype != CT_DTYPE_BF16)
+    if (a->param_dtype != CT_DTYPE_F32 && a->param_dtype != CT_DTYPE_BF16 &&
+        a->param_dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: param dtype %s is not supported "
-                            "---> use f32 or bf16", ct_dtype_name(a->param_dtype));
-    if (a->param_dtype == CT_DTYPE_BF16 && m->dec_dtype != CT_DTYPE_BF16)
-        return ct_error_set(err, CT_ERR_INVALID, "model gpt: bf16 params but prepare_decode() was "
-                            "given %s ---> prepare with the compute dtype (bf16)",
-                            ct_dtype_name(m->dec_dtype));
+                            "---> use f32, bf16 or f16", ct_dtype_name(a->param_dtype));
+    if (a->param_dtype != CT_DTYPE_F32 && m->dec_dtype != a->param_dtype)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: %s params but prepare_decode() was "
+                            "given %s ---> prepare with the compute dtype (%s)",
+                            ct_dtype_name(a->param_dtype), ct_dtype_name(m->dec_dtype),
+                            ct_dtype_name(a->param_dtype));
     int64_t P = a->position, n = a->n_new;
     if (P != 0 && P != m->dec_len)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: decode at position %lld, but the "
@@ -254,7 +256,8 @@ int32_t gpt_decode(void *self, const ct_decode_args *a, ct_error *err) {
                                 "outside the vocabulary 0..%lld", (int)a->tokens[i], (long long)i,
                                 (long long)(m->V - 1));
     m->dec_len = P; /* position 0 empties the cache */
-    m->bf16 = a->param_dtype == CT_DTYPE_BF16;
+    m->bf16 = a->param_dtype != CT_DTYPE_F32;
+    m->f16 = a->param_dtype == CT_DTYPE_F16;
     float *saved_wbuf = m->wbuf; /* gpt_weights converts bf16 into m->wbuf: ours meanwhile */
     m->wbuf = m->dec_wbuf;
     ct_stage_args sa = {.struct_size = sizeof sa, .param_dtype = a->param_dtype};

@@ -497,7 +497,7 @@ static uint64_t layout(gpt *m, char *base) {
     m->wbuf = NULL;
     m->dlog = NULL;
     m->xb = m->yb = m->qkvb = m->att_b = NULL;
-    if (m->dtype == CT_DTYPE_BF16) {
+    if (m->dtype == CT_DTYPE_BF16 || m->dtype == CT_DTYPE_F16) {
         m->wbuf = carve(base, &c, m->unit_numel_max);
         m->dlog = carve(base, &c, N * GPT_VCHUNK);
     }
@@ -565,11 +565,22 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
                             "model gpt: prepare(B=%lld, T=%lld): T must be in 1..seq_len=%lld "
                             "---> raise [model] seq_len or lower [data] seq_len",
                             (long long)B, (long long)T, (long long)m->max_T);
-    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
-                            "model gpt: compute dtype %s is not supported ---> use f32 or bf16",
-                            ct_dtype_name(dtype));
+                            "model gpt: compute dtype %s is not supported ---> use f32, bf16 or "
+                            "f16", ct_dtype_name(dtype));
+    if (dtype == CT_DTYPE_F16 && m->on_cuda)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: f16 compute is emulated on the "
+                            "CPU only ---> use [device] type = cpu, or bf16 (pure_bf16, amp) "
+                            "on CUDA");
     if (m->on_cuda) return m->cu.prepare(m, B, T, dtype, err);
+    if (dtype == CT_DTYPE_F16 && !m->f16_said) { /* once per instance */
+        m->f16_said = 1;
+        if (m->rank == 0 && m->api->log)
+            m->api->log(m->host, CT_LOG_INFO, "cpu f16: OpenBLAS, f32 products of the f16 "
+                        "values (operands and activations rounded to f16; oneDNN's path is "
+                        "bf16 only)");
+    }
     if (dtype == CT_DTYPE_BF16 && !m->mm_said) { /* once per instance */
         char line[400];
         choose_bf16_path(m, line, sizeof line);

@@ -93,7 +93,9 @@ typedef struct gpt {
     /* activation buffers, sized by prepare() */
     int64_t         B, T, N;
     int32_t         dtype;        /* compute dtype given to prepare() */
-    int             bf16;         /* the current stage call computes in bf16 */
+    int             bf16;         /* the current stage call computes in a 16-bit dtype (bf16,
+                                     or f16 when f16 is set): activations rounded to it */
+    int             f16;          /* ... and that dtype is f16 (emulated like bf16; OpenBLAS) */
     void           *arena;        /* one host allocation holding everything below */
     int32_t        *tokens;       /* (N) copy of the micro-batch's tokens */
     float          *res;          /* (L+1,N,C) residual stream: input of block l, final output */
@@ -117,6 +119,7 @@ typedef struct gpt {
     /* bf16 products through oneDNN (onednn.c), when prepare() was given bf16 and
      * choose_bf16_path (gpt.c) chose it: operands as bf16 bits, products into f32 */
     int             use_dnnl;     /* 1: the bf16 stages multiply through oneDNN */
+    int             f16_said;     /* the start-up line "cpu f16: ..." was logged */
     int             mm_said;      /* the start-up line "cpu bf16: ..." was logged */
     int             mm_warned;    /* a refusal was logged (once per instance) */
     gpt_dnnl       *dnnl;         /* products of the rank's thread, on m->threads threads */
@@ -185,8 +188,23 @@ void gpt_decode_free(gpt *m);
 
 /* ---- layers.c: kernels (forward and backward side by side) -------------------------- */
 
-/* x[i] = bf16(x[i]) for i < n: what a GPU stores when an activation is bf16. */
+/* x[i] = bf16(x[i]) (f16(x[i]) when m->f16) for i < n: what a GPU stores when an activation
+ * is bf16 (f16). */
 void gpt_round_bf16(const gpt *m, float *x, int64_t n);
+/* One value rounded to the stage's 16-bit compute dtype (bf16, or f16 when m->f16). */
+static inline float gpt_round16(const gpt *m, float x) {
+    return m->f16 ? ct_round_f16(x) : ct_round_bf16(x);
+}
+/* The stage multiplies bf16 operands through oneDNN (never f16: oneDNN's path is bf16 only). */
+static inline int gpt_dnnl_on(const gpt *m) { return m->use_dnnl && m->bf16 && !m->f16; }
+/* A 16-bit parameter or gradient element of dtype dt (CT_DTYPE_BF16 or CT_DTYPE_F16) as f32, and
+ * back (round to nearest even). */
+static inline float gpt_h16_to_f32(int32_t dt, uint16_t h) {
+    return dt == CT_DTYPE_F16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
+}
+static inline uint16_t gpt_h16_from_f32(int32_t dt, float x) {
+    return dt == CT_DTYPE_F16 ? ct_f16_from_f32(x) : ct_bf16_from_f32(x);
+}
 
 /* f32 view of n elements of the stage's params at element offset off: the params themselves
  * when they are f32, else converted (exactly) into wbuf at the same offset. */
@@ -198,7 +216,7 @@ const float *gpt_unit_weights(gpt *m, const ct_stage_args *a, const ct_unit_spec
 /* The bf16 matrix at element offset off of the stage's params, when the stage multiplies
  * through oneDNN (m->use_dnnl, bf16 params); else NULL (products take the f32 view). */
 static inline const uint16_t *gpt_w16(const gpt *m, const ct_stage_args *a, int64_t off) {
-    return m->use_dnnl && m->bf16 && off >= 0 ? (const uint16_t *)a->params + off : NULL;
+    return gpt_dnnl_on(m) && off >= 0 ? (const uint16_t *)a->params + off : NULL;
 }
 
 /* dst (rows, cols) dense = the bf16 bits of src (rows, cols; row stride ld), rounded to

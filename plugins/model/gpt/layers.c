@@ -124,22 +124,23 @@ void gpt_gemm_bf16(gpt *m, gpt_dnnl *d, int ta, int tb, int64_t M, int64_t N, in
 
 void gpt_round_bf16(const gpt *m, float *x, int64_t n) {
 #pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
+    for (int64_t i = 0; i < n; i++) x[i] = gpt_round16(m, x[i]);
 }
 
 const float *gpt_weights(gpt *m, const ct_stage_args *a, int64_t off, int64_t n) {
     assert(off >= 0);
     if (a->param_dtype == CT_DTYPE_F32) return (const float *)a->params + off;
-    assert(a->param_dtype == CT_DTYPE_BF16 && m->wbuf);
+    assert((a->param_dtype == CT_DTYPE_BF16 || a->param_dtype == CT_DTYPE_F16) && m->wbuf);
     const uint16_t *src = (const uint16_t *)a->params + off;
     float *dst = m->wbuf + off;
+    int32_t dt = a->param_dtype;
 #pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(src[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = gpt_h16_to_f32(dt, src[i]);
     return dst;
 }
 
 const float *gpt_unit_weights(gpt *m, const ct_stage_args *a, const ct_unit_spec *u, int64_t n) {
-    if (!(m->use_dnnl && m->bf16)) return gpt_weights(m, a, 0, n);
+    if (!gpt_dnnl_on(m)) return gpt_weights(m, a, 0, n);
     int64_t off = 0; /* the matrices are read as bf16 (gpt_w16): only the vectors are widened */
     for (uint32_t k = 0; k < u->n_tensors; k++) {
         int64_t len = (int64_t)ct_tensor_numel(&u->tensors[k]);
@@ -149,9 +150,9 @@ const float *gpt_unit_weights(gpt *m, const ct_stage_args *a, const ct_unit_spec
     return m->wbuf;
 }
 
-/* One gradient element in bf16: the sum is formed in f32 and rounded once. */
-static inline uint16_t bf16_add(uint16_t g, float d) {
-    return ct_bf16_from_f32(ct_bf16_to_f32(g) + d);
+/* One gradient element in bf16 or f16 (dt): the sum is formed in f32 and rounded once. */
+static inline uint16_t bf16_add(int32_t dt, uint16_t g, float d) {
+    return gpt_h16_from_f32(dt, gpt_h16_to_f32(dt, g) + d);
 }
 
 void gpt_grad_add(const ct_stage_args *a, int64_t off, const float *d, int64_t n) {
@@ -161,14 +162,15 @@ void gpt_grad_add(const ct_stage_args *a, int64_t off, const float *d, int64_t n
         for (int64_t i = 0; i < n; i++) g[i] += d[i];
     } else {
         uint16_t *g = (uint16_t *)a->grads + off;
-        for (int64_t i = 0; i < n; i++) g[i] = bf16_add(g[i], d[i]);
+        for (int64_t i = 0; i < n; i++) g[i] = bf16_add(a->grad_dtype, g[i], d[i]);
     }
 }
 
-/* g[0..n) = bf16(f32(g) + d) for the rows of a bf16 gradient computed in gbuf. */
-static void grad_add_bf16(const gpt *m, uint16_t *g, const float *d, int64_t n) {
+/* g[0..n) = bf16(f32(g) + d) (f16 when dt is f16) for the rows of a 16-bit gradient computed
+ * in gbuf. */
+static void grad_add_bf16(const gpt *m, int32_t dt, uint16_t *g, const float *d, int64_t n) {
 #pragma omp parallel for num_threads(m->threads) if (n > GPT_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) g[i] = bf16_add(g[i], d[i]);
+    for (int64_t i = 0; i < n; i++) g[i] = bf16_add(dt, g[i], d[i]);
 }
 
 void gpt_grad_matmul_bf16(gpt *m, const ct_stage_args *a, int64_t off, const uint16_t *dy,
@@ -185,7 +187,7 @@ void gpt_grad_matmul_bf16(gpt *m, const ct_stage_args *a, int64_t off, const uin
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
         int64_t mr = M - r0 < rows ? M - r0 : rows;
         gpt_gemm_bf16(m, m->dnnl, 1, 0, mr, K, N, 1.0f, dy + r0, ldy, x, ldx, 0.0f, m->gbuf, K);
-        grad_add_bf16(m, (uint16_t *)a->grads + off + r0 * K, m->gbuf, mr * K);
+        grad_add_bf16(m, a->grad_dtype, (uint16_t *)a->grads + off + r0 * K, m->gbuf, mr * K);
     }
 }
 
@@ -201,7 +203,7 @@ void gpt_grad_matmul(gpt *m, const ct_stage_args *a, int64_t off, const float *d
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
         int64_t mr = M - r0 < rows ? M - r0 : rows;
         gpt_sgemm(m, 1, 0, mr, K, N, 1.0f, dy + r0, ldy, x, ldx, 0.0f, m->gbuf, K);
-        grad_add_bf16(m, (uint16_t *)a->grads + off + r0 * K, m->gbuf, mr * K);
+        grad_add_bf16(m, a->grad_dtype, (uint16_t *)a->grads + off + r0 * K, m->gbuf, mr * K);
     }
 }
 

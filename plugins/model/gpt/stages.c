@@ -9,7 +9,9 @@
  * host's buffer in grad_dtype. With f32 params nothing is rounded. On the oneDNN path
  * (m->use_dnnl) the products take the same bf16 values as bf16 bits (the weights straight from
  * the params, the activations through gpt_to_bf16) and accumulate in f32 as well: only the order
- * of the f32 sums differs from the OpenBLAS path. Shape legend: see gpt.h.
+ * of the f32 sums differs from the OpenBLAS path. f16 (param_dtype F16, pure_f16) is emulated
+ * the same way with ct_round_f16 (m->f16; gpt_round16), always on the OpenBLAS path (oneDNN's
+ * is bf16 only). Shape legend: see gpt.h.
  */
 #include "gpt.h"
 
@@ -62,7 +64,7 @@ static void linear_backward(gpt *m, const ct_stage_args *a, int64_t w_off, int64
 /* Element i of a params tensor at offset off, as f32. */
 static inline float param_at(const ct_stage_args *a, int64_t off) {
     if (a->param_dtype == CT_DTYPE_F32) return ((const float *)a->params)[off];
-    return ct_bf16_to_f32(((const uint16_t *)a->params)[off]);
+    return gpt_h16_to_f32(a->param_dtype, ((const uint16_t *)a->params)[off]);
 }
 
 static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
@@ -290,7 +292,7 @@ static void dlogits_slice(const gpt *m, const ct_stage_args *a, int64_t n, int64
     }
 #pragma omp parallel for num_threads(m->threads) if (n * vc > 32768) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < vc; j++) d[i * vc + j] = ct_round_bf16(src[i * V + j]);
+        for (int64_t j = 0; j < vc; j++) d[i * vc + j] = gpt_round16(m, src[i * V + j]);
 }
 
 static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
@@ -350,19 +352,24 @@ static int32_t check_args(gpt *m, const ct_stage_args *a, int backward, ct_error
     if (!a->params)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage %d got no params (NULL)",
                             (int)a->stage);
-    if (a->param_dtype != CT_DTYPE_F32 && a->param_dtype != CT_DTYPE_BF16)
+    if (a->param_dtype != CT_DTYPE_F32 && a->param_dtype != CT_DTYPE_BF16 &&
+        a->param_dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: param dtype %s is not supported "
-                            "---> use f32 or bf16", ct_dtype_name(a->param_dtype));
-    if (a->param_dtype == CT_DTYPE_BF16 && m->dtype != CT_DTYPE_BF16)
-        return ct_error_set(err, CT_ERR_INVALID, "model gpt: bf16 params but prepare() was given "
-                            "%s ---> prepare with the compute dtype (bf16)", ct_dtype_name(m->dtype));
+                            "---> use f32, bf16 or f16", ct_dtype_name(a->param_dtype));
+    if (a->param_dtype != CT_DTYPE_F32 && m->dtype != a->param_dtype)
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: %s params but prepare() was given "
+                            "%s ---> prepare with the compute dtype (%s)",
+                            ct_dtype_name(a->param_dtype), ct_dtype_name(m->dtype),
+                            ct_dtype_name(a->param_dtype));
     if (backward) {
         if (!a->grads)
             return ct_error_set(err, CT_ERR_INVALID, "model gpt: backward of stage %d got no "
                                 "grads buffer (NULL)", (int)a->stage);
-        if (a->grad_dtype != CT_DTYPE_F32 && a->grad_dtype != CT_DTYPE_BF16)
+        if (a->grad_dtype != CT_DTYPE_F32 && a->grad_dtype != CT_DTYPE_BF16 &&
+            a->grad_dtype != CT_DTYPE_F16)
             return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: grad dtype %s is not "
-                                "supported ---> use f32 or bf16", ct_dtype_name(a->grad_dtype));
+                                "supported ---> use f32, bf16 or f16",
+                                ct_dtype_name(a->grad_dtype));
     }
     if ((a->row_begin || a->row_count) && a->stage != m->L + 1)
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage %d got a row range; only the "
@@ -372,7 +379,8 @@ static int32_t check_args(gpt *m, const ct_stage_args *a, int backward, ct_error
                             "the micro-batch's %lld rows (a host bug; please report it)",
                             (long long)a->row_begin, (long long)(a->row_begin + a->row_count),
                             (long long)m->N);
-    m->bf16 = a->param_dtype == CT_DTYPE_BF16;
+    m->bf16 = a->param_dtype != CT_DTYPE_F32;
+    m->f16 = a->param_dtype == CT_DTYPE_F16;
     return CT_OK;
 }
 

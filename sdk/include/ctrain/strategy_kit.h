@@ -345,20 +345,20 @@ static inline int32_t ct_skit_rank(ct_comm_ref c) {
     return c.world_size > 0 ? c.rank : c.vt->rank(c.self);
 }
 
-/* The dtypes a built-in strategy moves gradients and parameters in: the device casts only
- * between these two. */
+/* The dtypes a built-in strategy moves gradients and parameters in: the device casts between
+ * f32 and either 16-bit one (f16: the CPU device only). */
 static inline int32_t ct_skit_check_dtype(const char *who, const char *what, int32_t dtype,
                                          ct_error *err) {
-    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16) return CT_OK;
+    if (dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F16) return CT_OK;
     return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: %s %s is not supported"
-                        " ---> HINT: use a precision policy with f32 or bf16", who, what,
+                        " ---> HINT: use a precision policy with f32, bf16 or f16", who, what,
                         ct_dtype_name(dtype));
 }
 
 /* setup()'s common part, before any buffer: *su = *setup_in and *policy = *su->policy (both by
  * the ABI copy rule); then the checks every built-in strategy makes, in this order: setup()
  * not run before (`already` non-zero is an error), units and a policy given, an f32 master,
- * f32 or bf16 param / reduce / grad accumulation dtypes. On success the precision plugin's
+ * f32, bf16 or f16 param / reduce / grad accumulation dtypes. On success the precision plugin's
  * hooks go into *r. On error *su and *policy may be filled, *r is untouched. */
 static inline int32_t ct_skit_setup_begin(const char *who, int already,
                                          const ct_strategy_setup *setup_in,

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# test_f16.sh — f16 compute end to end on the CPU (precision pure_f16: f16 params, activations
+# and gradients emulated as the model emulates bf16, f16 wire, f32 master): a tiny model trains
+# 20 steps on ddp, no_shard and full_shard (threads engine, N = 2) with finite losses close to
+# fp32's and different from pure_bf16's; full_shard equals no_shard bit for bit; a run stopped
+# at step 10 and resumed equals the straight run bit for bit; the start-up line says f16 takes
+# the OpenBLAS path; sampling from the run decodes in f16 (cache = recompute); check-plugin
+# passes for pure_f16.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/cli/train_lib.sh
+work=$(mktemp -d /tmp/ctrain-f16-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+"$CTRAIN" prepare /usr/share/common-licenses/GPL-3 --out "$work/data" --tokenizer bytes \
+    --val-fraction 0.1 > /dev/null 2>&1 || { fail "prepare"; finish; exit 1; }
+tiny_ini "$work/base.ini" "$work/fp32" "$work/data" 256
+two=(--set comm.plugin=threads --set comm.world_size=2 --set data.batch_size=2)
+# train NAME [--set ...]: a run in $work/NAME, its log in $work/NAME.log
+train() {
+    local name=$1; shift
+    "$CTRAIN" train "$work/base.ini" --set run.out_dir="$work/$name" "$@" > "$work/$name.log" 2>&1 \
+        || fail "train $name: $(tail -3 "$work/$name.log")"
+}
+finite() { # finite RUN: every logged loss is a finite number
+    python3 - "$1/metrics.jsonl" <<'PY'
+import json, math, sys
+v = [d["loss"] for d in map(json.loads, open(sys.argv[1])) if "loss" in d]
+sys.exit(0 if len(v) == 20 and all(math.isfinite(x) for x in v) else 1)
+PY
+}
+
+train fp32 "${two[@]}" --set strategy.plugin=ddp
+train bf16_ddp "${two[@]}" --set strategy.plugin=ddp --set precision.plugin=pure_bf16
+# Tolerance against fp32: f16 rounds operands, activations, gradients and every partial sum of
+# the wire to 11 significant bits (unit roundoff 2^-11 = 4.9e-4), so the losses drift from
+# fp32's by a few 1e-5 (measured here: under 1e-4 over the 20 steps; pure_bf16, 8 bits, 2e-4).
+# 2e-3 leaves room for that drift while a wrong cast (bf16 bits read as f16, or a dropped
+# rounding to the wrong format) moves the loss by far more or makes it NaN.
+for s in ddp no_shard full_shard; do
+    train f16_$s "${two[@]}" --set strategy.plugin=$s --set precision.plugin=pure_f16
+    finite "$work/f16_$s" && ok "pure_f16 $s: 20 finite losses" || fail "pure_f16 $s: a loss is not finite"
+    compare_series "$work/f16_$s" "$work/fp32" loss 2e-3 "pure_f16 $s, N = 2, close to fp32"
+done
+if ! cmp -s <(metric_series "$work/f16_ddp" loss) <(metric_series "$work/bf16_ddp" loss); then
+    ok "pure_f16 and pure_bf16 give different losses (ddp)"
+else
+    fail "pure_f16 gives pure_bf16's losses: f16 is not what runs"
+fi
+# no_shard and full_shard gather the same f16 params, reduce the same f16 gradients on the same
+# ring and update the same f32 master: the same arithmetic, the same bits.
+compare_series "$work/f16_full_shard" "$work/f16_no_shard" loss 0 "pure_f16: full_shard equals no_shard bit for bit"
+grep -q "cpu f16: OpenBLAS" "$work/f16_ddp.log" && ok "the start-up line says f16 takes the OpenBLAS path" \
+    || fail "no 'cpu f16: OpenBLAS' start-up line"
+
+# Resume: stopped after 10 steps (checkpoint: f32 master, AdamW state), resumed to 20, equals
+# the straight run bit for bit.
+"$CTRAIN" train "$work/base.ini" "${two[@]}" --set strategy.plugin=full_shard \
+    --set precision.plugin=pure_f16 --set run.out_dir="$work/resume" --stop-after 10 \
+    > "$work/resume1.log" 2>&1 || fail "resume: first half: $(tail -3 "$work/resume1.log")"
+"$CTRAIN" train "$work/base.ini" "${two[@]}" --set strategy.plugin=full_shard \
+    --set precision.plugin=pure_f16 --set run.out_dir="$work/resume" --resume \
+    > "$work/resume2.log" 2>&1 || fail "resume: second half: $(tail -3 "$work/resume2.log")"
+compare_series "$work/resume" "$work/f16_full_shard" loss 0 "pure_f16 full_shard: stop at 10, resume, bit for bit"
+
+# The checkpoint holds the f32 master and AdamW state, as fp32's and pure_bf16's: the same size.
+sz() { stat -c %s "$1"/checkpoints/step_00000020/rank_00000.bin 2>/dev/null; }
+[ -n "$(sz "$work/f16_ddp")" ] && [ "$(sz "$work/f16_ddp")" = "$(sz "$work/fp32")" ] \
+    && [ "$(sz "$work/f16_ddp")" = "$(sz "$work/bf16_ddp")" ] \
+    && ok "pure_f16's checkpoint is fp32's size ($(sz "$work/f16_ddp") bytes a rank): f32 master" \
+    || fail "checkpoint sizes: pure_f16 $(sz "$work/f16_ddp"), fp32 $(sz "$work/fp32"), pure_bf16 $(sz "$work/bf16_ddp")"
+
+# grad_accum_dtype = f32 (f32 local gradient, cast to f16 for the wire) trains as well
+train f16_acc32 "${two[@]}" --set strategy.plugin=no_shard --set precision.plugin=pure_f16 \
+    --set precision.grad_accum_dtype=f32
+compare_series "$work/f16_acc32" "$work/fp32" loss 2e-3 "pure_f16 grad_accum_dtype = f32 close to fp32"
+
+# Generation from an f16 run decodes in f16 (prepare_decode with the policy's f16): greedy text
+# with the key/value cache equals recomputing with forward(), past the 32-token context.
+a=$("$CTRAIN" sample "$work/f16_ddp" --prompt "Pack my" --greedy --tokens 48 2> "$work/s1.err")
+b=$("$CTRAIN" sample "$work/f16_ddp" --prompt "Pack my" --greedy --tokens 48 --no-cache 2> "$work/s2.err")
+[ -n "$a" ] && [ "$a" = "$b" ] && grep -q "cpu f16" "$work/s1.err" \
+    && ok "pure_f16 run: greedy sampling with the KV cache equals recompute, in f16" \
+    || fail "pure_f16 sampling: '$a' vs '$b' ($(tail -2 "$work/s1.err"))"
+
+out=$(timeout 300 "$CTRAIN" check-plugin "$(dirname "$CTRAIN")/plugins/precision_pure_f16.so" 2>&1) \
+    && ok "check-plugin pure_f16: $(echo "$out" | tail -1)" || fail "check-plugin pure_f16: $(echo "$out" | grep FAIL | head -3)"
+finish
