@@ -242,7 +242,8 @@ int32_t optim_unscale(host_rank *r, ct_error *err) {
     for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
         int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
-        if (rc == CT_OK && sh.numel) rc = RANK_DEV(r, scale, sh.grad, CT_DTYPE_F32, sh.numel, inv, err);
+        if (rc == CT_OK && sh.numel)
+            rc = RANK_DEV(r, scale, sh.grad, CT_DTYPE_F32, sh.numel, inv, err);
         if (rc != CT_OK) return rc;
     }
     return CT_OK;
@@ -265,7 +266,8 @@ int32_t optim_after_reduce(host_rank *r, double grad_norm, int32_t *skip, ct_err
     int32_t sk = 0;
     rc = CALLS(r->precision.plugin, "after_reduce",
                pv->after_reduce(r->precision.self, finite > 0 ? 1 : 0, &sk, err));
-    if (rc != CT_OK) return contract_name_silent_error(rc, err, r->precision.plugin, "after_reduce");
+    if (rc != CT_OK)
+        return contract_name_silent_error(rc, err, r->precision.plugin, "after_reduce");
     if (!(finite > 0) && !sk)
         return ct_error_set(err, CT_ERR_INVALID, "step %lld: gradient norm is %g and precision "
                             "%s did not skip the update ---> lower [optim] lr or use [optim] "

@@ -78,6 +78,17 @@ else
         "amp $(col amp loss | tr '\n' ' ') scaled $(col scaled loss | tr '\n' ' ')"
 fi
 
+# the same under ddp (f32 local gradients: autocast's .grad) and with grad_clip on
+run amp_ddp --set strategy.plugin=ddp --set optim.grad_clip=0.5 \
+    && run scaled_ddp "${scaled[@]}" --set strategy.plugin=ddp --set optim.grad_clip=0.5 \
+    || { ct_summary; exit; }
+if [ "$(col amp_ddp loss)" = "$(col scaled_ddp loss)" ] && same_weights amp_ddp scaled_ddp; then
+    ct_pass "under_ddp_with_clipping_too"
+else
+    ct_fail "under_ddp_with_clipping_too" \
+        "amp $(col amp_ddp loss | tr '\n' ' ') scaled $(col scaled_ddp loss | tr '\n' ' ')"
+fi
+
 # GradScaler's rule with growth_interval 3: 2^16 for steps 1-3, 2^17 for 4-6, 2^18 for 7-8
 want_scale=$'65536\n65536\n65536\n131072\n131072\n131072\n262144\n262144'
 got_scale=$(col scaled loss_scale)
