@@ -150,8 +150,8 @@ fi
 # the plugin's scales and skips on a stream of verdicts with injected overflows (the unit test,
 # which holds a transcription of GradScaler's rule) replayed by tests/loss_scale_reference.py:
 # a Python f32 transcription, and torch.amp.GradScaler itself when torch is importable
-if [ -x "$ROOT/build/tests/unit_tests" ]; then
-    CTRAIN_SCALER_TRACE="$work/scaler.txt" "$ROOT/build/tests/unit_tests" \
+if [ -x "$BUILD/tests/unit_tests" ]; then
+    CTRAIN_SCALER_TRACE="$work/scaler.txt" "$BUILD/tests/unit_tests" \
         precision_scaled_amp_follows > "$work/unit.log" 2>&1
     if python3 "$ROOT/tests/loss_scale_reference.py" "$work/scaler.txt" > "$work/ref.log" 2>&1; then
         ct_pass "scales_and_skips_match_gradscaler ($(grep -c differences "$work/ref.log") runs;$(grep -q 'not importable' "$work/ref.log" && echo ' torch not importable: transcription only'))"
