@@ -4,14 +4,18 @@
 # (torch.amp.GradScaler's rule):
 #   - no step overflows: the same losses and weights as amp, bit for bit (the scale is a power
 #     of two: multiplying the loss gradient by it and the reduced gradient by its inverse
-#     changes no bit), on two ranks of the threads engine;
+#     changes no bit), on two ranks of the threads engine, under full_shard and under ddp with
+#     clipping;
 #   - metrics.jsonl has loss_scale (grown every growth_interval = 3 clean steps) and
-#     skipped_steps;
-#   - an injected overflow (init_scale = 2^127: the scaled gradients are not finite) is
-#     skipped on both ranks alike, the scale backs off, the run goes on and ends finite;
-#   - a run stopped at step 4 and resumed ends on the weights and scale of the whole run;
-#   - the same overflow under amp (no after_reduce) still stops the run (today's behaviour is
-#     checked in test_train.sh; here: amp never writes loss_scale).
+#     skipped_steps; amp writes neither;
+#   - an injected overflow (init_scale = 2^127 with zloss coef 1000: the scaled gradients are
+#     not finite) is skipped on both ranks alike, the scale backs off, the run goes on;
+#     steps that are all skipped leave the master weights and AdamW moments untouched;
+#   - a run stopped at step 4 and resumed ends on the losses, weights and scales of the whole
+#     run (precision.bin holds the scale and the clean-step counter); a damaged precision.bin
+#     stops the resume;
+#   - the unit test's stream of verdicts replayed by tests/loss_scale_reference.py (an f32
+#     transcription of GradScaler's rule; torch.amp.GradScaler when torch is importable).
 set -u
 source "$(dirname "$0")/lib.sh"
 ct_need_ctrain
@@ -147,6 +151,13 @@ else
     ct_fail "resume_is_bit_for_bit_with_the_scale_and_counter" \
         "scales $(col res loss_scale | tr '\n' ' '); losses same: $([ "$(col res loss)" = "$(col scaled loss)" ] && echo yes || echo no)"
 fi
+# a damaged precision.bin stops the resume, naming the file (nothing is set aside)
+p8="$work/res/checkpoints/step_00000008/precision.bin"
+printf '\x55' | dd of="$p8" bs=1 seek=13 conv=notrunc 2> /dev/null
+ct_expect_failure "a_damaged_policy_state_stops_the_resume" "precision.bin is damaged" \
+    "$CTRAIN" train "$work/t.ini" --set "run.out_dir=$work/res" "${scaled[@]}" --resume \
+    --set run.steps=9
+
 # the plugin's scales and skips on a stream of verdicts with injected overflows (the unit test,
 # which holds a transcription of GradScaler's rule) replayed by tests/loss_scale_reference.py:
 # a Python f32 transcription, and torch.amp.GradScaler itself when torch is importable
