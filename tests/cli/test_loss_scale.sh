@@ -10,7 +10,8 @@
 #     skipped_steps; amp writes neither;
 #   - an injected overflow (init_scale = 2^127 with zloss coef 1000: the scaled gradients are
 #     not finite) is skipped on both ranks alike, the scale backs off, the run goes on;
-#     steps that are all skipped leave the master weights and AdamW moments untouched;
+#     an overflow on one rank only (test plugin loss_fault, mode inf_grad) is skipped on both,
+#     and stops the run under amp; steps that are all skipped leave the master weights and AdamW moments untouched;
 #   - a run stopped at step 4 and resumed ends on the losses, weights and scales of the whole
 #     run (precision.bin holds the scale and the clean-step counter); a damaged precision.bin
 #     stops the resume;
@@ -118,6 +119,24 @@ else
     ct_fail "an_overflow_is_skipped_on_both_ranks_and_the_run_goes_on" \
         "skipped $skips, last loss $last_loss, scales $(col over loss_scale | tr '\n' ' ')"
 fi
+
+# an overflow on one rank only (the test plugin loss_fault adds +Inf to rank 1's dlogits at
+# step 3): both ranks skip step 3 alike (the verdict is agreed over ranks), the scale backs off
+# to 2^15 and grows back after 3 clean steps; amp (no after_reduce) stops the run there
+one=(--set "loss.plugins=ce,$BUILD/tests/plugins/loss_fault.so" --set loss.fault.mode=inf_grad
+     --set loss.fault.rank=1 --set loss.fault.step=3)
+run onerank "${scaled[@]}" "${one[@]}" || { ct_summary; exit; }
+want_one=$'65536\n65536\n65536\n32768\n32768\n32768\n65536\n65536'
+if [ "$(col onerank loss_scale)" = "$want_one" ] \
+    && [ "$(col onerank skipped_steps | tr '\n' ' ')" = "0 0 1 0 0 0 0 0 " ] \
+    && [ "$(col onerank loss | sed -n 1,2p)" = "$(col scaled loss | sed -n 1,2p)" ]; then
+    ct_pass "an_overflow_on_one_rank_is_skipped_on_both"
+else
+    ct_fail "an_overflow_on_one_rank_is_skipped_on_both" \
+        "scales $(col onerank loss_scale | tr '\n' ' ') skipped $(col onerank skipped_steps | tr '\n' ' ')"
+fi
+ct_expect_failure "without_after_reduce_an_overflow_still_stops_the_run" "step 3: gradient norm is" \
+    "$CTRAIN" train "$work/t.ini" --set "run.out_dir=$work/amp_one" "${one[@]}"
 
 # every step skipped: the weights stay the initial ones (checkpoint_at_start)
 run allskip "${scaled[@]}" "${over[@]}" \
