@@ -615,20 +615,27 @@ static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err
     char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir);
     if (rc != CT_OK) return rc;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) return CT_OK; /* saved without a scaling policy: its start */
-        return ct_error_set(err, CT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    }
-    hfile hf = {.f = f, .hash = 0xcbf29ce484222325ull, .path = path};
-    char magic[8];
-    uint64_t size = 0, want = 0;
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return CT_OK; /* saved without one */
+    char *data = NULL;
+    size_t n = 0;
+    rc = read_bounded(path, "precision state", "resume from another checkpoint with "
+                      "--resume-from", 8 + 8 + CT_PRECISION_STATE_MAX + 8, &data, &n, err);
+    if (rc != CT_OK) return rc;
+    uint64_t size = 0, want = 0, h = 0xcbf29ce484222325ull;
     unsigned char blob[CT_PRECISION_STATE_MAX];
-    int bad = hread(&hf, magic, 8) || memcmp(magic, PREC_MAGIC, 8) || hread(&hf, &size, 8) ||
-              size > sizeof blob || hread(&hf, blob, (size_t)size);
-    uint64_t h = hf.hash;
-    if (!bad) bad = fread(&want, 1, 8, f) != 8 || want != h || fgetc(f) != EOF;
-    fclose(f);
+    int bad = n < 24 || memcmp(data, PREC_MAGIC, 8) != 0;
+    if (!bad) {
+        memcpy(&size, data + 8, 8);
+        bad = size > sizeof blob || n != 24 + size;
+    }
+    if (!bad) {
+        hash_bytes(&h, data, (size_t)(16 + size));
+        memcpy(blob, data + 16, (size_t)size);
+        memcpy(&want, data + 16 + size, 8);
+        bad = want != h;
+    }
+    free(data);
     if (bad)
         return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
                             "resume from an older checkpoint with --resume-from", path);
