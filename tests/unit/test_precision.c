@@ -1,6 +1,7 @@
-/* test_precision.c — claims about the precision policies fp32, amp and pure_bf16
+/* test_precision.c — claims about the precision policies fp32, amp, pure_bf16 and scaled_amp
  * (build/plugins/precision_*.so): the dtypes each one reports are FSDP MixedPrecision's
- * (DESIGN.md §3), the grad_accum_dtype option, and native collectives (NULL reduce hooks).
+ * (DESIGN.md §3), the grad_accum_dtype option, native collectives (NULL reduce hooks), and
+ * scaled_amp's loss scale against a transcription of torch.amp.GradScaler's update rule.
  * Not for: how a strategy applies the policy (the strategy tests).
  */
 #include "ct_test.h"

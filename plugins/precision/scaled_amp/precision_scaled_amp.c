@@ -1,14 +1,11 @@
 /* precision_scaled_amp.c — the `scaled_amp` precision policy: amp's dtypes (bf16 compute, f32
- * reduction, f32 master weights and AdamW state) with a dynamic loss scale that follows
- * torch.amp.GradScaler: the loss gradient is multiplied by the scale S (an f32 value, as
- * GradScaler's scale tensor), the reduced gradients by the f32 1/S (the host, ABI 1.7
- * loss_scale); a step whose gradients are not all finite is skipped on every rank and S is
- * multiplied by backoff_factor; after growth_interval clean steps in a row S is multiplied by
- * growth_factor (kept when that product is not a finite f32, as GradScaler does). The scale and
- * the clean-step counter are checkpointed (state_save / state_load, 16 bytes).
- * Key grad_accum_dtype as amp's: auto = f32 under strategy ddp, bf16 otherwise.
- * Not for: f16 compute (the model's dtypes are amp's); custom reductions.
- */
+ * wire and master) with torch.amp.GradScaler's dynamic loss scale through the ABI 1.7 members
+ * loss_scale, after_reduce (skip on overflow) and state_save/state_load (16 bytes).
+ * Not for: f16 compute or custom reductions (the comm's own f32 collectives are used).
+ *
+ * The rule (GradScaler.update): the scale S is an f32 value; an overflow skips the step and
+ * multiplies S by backoff_factor; growth_interval clean steps in a row multiply it by
+ * growth_factor, kept only when the product is a finite f32. grad_accum_dtype is amp's key. */
 #include <ctrain/ctrain.h>
 #include <ctrain/precision_kit.h>
 
