@@ -299,6 +299,66 @@ typedef struct prec_policy {
     int32_t             ok;
 } prec_policy;
 
+/* The loss-scale protocol (ABI 1.7, any of its members given): loss_scale finite and > 0
+ * through 40 verdicts (20 overflows, 20 clean steps) that after_reduce accepts with skip 0 or 1;
+ * state_save fits CT_PRECISION_STATE_MAX and state_load of it into a fresh instance gives the
+ * same loss_scale. One verdict. */
+static void check_loss_scale(host_check *c, prec_setup *su, prec_world *w) {
+    const ct_precision_vtable *pv = c->plugin->vtable;
+    void *self = w->slots[0].prec.self;
+    ct_error err = {.struct_size = sizeof err};
+    char why[sizeof err.message + 64] = "";
+    int32_t rc = CT_OK;
+    double first = pv->loss_scale ? CALLS(c->plugin, "loss_scale", pv->loss_scale(self)) : 1;
+    int skips = 0;
+    for (int i = 0; i < 40 && rc == CT_OK && !why[0]; i++) {
+        int32_t skip = -1;
+        if (pv->after_reduce) {
+            rc = CALLS(c->plugin, "after_reduce", pv->after_reduce(self, i >= 20, &skip, &err));
+            if (rc != CT_OK) contract_name_silent_error(rc, &err, c->plugin, "after_reduce");
+            else if (skip != 0 && skip != 1)
+                snprintf(why, sizeof why, "after_reduce set skip = %d (expected 0 or 1)",
+                         (int)skip);
+            skips += skip == 1;
+        }
+        double s = pv->loss_scale ? CALLS(c->plugin, "loss_scale", pv->loss_scale(self)) : 1;
+        if (!why[0] && rc == CT_OK && !(isfinite(s) && s > 0))
+            snprintf(why, sizeof why, "loss_scale() = %g after verdict %d (expected finite, "
+                     "> 0)", s, i);
+    }
+    if (rc != CT_OK && !why[0]) snprintf(why, sizeof why, "%s", err.message);
+    if (!why[0] && (pv->state_save || pv->state_load)) {
+        unsigned char blob[CT_PRECISION_STATE_MAX];
+        uint64_t size = 0;
+        check_instance inst;
+        if (!pv->state_save || !pv->state_load)
+            snprintf(why, sizeof why, "state_save and state_load come as a pair");
+        else if ((rc = CALLS(c->plugin, "state_save",
+                             pv->state_save(self, blob, sizeof blob, &size, &err))) != CT_OK)
+            snprintf(why, sizeof why, "state_save: %s", err.message);
+        else if (size > sizeof blob)
+            snprintf(why, sizeof why, "state_save wrote %llu bytes (at most %d)",
+                     (unsigned long long)size, CT_PRECISION_STATE_MAX);
+        else if ((rc = check_create(&inst, c->plugin, su->cfg, "precision", 0, 1,
+                                    w->slots[0].devref, w->slots[0].commref, NULL, &err)) !=
+                 CT_OK)
+            snprintf(why, sizeof why, "create: %s", err.message);
+        else {
+            rc = CALLS(c->plugin, "state_load", pv->state_load(inst.self, blob, size, &err));
+            double a = pv->loss_scale ? pv->loss_scale(self) : 1;
+            double b = pv->loss_scale ? pv->loss_scale(inst.self) : 1;
+            if (rc != CT_OK)
+                snprintf(why, sizeof why, "state_load of what state_save wrote: %s", err.message);
+            else if (a != b)
+                snprintf(why, sizeof why, "loss_scale() after state_load is %g, saved %g", b, a);
+            check_destroy(&inst);
+        }
+    }
+    check_verdict(c, !why[0], "loss-scale protocol: scale %g at the start, finite and > 0 "
+                  "through 20 overflows and 20 clean steps (%d skipped), state saved and loaded"
+                  "%s%s", first, skips, why[0] ? ": " : "", why);
+}
+
 /* create, policy, destroy, 50 times, at world 1 (one child) */
 static void body_policy(host_check *c, void *ctx, void *out) {
     (void)ctx;
@@ -353,6 +413,8 @@ static void body_policy(host_check *c, void *ctx, void *out) {
     }
     check_verdict(c, i == CYCLES, "create, policy, destroy %d times%s%s", CYCLES,
                   i == CYCLES ? "" : ": ", i == CYCLES ? "" : err.message);
+    if (pv->loss_scale || pv->after_reduce || pv->state_save || pv->state_load)
+        check_loss_scale(c, &su, &w);
     res->pol = pol;
     res->ok = ok;
 out_world:

@@ -138,7 +138,7 @@ static int32_t rank_steps(host_rank *r, rank_job *job, ct_error *err) {
         rc = step_train(r, &st, err);
         if (rc == CT_OK) rc = optim_grad_norm(r, &gnorm, err);
         if (rc == CT_OK && step == 1) rc = gradients(r, job, err);
-        if (rc == CT_OK) rc = optim_step(r, &oc, step, lr, gnorm, err);
+        if (rc == CT_OK) rc = optim_step(r, &oc, step, lr, gnorm, 0, err);
         double sums[2] = {st.loss_sum, (double)st.micro_batches};
         if (rc == CT_OK) rc = optim_allreduce_f64(r, sums, 2, CT_REDUCE_SUM, err);
         if (rc == CT_OK && r->rank == 0) {

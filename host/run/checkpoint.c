@@ -11,6 +11,8 @@
  * before the optimizer kind (ABI 1.7); any other count writes version 2. The state belongs to
  * [optimizer] plugin of the folder's config.ini: a resume with another optimizer is refused.
  *
+ * precision.bin (rank 0, ABI 1.7): the precision policy's state_save blob, see below.
+ *
  * manifest.ini: "run_id = <16 hex>" (the run that wrote the folder: OUT/run_id) and
  * "config_fnv1a64 = <16 hex>" (config.ini's checksum); a folder without one (saved before
  * manifests) is read without the config check.
@@ -24,6 +26,7 @@
 #include "run/checkpoint.h"
 
 #include "io/files.h"
+#include "plugin/contract.h"
 #include "run/optim.h"
 #include "io/outfile.h"
 
@@ -564,6 +567,83 @@ static int32_t finish_save(const char *root, const char *tmp, const char *dir, c
     return CT_OK;
 }
 
+/* ---- the precision policy's state (ABI 1.7 state_save / state_load) --------------------
+ * precision.bin, written by rank 0 (the state is the same on every rank), little-endian:
+ *   char magic[8] "CTPREC01"; uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte
+ *   before it. Absent when the policy has no state_save; a folder without it resumes the
+ *   policy from its configured start. */
+#define PREC_MAGIC "CTPREC01"
+
+static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *err) {
+    const ct_precision_vtable *pv = r->precision.vt;
+    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_save)) return CT_OK;
+    unsigned char blob[CT_PRECISION_STATE_MAX];
+    uint64_t size = 0;
+    int32_t rc = CALLS(r->precision.plugin, "state_save",
+                       pv->state_save(r->precision.self, blob, sizeof blob, &size, err));
+    if (rc != CT_OK) return contract_name_silent_error(rc, err, r->precision.plugin, "state_save");
+    if (size > sizeof blob)
+        return ct_error_set(err, CT_ERR_INVALID, "precision %s: state_save wrote %llu bytes, more "
+                            "than CT_PRECISION_STATE_MAX (%d) ---> report this to the plugin's "
+                            "author", r->precision.plugin->desc.name, (unsigned long long)size,
+                            CT_PRECISION_STATE_MAX);
+    char path[PATH_MAX];
+    if ((rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir)) != CT_OK) return rc;
+    outfile out;
+    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
+    if (!hf.f) {
+        outfile_abort(&out);
+        return err->code;
+    }
+    hwrite(&hf, PREC_MAGIC, 8);
+    hwrite(&hf, &size, 8);
+    hwrite(&hf, blob, (size_t)size);
+    uint64_t h = hf.hash;
+    hwrite(&hf, &h, 8);
+    if (hf.failed) {
+        outfile_abort(&out);
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
+                            "out_dir", path, strerror(hf.err_no ? hf.err_no : EIO));
+    }
+    return outfile_commit(&out, err);
+}
+
+static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err) {
+    const ct_precision_vtable *pv = r->precision.vt;
+    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_load)) return CT_OK;
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir);
+    if (rc != CT_OK) return rc;
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return CT_OK; /* saved without one */
+    char *data = NULL;
+    size_t n = 0;
+    rc = read_bounded(path, "precision state", "resume from another checkpoint with "
+                      "--resume-from", 8 + 8 + CT_PRECISION_STATE_MAX + 8, &data, &n, err);
+    if (rc != CT_OK) return rc;
+    uint64_t size = 0, want = 0, h = 0xcbf29ce484222325ull;
+    unsigned char blob[CT_PRECISION_STATE_MAX];
+    int bad = n < 24 || memcmp(data, PREC_MAGIC, 8) != 0;
+    if (!bad) {
+        memcpy(&size, data + 8, 8);
+        bad = size > sizeof blob || n != 24 + size;
+    }
+    if (!bad) {
+        hash_bytes(&h, data, (size_t)(16 + size));
+        memcpy(blob, data + 16, (size_t)size);
+        memcpy(&want, data + 16 + size, 8);
+        bad = want != h;
+    }
+    free(data);
+    if (bad)
+        return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
+                            "resume from an older checkpoint with --resume-from", path);
+    rc = CALLS(r->precision.plugin, "state_load",
+               pv->state_load(r->precision.self, blob, size, err));
+    return contract_name_silent_error(rc, err, r->precision.plugin, "state_load");
+}
+
 int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
                         ct_error *err) {
     char dir[PATH_MAX], tmp[PATH_MAX], root[PATH_MAX];
@@ -577,6 +657,7 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
     if (r->rank == 0) rc = make_tmp(r, root, tmp, dir, err);
     if ((rc = agree(r, rc, "creating the folder", err)) != CT_OK) goto out_remove_tmp;
     rc = write_rank_file(r, tmp, step, err);
+    if (rc == CT_OK && r->rank == 0) rc = write_precision_state(r, tmp, err);
     if ((rc = agree(r, rc, "writing a rank file", err)) != CT_OK) goto out_remove_tmp;
     if (r->rank == 0) rc = finish_save(root, tmp, dir, err);
     if ((rc = agree(r, rc, "finishing the folder", err)) != CT_OK) goto out_remove_tmp;
@@ -1214,6 +1295,7 @@ int32_t checkpoint_resume(host_rank *r, const char *out_dir, const char *from, i
     rc = check_model(r->cfg, saved_cfg, dir, err);
     if (rc == CT_OK) rc = check_optimizer(r->cfg, saved_cfg, dir, err);
     if (rc == CT_OK) rc = load(r, dir, saved, world, 0, err);
+    if (rc == CT_OK) rc = read_precision_state(r, dir, err);
     if (rc == CT_OK) *step = saved[0].step;
     if (rc == CT_OK && r->rank == 0) warn_schedule(r->cfg, saved_cfg, dir, *step);
     close_checkpoint(saved, world, saved_cfg);

@@ -234,22 +234,26 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             fprintf(cmdout(), "checkpoint: %s/checkpoints/step_%08d\n", sh->out_dir, 0);
     }
     double t_step = now_s();
+    int64_t skipped = 0; /* optimizer updates the precision policy skipped in the interval */
+    int32_t scaling = CT_HAS_MEMBER((const ct_precision_vtable *)r->precision.vt,
+                                    ct_precision_vtable, loss_scale);
     for (int64_t step = start + 1; step <= last && rc == CT_OK; step++) {
         host_step_stats st;
         r->step = step;
         r->probe_now = probe && (step % log_every == 0 || step == oc.steps);
-        rc = step_train(r, &st, err);
+        rc = optim_scale_begin(r, err); /* the policy's loss scale of this step */
+        if (rc == CT_OK) rc = step_train(r, &st, err);
         double gnorm = 0, lr = optim_lr(&oc, step - 1);
+        int32_t skip = 0;
+        if (rc == CT_OK) rc = optim_unscale(r, err);
         if (rc == CT_OK) rc = optim_grad_norm(r, &gnorm, err);
         if (rc == CT_OK && param_norms && (step % log_every == 0 || step == oc.steps))
             rc = param_norms_grad(r, &norms, err);
-        if (rc == CT_OK && !isfinite(gnorm))
-            rc = ct_error_set(err, CT_ERR_INVALID,
-                              "step %lld: gradient norm is %g ---> lower [optim] lr or use "
-                              "[optim] grad_clip",
-                              (long long)step, gnorm);
-        if (rc == CT_OK) rc = optim_step(r, &oc, step, lr, gnorm, err);
+        /* a non-finite norm stops the run unless the policy skips the step (all ranks alike) */
+        if (rc == CT_OK) rc = optim_after_reduce(r, gnorm, &skip, err);
+        if (rc == CT_OK) rc = optim_step(r, &oc, step, lr, gnorm, skip, err);
         if (rc != CT_OK) break;
+        skipped += skip;
         interval_add(&iv, &st, r->n_loss);
         if (++steps_done_here == 1 && (rc = report_memory(r, err)) != CT_OK) break;
 
@@ -265,6 +269,11 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             double tps = iv.sums[SUM_TOKENS] / (dt > 0 ? dt : 1e-9);
             metrics_add(&out, "head_weight_norm", hnorm, CT_METRIC_MEAN);
             metrics_add(&out, "grad_norm", gnorm, CT_METRIC_MEAN);
+            if (scaling) { /* the policy scales the loss (ABI 1.7 loss_scale) */
+                metrics_add(&out, "loss_scale", r->loss_scale, CT_METRIC_MEAN);
+                metrics_add(&out, "skipped_steps", (double)skipped, CT_METRIC_MEAN);
+                skipped = 0; /* updates skipped in the log interval */
+            }
             metrics_add(&out, "lr", lr, CT_METRIC_MEAN);
             metrics_add(&out, "tokens_per_s", tps, CT_METRIC_MEAN);
             metrics_add(&out, "world_size", r->world, CT_METRIC_MEAN);

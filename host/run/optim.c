@@ -222,8 +222,63 @@ int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
     return rc;
 }
 
+int32_t optim_scale_begin(host_rank *r, ct_error *err) {
+    const ct_precision_vtable *pv = r->precision.vt;
+    r->loss_scale = 1.0;
+    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, loss_scale)) return CT_OK;
+    double s = CALLS(r->precision.plugin, "loss_scale", pv->loss_scale(r->precision.self));
+    if (!(isfinite(s) && s > 0))
+        return ct_error_set(err, CT_ERR_INVALID, "step %lld: precision %s (%s): loss_scale "
+                            "returned %g; it must be finite and > 0 ---> report this to the "
+                            "plugin's author", (long long)r->step, r->precision.plugin->desc.name,
+                            r->precision.plugin->path, s);
+    r->loss_scale = s;
+    return CT_OK;
+}
+
+int32_t optim_unscale(host_rank *r, ct_error *err) {
+    if (!(r->loss_scale > 0) || r->loss_scale == 1.0) return CT_OK;
+    float inv = (float)(1.0 / r->loss_scale); /* GradScaler's f32 inv_scale */
+    for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
+        if (rc == CT_OK && sh.numel)
+            rc = RANK_DEV(r, scale, sh.grad, CT_DTYPE_F32, sh.numel, inv, err);
+        if (rc != CT_OK) return rc;
+    }
+    return CT_OK;
+}
+
+int32_t optim_after_reduce(host_rank *r, double grad_norm, int32_t *skip, ct_error *err) {
+    const ct_precision_vtable *pv = r->precision.vt;
+    *skip = 0;
+    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, after_reduce)) {
+        if (!isfinite(grad_norm))
+            return ct_error_set(err, CT_ERR_INVALID,
+                                "step %lld: gradient norm is %g ---> lower [optim] lr or use "
+                                "[optim] grad_clip", (long long)r->step, grad_norm);
+        return CT_OK;
+    }
+    /* one verdict for all ranks: the minimum over ranks of "my gradients are finite" */
+    double finite = isfinite(grad_norm) ? 1.0 : 0.0;
+    int32_t rc = optim_allreduce_f64(r, &finite, 1, CT_REDUCE_MIN, err);
+    if (rc != CT_OK) return rc;
+    int32_t sk = 0;
+    rc = CALLS(r->precision.plugin, "after_reduce",
+               pv->after_reduce(r->precision.self, finite > 0 ? 1 : 0, &sk, err));
+    if (rc != CT_OK)
+        return contract_name_silent_error(rc, err, r->precision.plugin, "after_reduce");
+    if (!(finite > 0) && !sk)
+        return ct_error_set(err, CT_ERR_INVALID, "step %lld: gradient norm is %g and precision "
+                            "%s did not skip the update ---> lower [optim] lr or use [optim] "
+                            "grad_clip", (long long)r->step, grad_norm,
+                            r->precision.plugin->desc.name);
+    *skip = sk ? 1 : 0;
+    return CT_OK;
+}
+
 int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
-                   double grad_norm, ct_error *err) {
+                   double grad_norm, int32_t skip, ct_error *err) {
     float clip = 1.0f;
     if (oc->grad_clip > 0 && grad_norm > oc->grad_clip) clip = (float)(oc->grad_clip / grad_norm);
     ct_optim_step args = {
@@ -236,7 +291,7 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
         .beta2 = (float)oc->beta2,
         .eps = (float)oc->eps,
     };
-    for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
+    for (uint32_t u = 0; u < r->mdesc.n_units && !skip; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
         int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
         if (rc != CT_OK) return rc;

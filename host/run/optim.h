@@ -38,10 +38,22 @@ int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err);
 /* Global L2 norm of the model's output-head weight (master f32), over all ranks. Collective. */
 int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err);
 
+/* Loss scaling owned by the precision policy (ctrain.h ct_precision_vtable.loss_scale):
+ * optim_scale_begin sets r->loss_scale to the policy's scale of this step (1 without the
+ * member); optim_unscale multiplies every reduced gradient shard by the f32 1/r->loss_scale
+ * (GradScaler's inv_scale; nothing when it is 1); optim_after_reduce agrees over ranks (MIN
+ * all-reduce) whether the gradients are finite, hands the verdict to the policy's
+ * after_reduce and sets *skip as it says. Without after_reduce a non-finite grad_norm is an
+ * error, as before. Collective (after_reduce). */
+int32_t optim_scale_begin(host_rank *r, ct_error *err);
+int32_t optim_unscale(host_rank *r, ct_error *err);
+int32_t optim_after_reduce(host_rank *r, double grad_norm, int32_t *skip, ct_error *err);
+
 /* The optimizer plugin's update of every shard with clipping to oc->grad_clip (0 = off), then
- * the strategy's step_done. step is 1-based. */
+ * the strategy's step_done; skip = 1 leaves every shard as it is (a step the policy skipped)
+ * and calls step_done only. step is 1-based. */
 int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,
-                   double grad_norm, ct_error *err);
+                   double grad_norm, int32_t skip, ct_error *err);
 
 /* Every master weight and optimizer state element of every rank's shards is finite. Collective: every
  * rank calls it and every rank gets the same answer: CT_OK, or CT_ERR_INVALID naming the first

@@ -49,6 +49,7 @@ typedef struct host_rank {
     ct_device_ref    dev;
     ct_comm_ref      comm_ref;
     ct_precision_policy policy;
+    double           loss_scale; /* the policy's loss scale of this step (optim.c); 0 = 1 */
     ct_model_desc    mdesc;
     int32_t          no_init_from; /* setup skips [model] init_from (a checkpoint follows) */
     host_unit_state   *units;    /* (n_units) */

@@ -199,7 +199,8 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
     memset(stats, 0, sizeof *stats);
     stats->logits.struct_size = sizeof stats->logits;
     int32_t rc = RANK_STRATEGY(r, begin_step, err);
-    double scale = 1.0 / (double)r->grad_accum;
+    /* the policy's loss scale multiplies the loss gradient (a power of two: exact) */
+    double scale = 1.0 / (double)r->grad_accum * (r->loss_scale > 0 ? r->loss_scale : 1.0);
     for (int32_t m = 0; rc == CT_OK && m < r->grad_accum; m++) {
         int32_t last = m == r->grad_accum - 1;
         rc = load_batch(r, r->train_data, err);

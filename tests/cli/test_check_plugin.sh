@@ -108,6 +108,15 @@ else
     ct_fail "build precision_writes_send.so" "cc failed"
 fi
 
+if build_wrong precision_bad_scale.so precision_bad_scale.c; then
+    check "$WRONG/precision_bad_scale.so"
+    expect_fails_with "a loss scale that reaches 0 fails the loss-scale protocol check" \
+        "FAIL precision bad_scale: loss-scale protocol|loss_scale() = 0 after verdict 16" \
+        "FAIL precision bad_scale: policy()"
+else
+    ct_fail "build precision_bad_scale.so" "cc failed"
+fi
+
 if build_wrong strategy_no_divide.so strategy_no_divide.c; then
     check "$WRONG/strategy_no_divide.so"
     expect_fails_with "a strategy without the divide by N fails the gradient checks at world 2" \

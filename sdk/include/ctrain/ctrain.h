@@ -111,7 +111,9 @@
  *     where the engine offers them); 1.6 added CT_REDUCE_AVG (NCCL's ncclAvg, for
  *     strategies that average in the collective as PyTorch FSDP2 does); 1.7 added the
  *     optimizer kind (CT_KIND_OPTIMIZER, ct_optimizer_vtable: the update of each owned
- *     shard, with state buffers the host allocates, checkpoints and reshards). Plugins
+ *     shard, with state buffers the host allocates, checkpoints and reshards) and the
+ *     precision policy's loss scaling (ct_precision_vtable.loss_scale, after_reduce,
+ *     state_save, state_load: torch.amp.GradScaler's protocol). Plugins
  *     built for 1.0 .. 1.6 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
@@ -769,7 +771,31 @@ typedef struct ct_precision_vtable {
                               ct_error *err); /* OPTIONAL */
     int32_t (*all_reduce)(void *self, ct_comm_ref comm, ct_device_ref device, const void *send,
                           void *recv, uint64_t count, int32_t dtype, ct_error *err); /* OPTIONAL */
+
+    /* Since ABI 1.7, OPTIONAL: loss scaling owned by the policy (torch.amp.GradScaler's
+     * protocol). NULL (and every plugin built before these members): no scaling, and a
+     * non-finite gradient norm stops the run.
+     * loss_scale: the factor S of this step; the host multiplies the loss gradient by S and
+     *   divides the reduced gradients by S before clipping and the optimizer (a power of two
+     *   changes no bit when nothing overflows). Called once per step, before the forward.
+     * after_reduce: called once per step on every rank with the same verdict grads_finite
+     *   (1: every reduced gradient of every rank is finite; the host agrees it over ranks);
+     *   the policy updates its scale and sets *skip (1: the host skips the optimizer update
+     *   on every rank alike). With after_reduce, a non-finite gradient no longer stops the run
+     *   (a non-finite loss value still does).
+     * state_save / state_load: the policy's state (at most CT_PRECISION_STATE_MAX bytes, the
+     *   same on every rank), checkpointed by the host with the rank files; state_save writes
+     *   *size bytes into buf (cap bytes), state_load reads what state_save wrote. */
+    double (*loss_scale)(void *self); /* OPTIONAL */
+    int32_t (*after_reduce)(void *self, int32_t grads_finite, int32_t *skip,
+                            ct_error *err); /* OPTIONAL */
+    int32_t (*state_save)(void *self, void *buf, uint64_t cap, uint64_t *size,
+                          ct_error *err); /* OPTIONAL */
+    int32_t (*state_load)(void *self, const void *buf, uint64_t size,
+                          ct_error *err); /* OPTIONAL */
 } ct_precision_vtable;
+
+#define CT_PRECISION_STATE_MAX 256 /* bytes of a policy's state_save blob, at most */
 
 /* ---------------------------------------------------------------------------------------
  * kind: model — parameters as units, computation as stages

@@ -32,6 +32,8 @@
  *   write_logits write into the const logits (adds 1 to the first one)
  *   thread_crash start a thread that raises SIGSEGV, and wait for it
  *   stdout       print a line to stdout (and go on as mode none)
+ *   inf_grad     value 0, but +Inf added to the first element of dlogits (device cpu: host
+ *                memory): that rank's gradient overflows (a loss-scaling policy skips the step)
  * A crash in the library's constructor, at dlopen, is asked for with the environment variable
  * CTRAIN_TEST_FAULT_CONSTRUCTOR = crash | hang | exit | stdout (tests of `plugins`/`inspect`).
  */
@@ -47,7 +49,8 @@
 
 typedef enum fault_mode {
     FAULT_NONE, FAULT_ERROR, FAULT_NAN, FAULT_HANG, FAULT_CRASH, FAULT_EXIT, FAULT_ABORT,
-    FAULT_OVERRUN, FAULT_OVERRUN64, FAULT_WRITE_LOGITS, FAULT_THREAD_CRASH, FAULT_STDOUT
+    FAULT_OVERRUN, FAULT_OVERRUN64, FAULT_WRITE_LOGITS, FAULT_THREAD_CRASH, FAULT_STDOUT,
+    FAULT_INF_GRAD
 } fault_mode;
 
 typedef struct fault_term {
@@ -61,7 +64,7 @@ typedef struct fault_term {
 
 static const char *const mode_choices[] = {"none", "error", "nan", "hang", "crash", "exit",
                                            "abort", "overrun", "overrun64", "write_logits",
-                                           "thread_crash", "stdout", NULL};
+                                           "thread_crash", "stdout", "inf_grad", NULL};
 static const char *const in_choices[] = {"forward_backward", "create", NULL};
 
 static void nap_forever(void) {
@@ -193,6 +196,10 @@ static int32_t fault_forward_backward(void *p, const ct_loss_batch *b, ct_loss_r
         say(self, "a NaN loss");
         out->value = NAN;
         return CT_OK;
+    case FAULT_INF_GRAD:
+        say(self, "an Inf gradient");
+        b->dlogits[0] += INFINITY;
+        return CT_OK;
     default:
         say(self, mode_choices[self->mode]);
         return misbehave(self, b, err);
@@ -204,7 +211,8 @@ static const ct_param_spec fault_params[] = {
                   "what to inject: none, error (an error return), nan (a NaN value), hang "
                   "(never return), crash (raise SIGSEGV), exit (exit(status)), abort, overrun "
                   "(4 KiB past dlogits), overrun64, write_logits (into the const logits), "
-                  "thread_crash (a thread of its own raises SIGSEGV), stdout (print)"),
+                  "thread_crash (a thread of its own raises SIGSEGV), stdout (print), inf_grad "
+                  "(+Inf into dlogits)"),
     CT_PARAM_ENUM("in", "forward_backward", in_choices, "where: forward_backward or create"),
     CT_PARAM_INT("status", "3", 0, 255, "mode = exit: the status passed to exit()"),
     CT_PARAM_INT("rank", "0", 0, 1 << 20, "the rank that fails"),
