@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Host copy, as f32, of n elements of a device buffer of dtype f32 or bf16. */
+/* Host copy, as f32, of n elements of a device buffer of dtype f32, bf16 or f16. */
 static int32_t fetch_f32(host_rank *r, const void *src, int32_t dtype, uint64_t n, float *out,
                          ct_error *err) {
     if (dtype == CT_DTYPE_F32)
@@ -28,7 +28,8 @@ static int32_t fetch_f32(host_rank *r, const void *src, int32_t dtype, uint64_t 
     uint16_t *tmp = malloc(n * sizeof *tmp);
     if (!tmp) return ct_error_set(err, CT_ERR_NOMEM, "probe: out of memory");
     int32_t rc = RANK_DEV(r, copy, tmp, src, n * sizeof *tmp, CT_COPY_D2H, err);
-    for (uint64_t i = 0; rc == CT_OK && i < n; i++) out[i] = ct_bf16_to_f32(tmp[i]);
+    for (uint64_t i = 0; rc == CT_OK && i < n; i++)
+        out[i] = dtype == CT_DTYPE_F16 ? ct_f16_to_f32(tmp[i]) : ct_bf16_to_f32(tmp[i]);
     free(tmp);
     return rc;
 }
@@ -50,6 +51,7 @@ static int32_t reduce_both(host_rank *r, const float *x, uint64_t n, double *p, 
     for (uint64_t i = 0; i < n; i++) {
         float v = x[i] / (float)f;
         if (dt == CT_DTYPE_BF16) ((uint16_t *)host)[i] = ct_bf16_from_f32(v);
+        else if (dt == CT_DTYPE_F16) ((uint16_t *)host)[i] = ct_f16_from_f32(v);
         else ((float *)host)[i] = v;
         e[i] = x[i];
     }
@@ -59,7 +61,10 @@ static int32_t reduce_both(host_rank *r, const float *x, uint64_t n, double *p, 
     if (rc == CT_OK) rc = RANK_DEV(r, copy, host, dev, n * es, CT_COPY_D2H, err);
     if (rc == CT_OK) rc = optim_allreduce_f64(r, e, n, CT_REDUCE_SUM, err);
     for (uint64_t i = 0; rc == CT_OK && i < n; i++) {
-        double y = dt == CT_DTYPE_BF16 ? ct_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
+        const uint16_t *h = host;
+        double y = dt == CT_DTYPE_BF16   ? ct_bf16_to_f32(h[i])
+                   : dt == CT_DTYPE_F16 ? ct_f16_to_f32(h[i])
+                                        : ((float *)host)[i];
         p[i] = y / post;
         e[i] /= N;
     }
