@@ -5,7 +5,8 @@
 # fp32's and different from pure_bf16's; full_shard equals no_shard bit for bit; a run stopped
 # at step 10 and resumed equals the straight run bit for bit; the start-up line says f16 takes
 # the OpenBLAS path; sampling from the run decodes in f16 (cache = recompute); check-plugin
-# passes for pure_f16.
+# passes for pure_f16 and fp16; fp16 (GradScaler's loss scale) at scale 1 is pure_f16, skips
+# and backs off from an overflowing scale, and resumes bit for bit.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/train_lib.sh
@@ -82,6 +83,42 @@ b=$("$CTRAIN" sample "$work/f16_ddp" --prompt "Pack my" --greedy --tokens 48 --n
 [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "cpu f16" "$work/s1.err" \
     && ok "pure_f16 run: greedy sampling with the KV cache equals recompute, in f16" \
     || fail "pure_f16 sampling: '$a' vs '$b' ($(tail -2 "$work/s1.err"))"
+
+# fp16 = pure_f16's dtypes + GradScaler's loss scale (precision_kit.h's ct_pkit_scaler, as
+# scaled_amp): with the scale held at 1 (init_scale 1, growth never) it is pure_f16 bit for bit;
+# from a first scale of 2^22 (the gradients of this model overflow f16 above about 2^17) the first steps overflow f16, are skipped on both ranks and
+# halve the scale until the gradients fit, then the run trains; stopped after a skip and
+# resumed, the losses and scales equal the straight run's bit for bit.
+train fp16_one "${two[@]}" --set strategy.plugin=full_shard --set precision.plugin=fp16 \
+    --set precision.init_scale=1 --set precision.growth_interval=1000000
+compare_series "$work/fp16_one" "$work/f16_full_shard" loss 0 "fp16 at scale 1 equals pure_f16 bit for bit"
+train fp16_big "${two[@]}" --set strategy.plugin=full_shard --set precision.plugin=fp16 \
+    --set precision.init_scale=4194304 --set run.log_every=1
+python3 - "$work/fp16_big/metrics.jsonl" <<'PY' && ok "fp16 from 2^22: overflowed steps skipped, the scale halves per skip, then 20 finite losses" \
+    || fail "fp16 from 2^22: $(cat "$work/fp16_big.why" 2>/dev/null)"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+scales = [d["loss_scale"] for d in rows]; skips = [d["skipped_steps"] for d in rows]
+why = []
+if len(rows) != 20 or not all(math.isfinite(d["loss"]) for d in rows): why.append("not 20 finite losses")
+if sum(skips) < 1: why.append("no step was skipped")
+for a, b, k in zip(scales, scales[1:], skips):
+    if k and b != a / 2: why.append(f"after a skip the scale went {a} -> {b}")
+if skips[-1] != 0: why.append("still skipping at step 20")
+if why: print("; ".join(why)); sys.exit(1)
+PY
+"$CTRAIN" train "$work/base.ini" "${two[@]}" --set strategy.plugin=full_shard \
+    --set precision.plugin=fp16 --set precision.init_scale=4194304 --set run.log_every=1 \
+    --set run.out_dir="$work/fp16_resume" --stop-after 10 > "$work/fp16_r1.log" 2>&1 \
+    || fail "fp16 resume: first half: $(tail -3 "$work/fp16_r1.log")"
+"$CTRAIN" train "$work/base.ini" "${two[@]}" --set strategy.plugin=full_shard \
+    --set precision.plugin=fp16 --set precision.init_scale=4194304 --set run.log_every=1 \
+    --set run.out_dir="$work/fp16_resume" --resume > "$work/fp16_r2.log" 2>&1 \
+    || fail "fp16 resume: second half: $(tail -3 "$work/fp16_r2.log")"
+compare_series "$work/fp16_resume" "$work/fp16_big" loss 0 "fp16 full_shard: stop at 10, resume, bit for bit"
+compare_series "$work/fp16_resume" "$work/fp16_big" loss_scale 0 "fp16 full_shard: the scale resumes with the run"
+out=$(timeout 300 "$CTRAIN" check-plugin "$(dirname "$CTRAIN")/plugins/precision_fp16.so" 2>&1) \
+    && ok "check-plugin fp16: $(echo "$out" | tail -1)" || fail "check-plugin fp16: $(echo "$out" | grep FAIL | head -3)"
 
 out=$(timeout 300 "$CTRAIN" check-plugin "$(dirname "$CTRAIN")/plugins/precision_pure_f16.so" 2>&1) \
     && ok "check-plugin pure_f16: $(echo "$out" | tail -1)" || fail "check-plugin pure_f16: $(echo "$out" | grep FAIL | head -3)"

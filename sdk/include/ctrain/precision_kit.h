@@ -1,7 +1,7 @@
 /* precision_kit.h — header-only helpers for writing a precision plugin: the grad_accum_dtype
  * key the bf16 policies share, filling a policy, the comm's own SUM collectives (the fallback of
- * a custom reduction hook) and its stochastic-rounding ones (ABI 1.5), and grow-only device
- * scratch bound to one rank's device. The built-in precision plugins use it; a third-party
+ * a custom reduction hook) and its stochastic-rounding ones (ABI 1.5), grow-only device
+ * scratch bound to one rank's device, and GradScaler's dynamic loss scale (ABI 1.7). The built-in precision plugins use it; a third-party
  * policy gets the same key, defaults and messages by including it. Not part of the ABI: nothing
  * here crosses the plugin boundary, and it keeps no state.
  *
@@ -12,6 +12,7 @@
 
 #include <ctrain/ctrain.h>
 
+#include <math.h>
 #include <string.h>
 
 /* --- the grad_accum_dtype key -------------------------------------------------------------- */
@@ -109,6 +110,105 @@ static inline int32_t ct_pkit_ensure(ct_device_ref dev, void **buf, uint64_t *ca
                             " ---> use a smaller model or more ranks", who,
                             (unsigned long long)bytes, what);
     *cap = n;
+    return CT_OK;
+}
+
+/* --- a dynamic loss scale (ABI 1.7's loss_scale / after_reduce / state_save / state_load) ---
+ * torch.amp.GradScaler's rule: the scale S is an f32 value; a step whose gradients overflowed
+ * is skipped and S is multiplied by backoff_factor; growth_interval clean steps in a row
+ * multiply it by growth_factor, kept only when the product is a finite f32. The keys are
+ * CT_PKIT_PARAMS_SCALER's; the state is 16 bytes. Include <math.h> and <string.h> before. */
+
+typedef struct ct_pkit_scaler {
+    float   scale;          /* GradScaler._scale (f32) */
+    int32_t growth_tracker; /* GradScaler._growth_tracker: clean steps since the last change */
+    float   growth_factor, backoff_factor;
+    int32_t growth_interval;
+} ct_pkit_scaler;
+
+#define CT_PKIT_SCALER_MAGIC 0x53414d50u /* "SAMP": the saved state's first word */
+
+/* The schema entries of the scaler's keys (GradScaler's defaults). */
+#define CT_PKIT_PARAMS_SCALER                                                                  \
+    CT_PARAM_FLOAT_X("init_scale", "65536", 0, 3.4028234663852886e38, CT_PARAM_MIN_EXCLUSIVE, \
+                     "the first loss scale (GradScaler init_scale, 2^16); an f32 value"),      \
+    CT_PARAM_FLOAT_X("growth_factor", "2", 1, 1e6, CT_PARAM_MIN_EXCLUSIVE,                    \
+                     "the scale is multiplied by it after growth_interval clean steps"),      \
+    CT_PARAM_FLOAT_X("backoff_factor", "0.5", 0, 1,                                           \
+                     CT_PARAM_MIN_EXCLUSIVE | CT_PARAM_MAX_EXCLUSIVE,                          \
+                     "the scale is multiplied by it on a step with non-finite gradients "     \
+                     "(which is skipped)"),                                                    \
+    CT_PARAM_INT("growth_interval", "2000", 1, 2147483647,                                    \
+                 "clean steps in a row before the scale grows")
+
+/* *s from the plugin's section (the keys of CT_PKIT_PARAMS_SCALER). */
+static inline int32_t ct_pkit_scaler_read(const ct_create_args *args, ct_pkit_scaler *s,
+                                          ct_error *err) {
+    double init = 0, growth = 0, backoff = 0;
+    int64_t interval = 0;
+    const ct_host_api *api = args->api;
+    int32_t rc = api->get_float(args->host, args->section, "init_scale", &init, err);
+    if (rc == CT_OK) rc = api->get_float(args->host, args->section, "growth_factor", &growth, err);
+    if (rc == CT_OK) rc = api->get_float(args->host, args->section, "backoff_factor", &backoff, err);
+    if (rc == CT_OK) rc = api->get_int(args->host, args->section, "growth_interval", &interval, err);
+    if (rc != CT_OK) return rc;
+    s->scale = (float)init;
+    s->growth_tracker = 0;
+    s->growth_factor = (float)growth;
+    s->backoff_factor = (float)backoff;
+    s->growth_interval = (int32_t)interval;
+    return CT_OK;
+}
+
+/* GradScaler.update (_amp_update_scale_) with the all-ranks verdict; *skip = 1 on an overflow
+ * (GradScaler.step skips the optimizer). */
+static inline void ct_pkit_scaler_update(ct_pkit_scaler *s, int32_t grads_finite, int32_t *skip) {
+    if (!grads_finite) {
+        s->scale = s->scale * s->backoff_factor;
+        s->growth_tracker = 0;
+        *skip = 1;
+        return;
+    }
+    int32_t successful = s->growth_tracker + 1;
+    if (successful == s->growth_interval) {
+        float grown = s->scale * s->growth_factor;
+        if (isfinite(grown)) s->scale = grown;
+        s->growth_tracker = 0;
+    } else {
+        s->growth_tracker = successful;
+    }
+    *skip = 0;
+}
+
+/* 16 bytes: the magic, the f32 scale's bits, the growth tracker, 0 (host byte order). `who`
+ * starts the messages ("precision scaled_amp"). */
+static inline int32_t ct_pkit_scaler_save(const ct_pkit_scaler *s, void *buf, uint64_t cap,
+                                          uint64_t *size, const char *who, ct_error *err) {
+    uint32_t w[4] = {CT_PKIT_SCALER_MAGIC, 0, (uint32_t)s->growth_tracker, 0};
+    if (cap < sizeof w)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: state needs %zu bytes", who, sizeof w);
+    memcpy(&w[1], &s->scale, 4);
+    memcpy(buf, w, sizeof w);
+    *size = sizeof w;
+    return CT_OK;
+}
+
+static inline int32_t ct_pkit_scaler_load(ct_pkit_scaler *s, const void *buf, uint64_t size,
+                                          const char *who, ct_error *err) {
+    uint32_t w[4];
+    if (size != sizeof w)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: saved state is %llu bytes, not 16 ---> "
+                            "resume with the policy that saved it", who,
+                            (unsigned long long)size);
+    memcpy(w, buf, sizeof w);
+    float scale;
+    memcpy(&scale, &w[1], 4);
+    if (w[0] != CT_PKIT_SCALER_MAGIC || !(isfinite(scale) && scale > 0) || (int32_t)w[2] < 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the saved state is not a loss scaler's "
+                            "(magic, scale or counter) ---> resume with the policy that saved it",
+                            who);
+    s->scale = scale;
+    s->growth_tracker = (int32_t)w[2];
     return CT_OK;
 }
 
