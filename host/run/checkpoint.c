@@ -243,19 +243,20 @@ static void own_id(const char *root, char id[RUN_ID_HEX + 1]) {
     fclose(f);
 }
 
-/* Whose is the folder `name` under root, for the run of id ("" = a run without an id: every
- * folder counts as its own)? `reading` (choosing a checkpoint to resume from, never removing):
- * a folder saved before manifests counts as the run's own even behind a link, as before. */
+/* Whose is the folder `name` under root, for the run of id ("" = a run without an id)? A
+ * manifest compared with the id decides. Without that comparison (a folder saved before
+ * manifests, or a run without an id) the folder counts as the out_dir's own for `reading`
+ * (choosing a checkpoint to resume from, never removing), and for removing only when
+ * checkpoints/ is a folder of the out_dir's own, not a link another run may share. */
 static int lineage_of(const char *root, const char *name, const char *id, int reading) {
     char dir[PATH_MAX], got[RUN_ID_HEX + 1];
     ct_error scratch = {.struct_size = sizeof scratch};
     if (path_fmt(dir, sizeof dir, &scratch, "%s/%s", root, name) != CT_OK) return LINE_DAMAGED;
     int m = read_manifest(dir, got, NULL, &scratch);
     if (m < 0) return LINE_DAMAGED;
-    if (!id[0]) return LINE_OWN;
-    if (m == 1) return strcmp(got, id) == 0 ? LINE_OWN : LINE_OTHER;
+    if (id[0] && m == 1) return strcmp(got, id) == 0 ? LINE_OWN : LINE_OTHER;
     if (reading) return LINE_OWN;
-    struct stat st; /* saved before lineage was recorded: the out_dir's own unless linked */
+    struct stat st;
     return lstat(root, &st) == 0 && S_ISDIR(st.st_mode) ? LINE_OWN : LINE_OTHER;
 }
 
@@ -505,7 +506,9 @@ static int32_t check_own(const char *root, const char *path, ct_error *err) {
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     int l = lineage_of(root, name, id, 0);
     if (l == LINE_OWN) return CT_OK;
-    DIR *d = is_stale_name(name) ? opendir(path) : NULL; /* a save cut before its manifest */
+    DIR *d = NULL; /* a save cut before its manifest */
+    ct_error scratch = {.struct_size = sizeof scratch};
+    if (is_stale_name(name)) open_folder(path, "checkpoint folder", "check [run] out_dir", &d, &scratch);
     if (d) {
         struct dirent *e;
         int empty = 1;
@@ -714,7 +717,9 @@ int32_t checkpoint_start_over(const char *out_dir, ct_error *err) {
     if (rc != CT_OK) return rc;
     own_id(root, id);
     int removed = 0, kept = 0;
-    DIR *d = opendir(root);
+    DIR *d = NULL; /* no checkpoints folder: nothing of it to remove */
+    ct_error scratch = {.struct_size = sizeof scratch};
+    open_folder(root, "checkpoints folder", "check [run] out_dir", &d, &scratch);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         int step = parse_step_name(e->d_name) >= 0, stale = is_stale_name(e->d_name);
@@ -722,9 +727,7 @@ int32_t checkpoint_start_over(const char *out_dir, ct_error *err) {
             if (strncmp(e->d_name, "step_", 5) == 0) kept++; /* set aside (.skipped), others */
             continue;
         }
-        struct stat rst; /* an out_dir without run_id: only its own, unlinked folder's */
-        if (lineage_of(root, e->d_name, id, 0) != LINE_OWN ||
-            (!id[0] && (lstat(root, &rst) != 0 || !S_ISDIR(rst.st_mode)))) {
+        if (lineage_of(root, e->d_name, id, 0) != LINE_OWN) {
             kept++;
             continue;
         }
@@ -745,7 +748,8 @@ int32_t checkpoint_start_over(const char *out_dir, ct_error *err) {
     char tb[PATH_MAX];
     struct stat st;
     if (path_fmt(tb, sizeof tb, err, "%s/tb", out_dir) == CT_OK && lstat(tb, &st) == 0) {
-        if (S_ISDIR(st.st_mode) && (d = opendir(tb))) {
+        if (S_ISDIR(st.st_mode) &&
+            open_folder(tb, "TensorBoard folder", "check [run] out_dir", &d, &scratch) == CT_OK) {
             while ((e = readdir(d))) {
                 if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
                 char name[PATH_MAX];
@@ -1250,7 +1254,8 @@ static void set_aside(const char *root, const skipped_list *sk) {
                 break;
         }
         if (lstat(from, &st) != 0) continue; /* gone meanwhile */
-        if (k < 1000 && rename(from, to) == 0)
+        /* RENAME_NOREPLACE: a name that appeared since the lstat above is never replaced */
+        if (k < 1000 && renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
             fprintf(stderr, "ctrain: set aside the damaged checkpoint %s as %s (kept, never "
                     "resumed from) ---> inspect it, or remove it yourself\n", from, to);
         else
