@@ -22,6 +22,7 @@
 #include "run/watchdog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,28 @@ static int32_t record_tokenizer(const host_config *cfg, const char *out_dir, ct_
 /* The grace after a stop signal while the configuration is read and checked (the plugins'
  * create() in preflight included), before [run] stop_grace_s is known. */
 #define TRAIN_SETUP_GRACE_S 10
+
+/* --resume that found no checkpoint starts from step 0 and starts metrics.jsonl anew: the lines
+ * of the attempt that ended before its first save are set aside as metrics.jsonl.before_resume
+ * (.2, .3, ... when that exists; never replacing a file), never removed. Under the out_dir's
+ * lock. */
+static int32_t keep_old_metrics(const char *out_dir, ct_error *err) {
+    char from[4200], to[4300];
+    struct stat st;
+    snprintf(from, sizeof from, "%s/metrics.jsonl", out_dir);
+    if (lstat(from, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return CT_OK;
+    for (int k = 1; k < 1000; k++) {
+        snprintf(to, sizeof to, k == 1 ? "%s.before_resume" : "%s.before_resume.%d", from, k);
+        if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) {
+            fprintf(stderr, "ctrain train: --resume: kept the metrics of the attempt before as "
+                    "%s\n", to);
+            return CT_OK;
+        }
+        if (errno != EEXIST) break;
+    }
+    return ct_error_set(err, CT_ERR_IO, "--resume: cannot set aside %s before starting it anew: "
+                        "%s ---> move it yourself, then resume", from, strerror(errno));
+}
 
 int cmd_train(int argc, char **argv) {
     ct_error err = {.struct_size = sizeof err};
@@ -129,7 +152,8 @@ int cmd_train(int argc, char **argv) {
         print_message_line(stderr, resume ? "ctrain train: --resume: " : "ctrain train: ", err.message);
         goto out_session;
     }
-    if (resume && n_saved == 0) {
+    int fell_back = resume && n_saved == 0; /* --resume with nothing to resume from */
+    if (fell_back) {
         if (first_process)
             fprintf(stderr, "ctrain train: --resume: no checkpoint %sunder %s/checkpoints yet; "
                     "starting from step 0\n", n_all ? "of this run " : "", out_dir);
@@ -174,6 +198,7 @@ int cmd_train(int argc, char **argv) {
                    (!first_process || runlock_take(&lock, out_dir, &err) == CT_OK) &&
                    (!first_process || !fresh || !force ||
                     checkpoint_start_over(out_dir, &err) == CT_OK) &&
+                   (!first_process || !fell_back || keep_old_metrics(out_dir, &err) == CT_OK) &&
                    (!first_process || checkpoint_run_id(out_dir, fresh, &err) == CT_OK) &&
                    (!first_process || checkpoint_write_config(cfg, out_dir, &err) == CT_OK) &&
                    (!first_process || record_tokenizer(cfg, out_dir, &err) == CT_OK);

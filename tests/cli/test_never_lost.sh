@@ -5,7 +5,8 @@
 # is a link to a run, a metrics.jsonl hard-linked elsewhere, every output option aimed at a
 # run's own files or nested deep in its checkpoints) and checks byte for byte (the sha256 of
 # every file of the trees before and after) that nothing the user did not ask to remove is gone.
-# Then: a one-shot writer stopped by SIGTERM leaves no temporary, --resume on a finished run
+# Then: a one-shot writer stopped by SIGTERM leaves no temporary, --resume with no checkpoint
+# sets the earlier attempt's metrics aside, --resume on a finished run
 # says so, a resume with other steps warns and [optim] schedule_steps keeps the schedule.
 set -u
 cd "$(dirname "$0")/../.."
@@ -262,5 +263,24 @@ train "$work/G" --set run.log_every=1 --set run.steps=8 --set optim.schedule_ste
     > H.out 2> H.err); rc=$?
 [ $rc = 1 ] && says "$work/H.err" "--resume-from nowhere/step_00000001: not found ($work/nowhere/step_00000001)" \
     && ok "resume_from_a_missing_folder_says_not_found" || fail "resume-from missing: rc $rc: $(cat "$work/H.err")"
+
+# 9. --resume with no checkpoint yet (an attempt ended before its first save) starts from step 0
+# and starts metrics.jsonl anew: the earlier attempt's lines are set aside, byte for byte, never
+# replaced; a second such resume keeps the first set-aside file too
+mkdir -p "$work/K"
+printf '{"step": 1, "loss": 9.5}\n{"step": 2, "loss": 9.25}\n' > "$work/K/metrics.jsonl"
+before=$(sha256sum < "$work/K/metrics.jsonl")
+train "$work/K" --resume --set run.checkpoint_every=0
+[ $rc = 0 ] && [ "$(sha256sum < "$work/K/metrics.jsonl.before_resume" 2>/dev/null)" = "$before" ] \
+    && says "$work/K.err" "kept the metrics of the attempt before as $work/K/metrics.jsonl.before_resume" \
+    && [ -s "$work/K/metrics.jsonl" ] \
+    && ok "resume_without_a_checkpoint_sets_the_earlier_metrics_aside" \
+    || fail "resume without a checkpoint: rc $rc: $(tail -2 "$work/K.err")"
+rm -rf "$work/K/checkpoints"
+train "$work/K" --resume --set run.checkpoint_every=0
+[ $rc = 0 ] && [ "$(sha256sum < "$work/K/metrics.jsonl.before_resume")" = "$before" ] \
+    && [ -s "$work/K/metrics.jsonl.before_resume.2" ] \
+    && ok "a_second_set_aside_never_replaces_the_first" \
+    || fail "second resume without a checkpoint: rc $rc: $(ls "$work/K" | tr '\n' ' ')"
 
 finish
