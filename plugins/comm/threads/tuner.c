@@ -17,9 +17,11 @@
  * [algo] in NCCL's order (tree, ring, collnet direct, collnet chain, nvls, nvls tree, pat),
  * [proto] LL, LL128, simple; compute-capability index 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell;
  * the node-count index 0 one node, 1 two nodes, 2 more. What differs between the versions is
- * in the latency tables, the Hopper row of the LL caps, and the formulas (tuner_version_model
- * below, bandwidth() and latency()); the per-channel caps of Volta, Ampere and Hopper are the
- * same in all four tags. */
+ * in the latency tables, the Hopper rows of the caps, and the formulas (version_model below,
+ * bandwidth() and latency()); the per-channel caps of Volta and Ampere are the same in all four
+ * tags. "2.18" is v2.18.1-1, the NCCL PyTorch 2.1 bundled (v2.18.3 to v2.18.6 took the tree's
+ * simple latency back to 4 / 14 us: not modelled); "2.19" v2.19.3-1 (PyTorch 2.2; the same
+ * tuning.cc as v2.19.4-1), "2.20" v2.20.5-1 (PyTorch 2.3). */
 enum { HW_NVLINK = 0, HW_PCI = 1, HW_NET = 2 };
 
 typedef struct version_model {
@@ -29,24 +31,27 @@ typedef struct version_model {
     double      base_lat[TUNER_N_ALGOS][TUNER_N_PROTOS];
     double      hw_lat[3][TUNER_N_ALGOS][TUNER_N_PROTOS];
     double      ll_max_bw_hopper[3];                 /* the LL cap's Hopper row (one node) */
+    double      tree_bw_hopper[3];                   /* the tree's per-channel cap, Hopper */
+    double      tree_ll128_bw_hopper[3];             /* the tree LL128's, Hopper */
 } version_model;
 
 static const version_model versions[TUNER_N_VERSIONS] = {
-    /* v2.18.6-1: tree/simple has no base latency and 4 us (NVLink) / 14 us (net) per hop;
-     * NVLS and NVLS_TREE carry a 23 us base */
-    {218, "2.18", "v2.18.6-1",
+    /* v2.18.1-1: tree/simple has no base latency and 28 us per hop (NVLink, PCI and net);
+     * NVLS and NVLS_TREE carry a 23 us base; Hopper's tree caps 33 GB/s per channel across 3+
+     * nodes, its tree LL128 36.7 everywhere */
+    {218, "2.18", "v2.18.1-1",
      {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}, {6.8, 14.0, 0}, {6.8, 14.0, 0}, {0, 0, 23.0},
       {0, 0, 23.0}, {0, 0, 0}},
-     {{{0.6, 1.25, 4}, {0.6, 1.9, 3.4}, {0, 0, 8.0}, {0, 0, 4.75}, {0, 0, 0}, {0, 0, 0},
+     {{{0.6, 1.25, 28}, {0.6, 1.9, 3.4}, {0, 0, 8.0}, {0, 0, 4.75}, {0, 0, 0}, {0, 0, 0},
        {0, 0, 0}},
-      {{1.0, 1.9, 6}, {1.0, 2.5, 5.7}, {0, 0, 8.0}, {0, 0, 8.0}, {0, 0, 0}, {0, 0, 0},
+      {{1.0, 1.9, 28}, {1.0, 2.5, 5.7}, {0, 0, 8.0}, {0, 0, 8.0}, {0, 0, 0}, {0, 0, 0},
        {0, 0, 0}},
-      {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 10.7}, {0, 0, 14}, {0, 0, 18}, {0, 0, 19},
+      {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}, {0, 0, 10.7}, {0, 0, 14}, {0, 0, 18}, {0, 0, 19},
        {0, 0, 0}}},
-     {87.7, 22.5, 19.0}},
-    /* v2.19.4-1: tree/simple 28 us per hop everywhere (no base); NVLS's latency moved into
-     * the hardware table */
-    {219, "2.19", "v2.19.4-1",
+     {87.7, 22.5, 19.0}, {38.7, 41.4, 33.0}, {36.7, 36.7, 36.7}},
+    /* v2.19.3-1: tree/simple still 28 us per hop (no base); NVLS's latency moved into the
+     * hardware table */
+    {219, "2.19", "v2.19.3-1",
      {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
      {{{0.6, 1.25, 28}, {0.6, 1.9, 3.4}, {0, 0, 3.7}, {0, 0, 2.8}, {0, 0, 23}, {0, 0, 23},
        {0, 0, 0}},
@@ -54,7 +59,7 @@ static const version_model versions[TUNER_N_VERSIONS] = {
        {0, 0, 0}},
       {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}, {0, 0, 31}, {0, 0, 30}, {0, 0, 18}, {0, 0, 14},
        {0, 0, 0}}},
-     {87.7, 22.5, 19.0}},
+     {87.7, 22.5, 19.0}, {38.7, 41.4, 36.0}, {36.7, 36.7, 29.0}},
     /* v2.20.5-1: the tables of 2.19 (what changed is CollNet's and MNNVL's, not modelled) */
     {220, "2.20", "v2.20.5-1",
      {{6.8, 14.0, 0}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
@@ -64,7 +69,7 @@ static const version_model versions[TUNER_N_VERSIONS] = {
        {0, 0, 0}},
       {{5.0, 8.5, 28}, {2.7, 4.0, 14.0}, {0, 0, 31}, {0, 0, 30}, {0, 0, 18}, {0, 0, 14},
        {0, 0, 0}}},
-     {87.7, 22.5, 19.0}},
+     {87.7, 22.5, 19.0}, {38.7, 41.4, 36.0}, {36.7, 36.7, 29.0}},
     /* v2.30.7-1 */
     {230, "2.30", "v2.30.7-1",
      {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
@@ -75,7 +80,7 @@ static const version_model versions[TUNER_N_VERSIONS] = {
        {0, 0, 4.0}},
       {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 31}, {0, 0, 30}, {0, 0, 18}, {0, 0, 20.9},
        {0, 0, 14}}},
-     {141.0, 45.0, 35.0}},
+     {141.0, 45.0, 35.0}, {38.7, 41.4, 36.0}, {36.7, 36.7, 29.0}},
 };
 
 static const version_model *version_of(int32_t id) {
@@ -237,15 +242,17 @@ static double bandwidth(const tuner_query *q, const version_model *v, const gpu_
     if (a == TUNER_RING && p == TUNER_LL128) /* before 2.2x: 0.7 at one GPU per node */
         bus = fmin(bus * (old && ppn < 2 ? 0.7 : 0.92),
                    g->channels * ring_ll128_bw[m->cc_index][idx2]);
-    if (a == TUNER_TREE && ar) bus = fmin(bus * .92, g->channels * tree_bw[m->cc_index][idx2]);
+    int32_t hop = m->cc_index == 2; /* Hopper: the version's row */
+    double tree_cap = hop ? v->tree_bw_hopper[idx2] : tree_bw[m->cc_index][idx2];
+    double tree_ll128_cap = hop ? v->tree_ll128_bw_hopper[idx2] : tree_ll128_bw[m->cc_index][idx2];
+    if (a == TUNER_TREE && ar) bus = fmin(bus * .92, g->channels * tree_cap);
     if (a == TUNER_TREE && p == TUNER_LL) bus = fmin(bus * 1.0 / 3.8, llmax);
     if (a == TUNER_TREE && p == TUNER_LL128)
-        bus = fmin(bus * (nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0),
-                   g->channels * tree_ll128_bw[m->cc_index][idx2]);
+        bus = fmin(bus * (nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), g->channels * tree_ll128_cap);
     if (a == TUNER_PAT) bus *= .75;
     /* bus to algorithm bandwidth. 2.30: ring and NVLS by N / nsteps, the tree by 1/2, a
      * reduce-scatter that is not a ring keeps its bus figure. 2.19, 2.20: ring N / nsteps,
-     * NVLS and NVLS_TREE 5/6, the tree 1/2. 2.18: NVLS 5/6, NVLS_TREE .7 nodes / (2 (nodes -
+     * NVLS and NVLS_TREE 5/6, the tree 1/2. 2.18: NVLS .75, NVLS_TREE .7 nodes / (2 (nodes -
      * 1)). */
     int32_t nsteps = ar ? 2 * (N - 1) : N - 1;
     if (!old) {
@@ -255,7 +262,7 @@ static double bandwidth(const tuner_query *q, const version_model *v, const gpu_
     } else if (a == TUNER_RING) {
         bus *= (double)N / nsteps;
     } else if (a == TUNER_NVLS || (a == TUNER_NVLS_TREE && v->id >= 219)) {
-        bus *= 5.0 / 6.0;
+        bus *= v->id == 218 ? .75 : 5.0 / 6.0;
     } else if (a == TUNER_NVLS_TREE) {
         bus *= .70 * nodes / (2.0 * (nodes - 1));
     } else {
