@@ -163,6 +163,22 @@ else
     ct_fail "buffer placement" "alone: $alone / same: $same / big: $big"
 fi
 
+# inside the 413 MB root unit at 32 nodes NCCL's pick is ring/LL128 on 16 channels: its replay
+# is the plain ring's with those channels and that protocol in the same buffer, and the
+# streamed path (--rows over every row) gives the whole replay's figures
+R=(--world-sizes 256 --global-batch 32 --algo nccl,ring --gpu a100 --gpus-per-node 8 --channels 16
+   --proto ll128 --policies pure_bf16 --fsdp-units open_lm-1b)
+ct_run "$CTRAIN" what-if "$CK" "${R[@]}"
+whole_n=$(row 256 nccl pure_bf16 | awk '{print $5, $6, $7}')
+whole_r=$(row 256 ring pure_bf16 | awk '{print $5, $6, $7}')
+ct_run "$CTRAIN" what-if "$CK" "${R[@]}" --rows 1000
+rows_n=$(row 256 nccl pure_bf16 | awk '{print $5, $7, $9}')
+if [ -n "$whole_n" ] && [ "$whole_n" = "$whole_r" ] && [ "$whole_n" = "$rows_n" ]; then
+    ct_pass "in the root unit the pick replays as ring/LL128 on 16 channels, streamed or whole ($whole_n)"
+else
+    ct_fail "pick in the buffer" "nccl: $whole_n / ring: $whole_r / rows: $rows_n"
+fi
+
 # ---- 5. NCCL versions: what-if and a run's log ---------------------------------------------
 ct_run "$CTRAIN" what-if "$CK" "${A[@]}" --algo nccl --fsdp-units open_lm-1b --nccl-version 2.18
 grep -q "NCCL 2.18 would run this 413 MB all-reduce .* as ring/LL128" "$CT_TMP/out" \
