@@ -3,10 +3,11 @@
 # V]`: NCCL's algorithm is picked for the buffer that holds the head, not for the replayed rows.
 # A one-step run of a tiny model (V = 1000, C = 16) is replayed at 32 nodes of 8 A100 with a
 # 256-token global batch; what is checked are the buffer (the FSDP unit layout against the hand
-# computation below), the pick and its margin (against tuning.cc's formulas worked by hand),
+# computation below and against the gpt plugin's own parameter count for the seed's configs),
+# the pick and its margin (against tuning.cc's formulas worked by hand),
 # the 10% fragile line on both sides, the rival replayed beside a fragile pick, the replay
-# placed in the buffer, [comm.threads] nccl_version in a run's log, and every bad value naming
-# its option.
+# placed in the buffer, --nccl-version in what-if and reduce, [comm.threads] nccl_version in a
+# run's log, and every bad value naming its option.
 #
 # Hand computations (open_lm's model.py and FSDP wrapping, docs/seed-experiments.md):
 #   open_lm-1b root unit: tok_embeddings 50,432 x 2048 + norm 2048 + output 50,432 x 2048 =
@@ -31,7 +32,7 @@ ct_need_ctrain
 W=$CT_TMP
 
 "$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out "$W/sp" --tokenizer sentencepiece \
-    --vocab-size 1000 --val-fraction 0 > "$W/prepare.log" 2>&1 \
+    --vocab-size 1000 --val-fraction 0.3 > "$W/prepare.log" 2>&1 \
     || { ct_fail prepare "$(tail -3 "$W/prepare.log")"; ct_summary; exit 1; }
 
 # train OUT WORLD [--set ...]: one step, a checkpoint after it
@@ -119,6 +120,26 @@ else
     ct_fail "head alone" "$ct_out"
 fi
 
+# the same count from the gpt plugin's own parameters for the seed's configs (`ctrain validate`
+# prints its parameter groups): root = embedding + head + the final norm (C), a block = (matrices
+# + norms - C) / blocks
+for cfg in exp1-4nodes:open_lm-125m:24:768 exp2-32nodes-bf16:open_lm-1b:48:2048; do
+    IFS=: read -r ini model L C <<< "$cfg"
+    "$CTRAIN" validate "ini/experiments/seed/$ini.ini" --set data.train="$W/sp" --set data.val="$W/sp" \
+        --set data.seq_len=8 --set model.seq_len=8 --set data.batch_size=1 --set run.eval_batches=1 > "$W/validate.txt" 2>&1
+    want=$(awk -v L="$L" -v C="$C" '$2 == "group" { n[$3] = $6 }
+        END { if (n["embedding"] && n["head"]) printf "root unit %d elements, %d block units of %d elements",
+              n["embedding"] + n["head"] + C, L, (n["matrix"] + n["norm"] - C) / L }' "$W/validate.txt")
+    ct_run "$CTRAIN" what-if "$CK" "${A[@]}" --fsdp-units "$model"
+    root=$(grep -o "the root unit [0-9]* elements" "$CT_TMP/out" | head -1 | awk '{print $4}')
+    blocks=$(grep -o "[0-9]* block units of [0-9]* elements" "$CT_TMP/out" | head -1)
+    if [ -n "$want" ] && [ "$want" = "root unit $root elements, $blocks" ]; then
+        ct_pass "$model's units equal the gpt plugin's parameters for $ini.ini ($want)"
+    else
+        ct_fail "$model against $ini" "validate: '$want'; what-if: root $root, $blocks"
+    fi
+done
+
 # ---- 3. --bucket-bytes: the flip at 393.9 MB, fragile within 10% only ---------------------
 ct_run "$CTRAIN" what-if "$CK" "${A[@]}" --algo nccl --bucket-bytes 380000000
 grep -q "DDP bucket of 380000000 bytes: NCCL 2.30 would run this 380 MB all-reduce .* as tree/LL128" "$CT_TMP/out" \
@@ -189,6 +210,13 @@ train "$W/v219" 16 --set comm.threads.algo=nccl --set comm.threads.gpu=h100 \
 grep -q "NCCL 2.19 would run this .* at 2 nodes x 8 H100" "$W/v219.log" \
     && ct_pass "[comm.threads] nccl_version = 2.19: the run logs 2.19's pick" \
     || ct_fail "run 2.19" "$(grep -i nccl "$W/v219.log" | head -3)"
+
+# ctrain reduce takes the same option: 16 ranks of 1000 bf16 values on 2 nodes of 8 A100
+python3 -c 'import struct, sys; sys.stdout.buffer.write(struct.pack("<16000H", *([0x3f80] * 16000)))' > "$W/in.bin"
+ct_run "$CTRAIN" reduce --world-size 16 --in "$W/in.bin" --out "$W/out.bin" --dtype bf16 \
+    --algo nccl --gpu a100 --gpus-per-node 8 --nccl-version 2.19
+grep -q "reduce: NCCL 2.19 would run this 2 kB all-reduce at 2 nodes x 8 A100" "$CT_TMP/out" \
+    && ct_pass "reduce --nccl-version 2.19 names its tuner" || ct_fail "reduce 2.19" "$ct_out $ct_err"
 
 # ---- 6. bad values name their option --------------------------------------------------------
 ct_expect_failure "--bucket-bytes 0 is refused" "--bucket-bytes '0'" "$CTRAIN" what-if "$CK" "${A[@]}" --bucket-bytes 0
