@@ -48,9 +48,9 @@
     "Defaults: --algo ring,\n"             \
     "--gpus-per-node 0 (one node), --channels 1, every policy, --batches 1, the run's global\n" \
     "batch. Orders as [comm] algo of the threads engine (dbtree: NCCL's tree; tree: heap;\n"  \
-    "nccl: what the model of NCCL's tuner picks for the head's size on --gpu nodes of\n"      \
-    "--gpus-per-node GPUs, printed once per world size), cut as NCCL cuts one all-reduce\n"   \
-    "(--split nccl, the default) or evenly (--split even, earlier versions).\n"              \
+    "nccl: what the model of NCCL's tuner picks for the buffer that holds the head on --gpu\n" \
+    "nodes of --gpus-per-node GPUs, printed once per world size), cut as NCCL cuts one\n"    \
+    "all-reduce (--split nccl, the default) or evenly (--split even, earlier versions).\n"   \
     "The all-reduce that holds the head: --bucket-bytes B (a DDP bucket of B bytes, the head\n" \
     "at its start) or --fsdp-units MODEL (FSDP NO_SHARD: the root unit of open_lm's wrapping\n" \
     "of MODEL, which holds embedding, final norm and head; the layout is printed); default\n"  \
