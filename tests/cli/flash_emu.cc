@@ -7,8 +7,9 @@
  * launch shape of flash_plan.h. Compared with a double-precision causal attention (forward O
  * and lse, backward dq, dk, dv from a random dO) at T = 1, 37, 64, 130 and head dims 16, 24, 64,
  * f32, bf16 and f16 (inputs rounded to the 16-bit type; WMMA's f16 fragments widen with
- * ct_f16_to_f32, as its bf16 ones with ct_bf16_to_f32). What this cannot see: the GPU's own scheduling,
- * memory model and WMMA's register layouts (tests/gpu/model_vs_cpu.c on a GPU sees them).
+ * ct_f16_to_f32, as its bf16 ones with ct_bf16_to_f32). What this cannot see: the GPU's own
+ * scheduling, memory model and WMMA's register layouts (tests/gpu/model_vs_cpu.c on a GPU sees
+ * them).
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed"; exit 1 on a failure.
  * Built and run by tests/cli/test_flash_emu.sh (c++ -std=c++17 -pthread).
  */

@@ -1,7 +1,8 @@
 /* device_compare.h — one suite of claims that a candidate device plugin (cuda) computes what the
  * reference device plugin (cpu) computes on the same inputs: casts (bf16 and f16), stochastic
- * rounding, scale and axpy (f32, bf16, f16), sumsq, AdamW, row statistics. Used by tests/gpu/cuda_vs_cpu.c on a GPU machine and by
- * tests/unit/test_cuda_build.c (cpu against cpu) so the suite itself is exercised in CI.
+ * rounding, scale and axpy (f32, bf16, f16), sumsq, AdamW, row statistics. Used by
+ * tests/gpu/cuda_vs_cpu.c on a GPU machine and by tests/unit/test_cuda_build.c (cpu against
+ * cpu) so the suite itself is exercised in CI.
  * Not for: the host, models or losses (their CUDA comparisons get their own files here).
  *
  * Every function returns the number of failed checks and prints one line per failure through
@@ -234,7 +235,8 @@ static int dc_scale_axpy_bits_identical(const dc_pair *p, uint64_t n) {
         y[i] = (float)dc_uniform(-3, 3);
         xb[i] = ct_bf16_from_f32((float)dc_uniform(-3, 3));
         /* f16 over its range: from subnormals (scale rounds them) to near 65504 */
-        xh[i] = ct_f16_from_f32((float)(dc_uniform(-1, 1) * pow(2.0, floor(dc_uniform(-26, 16)))));
+        double e = floor(dc_uniform(-26, 16));
+        xh[i] = ct_f16_from_f32((float)(dc_uniform(-1, 1) * pow(2.0, e)));
     }
     const float a = 0.7310586f;
     /* results[k] = {scaled f32 x, scaled bf16 xb, y + a*x, y + a*xb, scaled f16 xh, y + a*xh}
@@ -298,8 +300,11 @@ static int dc_scale_axpy_bits_identical(const dc_pair *p, uint64_t n) {
         if (off) dc_fail(t, "cpu axpy differs from y + a*x in %llu places", (unsigned long long)off), fails++;
         const uint16_t *s16 = (const uint16_t *)res[0][4];
         off = 0;
-        for (uint64_t i = 0; i < n; i++) off += s16[i] != ct_f16_from_f32(ct_f16_to_f32(xh[i]) * a);
-        if (off) dc_fail(t, "cpu f16 scale differs from f16(x*a) in %llu places", (unsigned long long)off), fails++;
+        for (uint64_t i = 0; i < n; i++)
+            off += s16[i] != ct_f16_from_f32(ct_f16_to_f32(xh[i]) * a);
+        if (off)
+            dc_fail(t, "cpu f16 scale differs from f16(x*a) in %llu places",
+                    (unsigned long long)off), fails++;
     }
     for (int k = 0; k < 2; k++)
         for (int j = 0; j < 6; j++) free(res[k][j]);
@@ -332,7 +337,8 @@ static int dc_sumsq_close(const dc_pair *p, uint64_t n) {
         void *dx = dc_upload(t, d, x, n * 4), *dxb = dc_upload(t, d, xb, n * 2);
         void *dxh = dc_upload(t, d, xh, n * 2);
         double got_f = -1, got_b = -1, got_h = -1;
-        if (!dx || !dxb || !dxh || d.vt->sumsq(d.self, dx, CT_DTYPE_F32, n, &got_f, &err) != CT_OK ||
+        if (!dx || !dxb || !dxh ||
+            d.vt->sumsq(d.self, dx, CT_DTYPE_F32, n, &got_f, &err) != CT_OK ||
             d.vt->sumsq(d.self, dxb, CT_DTYPE_BF16, n, &got_b, &err) != CT_OK ||
             d.vt->sumsq(d.self, dxh, CT_DTYPE_F16, n, &got_h, &err) != CT_OK) {
             dc_fail(t, "device %d: sumsq failed: %s", k, err.message);
