@@ -53,7 +53,7 @@ template <> struct fa_tr<float> {
     static __device__ __forceinline__ float out(float x) { return x; }
 };
 static_assert(GPT_FLASH_BT_BF16 * 2 == FA_THREADS && GPT_FLASH_BT_F32 * 4 == FA_THREADS,
-              "the softmax maps 2 (bf16) or 4 (f32) threads to a row");
+              "the softmax maps 2 (bf16, f16) or 4 (f32) threads to a row");
 
 typedef gpt_flash_plan fa_plan;
 template <typename E> __device__ __forceinline__ fa_plan fa_make_plan(int Dp, int bwd, int nacc) {
