@@ -7,6 +7,7 @@
 
 #include "data/data.h"
 #include "weights/hf_config.h"
+#include "run/init_ckpt.h"
 #include "config/host_schema.h"
 #include "base/launcher.h"
 
@@ -388,8 +389,13 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
                 return ct_error_set(err, CT_ERR_INVALID, "[%s]: too many plugin sections",
                                     own);
         }
-        /* [model] from_config: the keys config.json sets, before defaults fill the rest */
-        if (h->kind == CT_KIND_MODEL && (rc = hf_config_fill(cfg, err)) != CT_OK) return rc;
+        /* [model] init_from = a ctrain run folder: its newest checkpoint (init_ckpt.h); with
+         * from_config, the keys that checkpoint's or config.json's [model] sets, before
+         * defaults fill the rest */
+        if (h->kind == CT_KIND_MODEL && (rc = init_ckpt_resolve(cfg, err)) != CT_OK) return rc;
+        if (h->kind == CT_KIND_MODEL && !init_ckpt_kind(config_get(cfg, "model", "init_from")) &&
+            (rc = hf_config_fill(cfg, err)) != CT_OK)
+            return rc;
         char owner[128] = "ctrain";
         if (p) snprintf(owner, sizeof owner, "%s plugin %s", kind_name(p->desc.kind), p->desc.name);
         if (p && host_schema_flat(h)) { /* host keys and the plugin's in one section */

@@ -30,6 +30,7 @@
 #include "run/optim.h"
 #include "io/outfile.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1369,4 +1370,47 @@ int32_t checkpoint_data_position(const char *dir, host_loader_state *ls, int32_t
     }
     close_saved(&first);
     return rc;
+}
+
+/* ---- fine-tuning: a checkpoint's weights unit by unit (init_ckpt.c) ------------------------ */
+
+struct ckpt_source {
+    char         dir[PATH_MAX];
+    saved_rank  *saved;  /* (world) the verified rank files */
+    int32_t      world;
+    host_config *cfg;    /* the folder's config.ini */
+};
+
+int32_t checkpoint_source_open(const char *dir, ckpt_source **out, ct_error *err) {
+    *out = NULL;
+    ckpt_source *s = calloc(1, sizeof *s);
+    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = path_fmt(s->dir, sizeof s->dir, err, "%s", dir);
+    if (rc == CT_OK) rc = open_checkpoint(s->dir, &s->saved, &s->world, &s->cfg, err);
+    if (rc != CT_OK) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return CT_OK;
+}
+
+const host_config *checkpoint_source_config(const ckpt_source *s) { return s->cfg; }
+int64_t checkpoint_source_step(const ckpt_source *s) { return s->saved[0].step; }
+int32_t checkpoint_source_world(const ckpt_source *s) { return s->world; }
+uint32_t checkpoint_source_units(const ckpt_source *s) { return s->saved[0].n_units; }
+uint64_t checkpoint_source_numel(const ckpt_source *s, uint32_t u) {
+    assert(u < s->saved[0].n_units);
+    return s->saved[0].units[u].unit_numel;
+}
+
+int32_t checkpoint_source_unit(ckpt_source *s, uint32_t u, float *full, ct_error *err) {
+    assert(u < s->saved[0].n_units);
+    return gather_parts(s->saved, s->world, u, 1, &full, s->saved[0].units[u].unit_numel, err);
+}
+
+void checkpoint_source_close(ckpt_source *s) {
+    if (!s) return;
+    close_checkpoint(s->saved, s->world, s->cfg);
+    free(s);
 }

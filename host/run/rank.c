@@ -4,6 +4,8 @@
  * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
 
+#include "run/init_ckpt.h"
+
 #include "plugin/contract.h"
 #include "run/groups.h"
 #include "weights/import.h"
@@ -99,9 +101,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     int64_t seed = 0;
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     const char *init_from = r->no_init_from ? NULL : config_get(r->cfg, "model", "init_from");
-    ct_import *im = NULL; /* [model] init_from: its values replace the random ones */
-    if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, 0, &im, err)) != CT_OK)
-        return rc;
+    ct_import *im = NULL;  /* [model] init_from: its values replace the random ones */
+    init_ckpt *ck = NULL;  /* ... read from a ctrain checkpoint (fine-tuning) */
+    if (init_from && *init_from)
+        rc = init_ckpt_kind(init_from) ? init_ckpt_open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
+                                       : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
+    if (rc != CT_OK) return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
         float *full = malloc(n * sizeof *full);
@@ -110,10 +115,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             free(full);
             free(mask);
             import_close(im);
+            init_ckpt_close(ck);
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
+        if (ck) rc = init_ckpt_unit(ck, u, full, err);
         groups_decay_mask(r->cfg, &r->mdesc, u, mask);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
@@ -147,11 +154,13 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         free(mask);
         if (rc != CT_OK) {
             import_close(im);
+            init_ckpt_close(ck);
             if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
             return rc;
         }
     }
     import_close(im);
+    init_ckpt_close(ck);
     return CT_OK;
 }
 
@@ -439,10 +448,16 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     const char *init_from = config_get(cfg, "model", "init_from");
     if (rc == CT_OK && init_from && *init_from) { /* the whole file checked against the model */
         ct_import *im = NULL;
+        init_ckpt *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
         *failed = "init_from";
-        rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
-        if (rc == CT_OK) rc = import_check_values(im, err);
+        if (init_ckpt_kind(init_from)) {
+            rc = init_ckpt_open(init_from, cfg, &r->mdesc, 1, &ck, err);
+        } else {
+            rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
+            if (rc == CT_OK) rc = import_check_values(im, err);
+        }
         import_close(im);
+        init_ckpt_close(ck);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
