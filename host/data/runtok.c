@@ -1,5 +1,6 @@
 /* runtok.c — the run's tokenizer: recorded at train start, loaded for sampling (runtok.h). */
 #include "data/runtok.h"
+#include "data/mixture.h"
 
 #include "data/bpe.h"
 #include "data/data.h"
@@ -82,8 +83,7 @@ static const char *model_name_ok(const char *name) {
 int32_t runtok_record(const host_config *cfg, const char *out_dir, int required, int *found,
                       ct_error *err) {
     *found = 0;
-    const char *train = NULL;
-    config_get_string(cfg, "data", "train", &train, NULL);
+    const char *train = mixture_train_path(cfg); /* a mixture's first dataset (one tokenizer) */
     char dir[PATH_MAX], meta_path[PATH_MAX], ini_path[PATH_MAX];
     folder_of(train ? train : "", dir, sizeof dir);
     int32_t rc = join(meta_path, sizeof meta_path, dir, "meta.ini", err);

@@ -12,6 +12,8 @@
  * [optimizer] plugin of the folder's config.ini: a resume with another optimizer is refused.
  *
  * precision.bin (rank 0, ABI 1.7): the precision policy's state_save blob, see below.
+ * data.bin (rank 0, when [data] train is a mixture of datasets): the mixture's position, see
+ * below; the rank files' loader_position then holds its global window count (loader_epoch 0).
  *
  * manifest.ini: "run_id = <16 hex>" (the run that wrote the folder: OUT/run_id) and
  * "config_fnv1a64 = <16 hex>" (config.ini's checksum); a folder without one (saved before
@@ -391,7 +393,9 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     }
     uint32_t version = r->n_state == 2 ? CKPT_VERSION : CKPT_VERSION_N, nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
-    host_loader_state ls = loader_get_state(r->train_data);
+    /* a mixture's position is in data.bin; the rank file holds its global window count */
+    host_loader_state ls = r->train_mix ? (host_loader_state){0, mixture_drawn(r->train_mix)}
+                                        : loader_get_state(r->train_data);
     hwrite(&hf, CKPT_MAGIC, 8);
     hwrite(&hf, &version, 4);
     hwrite(&hf, &rank, 4);
@@ -578,6 +582,69 @@ static int32_t finish_save(const char *root, const char *tmp, const char *dir, c
  *   policy from its configured start. */
 #define PREC_MAGIC "CTPREC01"
 
+/* A state file of one blob (precision.bin, data.bin), written by rank 0 into the checkpoint
+ * folder dir: char magic[8]; uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte before
+ * it. */
+static int32_t write_blob(const char *dir, const char *name, const char *magic, const void *blob,
+                          uint64_t size, ct_error *err) {
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/%s", dir, name);
+    if (rc != CT_OK) return rc;
+    outfile out;
+    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
+    if (!hf.f) {
+        outfile_abort(&out);
+        return err->code;
+    }
+    hwrite(&hf, magic, 8);
+    hwrite(&hf, &size, 8);
+    hwrite(&hf, blob, (size_t)size);
+    uint64_t h = hf.hash;
+    hwrite(&hf, &h, 8);
+    if (hf.failed) {
+        outfile_abort(&out);
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
+                            "out_dir", path, strerror(hf.err_no ? hf.err_no : EIO));
+    }
+    return outfile_commit(&out, err);
+}
+
+/* The blob of the state file dir/name (write_blob's format, at most max bytes) into blob;
+ * *size its length; *absent 1 (and CT_OK) when the folder has no such file. `what` names it in
+ * messages. */
+static int32_t read_blob(const char *dir, const char *name, const char *magic, const char *what,
+                         void *blob, uint64_t max, uint64_t *size, int *absent, ct_error *err) {
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/%s", dir, name);
+    if (rc != CT_OK) return rc;
+    struct stat st;
+    *absent = stat(path, &st) != 0 && errno == ENOENT;
+    if (*absent) return CT_OK;
+    char *data = NULL;
+    size_t n = 0;
+    rc = read_bounded(path, what, "resume from another checkpoint with --resume-from",
+                      8 + 8 + max + 8, &data, &n, err);
+    if (rc != CT_OK) return rc;
+    uint64_t want = 0, h = 0xcbf29ce484222325ull;
+    int bad = n < 24 || memcmp(data, magic, 8) != 0;
+    if (!bad) {
+        memcpy(size, data + 8, 8);
+        bad = *size > max || n != 24 + *size;
+    }
+    if (!bad) {
+        hash_bytes(&h, data, (size_t)(16 + *size));
+        memcpy(blob, data + 16, (size_t)*size);
+        memcpy(&want, data + 16 + *size, 8);
+        bad = want != h;
+    }
+    free(data);
+    if (bad)
+        return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
+                            "resume from an older checkpoint with --resume-from", path);
+    return CT_OK;
+}
+
 static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *err) {
     const ct_precision_vtable *pv = r->precision.vt;
     if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_save)) return CT_OK;
@@ -591,61 +658,60 @@ static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *er
                             "than CT_PRECISION_STATE_MAX (%d) ---> report this to the plugin's "
                             "author", r->precision.plugin->desc.name, (unsigned long long)size,
                             CT_PRECISION_STATE_MAX);
-    char path[PATH_MAX];
-    if ((rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir)) != CT_OK) return rc;
-    outfile out;
-    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
-    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
-    if (!hf.f) {
-        outfile_abort(&out);
-        return err->code;
-    }
-    hwrite(&hf, PREC_MAGIC, 8);
-    hwrite(&hf, &size, 8);
-    hwrite(&hf, blob, (size_t)size);
-    uint64_t h = hf.hash;
-    hwrite(&hf, &h, 8);
-    if (hf.failed) {
-        outfile_abort(&out);
-        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
-                            "out_dir", path, strerror(hf.err_no ? hf.err_no : EIO));
-    }
-    return outfile_commit(&out, err);
+    return write_blob(dir, "precision.bin", PREC_MAGIC, blob, size, err);
 }
 
 static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err) {
     const ct_precision_vtable *pv = r->precision.vt;
     if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_load)) return CT_OK;
-    char path[PATH_MAX];
-    int32_t rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir);
-    if (rc != CT_OK) return rc;
-    struct stat st;
-    if (stat(path, &st) != 0 && errno == ENOENT) return CT_OK; /* saved without one */
-    char *data = NULL;
-    size_t n = 0;
-    rc = read_bounded(path, "precision state", "resume from another checkpoint with "
-                      "--resume-from", 8 + 8 + CT_PRECISION_STATE_MAX + 8, &data, &n, err);
-    if (rc != CT_OK) return rc;
-    uint64_t size = 0, want = 0, h = 0xcbf29ce484222325ull;
     unsigned char blob[CT_PRECISION_STATE_MAX];
-    int bad = n < 24 || memcmp(data, PREC_MAGIC, 8) != 0;
-    if (!bad) {
-        memcpy(&size, data + 8, 8);
-        bad = size > sizeof blob || n != 24 + size;
-    }
-    if (!bad) {
-        hash_bytes(&h, data, (size_t)(16 + size));
-        memcpy(blob, data + 16, (size_t)size);
-        memcpy(&want, data + 16 + size, 8);
-        bad = want != h;
-    }
-    free(data);
-    if (bad)
-        return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
-                            "resume from an older checkpoint with --resume-from", path);
+    uint64_t size = 0;
+    int absent = 0;
+    int32_t rc = read_blob(dir, "precision.bin", PREC_MAGIC, "precision state", blob,
+                           sizeof blob, &size, &absent, err);
+    if (rc != CT_OK || absent) return rc; /* absent: saved without one */
     rc = CALLS(r->precision.plugin, "state_load",
                pv->state_load(r->precision.self, blob, size, err));
     return contract_name_silent_error(rc, err, r->precision.plugin, "state_load");
+}
+
+/* data.bin, written by rank 0 when [data] train is a mixture (mixture.h): the mixture's state
+ * (windows drawn, each dataset's epoch and position) as mixture_save writes it, in
+ * write_blob's format with magic "CTDATA01". A folder of a run on one dataset has none. */
+#define DATA_MAGIC "CTDATA01"
+
+static int32_t write_data_state(host_rank *r, const char *dir, ct_error *err) {
+    if (!r->train_mix) return CT_OK;
+    unsigned char blob[MIX_STATE_MAX];
+    size_t size = 0;
+    int32_t rc = mixture_save(r->train_mix, blob, sizeof blob, &size, err);
+    return rc == CT_OK ? write_blob(dir, "data.bin", DATA_MAGIC, blob, size, err) : rc;
+}
+
+/* The training data's position: the rank file's for one dataset, data.bin's for a mixture
+ * (the two must match the run's [data] train). */
+static int32_t read_data_state(host_rank *r, const char *dir, host_loader_state ls,
+                               ct_error *err) {
+    unsigned char blob[MIX_STATE_MAX];
+    uint64_t size = 0;
+    int absent = 0;
+    char path[PATH_MAX];
+    int32_t rc = read_blob(dir, "data.bin", DATA_MAGIC, "data mixture state", blob, sizeof blob,
+                           &size, &absent, err);
+    if (rc == CT_OK) rc = path_fmt(path, sizeof path, err, "%s/data.bin", dir);
+    if (rc != CT_OK) return rc;
+    if (!r->train_mix && !absent)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the checkpoint was trained on a mixture "
+                            "of datasets; this run's [data] train (%s) is one dataset ---> "
+                            "resume with the checkpoint's [data] train (%s/config.ini)", path,
+                            config_origin(r->cfg, "data", "train"), dir);
+    if (r->train_mix && absent)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the checkpoint was trained on one dataset "
+                            "(it has no data.bin); this run's [data] train (%s) is a mixture "
+                            "---> resume with the checkpoint's [data] train (%s/config.ini)",
+                            dir, config_origin(r->cfg, "data", "train"), dir);
+    if (r->train_mix) return mixture_load(r->train_mix, blob, (size_t)size, path, err);
+    return loader_set_state(r->train_data, ls, err);
 }
 
 int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
@@ -662,6 +728,7 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
     if ((rc = agree(r, rc, "creating the folder", err)) != CT_OK) goto out_remove_tmp;
     rc = write_rank_file(r, tmp, step, err);
     if (rc == CT_OK && r->rank == 0) rc = write_precision_state(r, tmp, err);
+    if (rc == CT_OK && r->rank == 0) rc = write_data_state(r, tmp, err);
     if ((rc = agree(r, rc, "writing a rank file", err)) != CT_OK) goto out_remove_tmp;
     if (r->rank == 0) rc = finish_save(root, tmp, dir, err);
     if ((rc = agree(r, rc, "finishing the folder", err)) != CT_OK) goto out_remove_tmp;
@@ -1091,7 +1158,7 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
         free(part);
         for (int k = 0; k < 1 + CT_OPTIM_MAX_STATE; k++) free(full[k]);
     }
-    if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
+    if (rc == CT_OK && !weights_only) rc = read_data_state(r, dir, first->ls, err);
     return rc;
 }
 

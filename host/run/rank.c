@@ -170,9 +170,18 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     config_get_string(r->cfg, "data", "train", &train, NULL);
     config_get_string(r->cfg, "data", "val", &val, NULL);
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    mix_spec spec; /* [data] train = NAME:WEIGHT, ...: a mixture checks each dataset itself */
+    int32_t rc = mixture_parse(r->cfg, &spec, err);
+    if (rc != CT_OK) return rc;
+    if (spec.n) {
+        r->train_mix = mixture_open(r->cfg, &spec, r->V, r->B, r->T, r->rank, r->world,
+                                    (uint64_t)seed, err);
+        if (!r->train_mix) return err->code;
+        train = NULL;
+    }
     /* the data's vocabulary (meta.ini) must fit the model's */
     host_data_meta meta = {.max_token = -1};
-    int32_t rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
+    rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
     if (rc != CT_OK) return rc;
     data_meta_free(&meta);
     if (meta.found && meta.vocab_size > r->V)
@@ -181,12 +190,19 @@ static int32_t open_data(host_rank *r, ct_error *err) {
                             "take it from meta.ini, or set it to at least %d",
                             config_origin(r->cfg, "model", "vocab_size"), (long long)r->V,
                             meta.vocab_size, meta.path, meta.vocab_size);
-    r->train_data = loader_open(train, "train", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
-    if (!r->train_data) return err->code;
+    if (!r->train_mix) {
+        r->train_data = loader_open(train, "train", r->V, r->B, r->T, r->rank, r->world,
+                                    (uint64_t)seed, err);
+        if (!r->train_data) return err->code;
+    }
     if (val && *val) {
         r->val_data = loader_open(val, "val", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
         if (!r->val_data) return err->code;
-        const char *both = loader_partial_overlap(r->train_data, r->val_data);
+        const char *both = r->train_data ? loader_partial_overlap(r->train_data, r->val_data) : NULL;
+        for (int32_t i = 0; r->train_mix && !both && i < spec.n; i++) {
+            both = loader_partial_overlap(mixture_component(r->train_mix, i), r->val_data);
+            train = spec.c[i].path;
+        }
         if (both)
             return ct_error_set(err, CT_ERR_INVALID, "%s: [data] train (%s) and val (%s) both "
                                 "take %s, though they are not the same shards: the model would "
@@ -462,7 +478,7 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
     if (rc == CT_OK) *failed = "train", rc = open_data(r, err);
-    if (rc != CT_OK && r->train_data) *failed = "val";
+    if (rc != CT_OK && (r->train_data || r->train_mix)) *failed = "val";
     int64_t eval_every = 0, asked = 8;
     config_get_int(cfg, "run", "eval_every", &eval_every, NULL);
     config_get_int(cfg, "run", "eval_batches", &asked, NULL);
@@ -495,6 +511,7 @@ int32_t rank_print_groups(const host_config *cfg, const host_wiring *w, ct_comm_
 
 void rank_close(host_rank *r) {
     if (r->train_data) loader_close(r->train_data);
+    mixture_close(r->train_mix);
     if (r->val_data) loader_close(r->val_data);
     free(r->h_tokens);
     free(r->h_targets);
