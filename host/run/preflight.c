@@ -248,7 +248,8 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
          * path led (paths are taken from the working directory) */
         char where[2 * CT_VALUE_MAX], abs[PATH_MAX];
         const char *v = config_get(cfg, "data", failed);
-        const char *a = config_abs_path(v, abs, sizeof abs);
+        /* a mixture's message names its dataset's section and path itself */
+        const char *a = mixture_is_spec(v) ? v : config_abs_path(v, abs, sizeof abs);
         snprintf(where, sizeof where, "%s: [data] %s%s%s%s", config_origin(cfg, "data", failed),
                  failed, a != v ? " (" : "", a != v ? a : "",
                  a != v ? ", from the working directory)" : "");

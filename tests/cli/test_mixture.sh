@@ -126,6 +126,14 @@ bad "a dataset without path names its section" "[data.books] has no path" --unse
 bad "an unknown key of [data.web]" "[data.web] unknown key 'paht'" --set data.web.paht=x
 bad "a mixture in [data] val is refused" "[data] val = web:1 reads as a mixture" --set data.val=web:1
 bad "a dataset's missing shards name its section" "[data.code] path = nowhere" --set data.code.path=nowhere
+python3 -c "import json; open('j.jsonl','w').write(''.join(json.dumps({'text': open('/usr/share/common-licenses/GPL-3').read()[i:i+2000]}) + '\\n' for i in range(0, 30000, 2000)))"
+"$CTRAIN" prepare j.jsonl --jsonl-field text --out d_j --tokenizer bytes > prep_j.log 2>&1 || fail "prepare jsonl: $(tail -2 prep_j.log)"
+bad "a dataset whose vocabulary exceeds the model's names its section" \
+    "[data.code] path = d_j: its vocabulary is 257 (d_j/meta.ini), more than the model's vocab_size 256" --set data.code.path=d_j
+"$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --out d_sp --tokenizer sentencepiece \
+    --vocab-size 400 > prep_sp.log 2>&1 || fail "prepare sentencepiece: $(tail -2 prep_sp.log)"
+bad "datasets of two tokenizers are refused, naming both" "[data.code] holds tokens of sentencepiece|but [data.web] of bytes" \
+    --set data.code.path=d_sp --set model.vocab_size=512
 # what-if reads one dataset
 "$CTRAIN" what-if S7 --world-sizes 2 > wi.log 2>&1
 [ $? -ne 0 ] && grep -qF "is a mixture of datasets; what-if replays runs that read one dataset" wi.log \
