@@ -33,6 +33,13 @@ int init_ckpt_kind(const char *init_from) {
     return INIT_CKPT_NONE;
 }
 
+/* err's message without its hint (" ---> ..."), into why: the caller gives its own. */
+static void reason(const ct_error *err, char *why, size_t cap) {
+    snprintf(why, cap, "%s", err->message);
+    char *hint = strstr(why, " ---> ");
+    if (hint) *hint = '\0';
+}
+
 static int is_free_key(const char *key) {
     static const char *const free_keys[] = INIT_CKPT_FREE_KEYS;
     for (int i = 0; free_keys[i]; i++)
@@ -88,8 +95,10 @@ int32_t init_ckpt_resolve(host_config *cfg, ct_error *err) {
         snprintf(given, sizeof given, "%s", init);
         if ((rc = checkpoint_find(given, dir, sizeof dir, &step, err)) != CT_OK) {
             char why[sizeof err->message];
-            snprintf(why, sizeof why, "%s", err->message);
-            return ct_error_set(err, rc, "%s: [model] init_from = %s: %s",
+            reason(err, why, sizeof why);
+            return ct_error_set(err, rc, "%s: [model] init_from = %s: %s ---> give a run folder "
+                                "with a valid checkpoint, or one of its checkpoint folders "
+                                "(OUT/checkpoints/step_NNNNNNNN)",
                                 config_origin(cfg, "model", "init_from"), given, why);
         }
         if (launcher_current()->rank == 0)
@@ -149,7 +158,7 @@ int32_t init_ckpt_open(const char *path, const host_config *cfg, const ct_model_
     if (rc == CT_OK && !c) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     if (rc == CT_OK && (rc = checkpoint_source_open(dir, &c->src, err)) != CT_OK) {
         char why[sizeof err->message];
-        snprintf(why, sizeof why, "%s", err->message);
+        reason(err, why, sizeof why);
         ct_error_set(err, rc, "checkpoint %s: %s ---> give a complete checkpoint folder "
                      "(OUT/checkpoints/step_NNNNNNNN) or a run folder whose newest valid "
                      "checkpoint is taken", dir, why);

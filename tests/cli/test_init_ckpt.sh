@@ -55,6 +55,10 @@ logits l_run.bin --set model.init_from=A && cmp -s l_run.bin l_e4.bin \
 "$CTRAIN" train t.ini --set run.out_dir=C --set model.init_from=E4 --set run.steps=3 > C.log 2>&1 \
     || fail "train C: $(tail -3 C.log)"
 compare_series B C loss 0 "fine-tuning from the run folder trains the losses of fine-tuning from its export (fresh optimizer, step 0)"
+W2=(--set comm.world_size=2 --set comm.plugin=threads --set strategy.plugin=full_shard --set run.steps=3)
+"$CTRAIN" train t.ini --set run.out_dir=B2 --set model.init_from=A "${W2[@]}" > B2.log 2>&1 || fail "train B2: $(tail -3 B2.log)"
+"$CTRAIN" train t.ini --set run.out_dir=C2 --set model.init_from=E4 "${W2[@]}" > C2.log 2>&1 || fail "train C2: $(tail -3 C2.log)"
+compare_series B2 C2 loss 0 "fine-tuning at world 2 full_shard: the losses of fine-tuning from the export"
 [ "$(metric_series B step | head -1)" = 1 ] && grep -q '^init_from = A/checkpoints/step_00000004' B/config.ini \
     && ok "the fine-tuning run starts at step 1 and records the checkpoint folder it read" \
     || fail "B starts at $(metric_series B step | head -1); $(grep init_from B/config.ini)"
@@ -89,6 +93,17 @@ cmp -s l_d.bin l_e2.bin && grep -qF "skipping checkpoint D/checkpoints/step_0000
     && grep -qF "its newest valid checkpoint is D/checkpoints/step_00000002 (step 2)" l_d.bin.err \
     && ok "a run folder whose newest checkpoint is damaged: skipped with a warning, the older one's logits" \
     || fail "run folder with a damaged newest: $(cat l_d.bin.err)"
+
+# a FIFO where a rank file belongs is refused by type, never opened for reading (no hang)
+mkdir -p F/checkpoints/step_00000001 && mkfifo F/checkpoints/step_00000001/rank_00000.bin
+timeout 60 "$CTRAIN" logits t.ini --set model.init_from=F/checkpoints/step_00000001 --tokens tok --out x.bin 2> x.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qF "rank_00000.bin is a FIFO (named pipe), not a regular file" x.err \
+    && ok "a FIFO as a checkpoint's rank file is refused by type" || fail "FIFO rank file: rc $rc $(cat x.err)"
+timeout 60 "$CTRAIN" logits t.ini --set model.init_from=F --tokens tok --out x.bin 2> x.err
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qF "[model] init_from = F: no valid checkpoint under F/checkpoints" x.err \
+    && ok "a run folder with no valid checkpoint is an error naming it" || fail "no valid checkpoint: rc $rc $(cat x.err)"
 
 # --- 5. the sources were only read ------------------------------------------------------------
 tree_sum A | cmp -s - A.sum && tree_sum D | cmp -s - D.sum \
