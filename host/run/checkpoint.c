@@ -665,8 +665,8 @@ static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err
 }
 
 /* ---- the data mixture's state --------------------------------------------------------
- * A state file of one blob, written by rank 0 into the checkpoint folder dir: char magic[8]; uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte before
- * it. */
+ * A state file of one blob, written by rank 0 into the checkpoint folder dir: char magic[8];
+ * uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte before it. */
 static int32_t write_blob(const char *dir, const char *name, const char *magic, const void *blob,
                           uint64_t size, ct_error *err) {
     char path[PATH_MAX];
