@@ -134,6 +134,9 @@ bad "a dataset whose vocabulary exceeds the model's names its section" \
     --vocab-size 400 > prep_sp.log 2>&1 || fail "prepare sentencepiece: $(tail -2 prep_sp.log)"
 bad "datasets of two tokenizers are refused, naming both" "[data.code] holds tokens of sentencepiece|but [data.web] of bytes" \
     --set data.code.path=d_sp --set model.vocab_size=512
+"$CTRAIN" validate m.ini --set data.train=web:1 > inert.out 2> inert.err
+grep -q '^;   \[data.books\] .*inert: \[data\] train does not list books' inert.out \
+    && ok "a [data.NAME] section the mixture does not list is inert (validate lists it)" || fail "inert: $(cat inert.err)"
 # what-if reads one dataset
 "$CTRAIN" what-if S7 --world-sizes 2 > wi.log 2>&1
 [ $? -ne 0 ] && grep -qF "is a mixture of datasets; what-if replays runs that read one dataset" wi.log \
