@@ -1105,6 +1105,9 @@ static int32_t check_model(const host_config *cfg, const host_config *saved, con
         int32_t n = config_key_count(a, "model");
         for (int32_t i = 0; i < n; i++) {
             const char *key = config_key_name(a, "model", i);
+            /* where the first weights came from does not bind a resume (the checkpoint holds
+             * the weights; a run folder's newest checkpoint moves on as that run trains) */
+            if (!strcmp(key, "init_from") || !strcmp(key, "from_config")) continue;
             const char *va = config_get(a, "model", key), *vb = config_get(b, "model", key);
             if (vb && same_value(va, vb)) continue;
             /* a key the plugin gained since the save, left at its default, changes nothing */

@@ -68,6 +68,19 @@ compare_series B2 C2 loss 0 "fine-tuning at world 2 full_shard: the losses of fi
     && ok "from_config = true: [model] taken from the checkpoint's config.ini, the same logits" \
     || fail "from_config: $(tail -2 l_fc.err)"
 
+# a fine-tuning run resumed after its source run folder moved on (a newer checkpoint there):
+# the resume takes its own checkpoint, bit for bit as the straight fine-tuning run
+cp -r A A2
+"$CTRAIN" train t.ini --set run.out_dir=Bs --set model.init_from=A2 --set run.checkpoint_every=2 > Bs.log 2>&1 \
+    || fail "train Bs: $(tail -3 Bs.log)"
+"$CTRAIN" train t.ini --set run.out_dir=Br --set model.init_from=A2 --set run.checkpoint_every=2 \
+    --stop-after 2 > Br.log 2>&1 || fail "train Br: $(tail -3 Br.log)"
+"$CTRAIN" train t.ini --set run.out_dir=A2 --set run.steps=6 --resume > A2.log 2>&1 || fail "advance A2: $(tail -3 A2.log)"
+[ -d A2/checkpoints/step_00000006 ] || fail "A2 has no step 6: $(ls A2/checkpoints)"
+"$CTRAIN" train t.ini --set run.out_dir=Br --set model.init_from=A2 --set run.checkpoint_every=2 \
+    --resume > Br2.log 2>&1 || fail "resume Br after A2 moved on: $(tail -3 Br2.log)"
+compare_series Br Bs loss 0 "a fine-tuning run resumed after its source run moved on: the straight run's losses, bit for bit"
+
 # --- 3. refusals ------------------------------------------------------------------------------
 logits x.bin --set model.init_from=A --set model.d_model=32
 grep -qF "[model] d_model = 32, but init_from's checkpoint A/checkpoints/step_00000004 was trained with d_model = 16" x.bin.err \
