@@ -137,6 +137,12 @@ bad "datasets of two tokenizers are refused, naming both" "[data.code] holds tok
 "$CTRAIN" validate m.ini --set data.train=web:1 > inert.out 2> inert.err
 grep -q '^;   \[data.books\] .*inert: \[data\] train does not list books' inert.out \
     && ok "a [data.NAME] section the mixture does not list is inert (validate lists it)" || fail "inert: $(cat inert.err)"
+# the readers of [data] train's tokenizer take the first dataset's meta.ini
+"$CTRAIN" sample S7 --prompt "The " --tokens 8 --greedy > sample.out 2> sample.err && [ -s sample.out ] \
+    && grep -q '^kind = bytes' S7/tokenizer.ini \
+    && ok "sample of a mixture run: the run kept the datasets' tokenizer (bytes)" || fail "sample: $(tail -2 sample.err)"
+"$CTRAIN" export S7 --format safetensors --out S7hf > export.log 2>&1 && [ -f S7hf/tokenizer.json ] \
+    && ok "export of a mixture run writes the datasets' tokenizer" || fail "export: $(tail -2 export.log)"
 # what-if reads one dataset
 "$CTRAIN" what-if S7 --world-sizes 2 > wi.log 2>&1
 [ $? -ne 0 ] && grep -qF "is a mixture of datasets; what-if replays runs that read one dataset" wi.log \
