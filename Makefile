@@ -38,7 +38,7 @@ CXXFLAGS_HOST := -std=c++17 $(OPT) -g -fPIC $(WARN) $(SANFLAGS) -Isdk/include -I
 # Plugins: hidden visibility, no undefined symbols (they may not call into the host).
 CFLAGS_PLUGIN := $(CSTD) $(CFLAGS_COMMON) -fvisibility=hidden
 LDFLAGS_PLUGIN := -shared -Wl,-z,defs -Wl,--no-undefined $(SANFLAGS)
-HOST_LIBS := $(shell pkg-config --libs inih zlib libpcre2-8 2>/dev/null) -lsentencepiece -lsentencepiece_train \
+HOST_LIBS := $(shell pkg-config --libs inih zlib libpcre2-8 icu-uc 2>/dev/null) -lsentencepiece -lsentencepiece_train \
              -lstdc++ -ldl -lm -lpthread
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
