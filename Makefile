@@ -2,9 +2,10 @@
 #   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
 #   make test-interop  the transformers round trips (tests/cli/test_interop.sh), the
+#                   optimizers against PyTorch's (tests/cli/test_optimizers.sh), the loss
+#                   scale against torch.amp.GradScaler (tests/cli/test_loss_scale.sh) and the
 #                   tokenizer families against the tokenizers library
-#                   (tests/cli/test_tokenizer_families.sh) and the
-#                   optimizers against PyTorch's (tests/cli/test_optimizers.sh) in a
+#                   (tests/cli/test_tokenizer_families.sh) in a
 #                   project-local venv (.venv-interop: torch, transformers, ... from PyPI)
 #   make run        train the tiny default model on real text (CPU); builds only what it runs
 #                   (the host and the CPU plugins) on every core first. RUN_ARGS= go to `ctrain train`
@@ -213,6 +214,7 @@ test-interop: deps
 	$(Q)scripts/interop-venv.sh $(INTEROP_VENV)
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_interop.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_optimizers.sh
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_loss_scale.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_tokenizer_families.sh
 
 # The INI fuzzer of tests/cli/test_fuzz_ini.sh at length (make test runs 300 of them).
