@@ -16,6 +16,7 @@ here by the library's BpeTrainer on real text (Debian's /usr/share/common-licens
                                                              <|start_header_id|>, ... <|eot_id|>
   qwen2       Qwen2's pattern (one digit a piece), NFC        <|endoftext|>, <|im_start|>,
                                                              <|im_end|>
+  other-split a pattern of no family that leaves gaps          <|endoftext|>, <s>
 
 check: ctrain encodes the hard texts of tests/bpe_check.py (accents, CJK, emoji, code,
 whitespace runs, digits, contractions, control bytes, long runs, ill-formed UTF-8, random mixes,
@@ -61,6 +62,10 @@ FAMILIES = {
                    specials=LLAMA3_SPECIALS),
     "qwen2": dict(pattern=QWEN2_PATTERN, nfc=True, ignore_merges=False,
                   specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
+    # any other Split regex: one that leaves gaps (each gap a piece of its own, as Isolated
+    # makes it) and that ctrain knows no cut places of
+    "other-split": dict(pattern=r"\p{L}+|\p{N}{1,2}|[.,;:!?]", nfc=False, ignore_merges=False,
+                        specials=["<|endoftext|>", "<s>"]),
 }
 
 

@@ -6,7 +6,8 @@
 # contractions in capitals, digit runs, tabs before words, ill-formed UTF-8, chat templates),
 # with `tokenize --specials` and without; tests/tokenizer_families.py regenerates them.
 # Also: prepare in small units on two threads equals encoding each file whole (the cut places
-# of these patterns, on text whose only GPT-2 cut places they forbid); unknown pre-tokenizer, normalizer, Split behavior, added-token flags
+# of these patterns, on text whose only GPT-2 cut places they forbid; one unit per file for a
+# Split pattern of no family); unknown pre-tokenizer, normalizer, Split behavior, added-token flags
 # and a regex PCRE2 cannot compile are refused naming the JSON path.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -76,8 +77,11 @@ for fam in ("llama3", "qwen2"):
         v[a + b] = 700 + k
         m.append([a, b] if isinstance(m[0], list) else a + " " + b)
     json.dump(d, open("%s/%s.json" % (w, fam), "w", encoding="utf-8"), ensure_ascii=False)
+    if fam == "llama3":  # a Split pattern of no family, with gaps: no cut place is claimed
+        d["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": "\\p{L}+|\\p{N}{1,2}|[.,;]"}
+        json.dump(d, open("%s/other.json" % w, "w", encoding="utf-8"), ensure_ascii=False)
 PY
-for fam in llama3 qwen2; do
+for fam in llama3 qwen2 other; do
     ct_run "$CTRAIN" prepare "$W/corpus.txt" --out "$W/d_$fam" --tokenizer bpe \
         --tokenizer-file "$W/$fam.json" --threads 2 --unit-bytes 2000 \
         --val-fraction 0 --quiet
