@@ -4,8 +4,9 @@
 # to 128,000 vocabulary entries with its special tokens at 128000..128255, as Llama-3's file
 # has them; `ctrain prepare` picks 32-bit shards (version 2, meta.ini token_bytes = 4) whose
 # tokens are <|end_of_text|> (128001) + the file's ids; a tiny model (C = 16) trains on them
-# from a first loss of ln(V), `what-if` replays its head, `sample` prints text and `export`
-# writes a tokenizer.json that gives the same ids. A 16-bit vocabulary still gets version 1.
+# from a first loss of ln(V), `what-if` replays its head, `sample` prints text (with --specials
+# a special token in the prompt is one id) and `export` writes a tokenizer.json that gives the
+# same ids. A 16-bit vocabulary still gets version 1.
 # Hostile 32-bit shards: truncated, a header whose width does not match its size or meta.ini,
 # a token >= V, a FIFO — each refused naming the file (and the position), without blocking.
 set -u
@@ -111,6 +112,13 @@ ct_run "$CTRAIN" sample "$W/run" --prompt "The GNU" --tokens 6 --greedy
 [ "$ct_rc" = 0 ] && [ -n "$ct_out" ] \
     && ct_pass "sample --prompt prints text from the 128,256-token run (\"$(head -c 40 <<< "$ct_out" | tr -d '\n')\")" \
     || ct_fail sample "rc $ct_rc: $ct_err"
+# --specials: the chat marker is one id (the prompt fits the context of 16), else 18 ids of text
+ct_run "$CTRAIN" sample "$W/run" --prompt "<|begin_of_text|>The" --tokens 3 --greedy --specials
+sp_rc=$ct_rc
+ct_run "$CTRAIN" sample "$W/run" --prompt "<|begin_of_text|>The" --tokens 3 --greedy
+[ "$sp_rc" = 0 ] && [ "$ct_rc" != 0 ] && grep -q "the prompt is 18 tokens" "$CT_TMP/err" \
+    && ct_pass "sample --specials: <|begin_of_text|> in the prompt is one id (without it, 18 ids of text)" \
+    || ct_fail sample_specials "rc $sp_rc / $ct_rc: $ct_err"
 ct_run "$CTRAIN" export "$W/run" --format safetensors --out "$W/export"
 exp_rc=$ct_rc
 printf '<|begin_of_text|>The GNU General Public License 123456<|eot_id|>' > "$W/chat.txt"
