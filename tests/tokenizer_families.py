@@ -17,6 +17,7 @@ here by the library's BpeTrainer on real text (Debian's /usr/share/common-licens
   qwen2       Qwen2's pattern (one digit a piece), NFC        <|endoftext|>, <|im_start|>,
                                                              <|im_end|>
   other-split a pattern of no family that leaves gaps          <|endoftext|>, <s>
+  string-split a Split on the literal text " "                  <|endoftext|>
 
 check: ctrain encodes the hard texts of tests/bpe_check.py (accents, CJK, emoji, code,
 whitespace runs, digits, contractions, control bytes, long runs, ill-formed UTF-8, random mixes,
@@ -66,6 +67,9 @@ FAMILIES = {
     # makes it) and that ctrain knows no cut places of
     "other-split": dict(pattern=r"\p{L}+|\p{N}{1,2}|[.,;:!?]", nfc=False, ignore_merges=False,
                         specials=["<|endoftext|>", "<s>"]),
+    # a Split on literal text ({"String": " "}), not a regex
+    "string-split": dict(pattern=" ", literal=True, nfc=False, ignore_merges=False,
+                         specials=["<|endoftext|>"]),
 }
 
 
@@ -83,7 +87,8 @@ def build(family, vocab_size):
     if f["nfc"]:
         tk.normalizer = normalizers.NFC()
     tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(f["pattern"]), behavior="isolated", invert=False),
+        pre_tokenizers.Split(f["pattern"] if f.get("literal") else Regex(f["pattern"]),
+                             behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,

@@ -203,8 +203,8 @@ static int32_t finish_model(bpe_model *m, const char *path, ct_error *err) {
               : !strcmp(m->split, qwen2_pattern)  ? PAT_QWEN2
                                                   : PAT_OTHER;
     m->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | (m->split_literal ? PCRE2_LITERAL : 0), &code,
-                          &at, NULL);
+                          m->split_literal ? PCRE2_UTF | PCRE2_LITERAL /* UCP not allowed */
+                                           : PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
     if (!m->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
