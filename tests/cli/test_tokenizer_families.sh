@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_tokenizer_families.sh — ctrain's byte-level BPE against the tokenizers library for three
+# test_tokenizer_families.sh — ctrain's byte-level BPE against the tokenizers library for five
 # pre-tokenizers (GPT-2's pattern as a Split, Llama-3's, Qwen2's with NFC, a pattern of no
 # family that leaves gaps, a literal String split), each a tokenizer
 # the library builds here from the family's published Split regex, special tokens and a merge
