@@ -1,7 +1,8 @@
 # ctrain — build everything this machine can build, out of tree into build/.
 #   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
-#   make test-interop  the transformers round trips (tests/cli/test_interop.sh) and the
+#   make test-interop  the transformers round trips (tests/cli/test_interop.sh, the checkpoint
+#                   families of tests/cli/test_families.sh) and the
 #                   optimizers against PyTorch's (tests/cli/test_optimizers.sh) in a
 #                   project-local venv (.venv-interop: torch, transformers, ... from PyPI)
 #   make run        train the tiny default model on real text (CPU); builds only what it runs
@@ -210,6 +211,7 @@ test-interop: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/interop-venv.sh $(INTEROP_VENV)
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_interop.sh
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_families.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_optimizers.sh
 
 # The INI fuzzer of tests/cli/test_fuzz_ini.sh at length (make test runs 300 of them).
