@@ -434,8 +434,10 @@ out:
  * roundings of 2^-9 relative along the layers), yet are not identical (rounding happened). */
 CT_TEST(gpt_bf16_forward_is_bf16_and_close_to_f32) {
     const char *variants[] = {"", "norm = gain_only_layernorm\nmlp = swiglu\npos = rope\n"
-                                  "qk_norm = true\ntie_embeddings = false\nbias = false"};
-    for (int vi = 0; vi < 2; vi++) {
+                                  "qk_norm = true\ntie_embeddings = false\nbias = false",
+                              "n_kv_head = 1\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+                              "bias = false\nattn_bias = qkv\nintermediate_size = 12"};
+    for (int vi = 0; vi < 3; vi++) {
         fixture f;
         if (!fixture_new(&f, variants[vi])) {
             fixture_free(&f);
@@ -466,9 +468,9 @@ CT_TEST(gpt_bf16_forward_is_bf16_and_close_to_f32) {
 
 /* bf16 params with bf16 gradients (pure_bf16) or f32 gradients (amp): each unit's gradient is
  * within 5% (relative L2) of the f32 gradient of the same weights, and not equal to it. */
-CT_TEST(gpt_bf16_backward_close_to_f32) {
+static void bf16_backward_check(const char *keys) {
     fixture f;
-    if (!fixture_new(&f, "tie_embeddings = false\nqk_norm = true\npos = rope")) goto out;
+    if (!fixture_new(&f, keys)) goto out;
     round_params(&f);
     for (uint32_t u = 0; u < f.d.n_units; u++)
         for (uint64_t i = 0; i < f.numel[u]; i++) f.p32[u][i] = ct_bf16_to_f32(f.p16[u][i]);
@@ -504,6 +506,12 @@ out:
     fixture_free(&f);
 }
 
+CT_TEST(gpt_bf16_backward_close_to_f32) {
+    bf16_backward_check("tie_embeddings = false\nqk_norm = true\npos = rope");
+    bf16_backward_check("n_kv_head = 1\nqk_norm = true\npos = rope\nbias = false\n"
+                        "attn_bias = qkv"); /* multi-query: both heads add into one dK, dV */
+}
+
 /* Products big enough to be split over threads (gpt_sgemm) and attention spread over threads
  * give the logits and gradients of one thread (plain OpenBLAS calls), up to f32 summation
  * order: |diff| <= 1e-4 * max |value| per unit. */
@@ -522,8 +530,11 @@ static double max_abs(const float *x, uint64_t n) {
 
 CT_TEST(gpt_threaded_products_match_one_thread) {
     const char *variants[] = {"", "norm = rmsnorm\nmlp = swiglu\npos = rope\nqk_norm = true\n"
-                                  "tie_embeddings = false\nbias = false"};
-    for (int vi = 0; vi < 2; vi++) {
+                                  "tie_embeddings = false\nbias = false",
+                              "n_kv_head = 2\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+                              "bias = false\nattn_bias = qkv\nrope_scaling = llama3\n"
+                              "rope_factor = 8\nrope_original_max_position = 16"};
+    for (int vi = 0; vi < 3; vi++) {
         fixture one, two;
         forward_backward_wide(&one, variants[vi], 1);
         forward_backward_wide(&two, variants[vi], 2);
