@@ -639,6 +639,43 @@ CT_TEST(gpt_describes_open_lm_79m) {
     harness_free(h);
 }
 
+/* Llama-3-8B's shape: 32 heads over 8 key/value heads (qkv 4096 + 2*1024 rows), an MLP 14336
+ * wide, untied: 8,030,261,248 parameters as Meta's model card counts them; and Qwen2-0.5B's
+ * q/k/v biases without an output bias, tied head: 494,032,768. */
+CT_TEST(gpt_describes_llama3_8b_and_qwen2_05b) {
+    static const struct { const char *ini; uint64_t params; int64_t qkv_rows; int qkv_b, proj_b; }
+        cases[] = {
+        {"[model]\nn_layer = 32\nn_head = 32\nn_kv_head = 8\nd_model = 4096\n"
+         "vocab_size = 128256\nseq_len = 8192\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+         "intermediate_size = 14336\nbias = false\ntie_embeddings = false\n",
+         8030261248ull, 4096 + 2 * 1024, 0, 0},
+        {"[model]\nn_layer = 24\nn_head = 14\nn_kv_head = 2\nd_model = 896\n"
+         "vocab_size = 151936\nseq_len = 4096\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+         "intermediate_size = 4864\nbias = false\nattn_bias = qkv\ntie_embeddings = true\n",
+         494032768ull, 896 + 2 * 128, 1, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        ct_harness *h = harness_new(cases[c].ini);
+        if (!h) return;
+        ct_harness_plugin p;
+        ct_error err = {sizeof err, 0, {0}};
+        if (harness_create(h, "model_gpt.so", "model", &p, &err) != CT_OK) {
+            CT_CHECK_MSG(0, "create: %s", err.message);
+            harness_free(h);
+            return;
+        }
+        ct_model_desc d = {.struct_size = sizeof d};
+        CT_CHECK_INT(((const ct_model_vtable *)p.vt)->describe(p.self, &d, &err), CT_OK);
+        CT_CHECK_INT(d.n_params, cases[c].params);
+        const ct_tensor_spec *t = find_tensor(&d, "blocks.3.attn.qkv.weight", NULL);
+        CT_CHECK(t && t->shape[0] == cases[c].qkv_rows);
+        CT_CHECK((find_tensor(&d, "blocks.3.attn.qkv.bias", NULL) != NULL) == cases[c].qkv_b);
+        CT_CHECK((find_tensor(&d, "blocks.3.attn.proj.bias", NULL) != NULL) == cases[c].proj_b);
+        CT_CHECK(find_tensor(&d, "blocks.3.mlp.fc.bias", NULL) == NULL);
+        harness_free(h);
+    }
+}
+
 /* ---- errors --------------------------------------------------------------------------- */
 
 static void expect_create_error(const char *keys, const char *needle) {
