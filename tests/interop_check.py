@@ -223,6 +223,15 @@ def main():
     d = rel(cl, torch_logits(g, btok))
     claim("GPT2LMHeadModel.save_pretrained -> init_from (from_config): torch's logits", d < 1e-5,
           "max |diff| / max |logit| = %.2e" % d)
+    torch.manual_seed(2)  # GPT-2 with an MLP width of its own: n_inner is intermediate_size
+    gi = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=32,
+                                    vocab_size=300, n_inner=80)).eval()
+    gidir = os.path.join(WORK, "hf_gpt2_inner")
+    gi.save_pretrained(gidir)
+    cl, _ = ctrain_logits(hini, btok, "model.init_from=" + gidir)
+    d = rel(cl, torch_logits(gi, btok))
+    claim("GPT-2 with n_inner = 80 (2.5 n_embd) -> init_from: torch's logits", d < 1e-5,
+          "max |diff| / max |logit| = %.2e" % d)
     torch.manual_seed(1)
     lc = LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=4, vocab_size=300,

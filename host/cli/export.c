@@ -74,6 +74,8 @@ static int32_t write_config_json(const char *path, const layout *l, const export
     char j[6144], bos[16], eos[16], ids[160], rs[320];
     int n;
     int qwen2 = s->qkv_bias && !s->proj_bias;
+    char inner[32] = "null"; /* GPT-2's n_inner: null is 4 * n_embd */
+    if (s->F != 4 * s->C) snprintf(inner, sizeof inner, "%lld", (long long)s->F);
     /* bos, eos (and no pad) of the run's tokenizer, then the dtype and the tokenizer's kind */
     snprintf(ids, sizeof ids, "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n"
              "  \"pad_token_id\": null,\n  \"torch_dtype\": \"%s\",\n",
@@ -83,13 +85,13 @@ static int32_t write_config_json(const char *path, const layout *l, const export
                      "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
                      "  \"vocab_size\": %lld,\n  \"n_positions\": %lld,\n  \"n_ctx\": %lld,\n"
                      "  \"n_embd\": %lld,\n  \"n_layer\": %lld,\n  \"n_head\": %lld,\n"
-                     "  \"n_inner\": %lld,\n  \"activation_function\": \"gelu_new\",\n"
+                     "  \"n_inner\": %s,\n  \"activation_function\": \"gelu_new\",\n"
                      "  \"layer_norm_epsilon\": %.9g,\n  \"resid_pdrop\": 0.0,\n"
                      "  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
                      "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
                      "%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
                      (long long)s->V, (long long)s->T, (long long)s->T, (long long)s->C,
-                     (long long)s->L, (long long)s->NH, (long long)s->F, s->eps, ids, tokenizer);
+                     (long long)s->L, (long long)s->NH, inner, s->eps, ids, tokenizer);
     else if (l->target == LAYOUT_HF_LLAMA)
         n = snprintf(j, sizeof j,
                      "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"

@@ -76,7 +76,7 @@ void layout_model_shape(const host_config *cfg, const ct_model_desc *d, model_sh
 static int gpt2_shaped(const model_shape *s) {
     return s->is_gpt && !strcmp(s->norm, "layernorm") && !strcmp(s->mlp, "gelu") &&
            !strcmp(s->pos, "learned") && s->bias && s->qkv_bias && s->proj_bias && s->tie &&
-           !s->qk_norm && s->KVH == s->NH && s->F == 4 * s->C;
+           !s->qk_norm && s->KVH == s->NH;
 }
 
 /* Llama, and the files of its shape: Mistral (no sliding window), Qwen2 (q/k/v biases only,
@@ -97,8 +97,8 @@ const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size
     }
     if ((target == LAYOUT_HF_GPT2 || target == LAYOUT_LLMC) && !gpt2_shaped(s)) {
         snprintf(buf, cap, "%s expresses GPT-2 only (norm = layernorm, mlp = gelu, pos = "
-                 "learned, bias = true, tie_embeddings = true, qk_norm = false, a 4C-wide MLP, "
-                 "attention biases, n_kv_head = n_head); this model has norm = %s, mlp = %s, "
+                 "learned, bias = true, tie_embeddings = true, qk_norm = false, attention "
+                 "biases, n_kv_head = n_head); this model has norm = %s, mlp = %s, "
                  "pos = %s, bias = %s, tie_embeddings = %s, qk_norm = %s, an MLP %lld wide, "
                  "attention biases %s, %lld of %lld key/value heads ---> %s",
                  layout_target_name(target), s->norm, s->mlp, s->pos, s->bias ? "true" : "false",
@@ -108,6 +108,12 @@ const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size
                  target == LAYOUT_LLMC    ? "use --format safetensors"
                  : llama_shaped(s)        ? "use --target hf-llama or ctrain"
                                           : "use --target ctrain");
+        return buf;
+    }
+    if (target == LAYOUT_LLMC && s->F != 4 * s->C) {
+        snprintf(buf, cap, "llmc: llm.c's MLP is 4 * d_model = %lld wide; this model has "
+                 "intermediate_size %lld ---> use --format safetensors", (long long)(4 * s->C),
+                 (long long)s->F);
         return buf;
     }
     if (target == LAYOUT_LLMC && fabs(s->eps - 1e-5) > 1e-12) {

@@ -136,9 +136,9 @@ static void read_gpt2(reader *r) {
                  "activation" : "another activation is not available");
         refuse(r, why);
     }
-    if (inner > 0 && inner != 4.0 * (double)C) {
-        snprintf(why, sizeof why, "n_inner = %g: the gpt model's MLP is 4 * n_embd = %lld wide",
-                 inner, (long long)(4 * C));
+    if (inner != 0 && !(inner >= 1 && inner <= 1048576 && inner == floor(inner))) {
+        snprintf(why, sizeof why, "n_inner = %g: the gpt model's MLP width is a whole number "
+                 "1..1048576", inner);
         refuse(r, why);
     }
     if (!flag(r, "scale_attn_weights", 1))
@@ -157,6 +157,10 @@ static void read_gpt2(reader *r) {
     add_shape(r, from, sizes, 0, &gpt2);
     add(r, "tie_embeddings", "tie_word_embeddings", 0, "true");
     add(r, "norm_eps", "layer_norm_epsilon", 0, "%.9g", eps);
+    if (inner > 0 && inner != 4.0 * (double)C) /* else [model]'s rule, 4C, gives it */
+        add(r, "intermediate_size", "n_inner", 0, "%lld", (long long)inner);
+    add(r, "n_kv_head", "(GPT-2)", 0, "%lld", (long long)NH);
+    add(r, "attn_bias", "(GPT-2)", 0, "qkv_o");
 }
 
 /* A family of Llama's shape: its config class's defaults for the keys a file leaves out. */
