@@ -284,8 +284,14 @@ bpe_model *runtok_bpe(const runtok *t) { return t->bpe; }
 
 int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **ids, int64_t *n,
                       ct_error *err) {
+    return runtok_encode_ex(t, text, len, 0, ids, n, err);
+}
+
+int32_t runtok_encode_ex(const runtok *t, const char *text, size_t len, int specials,
+                         int32_t **ids, int64_t *n, ct_error *err) {
     if (t->kind == KIND_SP) return tokenizer_encode(t->sp, text, len, ids, n, err);
-    if (t->kind == KIND_BPE) return bpe_encode(t->bpe, text, len, ids, n, err);
+    if (t->kind == KIND_BPE)
+        return bpe_encode_ex(t->bpe, text, len, specials ? BPE_ENCODE_SPECIALS : 0, ids, n, err);
     *ids = malloc((len ? len : 1) * sizeof **ids);
     if (!*ids) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
