@@ -1,7 +1,8 @@
 # ctrain — build everything this machine can build, out of tree into build/.
 #   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
-#   make test-interop  the transformers round trips (tests/cli/test_interop.sh), the
+#   make test-interop  the transformers round trips (tests/cli/test_interop.sh), the checkpoint
+#                   families (tests/cli/test_families.sh), the
 #                   optimizers against PyTorch's (tests/cli/test_optimizers.sh), the loss
 #                   scale against torch.amp.GradScaler (tests/cli/test_loss_scale.sh) and the
 #                   tokenizer families against the tokenizers library
@@ -213,6 +214,7 @@ test-interop: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/interop-venv.sh $(INTEROP_VENV)
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_interop.sh
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_families.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_optimizers.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_loss_scale.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_tokenizer_families.sh
