@@ -15,9 +15,9 @@ extern "C" {
 struct gpt;
 
 /* The companion interface (companion.h): bump when an entry below changes. The structure both
- * sides read is struct gpt (gpt.h), checked by size. 4: prepare, forward and backward take
+ * sides read is struct gpt (gpt.h), checked by size. 5: prepare, forward and backward take
  * f16 (gpt.c no longer refuses it on CUDA, so an older companion must not be opened). */
-#define GPT_CUDA_INTERFACE 4
+#define GPT_CUDA_INTERFACE 5
 
 /* Size the device buffers for micro-batches of B x T in dtype (f32, bf16 or f16; validated by
  * the caller): activations (gpt's res/acts/... fields become device pointers, m->arena the
