@@ -79,6 +79,8 @@ plugin = gpt
 lr = 3e-3
 warmup = 2
 [device]
+type = cpu
+[device.cpu]
 threads = 1
 """)
 
