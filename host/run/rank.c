@@ -4,7 +4,6 @@
  * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
 
-#include "run/init_ckpt.h"
 
 #include "plugin/contract.h"
 #include "run/groups.h"
@@ -102,10 +101,11 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     const char *init_from = r->no_init_from ? NULL : config_get(r->cfg, "model", "init_from");
     ct_import *im = NULL;  /* [model] init_from: its values replace the random ones */
-    init_ckpt *ck = NULL;  /* ... read from a ctrain checkpoint (fine-tuning) */
+    const host_model_source *ms = r->model_source;
+    void *ck = NULL;       /* ... read from a ctrain checkpoint (fine-tuning: ms) */
     if (init_from && *init_from)
-        rc = init_ckpt_kind(init_from) ? init_ckpt_open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
-                                       : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
+        rc = ms->is_checkpoint(init_from) ? ms->open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
+                                          : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
     if (rc != CT_OK) return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
@@ -115,12 +115,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             free(full);
             free(mask);
             import_close(im);
-            init_ckpt_close(ck);
+            if (ck) ms->close(ck);
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
-        if (ck) rc = init_ckpt_unit(ck, u, full, err);
+        if (ck) rc = ms->unit(ck, u, full, err);
         groups_decay_mask(r->cfg, &r->mdesc, u, mask);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
@@ -154,13 +154,13 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         free(mask);
         if (rc != CT_OK) {
             import_close(im);
-            init_ckpt_close(ck);
+            if (ck) ms->close(ck);
             if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
             return rc;
         }
     }
     import_close(im);
-    init_ckpt_close(ck);
+    if (ck) ms->close(ck);
     return CT_OK;
 }
 
@@ -379,6 +379,7 @@ int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, in
                   int32_t world, void *comm_world, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
+    r->model_source = w->model_source;
     r->rank = rank;
     r->world = world;
     int32_t rc;
@@ -410,6 +411,7 @@ int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring 
                         int for_checkpoint, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
+    r->model_source = w->model_source;
     r->no_init_from = for_checkpoint;
     r->rank = 0;
     r->world = 1;
@@ -464,16 +466,16 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     const char *init_from = config_get(cfg, "model", "init_from");
     if (rc == CT_OK && init_from && *init_from) { /* the whole file checked against the model */
         ct_import *im = NULL;
-        init_ckpt *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
+        void *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
         *failed = "init_from";
-        if (init_ckpt_kind(init_from)) {
-            rc = init_ckpt_open(init_from, cfg, &r->mdesc, 1, &ck, err);
+        if (w->model_source->is_checkpoint(init_from)) {
+            rc = w->model_source->open(init_from, cfg, &r->mdesc, 1, &ck, err);
         } else {
             rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
             if (rc == CT_OK) rc = import_check_values(im, err);
         }
         import_close(im);
-        init_ckpt_close(ck);
+        if (ck) w->model_source->close(ck);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
