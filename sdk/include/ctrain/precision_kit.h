@@ -44,13 +44,14 @@ static inline int32_t ct_pkit_get_grad_accum(const ct_create_args *args, int32_t
 /* --- the policy ---------------------------------------------------------------------------- */
 
 /* Fill *out as every built-in policy does: the given param (compute), reduce and grad
- * accumulation dtypes, f32 master weights and AdamW state, non-parameter buffers in the
- * compute dtype. out->struct_size is the caller's and stays as it is. */
+ * accumulation dtypes, f32 master weights and AdamW state (a bf16-master policy then sets
+ * master_dtype and master_update), non-parameter buffers in the compute dtype. out->struct_size is the caller's and stays as it is. */
 static inline void ct_pkit_policy(ct_precision_policy *out, int32_t param_dtype,
                                   int32_t reduce_dtype, int32_t grad_accum_dtype) {
     out->param_dtype = param_dtype;
     out->reduce_dtype = reduce_dtype;
     out->master_dtype = CT_DTYPE_F32;
+    out->master_update = CT_MASTER_NEAREST; /* ignored for an f32 master */
     out->grad_accum_dtype = grad_accum_dtype;
     out->buffer_dtype = param_dtype;
 }
