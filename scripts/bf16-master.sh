@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# bf16-master.sh — the measurement behind docs/research-policies.md "bf16 master weights": the
-# tiny GPT of ini/tiny.ini (4 layers, d 128, 4096 sub-word tokens of the default corpus) trained
-# STEPS steps (default 1000) with the same data and seed under four precision policies: amp
-# (f32 master), bf16_master with update = kahan, sr and nearest; at the config's learning rate
-# and at a small one (LR_SMALL, default 1e-4, constant after the warm-up), where round-to-nearest
-# loses most updates. Prints a Markdown table of train and val loss at several steps and each
-# run's memory line. Run under `nice -n 10` on a shared machine.
+# bf16-master.sh — the measurement behind docs/research-policies.md "bf16 master weights": a
+# small GPT (ini/tiny.ini's, narrowed by MODEL: 2 layers, d 64, 2 heads; 4096 sub-word tokens
+# of the default corpus, 16 x 64 tokens a step) trained STEPS steps (default 1000) with the same
+# data and seed under four precision policies: amp (f32 master), bf16_master with update =
+# kahan, sr and nearest; at the config's learning rate (3e-3 cosine to 3e-4) and at a small one
+# (LR_SMALL, default 1e-4, constant after the warm-up), where round-to-nearest loses most
+# updates. The four runs of a learning rate run at once (one thread each). Prints a Markdown
+# table of train and val loss at several steps and each run's memory line. Run it under
+# `nice -n 10` on a shared machine.
 # Usage: scripts/bf16-master.sh [OUT_DIR]   (default runs/bf16-master; runs are reused when
-# their metrics.jsonl is complete). Env: STEPS, LR_SMALL, BUILD.
+# their metrics.jsonl is complete). Env: STEPS, LR_SMALL, MODEL (--set arguments), BUILD.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -20,8 +22,9 @@ if [ ! -s data/default/meta.ini ]; then
         --tokenizer sentencepiece --vocab-size 4096 --val-fraction 0.02
 fi
 mkdir -p "$OUT"
+read -r -a model <<< "${MODEL:---set model.n_layer=2 --set model.d_model=64 --set model.n_head=2}"
 common=(--set run.steps="$STEPS" --set run.log_every=50 --set run.eval_every=250
-        --set run.checkpoint_every=0 --set device.threads=1)
+        --set run.checkpoint_every=0 --set device.threads=1 "${model[@]}")
 run() { # run NAME [--set ...]
     local name=$1; shift
     if [ -s "$OUT/$name/metrics.jsonl" ] &&
@@ -33,11 +36,12 @@ small=(--set optim.lr="$LR_SMALL" --set optim.min_lr="$LR_SMALL" --set optim.sch
 for lr in base small; do
     extra=()
     [ $lr = small ] && extra=("${small[@]}")
-    run "$lr-amp" --set precision.plugin=amp "${extra[@]}"
+    run "$lr-amp" --set precision.plugin=amp "${extra[@]}" &
     for u in kahan sr nearest; do
         run "$lr-$u" --set precision.plugin=bf16_master --set precision.bf16_master.update=$u \
-            "${extra[@]}"
+            "${extra[@]}" &
     done
+    wait
 done
 python3 - "$OUT" "$STEPS" <<'PY'
 import json, os, sys
