@@ -1,5 +1,6 @@
 /* check_precision.c — check-plugin's checks of a precision policy: policy() gives dtypes the
- * host and the built-in strategies can hold; 50 create/destroy cycles; and, when the plugin
+ * host and the built-in strategies can hold; 50 create/destroy cycles; a master other than f32
+ * through a checkpoint (check_master_round_trip); the loss-scale protocol; and, when the plugin
  * provides custom reductions (ct_precision_vtable reduce_scatter / all_reduce), each hook run by
  * real rank threads of the threads comm engine at N = 1, 2, 3 and 8 ranks (each rank with its
  * own device, comm and precision instance, as rank.c makes them) in the declared reduce dtype,
