@@ -287,7 +287,7 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
     if (oc->grad_clip > 0 && grad_norm > oc->grad_clip) clip = (float)(oc->grad_clip / grad_norm);
     ct_optim_step args = {
         .struct_size = sizeof args,
-        .step = step,
+        .step = step - r->updates_skipped, /* updates applied, this one included */
         .lr = (float)lr,
         .grad_scale = clip,
         .weight_decay = (float)oc->weight_decay,
@@ -323,5 +323,6 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
         if (master_is_low(r) && (rc = master_write_back(r, u, &sh, step, err)) != CT_OK)
             return rc;
     }
+    r->updates_skipped += skip;
     return RANK_STRATEGY(r, step_done, err);
 }
