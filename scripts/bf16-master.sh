@@ -9,12 +9,14 @@
 # table of train and val loss at several steps and each run's memory line. Run it under
 # `nice -n 10` on a shared machine.
 # Usage: scripts/bf16-master.sh [OUT_DIR]   (default runs/bf16-master; runs are reused when
-# their metrics.jsonl is complete). Env: STEPS, LR_SMALL, MODEL (--set arguments), BUILD.
+# their metrics.jsonl is complete). Env: STEPS, STEPS_SMALL (the small-lr runs' steps, default
+# STEPS), LR_SMALL, MODEL (--set arguments), BUILD.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 OUT=${1:-runs/bf16-master}
 STEPS=${STEPS:-1000}
+STEPS_SMALL=${STEPS_SMALL:-$STEPS}
 LR_SMALL=${LR_SMALL:-1e-4}
 if [ ! -s data/default/meta.ini ]; then
     mapfile -t texts < <(scripts/get-corpus.sh)
@@ -23,33 +25,32 @@ if [ ! -s data/default/meta.ini ]; then
 fi
 mkdir -p "$OUT"
 read -r -a model <<< "${MODEL:---set model.n_layer=2 --set model.d_model=64 --set model.n_head=2}"
-common=(--set run.steps="$STEPS" --set run.log_every=50 --set run.eval_every=250
-        --set run.checkpoint_every=0 --set device.threads=1 "${model[@]}")
-run() { # run NAME [--set ...]
-    local name=$1; shift
+common=(--set run.log_every=50 --set run.eval_every=250 --set run.checkpoint_every=0
+        --set device.threads=1 "${model[@]}")
+run() { # run NAME STEPS [--set ...]
+    local name=$1 steps=$2; shift 2
     if [ -s "$OUT/$name/metrics.jsonl" ] &&
-       grep -q "\"step\": *$STEPS[,}]" "$OUT/$name/metrics.jsonl"; then return; fi
-    "$BUILD/ctrain" train ini/tiny.ini "${common[@]}" --set run.out_dir="$OUT/$name" --force \
-        "$@" > "$OUT/$name.log" 2>&1
+       grep -q "\"step\": *$steps[,}]" "$OUT/$name/metrics.jsonl"; then return; fi
+    "$BUILD/ctrain" train ini/tiny.ini "${common[@]}" --set run.steps="$steps" \
+        --set run.out_dir="$OUT/$name" --force "$@" > "$OUT/$name.log" 2>&1
 }
 small=(--set optim.lr="$LR_SMALL" --set optim.min_lr="$LR_SMALL" --set optim.schedule=constant)
 for lr in base small; do
-    extra=()
-    [ $lr = small ] && extra=("${small[@]}")
-    run "$lr-amp" --set precision.plugin=amp "${extra[@]}" &
+    extra=() steps=$STEPS
+    [ $lr = small ] && extra=("${small[@]}") steps=$STEPS_SMALL
+    run "$lr-amp" $steps --set precision.plugin=amp "${extra[@]}" &
     for u in kahan sr nearest; do
-        run "$lr-$u" --set precision.plugin=bf16_master --set precision.bf16_master.update=$u \
-            "${extra[@]}" &
+        run "$lr-$u" $steps --set precision.plugin=bf16_master \
+            --set precision.bf16_master.update=$u "${extra[@]}" &
     done
     wait
 done
-python3 - "$OUT" "$STEPS" <<'PY'
+python3 - "$OUT" "$STEPS" "$STEPS_SMALL" <<'PY'
 import json, os, sys
-out, steps = sys.argv[1], int(sys.argv[2])
-marks = [s for s in (100, 250, 500, 750, 1000, steps) if s <= steps]
-marks = sorted(set(marks))
-for lr in ("base", "small"):
-    print(f"\n### {'lr of ini/tiny.ini (3e-3 cosine to 3e-4)' if lr == 'base' else 'small lr (constant)'}\n")
+out = sys.argv[1]
+for lr, steps in (("base", int(sys.argv[2])), ("small", int(sys.argv[3]))):
+    marks = sorted(set(s for s in (100, 250, 500, 750, 1000, steps) if s <= steps))
+    print(f"\n### {'lr of ini/tiny.ini (3e-3 cosine to 3e-4)' if lr == 'base' else 'small lr (constant)'}, {steps} steps\n")
     print("| policy | " + " | ".join(f"train {s}" for s in marks) + " | " +
           " | ".join(f"val {s}" for s in marks if s % 250 == 0 or s == steps) + " |")
     print("|---" * (1 + len(marks) + len([s for s in marks if s % 250 == 0 or s == steps])) + "|")
