@@ -3,7 +3,7 @@
  * freshly initialised parameters, the optimizer's state buffers, step buffers and data
  * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
-
+#include "run/master.h"
 
 #include "plugin/contract.h"
 #include "run/groups.h"
@@ -161,7 +161,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     }
     import_close(im);
     if (ck) ms->close(ck);
-    return CT_OK;
+    return master_setup(r, err); /* a bf16 master: compensation buffers and f32 scratch */
 }
 
 static int32_t open_data(host_rank *r, ct_error *err) {
@@ -327,6 +327,7 @@ static int32_t open_instances(host_rank *r, const host_wiring *w, void *comm_wor
     r->policy.struct_size = sizeof r->policy;
     TRY(contract_name_silent_error(RANK_PRECISION(r, policy, &r->policy, err), err,
                                    w->precision, "policy"));
+    TRY(master_check_policy(r, err));
 
     TRY(make_instance(r, &r->strategy, w->strategy, "strategy", NULL, err));
     TRY(make_instance(r, &r->model, w->model, "model", NULL, err));
@@ -528,6 +529,7 @@ void rank_close(host_rank *r) {
             RANK_DEV_VOID(r, free_mem, r->units[u].decay_mask);
         }
     }
+    master_free(r);
     for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) free(r->units[u].tensors);
     free(r->units);
     free(r->held);

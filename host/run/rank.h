@@ -33,6 +33,8 @@ typedef struct host_unit_state {
                                            order of its state_names (adamw: m, v) */
     uint8_t *decay_mask;  /* (shard numel) 1 = weight decay applies */
     ct_optim_tensor *tensors; /* (the unit's n_tensors) the tensors as the optimizer sees them */
+    void    *comp;        /* (shard numel) the master's compensation buffer in its dtype (a
+                             bf16 master with the kahan rule, master.h); NULL otherwise */
 } host_unit_state;
 
 typedef struct host_rank {
@@ -54,6 +56,13 @@ typedef struct host_rank {
     ct_model_desc    mdesc;
     int32_t          no_init_from; /* setup skips [model] init_from (a checkpoint follows) */
     host_unit_state   *units;    /* (n_units) */
+    /* a master dtype other than f32 (master.h): the f32 scratch the optimizer updates (device
+     * memory) and its host staging, master_cap elements each (the largest shard); the run's
+     * [run] seed, which the stochastic rounding of the master hashes */
+    float           *master_scratch, *master_hf;
+    uint16_t        *master_hw, *master_hc;
+    uint64_t         master_cap;
+    uint64_t         seed;
     const void     **held;     /* (n_units) gathered params of units held by the strategy */
 
     /* step shape */

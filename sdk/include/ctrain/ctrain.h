@@ -113,7 +113,8 @@
  *     optimizer kind (CT_KIND_OPTIMIZER, ct_optimizer_vtable: the update of each owned
  *     shard, with state buffers the host allocates, checkpoints and reshards) and the
  *     precision policy's loss scaling (ct_precision_vtable.loss_scale, after_reduce,
- *     state_save, state_load: torch.amp.GradScaler's protocol). Plugins
+ *     state_save, state_load: torch.amp.GradScaler's protocol) and bf16 master weights
+ *     (ct_precision_policy.master_update, ct_master_update, ct_shard.master_dtype). Plugins
  *     built for 1.0 .. 1.6 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
@@ -743,7 +744,8 @@ typedef struct ct_precision_policy {
     uint32_t struct_size;
     int32_t  param_dtype;      /* compute dtype of gathered params and activations */
     int32_t  reduce_dtype;     /* dtype gradients are cast to before the collective */
-    int32_t  master_dtype;     /* master weights and AdamW state; f32 in every built-in */
+    int32_t  master_dtype;     /* master weights: f32, or since 1.7 bf16 (bf16_master); the
+                                  optimizer's state stays f32 (see master_update) */
     int32_t  grad_accum_dtype; /* dtype of the local gradient buffer (micro-batch sums) */
     int32_t  buffer_dtype;     /* non-parameter buffers; informational */
     int32_t  result_dtype;     /* since 1.2: dtype in which this plugin's reduction hooks write
@@ -751,7 +753,29 @@ typedef struct ct_precision_policy {
                                   hook that accumulates in f32 hand back its f32 sums, so they
                                   are not rounded to a bf16 reduce_dtype before the strategy's
                                   post-divide. Applies only to the hooks the plugin provides. */
+    int32_t  master_update;    /* since 1.7: how a master_dtype other than f32 takes each step's
+                                  update (a ct_master_update). The host widens the owned shard
+                                  to an f32 scratch, the optimizer plugin updates that scratch
+                                  with its f32 state as for an f32 master, and the host writes
+                                  the result back with this rule (precision_kit.h has the
+                                  per-element arithmetic). 0 (older plugins, f32 masters):
+                                  nearest; ignored for an f32 master. */
 } ct_precision_policy;
+
+/* Since ABI 1.7: the rule that writes the optimizer's f32 result x back into a low-precision
+ * master weight w (ct_precision_policy.master_update). */
+typedef enum ct_master_update {
+    CT_MASTER_NEAREST = 0, /* w = round-to-nearest-even(x): an update below half an ulp of w is
+                              lost (the baseline that stalls at small learning rates) */
+    CT_MASTER_SR      = 1, /* w = stochastically rounded x (E[w] = x): the random bits are
+                              ct_hash64 of ([run] seed, step) at the element's index in the
+                              unit's flat buffer, so any world size and a resume give the
+                              same bits */
+    CT_MASTER_KAHAN   = 2, /* Kahan summation: a compensation buffer c (master_dtype, one per
+                              master element, zero at the start, sharded and checkpointed
+                              like the master) carries what the last rounding lost:
+                              y = (x - w) + c; w' = round(w + y); c' = round(y - (w' - w)) */
+} ct_master_update;
 
 typedef struct ct_precision_vtable {
     uint32_t struct_size;
@@ -1090,13 +1114,17 @@ typedef struct ct_strategy_setup {
 /* The slice of a unit this rank updates (with the optimizer plugin). */
 typedef struct ct_shard {
     uint32_t struct_size;
-    float   *master;     /* (numel) f32 master weights, device memory, owned by the strategy */
+    float   *master;     /* (numel) master weights, device memory, owned by the strategy: f32,
+                            or master_dtype elements when that member says otherwise (then
+                            cast the pointer: the type stays for source compatibility) */
     float   *grad;       /* (numel) f32 reduced, averaged gradient, valid after finish_backward */
     uint64_t numel;      /* elements in this shard (padding included) */
     uint64_t offset;     /* element offset of master[0] within the unit's padded flat buffer */
     uint64_t padded_numel; /* the unit's padded length: a multiple of world_size*CT_TENSOR_ALIGN */
     int32_t  replicated; /* 1: every rank holds the same shard (DDP, NO_SHARD): a global norm
                             counts it once, not once per rank */
+    int32_t  master_dtype; /* since 1.7: the dtype `master` holds, the policy's master_dtype
+                              (0, from a strategy built before 1.7: f32) */
 } ct_shard;
 
 /* Where a gather happens, for prefetch and freeing decisions. */
@@ -1116,12 +1144,13 @@ typedef struct ct_strategy_vtable {
     int32_t (*setup)(void *self, const ct_strategy_setup *setup, ct_error *err); /* REQUIRED */
 
     /* Load unit u's master weights from a full unpadded f32 copy in host memory (every rank
-     * passes the same values; each keeps what it owns). Used for initialisation and to
-     * reshard a checkpoint. Then the compute copy is refreshed as after step_done(). */
+     * passes the same values; each keeps what it owns), rounded to nearest even when the
+     * policy's master_dtype is not f32. Used for initialisation and to reshard a checkpoint.
+     * Then the compute copy is refreshed as after step_done(). */
     int32_t (*load_unit)(void *self, uint32_t u, const float *full, ct_error *err); /* REQUIRED */
 
-    /* Write unit u's full unpadded f32 master weights into host memory `full`. Collective:
-     * every rank calls it (full_shard all-gathers). */
+    /* Write unit u's full unpadded master weights into host memory `full` as f32 (a bf16
+     * master widened, exactly). Collective: every rank calls it (full_shard all-gathers). */
     int32_t (*save_unit)(void *self, uint32_t u, float *full, ct_error *err); /* REQUIRED */
 
     /* Make unit u's parameters available in param_dtype for a stage of `phase`; *params gets
@@ -1218,7 +1247,9 @@ typedef struct ct_optim_shard {
     uint32_t               struct_size;
     uint32_t               unit;          /* the unit's index */
     const char            *unit_name;     /* "root", "block.0", ... */
-    float                 *param;         /* (numel) f32 master weights: update in place */
+    float                 *param;         /* (numel) f32 master weights: update in place
+                                             (a bf16 master: the host's exact f32 widening of
+                                             it, written back by ct_master_update after) */
     const float           *grad;          /* (numel) f32 global mean gradient, not yet
                                              multiplied by ct_optim_step.grad_scale */
     float *const          *state;         /* n_state buffers of (numel) f32, in the order of
