@@ -112,6 +112,7 @@ typedef struct host_data_meta {
     char             tokenizer_fnv64[20];  /* its FNV-1a 64-bit checksum in hex, or "" */
     int32_t          vocab_size;      /* 0 when not recorded */
     int32_t          max_token;       /* -1 when not recorded */
+    int32_t          eot_token;       /* the token before each document; -1 when not recorded */
     host_shard_meta *shards;          /* owned */
     int32_t          n_shards;
 } host_data_meta;

@@ -80,7 +80,13 @@ typedef struct host_rank {
     int64_t    eval_batches; /* micro-batches per evaluation: [run] eval_batches, or all that
                                 the validation data holds when the default (8) is more */
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
-    int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
+    int64_t    step;      /* the step being run (1-based; set by the driver), for messages and
+                             ct_stage_args.step */
+    uint64_t   seed;      /* [run] seed, for ct_stage_args.seed */
+    int32_t    training;  /* inside step_train: ct_stage_args.train = 1 */
+    int32_t    doc_mask;  /* [data] doc_mask: ct_stage_args.doc_mask for training, evaluation and
+                             `ctrain logits` (rank.c, resolve_doc_mask) */
+    int32_t    eot_token; /* the document separator when doc_mask */
     int32_t    is_root_unit_shared; /* informational */
 } host_rank;
 
