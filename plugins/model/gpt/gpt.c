@@ -641,7 +641,7 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
     layout(m, m->arena);
     if (m->rank == 0 && m->api->log) {
         char line[200];
-        snprintf(line, sizeof line, "model gpt: activations kept for backward: %.1f MiB of "
+        snprintf(line, sizeof line, "activations kept for backward: %.1f MiB of "
                  "blocks (recompute = %s), %.1f MiB in all, for B=%lld T=%lld",
                  (double)m->act_bytes / 1048576.0, recompute_choices[m->recompute],
                  (double)bytes / 1048576.0, (long long)B, (long long)T);
