@@ -87,6 +87,9 @@ typedef struct host_rank {
     int32_t    doc_mask;  /* [data] doc_mask: ct_stage_args.doc_mask for training, evaluation and
                              `ctrain logits` (rank.c, resolve_doc_mask) */
     int32_t    eot_token; /* the document separator when doc_mask */
+    int64_t    updates_skipped; /* optimizer updates the precision policy skipped since the run
+                                   began (checkpointed in precision.bin): the optimizer's step
+                                   counts only updates applied, as torch's optimizers do */
     int32_t    is_root_unit_shared; /* informational */
 } host_rank;
 
