@@ -8,7 +8,8 @@
 # seconds per step after the first (metrics.jsonl tokens_per_s). Prints a markdown table
 # (docs/benchmarks.md "Activation checkpointing"). Not for: GPUs (recompute is CPU-only) or a
 # gate: it reports. Usage: bench/bench_recompute.sh. Env: BUILD (build), STEPS (3, at least 2),
-# THREADS (nproc), NICE (10: the niceness the runs take on a shared machine).
+# THREADS (nproc), NICE (10: the niceness the runs take on a shared machine), ORDER (the modes in
+# the order run, default "none blocks attention"; reverse it for a second sitting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -33,9 +34,9 @@ trap 'rm -rf "$work"' EXIT
 
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores, threads = $threads, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| recompute | max RSS (MiB) | block activations kept (MiB) | s/step (steps 2..$steps) |"
-echo "|---|---:|---:|---:|"
-for mode in none blocks attention; do
+echo "| recompute | max RSS (MiB) | block activations kept (MiB) | wall s/step (steps 2..$steps) | CPU s/step (all $steps, start-up included) |"
+echo "|---|---:|---:|---:|---:|"
+for mode in ${ORDER:-none blocks attention}; do
     rm -rf "$work/run"
     nice -n "$nice_n" /usr/bin/time -v "$BUILD/ctrain" train "$work/run.ini" \
         --set model.recompute=$mode --force > "$work/$mode.log" 2>&1 ||
@@ -48,7 +49,9 @@ v = [d for d in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in d and d[
 print(f"{sum(1024 / d['tokens_per_s'] for d in v) / len(v):.1f}")
 PY
 )
-    printf '| %s | %.0f | %s | %s |\n' "$mode" "$(echo "$rss / 1024" | bc -l)" "$acts" "$sps"
+    cpu=$(awk -F': ' -v n="$steps" '/User time \(seconds\)|System time \(seconds\)/ { s += $2 }
+                                  END { printf "%.1f", s / n }' "$work/$mode.log")
+    printf '| %s | %.0f | %s | %s | %s |\n' "$mode" "$(echo "$rss / 1024" | bc -l)" "$acts" "$sps" "$cpu"
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
