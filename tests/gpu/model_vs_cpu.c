@@ -1,8 +1,9 @@
-/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for five small
+/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for eight small
  * variants (GPT-2: layernorm, gelu, learned positions, tied head, biases; the same with
  * [model] mlp_epilogue = kernels and with bias = false, so the gelu MLP runs through both
  * cuBLASLt epilogue pairs and its kernels; open_lm: gain-only layernorm, swiglu, rope, qk-norm,
- * untied, no biases; rmsnorm + swiglu + qk-norm, learned) and three dtype pairs (params/grads f32/f32, bf16/f32, bf16/bf16), both devices get the same
+ * untied, no biases; rmsnorm + swiglu + qk-norm, learned; grouped-query attention: Llama-3-shaped
+ * and Qwen2-shaped multi-query, on flash and naive attention) and three dtype pairs (params/grads f32/f32, bf16/f32, bf16/bf16), both devices get the same
  * weights, two micro-batches of tokens and the same dlogits; compared: the logits of each
  * forward, mean_hidden, and every tensor's gradient after both backwards (it ADDS), as a
  * relative L2 error ||dut - cpu|| / ||cpu||. Tolerances: f32 1e-4 (order of f32 sums,
@@ -414,13 +415,16 @@ static void attention_cases(ct_device_ref ref, ct_device_ref dut) {
     static const char *const naive[] = {"model:n_layer=1", "model:n_head=4", "model:d_model=64",
                                         "model:vocab_size=96", "model:seq_len=130",
                                         "model:attention=naive", NULL};
+    static const char *const gqa[] = {"model:n_layer=1", "model:n_head=4", "model:n_kv_head=2",
+                                      "model:d_model=64", "model:vocab_size=96",
+                                      "model:seq_len=130", "model:pos=rope", NULL};
     struct { const char *label; const char *const *over; int64_t T; } at[] = {
         {"att_flash_hd16_T1", hd16, 1},    {"att_flash_hd16_T37", hd16, 37},
         {"att_flash_hd16_T64", hd16, 64},  {"att_flash_hd16_T130", hd16, 130},
         {"att_flash_hd64_T37", hd64, 37},  {"att_flash_hd64_T130", hd64, 130},
         {"att_flash_hd24_rope_qknorm_T37", hd24, 37},
         {"att_flash_hd24_rope_qknorm_T130", hd24, 130},
-        {"att_naive_hd16_T37", naive, 37}};
+        {"att_naive_hd16_T37", naive, 37}, {"att_flash_gqa_hd16_T130", gqa, 130}};
     for (size_t c = 0; c < sizeof at / sizeof at[0]; c++) {
         compare_case(at[c].label, at[c].over, CT_DTYPE_F32, CT_DTYPE_F32, at[c].T, ref, dut);
         compare_case(at[c].label, at[c].over, CT_DTYPE_BF16, CT_DTYPE_BF16, at[c].T, ref, dut);
@@ -462,9 +466,35 @@ int main(int argc, char **argv) {
     static const char *const gelu_nobias[] = {"model:n_layer=2", "model:n_head=4",
                                               "model:d_model=64", "model:vocab_size=300",
                                               "model:seq_len=32", "model:bias=false", NULL};
+    /* grouped-query attention (gpt_cuda.cu: the key/value heads repeated for the multi-head
+     * kernels, their gradients summed back) against the CPU's attention.c, which indexes the
+     * shared head: Llama-3-shaped (4 heads over 2, llama3 rope scaling, an MLP width of its
+     * own, untied) and Qwen2-shaped multi-query (4 over 1, q/k/v biases without an output
+     * bias, tied, qk-norm over the one key head), each on flash and on naive attention */
+    static const char *const llama3[] = {"model:n_layer=2", "model:n_head=4", "model:n_kv_head=2",
+                                         "model:d_model=64", "model:vocab_size=300",
+                                         "model:seq_len=32", "model:norm=rmsnorm",
+                                         "model:mlp=swiglu", "model:pos=rope",
+                                         "model:intermediate_size=176", "model:bias=false",
+                                         "model:tie_embeddings=false", "model:rope_scaling=llama3",
+                                         "model:rope_factor=8", "model:rope_original_max_position=16",
+                                         NULL};
+    static const char *const qwen2[] = {"model:n_layer=2", "model:n_head=4", "model:n_kv_head=1",
+                                        "model:d_model=64", "model:vocab_size=300",
+                                        "model:seq_len=32", "model:norm=rmsnorm",
+                                        "model:mlp=swiglu", "model:pos=rope", "model:bias=false",
+                                        "model:attn_bias=qkv", "model:qk_norm=true",
+                                        "model:intermediate_size=136", NULL};
+    static const char *const llama3_naive[] = {"model:n_layer=2", "model:n_head=4",
+                                               "model:n_kv_head=2", "model:d_model=64",
+                                               "model:vocab_size=300", "model:seq_len=32",
+                                               "model:norm=rmsnorm", "model:mlp=swiglu",
+                                               "model:pos=rope", "model:bias=false",
+                                               "model:attention=naive", NULL};
     struct { const char *label; const char *const *over; } cases[] = {
         {"gpt2", gpt2}, {"openlm", openlm}, {"rmsnorm", rms},
-        {"gpt2_mlp_kernels", gpt2_kernels}, {"gelu_nobias", gelu_nobias}};
+        {"gpt2_mlp_kernels", gpt2_kernels}, {"gelu_nobias", gelu_nobias},
+        {"gqa_llama3", llama3}, {"mqa_qwen2", qwen2}, {"gqa_naive", llama3_naive}};
     int32_t dt[3][2] = {{CT_DTYPE_F32, CT_DTYPE_F32}, {CT_DTYPE_BF16, CT_DTYPE_F32},
                         {CT_DTYPE_BF16, CT_DTYPE_BF16}};
     double t0 = ph_now();

@@ -76,6 +76,9 @@ typedef struct gpt_cuda {
     float         *o;           /* (BH,T,HD) f32: O in forward, dQ in backward */
     float         *dk, *dv;     /* (BH,T,HD) f32 (attention = naive; the buffers above too) */
     float         *fa_D;        /* (BH,T) f32: flash backward's rowsum(dO*O) (attention = flash) */
+    float         *qkv_x;       /* (N,3C) grouped-query attention's q, k, v with every key/value
+                                   head repeated for its query heads (NULL when KVH == NH) */
+    float         *dqkv_x;      /* (N,3C) their gradient, summed back into (N,QW) */
     uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits;
                                    padded head: 4*N*Vp bytes, (N,Vp) f32 head output in forward,
                                    (N,Vp) bf16 dlogits in backward */
@@ -260,16 +263,17 @@ __global__ void k_act_bwd(float *dh, const float *dg, const float *h, int64_t N,
     }
 }
 
-/* Rotary embedding of q and k in qkv (N,3C), in place; inverse: the transposed rotation. */
-__global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, int64_t HD,
-                       const float *cs, const float *sn, int inverse, int r) {
-    int64_t half = HD / 2;
-    FOR_EACH(i, N * 2 * NH * half) {
-        int64_t d = i % half, h = (i / half) % NH, part = (i / (half * NH)) % 2,
-                n = i / (half * NH * 2);
+/* Rotary embedding of q (NH heads) and k (KVH heads) in qkv (N,QW), in place; inverse: the
+ * transposed rotation. */
+__global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, int64_t KVH,
+                       int64_t HD, const float *cs, const float *sn, int inverse, int r) {
+    int64_t half = HD / 2, QW = C + 2 * KVH * HD, NHK = NH + KVH;
+    FOR_EACH(i, N * NHK * half) {
+        int64_t d = i % half, hh = (i / half) % NHK, n = i / (half * NHK);
+        int64_t part = hh >= NH, h = part ? hh - NH : hh; /* q heads, then k heads */
         int64_t t = n % T;
         float c = cs[t * half + d], s = inverse ? -sn[t * half + d] : sn[t * half + d];
-        float *x = qkv + n * 3 * C + part * C + h * HD;
+        float *x = qkv + n * QW + part * C + h * HD;
         float a = x[d], b = x[d + half];
         x[d] = maybe_round(a * c - b * s, r);
         x[d + half] = maybe_round(b * c + a * s, r);
@@ -415,6 +419,37 @@ __global__ void k_colsum_double(double *out, const float *x, int64_t N, int64_t 
 /* ---------------------------------------------------------------------------------------
  * Attention kernels: layout changes, causal softmax forward and backward
  * ------------------------------------------------------------------------------------- */
+
+/* Grouped-query attention through the multi-head kernels: dst (N,3C) = src (N,QW) with key
+ * and value head kh repeated for query heads kh*G .. kh*G+G-1 (transformers' repeat_kv). */
+__global__ void k_repeat_kv(float *dst, const float *src, int64_t N, int64_t C, int64_t KC,
+                            int64_t HD, int64_t G) {
+    int64_t QW = C + 2 * KC;
+    FOR_EACH(i, N * 3 * C) {
+        int64_t n = i / (3 * C), j = i % (3 * C), part = j / C, w = j % C;
+        int64_t col = part == 0 ? j : C + (part - 1) * KC + (w / HD / G) * HD + w % HD;
+        dst[i] = src[n * QW + col];
+    }
+}
+
+/* Its backward: dst (N,QW) = src (N,3C) with the G copies of each key/value head summed in
+ * head order (f32; not rounded: the caller stores). */
+__global__ void k_sum_kv(float *dst, const float *src, int64_t N, int64_t C, int64_t KC,
+                         int64_t HD, int64_t G) {
+    int64_t QW = C + 2 * KC;
+    FOR_EACH(i, N * QW) {
+        int64_t n = i / QW, j = i % QW;
+        const float *row = src + n * 3 * C;
+        if (j < C) {
+            dst[i] = row[j];
+            continue;
+        }
+        int64_t part = (j - C) / KC, w = (j - C) % KC, kh = w / HD, d = w % HD;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < G; k++) sum += row[C + part * C + (kh * G + k) * HD + d];
+        dst[i] = sum;
+    }
+}
 
 /* (N, ld) rows, columns col0 + h*HD + d  ->  op buffer (BH,T,HD). */
 __global__ void k_to_heads(void *dst, int obf16, const float *src, int64_t ld, int64_t col0,
@@ -613,24 +648,31 @@ static int32_t bias_grad(const gpt *m, const ct_stage_args *a, int64_t b_off, co
 }
 
 /* Norm of N rows of C (x stride ldx) into y (stride ldy), stats kept. */
-static int32_t norm_fwd(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
-                        float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
-                        int64_t b_off, int round, ct_error *err) {
+/* Rows of width C, or of width n (norm_fwd_n: the k-norm's KC). */
+static int32_t norm_fwd_n(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
+                          float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
+                          int64_t b_off, int round, int64_t n, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     k_norm_fwd<<<(unsigned)m->N, NT, 0, g->st>>>(y, ldy, mean, rstd, x, ldx, a->params, m->bf16,
-                                                 w_off, b_off, m->C, m->norm == GPT_NORM_RMSNORM,
+                                                 w_off, b_off, n, m->norm == GPT_NORM_RMSNORM,
                                                  m->eps, round && m->bf16);
     LAUNCHED("norm forward");
     return CT_OK;
 }
 
+static int32_t norm_fwd(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
+                        float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
+                        int64_t b_off, int round, ct_error *err) {
+    return norm_fwd_n(m, a, y, ldy, mean, rstd, x, ldx, w_off, b_off, round, m->C, err);
+}
+
 /* Parameter gradients (first: dx may overwrite dy), then dx; see k_norm_bwd. */
-static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
-                        const float *dy, int64_t lddy, const float *x, int64_t ldx,
-                        const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
-                        int add, ct_error *err) {
+static int32_t norm_bwd_n(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
+                          const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                          const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
+                          int add, int64_t C, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, nch = n_chunks(N), per = (N + nch - 1) / nch;
+    int64_t N = m->N, nch = n_chunks(N), per = (N + nch - 1) / nch;
     int gb = a->grad_dtype == CT_DTYPE_BF16;
     dim3 grid((unsigned)((C + EW - 1) / EW), (unsigned)nch);
     k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, lddy, x, ldx, mean, rstd, N, C, per);
@@ -646,6 +688,13 @@ static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t
                                               add);
     LAUNCHED("norm backward");
     return CT_OK;
+}
+
+static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
+                        const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                        const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
+                        int add, ct_error *err) {
+    return norm_bwd_n(m, a, dx, lddx, dy, lddy, x, ldx, mean, rstd, w_off, b_off, add, m->C, err);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -717,6 +766,32 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
     k_from_heads<<<ew_blocks(nh), EW, 0, g->st>>>(dqkv, 3 * C, C, g->dk, B, T, NH, HD, 0);
     k_from_heads<<<ew_blocks(nh), EW, 0, g->st>>>(dqkv, 3 * C, 2 * C, g->dv, B, T, NH, HD, 0);
     LAUNCHED("attention gradient layout");
+    return CT_OK;
+}
+
+/* Attention of qkv (N,QW): with grouped-query attention (KVH < NH) through the multi-head
+ * kernels on the repeated heads (g->qkv_x), the gradients of the copies summed back. */
+static int32_t attention_gqa_fwd(const gpt *m, float *att, float *lse, const float *qkv,
+                                 ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (m->KVH == m->NH) return attention_fwd(m, att, lse, qkv, err);
+    int64_t N = m->N, C = m->C;
+    k_repeat_kv<<<ew_blocks(N * 3 * C), EW, 0, g->st>>>(g->qkv_x, qkv, N, C, m->KC, m->HD,
+                                                       m->NH / m->KVH);
+    LAUNCHED("repeat kv");
+    return attention_fwd(m, att, lse, g->qkv_x, err);
+}
+
+static int32_t attention_gqa_bwd(const gpt *m, float *dqkv, const float *datt, const float *att,
+                                 const float *qkv, const float *lse, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (m->KVH == m->NH) return attention_bwd(m, dqkv, datt, att, qkv, lse, err);
+    int64_t N = m->N, C = m->C, G = m->NH / m->KVH;
+    k_repeat_kv<<<ew_blocks(N * 3 * C), EW, 0, g->st>>>(g->qkv_x, qkv, N, C, m->KC, m->HD, G);
+    LAUNCHED("repeat kv");
+    CHECK(attention_bwd(m, g->dqkv_x, datt, att, g->qkv_x, lse, err));
+    k_sum_kv<<<ew_blocks(N * m->QW), EW, 0, g->st>>>(dqkv, g->dqkv_x, N, C, m->KC, m->HD, G);
+    LAUNCHED("sum kv gradients");
     return CT_OK;
 }
 
@@ -824,7 +899,7 @@ static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
 
 static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     gpt_block_acts *A = &m->acts[l];
@@ -835,23 +910,24 @@ static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error
 
     CHECK(norm_fwd(m, a, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, o->ln1_w, o->ln1_b, 1, err));
     CHECK(linear_fwd(m, a, A->qkv, operand(m, g->xb, A->ln1, N * C), o->qkv_w, o->qkv_b, N, C,
-                     3 * C, err));
+                     QW, err));
     if (A->qkv_att != A->qkv) {
-        TRY(cudaMemcpyAsync(A->qkv_att, A->qkv, (size_t)(N * 3 * C) * sizeof(float),
+        TRY(cudaMemcpyAsync(A->qkv_att, A->qkv, (size_t)(N * QW) * sizeof(float),
                             cudaMemcpyDeviceToDevice, g->st), "copy qkv");
         if (m->qk_norm) {
-            CHECK(norm_fwd(m, a, A->qkv_att, 3 * C, A->q_mean, A->q_rstd, A->qkv, 3 * C,
+            CHECK(norm_fwd(m, a, A->qkv_att, QW, A->q_mean, A->q_rstd, A->qkv, QW,
                            o->qn_w, o->qn_b, 1, err));
-            CHECK(norm_fwd(m, a, A->qkv_att + C, 3 * C, A->k_mean, A->k_rstd, A->qkv + C, 3 * C,
-                           o->kn_w, o->kn_b, 1, err));
+            CHECK(norm_fwd_n(m, a, A->qkv_att + C, QW, A->k_mean, A->k_rstd, A->qkv + C, QW,
+                             o->kn_w, o->kn_b, 1, KC, err));
         }
         if (m->pos == GPT_POS_ROPE) {
-            k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(A->qkv_att, N, m->T, C, m->NH, m->HD,
-                                                       g->rope_cos, g->rope_sin, 0, r);
+            int64_t n_rot = N * (m->NH + m->KVH) * (m->HD / 2);
+            k_rope<<<ew_blocks(n_rot), EW, 0, g->st>>>(A->qkv_att, N, m->T, C, m->NH, m->KVH,
+                                                       m->HD, g->rope_cos, g->rope_sin, 0, r);
             LAUNCHED("rope");
         }
     }
-    CHECK(attention_fwd(m, A->att, A->lse, A->qkv_att, err));
+    CHECK(attention_gqa_fwd(m, A->att, A->lse, A->qkv_att, err));
     CHECK(linear_fwd(m, a, tmp, operand(m, g->xb, A->att, N * C), o->proj_w, o->proj_b, N, C, C,
                      err));
     k_add<<<ew_blocks(N * C), EW, 0, g->st>>>(A->xmid, x, tmp, N * C, r);
@@ -882,7 +958,7 @@ static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error
 /* m->dres: d loss / d out on entry, d loss / d x on return. */
 static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     gpt_block_acts *A = &m->acts[l];
@@ -925,24 +1001,25 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     CHECK(grad_matmul(m, a, o->proj_w, dyo, operand(m, g->xb, A->att, N * C), N, C, C, err));
     CHECK(bias_grad(m, a, o->proj_b, dres, C, err));
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->proj_w, N, C, C, err));
-    CHECK(attention_bwd(m, m->dqkv, dnc, A->att, A->qkv_att, A->lse, err));
-    CHECK(round_if(m, m->dqkv, N * 3 * C, err));
+    CHECK(attention_gqa_bwd(m, m->dqkv, dnc, A->att, A->qkv_att, A->lse, err));
+    CHECK(round_if(m, m->dqkv, N * QW, err));
     if (m->pos == GPT_POS_ROPE) {
-        k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->HD,
+        int64_t n_rot = N * (m->NH + m->KVH) * (m->HD / 2);
+        k_rope<<<ew_blocks(n_rot), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->KVH, m->HD,
                                                    g->rope_cos, g->rope_sin, 1, r);
         LAUNCHED("rope backward");
     }
     if (m->qk_norm) {
-        CHECK(norm_bwd(m, a, m->dqkv, 3 * C, m->dqkv, 3 * C, A->qkv, 3 * C, A->q_mean, A->q_rstd,
+        CHECK(norm_bwd(m, a, m->dqkv, QW, m->dqkv, QW, A->qkv, QW, A->q_mean, A->q_rstd,
                        o->qn_w, o->qn_b, 0, err));
-        CHECK(norm_bwd(m, a, m->dqkv + C, 3 * C, m->dqkv + C, 3 * C, A->qkv + C, 3 * C,
-                       A->k_mean, A->k_rstd, o->kn_w, o->kn_b, 0, err));
-        CHECK(round_if(m, m->dqkv, N * 3 * C, err));
+        CHECK(norm_bwd_n(m, a, m->dqkv + C, QW, m->dqkv + C, QW, A->qkv + C, QW,
+                         A->k_mean, A->k_rstd, o->kn_w, o->kn_b, 0, KC, err));
+        CHECK(round_if(m, m->dqkv, N * QW, err));
     }
-    dyo = operand(m, g->xa, m->dqkv, N * 3 * C);
-    CHECK(grad_matmul(m, a, o->qkv_w, dyo, operand(m, g->xb, A->ln1, N * C), N, 3 * C, C, err));
-    CHECK(bias_grad(m, a, o->qkv_b, m->dqkv, 3 * C, err));
-    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->qkv_w, N, C, 3 * C, err));
+    dyo = operand(m, g->xa, m->dqkv, N * QW);
+    CHECK(grad_matmul(m, a, o->qkv_w, dyo, operand(m, g->xb, A->ln1, N * C), N, QW, C, err));
+    CHECK(bias_grad(m, a, o->qkv_b, m->dqkv, QW, err));
+    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->qkv_w, N, C, QW, err));
     CHECK(norm_bwd(m, a, dres, C, dnc, C, x, C, A->ln1_mean, A->ln1_rstd, o->ln1_w, o->ln1_b, 1,
                    err));
     CHECK(round_if(m, dres, N * C, err)); /* now d loss / d x */
@@ -1081,7 +1158,7 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     uint64_t c = 0;
     uint64_t N = (uint64_t)m->N, C = (uint64_t)m->C, T = (uint64_t)m->T, F = (uint64_t)m->F;
     uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, V = (uint64_t)m->V;
-    uint64_t BH = (uint64_t)(m->B * m->NH), HD = (uint64_t)m->HD;
+    uint64_t BH = (uint64_t)(m->B * m->NH), HD = (uint64_t)m->HD, QW = (uint64_t)m->QW;
     m->tokens = m->tok_order = m->tok_start = NULL; /* CPU-only buffers */
     m->doc_start = (int32_t *)carve(base, &c, N * sizeof(int32_t)); /* k_doc_start */
     m->att_pd = NULL;
@@ -1093,7 +1170,7 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
         b->ln1 = CARVE_F(N * C);
         b->ln1_mean = CARVE_F(N);
         b->ln1_rstd = CARVE_F(N);
-        b->qkv = CARVE_F(N * 3 * C);
+        b->qkv = CARVE_F(N * QW);
         b->q_mean = b->q_rstd = b->k_mean = b->k_rstd = NULL;
         if (m->qk_norm) {
             b->q_mean = CARVE_F(N);
@@ -1101,7 +1178,7 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
             b->k_mean = CARVE_F(N);
             b->k_rstd = CARVE_F(N);
         }
-        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? CARVE_F(N * 3 * C) : b->qkv;
+        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? CARVE_F(N * QW) : b->qkv;
         b->att = CARVE_F(N * C);
         b->lse = CARVE_F(N * (uint64_t)m->NH);
         b->xmid = CARVE_F(N * C);
@@ -1116,7 +1193,12 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     m->lnf_rstd = CARVE_F(N);
     m->dres = CARVE_F(N * C);
     m->dnc = CARVE_F(N * C);
-    m->dqkv = CARVE_F(N * 3 * C);
+    m->dqkv = CARVE_F(N * QW);
+    g->qkv_x = g->dqkv_x = NULL;
+    if (m->KVH != m->NH) {
+        g->qkv_x = CARVE_F(N * 3 * C);
+        g->dqkv_x = CARVE_F(N * 3 * C);
+    }
     m->dh = CARVE_F(N * FH);
     m->dg = CARVE_F(N * F);
     g->S = NULL, g->P = g->q = g->k = g->v = g->dO = NULL, g->o = g->dk = g->dv = g->fa_D = NULL;

@@ -16,7 +16,7 @@ struct gpt;
 
 /* The companion interface (companion.h): bump when an entry below changes. The structure both
  * sides read is struct gpt (gpt.h), checked by size. */
-#define GPT_CUDA_INTERFACE 3
+#define GPT_CUDA_INTERFACE 4
 
 /* Size the device buffers for micro-batches of B x T in dtype (validated by the caller):
  * activations (gpt's res/acts/... fields become device pointers, m->arena the device arena),
