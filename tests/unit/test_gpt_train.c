@@ -277,12 +277,13 @@ CT_TEST(gpt_dropout_keeps_one_minus_p) {
 CT_TEST(gpt_dropout_gradients_match_finite_differences) {
     /* at T = 70 only rope, as test_gpt.c's long sequence: qk_norm or swiglu there are beyond
      * the finite differences' accuracy even without dropout */
-    const char *variants[3] = {"dropout = 0.25\nqk_norm = true",
+    const char *variants[4] = {"dropout = 0.25\nqk_norm = true",
                                "dropout = 0.25\nmlp = swiglu\ntie_embeddings = false",
+                               "dropout = 0.25\nn_kv_head = 1", /* multi-query attention */
                                "dropout = 0.25\npos = rope"};
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         fx f;
-        if (fx_new(&f, variants[v], v == 2 ? 1 : 2, v == 2 ? 70 : 6, 11, 2)) {
+        if (fx_new(&f, variants[v], v == 3 ? 1 : 2, v == 3 ? 70 : 6, 11, 2)) {
             f.extra.train = 1;
             check_fd(variants[v], &f);
         }
@@ -338,17 +339,18 @@ CT_TEST(gpt_doc_mask_second_document_sees_only_itself) {
 }
 
 /* Gradients with document masking (three documents in each of two sequences, one starting in
- * the second attention block) match finite differences, with and without dropout. */
+ * the second attention block) match finite differences, with and without dropout, and with
+ * multi-query attention (n_kv_head = 1). */
 CT_TEST(gpt_doc_mask_gradients_match_finite_differences) {
-    const char *variants[2] = {"pos = rope", "dropout = 0.2"};
-    for (int v = 0; v < 2; v++) {
+    const char *variants[3] = {"pos = rope", "dropout = 0.2", "dropout = 0.2\nn_kv_head = 1"};
+    for (int v = 0; v < 3; v++) {
         fx f;
         int T = v ? 8 : 70;
         if (fx_new(&f, variants[v], 2, T, 11, 2)) {
             f.tokens[2] = f.tokens[T - 3] = f.tokens[T + 4] = 0; /* separators */
             if (!v) f.tokens[66] = 0;
             f.extra.doc_mask = 1;
-            f.extra.train = v;
+            f.extra.train = v > 0;
             check_fd(variants[v], &f);
         }
         fx_free(&f);
@@ -361,7 +363,8 @@ CT_TEST(gpt_doc_mask_gradients_match_finite_differences) {
  * bit for bit, over two micro-batches (threads pinned to 2), with dropout and document masking
  * on and off, in f32 on a shape whose products are split over threads. */
 CT_TEST(gpt_recompute_gives_the_bits_of_keeping_activations) {
-    const char *base[2] = {"", "dropout = 0.1\npos = rope\nqk_norm = true\nmlp = swiglu"};
+    const char *base[2] = {"", "dropout = 0.1\npos = rope\nqk_norm = true\nmlp = swiglu\n"
+                               "n_kv_head = 1"};
     const char *modes[2] = {"recompute = blocks", "recompute = attention"};
     for (int v = 0; v < 2; v++) {
         fx ref;
