@@ -672,10 +672,6 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "model gpt: compute dtype %s is not supported ---> use f32, bf16 or "
                             "f16", ct_dtype_name(dtype));
-    if (dtype == CT_DTYPE_F16 && m->on_cuda)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: f16 compute is emulated on the "
-                            "CPU only ---> use [device] type = cpu, or bf16 (pure_bf16, amp) "
-                            "on CUDA");
     if (m->on_cuda && (m->dropout > 0 || m->recompute != GPT_RECOMPUTE_NONE))
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: [model] %s runs on the CPU only "
                             "for now ---> leave it out on [device] type = cuda",
