@@ -164,6 +164,44 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     return master_setup(r, err); /* a bf16 master: compensation buffers and f32 scratch */
 }
 
+/* [data] doc_mask: the separator ([data] eot_token, else meta.ini's eot_token of the train
+ * shards), checked against the vocabulary, and a model that declares it honours the mask
+ * (ct_model_desc.doc_mask, ABI 1.7). */
+static int32_t resolve_doc_mask(host_rank *r, const host_data_meta *meta, ct_error *err) {
+    int32_t on = 0;
+    int64_t eot = -1;
+    config_get_bool(r->cfg, "data", "doc_mask", &on, NULL);
+    config_get_int(r->cfg, "data", "eot_token", &eot, NULL);
+    r->doc_mask = 0;
+    r->eot_token = 0;
+    if (!on) return CT_OK;
+    const char *from = config_origin(r->cfg, "data", "eot_token");
+    if (eot < 0 && meta->found && meta->eot_token >= 0) eot = meta->eot_token, from = meta->path;
+    if (eot < 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: [data] doc_mask = true needs the token "
+                            "that separates documents, but %s ---> set [data] eot_token (GPT-2's "
+                            "<|endoftext|> is 50256), or prepare the data with `ctrain prepare` "
+                            "from documents (it records eot_token in meta.ini)",
+                            config_origin(r->cfg, "data", "doc_mask"),
+                            meta->found ? "the train shards' meta.ini records no eot_token"
+                                        : "the train shards have no meta.ini");
+    if (eot >= r->V)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the document separator %lld is outside "
+                            "the model's vocabulary 0..%lld ---> set [data] eot_token to the "
+                            "data's end-of-text id", from, (long long)eot, (long long)(r->V - 1));
+    int declares = r->mdesc.struct_size >= offsetof(ct_model_desc, doc_mask) + sizeof(int32_t) &&
+                   r->mdesc.doc_mask;
+    if (!declares)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [data] doc_mask = true, but model %s "
+                            "does not declare document masking (ct_model_desc.doc_mask, ABI "
+                            "1.7) ---> use a model that does (gpt), or set doc_mask = false",
+                            config_origin(r->cfg, "data", "doc_mask"),
+                            r->model.plugin->desc.name);
+    r->doc_mask = 1;
+    r->eot_token = (int32_t)eot;
+    return CT_OK;
+}
+
 static int32_t open_data(host_rank *r, ct_error *err) {
     const char *train = NULL, *val = NULL;
     int64_t seed = 0;
@@ -184,6 +222,8 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
     if (rc != CT_OK) return rc;
     data_meta_free(&meta);
+    r->seed = (uint64_t)seed;
+    if ((rc = resolve_doc_mask(r, &meta, err)) != CT_OK) return rc;
     if (meta.found && meta.vocab_size > r->V)
         return ct_error_set(err, CT_ERR_INVALID, "%s: [model] vocab_size = %lld is smaller than "
                             "the data's vocabulary %d (%s) ---> leave [model] vocab_size out to "

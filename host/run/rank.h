@@ -91,8 +91,14 @@ typedef struct host_rank {
     int64_t    eval_batches; /* micro-batches per evaluation: [run] eval_batches, or all that
                                 the validation data holds when the default (8) is more */
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
-    int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
+    int64_t    step;      /* the step being run (1-based; set by the driver), for messages and
+                             ct_stage_args.step */
     const host_model_source *model_source; /* the wiring's: [model] init_from = a checkpoint */
+    uint64_t   seed;      /* [run] seed, for ct_stage_args.seed */
+    int32_t    training;  /* inside step_train: ct_stage_args.train = 1 */
+    int32_t    doc_mask;  /* [data] doc_mask: ct_stage_args.doc_mask for training, evaluation and
+                             `ctrain logits` (rank.c, resolve_doc_mask) */
+    int32_t    eot_token; /* the document separator when doc_mask */
     int64_t    updates_skipped; /* optimizer updates the precision policy skipped since the run
                                    began (checkpointed in precision.bin): the optimizer's step
                                    counts only updates applied, as torch's optimizers do */

@@ -113,8 +113,10 @@
  *     optimizer kind (CT_KIND_OPTIMIZER, ct_optimizer_vtable: the update of each owned
  *     shard, with state buffers the host allocates, checkpoints and reshards) and the
  *     precision policy's loss scaling (ct_precision_vtable.loss_scale, after_reduce,
- *     state_save, state_load: torch.amp.GradScaler's protocol) and bf16 master weights
- *     (ct_precision_policy.master_update, ct_master_update, ct_shard.master_dtype). Plugins
+ *     state_save, state_load: torch.amp.GradScaler's protocol), bf16 master weights
+ *     (ct_precision_policy.master_update, ct_master_update, ct_shard.master_dtype), and at the
+ *     end of ct_stage_args train, doc_mask, eot_token, step and seed (dropout that is the same
+ *     on every replay; document masking) with ct_model_desc.doc_mask. Plugins
  *     built for 1.0 .. 1.6 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
@@ -893,6 +895,10 @@ typedef struct ct_model_desc {
     /* Since ABI 1.3 (0, older plugins: no): 1 when the last stage is a row-local head that
      * may be run over row ranges (ct_stage_args.row_begin/row_count; "Row ranges" below). */
     int32_t              head_row_range;
+    /* Since ABI 1.7 (0, older plugins: no): 1 when forward() honours ct_stage_args.doc_mask
+     * (attention that does not cross a document boundary; "Document masking" below). The host
+     * refuses [data] doc_mask = true with a model that does not declare it. */
+    int32_t              doc_mask;
 } ct_model_desc;
 
 /* n rounded up to a multiple of a. Tensor k of a unit starts at the sum over j < k of
@@ -944,7 +950,39 @@ typedef struct ct_stage_args {
      * then (row_count,V). row_count 0 (older hosts, other stages): all N rows. */
     int64_t      row_begin;
     int64_t      row_count;
+    /* Since ABI 1.7 (appended; a host older than that passes a shorter struct: a plugin reads
+     * these members only when struct_size reaches them, else takes 0 for each). */
+    /* 1: a training micro-batch (backward follows this forward; the model may use randomness
+     * such as dropout); 0: evaluation, `ctrain logits`, sampling, what-if, check-plugin: the
+     * forward must be deterministic and free of training-only noise. The same value is passed
+     * to every forward and backward stage of one micro-batch. */
+    int32_t      train;
+    /* Document masking ([data] doc_mask; "Document masking" below): 1 when the attention of
+     * this micro-batch must not cross the document boundaries that eot_token marks; only
+     * passed to a model whose ct_model_desc.doc_mask is 1. */
+    int32_t      doc_mask;
+    int32_t      eot_token;     /* the separator token id (0 <= eot_token < V) when doc_mask */
+    int32_t      reserved0;     /* 0 */
+    /* Where this micro-batch sits in the run, for randomness that must be the same on every
+     * replay (dropout masks) and different from one micro-batch to the next: the optimizer
+     * step (1-based, as checkpoints count), and [run] seed. With micro_step and the rank
+     * (ct_create_args.rank) they name the micro-batch; a resumed run passes the same values
+     * again, so its masks are the same. 0 and 0 outside training. */
+    int64_t      step;
+    uint64_t     seed;
 } ct_stage_args;
+
+/* Document masking (since ABI 1.7). Packed training windows hold several documents, each
+ * preceded by the end-of-text token (the layout `ctrain prepare` and GPT-2's data use). With
+ * ct_stage_args.doc_mask set, the token at window position t belongs to the document that
+ * begins at the last position s <= t holding eot_token (or at 0 when there is none): the
+ * separator opens its document, as a beginning-of-sequence token would. Position t attends
+ * only to positions s..t. Positions are not restarted: rope and learned positions keep the
+ * window's index, as Llama 3's and torchtitan's document masking do (with rope, attention
+ * inside a document depends on relative positions only). The separator is then the document's
+ * first token in the mask (torchtitan's eos_id rule puts it last: with separators before
+ * documents, this is the placement that keeps a document's first token from seeing the
+ * previous document). */
 
 /* Since ABI 1.2: what decode() receives (incremental decoding, e.g. `ctrain sample`). Owned by
  * the host for the duration of the call. One sequence (B = 1). */
