@@ -5,28 +5,16 @@
  * the host writes the result back into the bf16 master with the policy's rule
  * (master_write_back: nearest, stochastic rounding or Kahan with a bf16 compensation buffer per
  * master element, sharded like the master). The staging goes through host memory, so it works
- * on any device. Not for: the per-element rounding (sdk precision_kit.h / numerics.h), the
+ * on any device. The buffers are made and freed with the rank (rank.c: master_setup, master_free,
+ * master_check_policy). Not for: the per-element rounding (sdk precision_kit.h / numerics.h), the
  * update's arithmetic (the optimizer plugin) or where shards live (the strategy plugin). */
 #ifndef CTRAIN_HOST_MASTER_H
 #define CTRAIN_HOST_MASTER_H
 
 #include "run/rank.h"
 
-/* The policy's master dtype and rule are ones the host can hold (f32; bf16 with nearest, sr or
- * kahan): CT_ERR_UNSUPPORTED naming the plugin otherwise. */
-int32_t master_check_policy(const host_rank *r, ct_error *err);
-
 /* 1 when the rank's master weights are not f32 (the write-back path is taken). */
 int master_is_low(const host_rank *r);
-
-/* After the strategy's setup and load_unit: every shard says it holds the policy's master
- * dtype (a strategy built before 1.7 cannot hold bf16: an error naming it); the compensation
- * buffers (kahan: bf16, one per element of each shard, zero) and the scratch are allocated.
- * Nothing for an f32 master. */
-int32_t master_setup(host_rank *r, ct_error *err);
-
-/* Free what master_setup made. */
-void master_free(host_rank *r);
 
 /* *param = the rank's f32 scratch (device memory) holding shard sh's master widened exactly
  * (sh.numel elements); valid until the next call. */

@@ -3,9 +3,9 @@
  * freshly initialised parameters, the optimizer's state buffers, step buffers and data
  * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
-#include "run/master.h"
 
 #include "plugin/contract.h"
+#include <ctrain/precision_kit.h>
 #include "run/groups.h"
 #include "weights/import.h"
 #include "base/init.h"
@@ -70,6 +70,86 @@ int32_t rank_unit_last_stage(const host_rank *r, uint32_t u) {
 
 static void *dev_alloc(host_rank *r, uint64_t bytes, ct_error *err) {
     return RANK_DEV(r, alloc, bytes, err);
+}
+
+/* The policy's master dtype and rule are ones the host can hold (f32; bf16 with nearest, sr or
+ * kahan): CT_ERR_UNSUPPORTED naming the plugin otherwise. */
+static int32_t master_check_policy(const host_rank *r, ct_error *err) {
+    if (ct_pkit_master_ok(&r->policy)) return CT_OK;
+    const char *name = r->precision.plugin ? r->precision.plugin->desc.name : "?";
+    if (r->policy.master_dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision %s: master dtype %s; the host "
+                            "keeps master weights in f32 or bf16 only ---> use a policy with "
+                            "master f32 (amp) or bf16 (bf16_master)", name,
+                            ct_dtype_name(r->policy.master_dtype));
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision %s: master_update = %d is not a "
+                        "ct_master_update (0 nearest, 1 sr, 2 kahan) ---> fix the plugin's "
+                        "policy()", name, (int)r->policy.master_update);
+}
+
+/* A master dtype other than f32 (master.h), after the strategy's setup and load_unit: every
+ * shard says it holds the policy's master dtype (a strategy built before 1.7 cannot hold bf16:
+ * an error naming it); the compensation buffers (kahan: bf16, one per element of each shard,
+ * zero) and the f32 scratch and its host staging are allocated. Nothing for an f32 master. */
+static int32_t master_setup(host_rank *r, ct_error *err) {
+    int64_t seed = 0;
+    config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    r->seed = (uint64_t)seed;
+    if (r->policy.master_dtype != CT_DTYPE_BF16) return CT_OK;
+    const int kahan = r->policy.master_update == CT_MASTER_KAHAN;
+    uint64_t cap = 1;
+    for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
+        if (rc != CT_OK) return rc;
+        int32_t have = sh.struct_size >= offsetof(ct_shard, master_dtype) + sizeof(int32_t) &&
+                               sh.master_dtype ? sh.master_dtype : CT_DTYPE_F32;
+        if (have != r->policy.master_dtype)
+            return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy %s (%s) keeps unit %u's master "
+                                "in %s, but precision %s asks for %s master weights ---> use a "
+                                "strategy built against ABI 1.7 or later (ddp, no_shard, "
+                                "full_shard), or a policy with an f32 master",
+                                r->strategy.plugin->desc.name, r->strategy.plugin->path, u,
+                                ct_dtype_name(have), r->precision.plugin->desc.name,
+                                ct_dtype_name(r->policy.master_dtype));
+        if (sh.numel > cap) cap = sh.numel;
+        if (kahan) {
+            host_unit_state *us = &r->units[u];
+            uint64_t bytes = (sh.numel ? sh.numel : 1) * sizeof(uint16_t);
+            if (!(us->comp = RANK_DEV(r, alloc, bytes, err)))
+                return err->code ? err->code
+                                 : ct_error_set(err, CT_ERR_NOMEM, "out of memory for unit %u's "
+                                                "compensation buffer (%llu bytes)", u,
+                                                (unsigned long long)bytes);
+            if ((rc = RANK_DEV(r, zero, us->comp, bytes, err)) != CT_OK) return rc;
+        }
+    }
+    r->master_cap = cap;
+    r->master_hf = malloc(cap * sizeof *r->master_hf);
+    r->master_hw = malloc(cap * sizeof *r->master_hw);
+    r->master_hc = kahan ? malloc(cap * sizeof *r->master_hc) : NULL;
+    if (!r->master_hf || !r->master_hw || (kahan && !r->master_hc))
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory for the master's f32 staging");
+    if (!(r->master_scratch = RANK_DEV(r, alloc, cap * sizeof(float), err)))
+        return err->code ? err->code
+                         : ct_error_set(err, CT_ERR_NOMEM, "out of memory for the master's f32 "
+                                        "scratch (%llu bytes)",
+                                        (unsigned long long)(cap * sizeof(float)));
+    return CT_OK;
+}
+
+/* Free what master_setup made. */
+static void master_free(host_rank *r) {
+    if (r->dev.vt) {
+        for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++)
+            RANK_DEV_VOID(r, free_mem, r->units[u].comp);
+        RANK_DEV_VOID(r, free_mem, r->master_scratch);
+    }
+    free(r->master_hf);
+    free(r->master_hw);
+    free(r->master_hc);
+    r->master_scratch = r->master_hf = NULL;
+    r->master_hw = r->master_hc = NULL;
 }
 
 /* Initialise every unit from the seed and hand it to the strategy; allocate AdamW state and

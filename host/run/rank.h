@@ -57,8 +57,8 @@ typedef struct host_rank {
     int32_t          no_init_from; /* setup skips [model] init_from (a checkpoint follows) */
     host_unit_state   *units;    /* (n_units) */
     /* a master dtype other than f32 (master.h): the f32 scratch the optimizer updates (device
-     * memory) and its host staging, master_cap elements each (the largest shard); the run's
-     * [run] seed, which the stochastic rounding of the master hashes */
+     * memory) and its host staging, master_cap elements each (the largest shard); [run] seed,
+     * which the stochastic rounding of the master hashes and ct_stage_args.seed carries */
     float           *master_scratch, *master_hf;
     uint16_t        *master_hw, *master_hc;
     uint64_t         master_cap;
@@ -94,7 +94,6 @@ typedef struct host_rank {
     int64_t    step;      /* the step being run (1-based; set by the driver), for messages and
                              ct_stage_args.step */
     const host_model_source *model_source; /* the wiring's: [model] init_from = a checkpoint */
-    uint64_t   seed;      /* [run] seed, for ct_stage_args.seed */
     int32_t    training;  /* inside step_train: ct_stage_args.train = 1 */
     int32_t    doc_mask;  /* [data] doc_mask: ct_stage_args.doc_mask for training, evaluation and
                              `ctrain logits` (rank.c, resolve_doc_mask) */
