@@ -589,95 +589,7 @@ static int32_t finish_save(const char *root, const char *tmp, const char *dir, c
     return CT_OK;
 }
 
-/* ---- the precision policy's state (ABI 1.7 state_save / state_load) --------------------
- * precision.bin, written by rank 0 (the state is the same on every rank), little-endian:
- *   char magic[8] "CTPREC02"; int64 updates_skipped (host_rank.updates_skipped: the optimizer's
- *   step counts only updates applied); uint64 size; uint8 blob[size]; uint64 fnv1a64 of every
- *   byte before it. "CTPREC01" (written before the skipped count was kept) lacks the count,
- *   which reads as 0. Absent when the policy has neither state_save nor after_reduce; a folder
- *   without it resumes the policy from its configured start with no skipped update. */
-#define PREC_MAGIC    "CTPREC02"
-#define PREC_MAGIC_V1 "CTPREC01"
-
-static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *err) {
-    const ct_precision_vtable *pv = r->precision.vt;
-    int32_t has_state = CT_HAS_MEMBER(pv, ct_precision_vtable, state_save);
-    if (!has_state && !CT_HAS_MEMBER(pv, ct_precision_vtable, after_reduce)) return CT_OK;
-    unsigned char blob[CT_PRECISION_STATE_MAX];
-    uint64_t size = 0;
-    int32_t rc = has_state ? CALLS(r->precision.plugin, "state_save",
-                                   pv->state_save(r->precision.self, blob, sizeof blob, &size, err))
-                           : CT_OK;
-    if (rc != CT_OK) return contract_name_silent_error(rc, err, r->precision.plugin, "state_save");
-    if (size > sizeof blob)
-        return ct_error_set(err, CT_ERR_INVALID, "precision %s: state_save wrote %llu bytes, more "
-                            "than CT_PRECISION_STATE_MAX (%d) ---> report this to the plugin's "
-                            "author", r->precision.plugin->desc.name, (unsigned long long)size,
-                            CT_PRECISION_STATE_MAX);
-    char path[PATH_MAX];
-    if ((rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir)) != CT_OK) return rc;
-    outfile out;
-    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
-    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
-    if (!hf.f) {
-        outfile_abort(&out);
-        return err->code;
-    }
-    hwrite(&hf, PREC_MAGIC, 8);
-    hwrite(&hf, &r->updates_skipped, 8);
-    hwrite(&hf, &size, 8);
-    hwrite(&hf, blob, (size_t)size);
-    uint64_t h = hf.hash;
-    hwrite(&hf, &h, 8);
-    if (hf.failed) {
-        outfile_abort(&out);
-        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
-                            "out_dir", path, strerror(hf.err_no ? hf.err_no : EIO));
-    }
-    return outfile_commit(&out, err);
-}
-
-static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err) {
-    const ct_precision_vtable *pv = r->precision.vt;
-    r->updates_skipped = 0;
-    char path[PATH_MAX];
-    int32_t rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir);
-    if (rc != CT_OK) return rc;
-    struct stat st;
-    if (stat(path, &st) != 0 && errno == ENOENT) return CT_OK; /* saved without one */
-    char *data = NULL;
-    size_t n = 0;
-    rc = read_bounded(path, "precision state", "resume from another checkpoint with "
-                      "--resume-from", 8 + 8 + 8 + CT_PRECISION_STATE_MAX + 8, &data, &n, err);
-    if (rc != CT_OK) return rc;
-    uint64_t size = 0, want = 0, h = 0xcbf29ce484222325ull;
-    int64_t skipped = 0;
-    unsigned char blob[CT_PRECISION_STATE_MAX];
-    size_t head = n >= 8 && memcmp(data, PREC_MAGIC_V1, 8) == 0 ? 16 : 24; /* v1: no count */
-    int bad = n < head + 8 || (head == 24 && memcmp(data, PREC_MAGIC, 8) != 0);
-    if (!bad) {
-        if (head == 24) memcpy(&skipped, data + 8, 8);
-        memcpy(&size, data + head - 8, 8);
-        bad = size > sizeof blob || n != head + 8 + size || skipped < 0;
-    }
-    if (!bad) {
-        hash_bytes(&h, data, (size_t)(head + size));
-        memcpy(blob, data + head, (size_t)size);
-        memcpy(&want, data + head + size, 8);
-        bad = want != h;
-    }
-    free(data);
-    if (bad)
-        return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
-                            "resume from an older checkpoint with --resume-from", path);
-    r->updates_skipped = skipped;
-    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_load)) return CT_OK;
-    rc = CALLS(r->precision.plugin, "state_load",
-               pv->state_load(r->precision.self, blob, size, err));
-    return contract_name_silent_error(rc, err, r->precision.plugin, "state_load");
-}
-
-/* ---- the data mixture's state --------------------------------------------------------
+/* ---- state files of one blob: the precision policy's (precision.bin), the mixture's -------
  * A state file of one blob, written by rank 0 into the checkpoint folder dir: char magic[8];
  * uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte before it. */
 static int32_t write_blob(const char *dir, const char *name, const char *magic, const void *blob,
@@ -706,10 +618,12 @@ static int32_t write_blob(const char *dir, const char *name, const char *magic, 
 }
 
 /* The blob of the state file dir/name (write_blob's format, at most max bytes) into blob;
- * *size its length; *absent 1 (and CT_OK) when the folder has no such file. `what` names it in
- * messages. */
-static int32_t read_blob(const char *dir, const char *name, const char *magic, const char *what,
-                         void *blob, uint64_t max, uint64_t *size, int *absent, ct_error *err) {
+ * *size its length; *absent 1 (and CT_OK) when the folder has no such file. magics: the magics
+ * accepted (NULL-terminated), *which the index of the one found (NULL: not wanted). `what`
+ * names it in messages. */
+static int32_t read_blob(const char *dir, const char *name, const char *const *magics,
+                         int *which, const char *what, void *blob, uint64_t max, uint64_t *size,
+                         int *absent, ct_error *err) {
     char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/%s", dir, name);
     if (rc != CT_OK) return rc;
@@ -722,7 +636,11 @@ static int32_t read_blob(const char *dir, const char *name, const char *magic, c
                       8 + 8 + max + 8, &data, &n, err);
     if (rc != CT_OK) return rc;
     uint64_t want = 0, h = 0xcbf29ce484222325ull;
-    int bad = n < 24 || memcmp(data, magic, 8) != 0;
+    int found = -1;
+    for (int k = 0; n >= 24 && found < 0 && magics[k]; k++)
+        if (memcmp(data, magics[k], 8) == 0) found = k;
+    if (which) *which = found;
+    int bad = found < 0;
     if (!bad) {
         memcpy(size, data + 8, 8);
         bad = *size > max || n != 24 + *size;
@@ -738,6 +656,65 @@ static int32_t read_blob(const char *dir, const char *name, const char *magic, c
         return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
                             "resume from an older checkpoint with --resume-from", path);
     return CT_OK;
+}
+
+/* precision.bin, written by rank 0 (the state is the same on every rank): write_blob's format
+ * with magic "CTPREC02", the blob int64 updates_skipped (host_rank.updates_skipped: the
+ * optimizer's step counts only updates applied) then the policy's state_save bytes. A file of
+ * magic "CTPREC01" (written before the skipped count was kept) holds the policy's bytes alone,
+ * the count read as 0. Absent when the policy has neither state_save nor after_reduce; a folder
+ * without it resumes the policy from its configured start with no skipped update. */
+#define PREC_MAGIC    "CTPREC02"
+#define PREC_MAGIC_V1 "CTPREC01"
+
+static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *err) {
+    const ct_precision_vtable *pv = r->precision.vt;
+    int32_t has_state = CT_HAS_MEMBER(pv, ct_precision_vtable, state_save);
+    if (!has_state && !CT_HAS_MEMBER(pv, ct_precision_vtable, after_reduce)) return CT_OK;
+    unsigned char blob[8 + CT_PRECISION_STATE_MAX];
+    uint64_t size = 0;
+    memcpy(blob, &r->updates_skipped, 8);
+    int32_t rc = has_state ? CALLS(r->precision.plugin, "state_save",
+                                   pv->state_save(r->precision.self, blob + 8,
+                                                  CT_PRECISION_STATE_MAX, &size, err))
+                           : CT_OK;
+    if (rc != CT_OK) return contract_name_silent_error(rc, err, r->precision.plugin, "state_save");
+    if (size > CT_PRECISION_STATE_MAX)
+        return ct_error_set(err, CT_ERR_INVALID, "precision %s: state_save wrote %llu bytes, more "
+                            "than CT_PRECISION_STATE_MAX (%d) ---> report this to the plugin's "
+                            "author", r->precision.plugin->desc.name, (unsigned long long)size,
+                            CT_PRECISION_STATE_MAX);
+    return write_blob(dir, "precision.bin", PREC_MAGIC, blob, 8 + size, err);
+}
+
+static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err) {
+    const ct_precision_vtable *pv = r->precision.vt;
+    static const char *const magics[] = {PREC_MAGIC, PREC_MAGIC_V1, NULL};
+    unsigned char blob[8 + CT_PRECISION_STATE_MAX];
+    uint64_t size = 0;
+    int absent = 0, which = 0;
+    r->updates_skipped = 0;
+    int32_t rc = read_blob(dir, "precision.bin", magics, &which, "precision state", blob,
+                           sizeof blob, &size, &absent, err);
+    if (rc != CT_OK || absent) return rc;
+    const unsigned char *state = blob;
+    if (which == 0) { /* CTPREC02: the skipped count first */
+        int64_t skipped = -1;
+        if (size >= 8) memcpy(&skipped, blob, 8);
+        if (skipped < 0 || size - 8 > CT_PRECISION_STATE_MAX)
+            return ct_error_set(err, CT_ERR_INVALID, "%s/precision.bin is damaged (the count of "
+                                "skipped updates) ---> resume from an older checkpoint with "
+                                "--resume-from", dir);
+        r->updates_skipped = skipped;
+        state += 8;
+        size -= 8;
+    } else if (size > CT_PRECISION_STATE_MAX) {
+        return ct_error_set(err, CT_ERR_INVALID, "%s/precision.bin is damaged (size) ---> resume "
+                            "from an older checkpoint with --resume-from", dir);
+    }
+    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_load)) return CT_OK;
+    rc = CALLS(r->precision.plugin, "state_load", pv->state_load(r->precision.self, state, size, err));
+    return contract_name_silent_error(rc, err, r->precision.plugin, "state_load");
 }
 
 /* data.bin, written by rank 0 when [data] train is a mixture (mixture.h): the mixture's state
@@ -761,8 +738,9 @@ static int32_t read_data_state(host_rank *r, const char *dir, host_loader_state 
     uint64_t size = 0;
     int absent = 0;
     char path[PATH_MAX];
-    int32_t rc = read_blob(dir, "data.bin", DATA_MAGIC, "data mixture state", blob, sizeof blob,
-                           &size, &absent, err);
+    static const char *const magics[] = {DATA_MAGIC, NULL};
+    int32_t rc = read_blob(dir, "data.bin", magics, NULL, "data mixture state", blob,
+                           sizeof blob, &size, &absent, err);
     if (rc == CT_OK) rc = path_fmt(path, sizeof path, err, "%s/data.bin", dir);
     if (rc != CT_OK) return rc;
     if (!r->train_mix && !absent)
@@ -1113,33 +1091,47 @@ static int same_value(const char *a, const char *b) {
     return ea != a && eb != b && *ea == 0 && *eb == 0 && x == y;
 }
 
-/* The run's [model] section must be the checkpoint's: any key that differs, or is present on
- * one side only, is an error naming the key, both values and the checkpoint's config.ini. */
-static int32_t check_model(const host_config *cfg, const host_config *saved, const char *dir,
-                           ct_error *err) {
+int checkpoint_model_differs(const host_config *cfg, const host_config *saved,
+                             const char *const *free_keys, const char **key_out,
+                             const char **now_out, const char **then_out) {
     for (int pass = 0; pass < 2; pass++) {
         const host_config *a = pass ? cfg : saved, *b = pass ? saved : cfg;
         int32_t n = config_key_count(a, "model");
         for (int32_t i = 0; i < n; i++) {
             const char *key = config_key_name(a, "model", i);
-            /* where the first weights came from does not bind a resume (the checkpoint holds
-             * the weights; a run folder's newest checkpoint moves on as that run trains) */
-            if (!strcmp(key, "init_from") || !strcmp(key, "from_config")) continue;
+            int is_free = 0;
+            for (int k = 0; free_keys && free_keys[k]; k++) is_free |= !strcmp(free_keys[k], key);
+            if (is_free) continue;
             const char *va = config_get(a, "model", key), *vb = config_get(b, "model", key);
             if (vb && same_value(va, vb)) continue;
             /* a key the plugin gained since the save, left at its default, changes nothing */
             if (!vb && pass && strcmp(config_origin(cfg, "model", key), "default") == 0) continue;
-            const char *now = pass ? va : vb, *then = pass ? vb : va;
-            return ct_error_set(err, CT_ERR_INVALID,
-                                "%s: [model] %s = %s, but the checkpoint was trained with %s = "
-                                "%s (%s/config.ini) ---> a checkpoint resumes only with its own "
-                                "model: set [model] %s = %s, or train into another out_dir "
-                                "without --resume",
-                                config_origin(cfg, "model", key), key, now ? now : "(absent)",
-                                key, then ? then : "(absent)", dir, key,
-                                then ? then : "(remove the key)");
+            *key_out = key;
+            *now_out = pass ? va : vb;
+            *then_out = pass ? vb : va;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* The run's [model] section must be the checkpoint's: any key that differs, or is present on
+ * one side only, is an error naming the key, both values and the checkpoint's config.ini.
+ * Free: where the first weights came from (the checkpoint holds the weights; a run folder's
+ * newest checkpoint moves on as that run trains) and recompute (the same bits either way). */
+static int32_t check_model(const host_config *cfg, const host_config *saved, const char *dir,
+                           ct_error *err) {
+    static const char *const free_keys[] = {"init_from", "from_config", "recompute", NULL};
+    const char *key, *now, *then;
+    if (checkpoint_model_differs(cfg, saved, free_keys, &key, &now, &then))
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s: [model] %s = %s, but the checkpoint was trained with %s = "
+                            "%s (%s/config.ini) ---> a checkpoint resumes only with its own "
+                            "model: set [model] %s = %s, or train into another out_dir "
+                            "without --resume",
+                            config_origin(cfg, "model", key), key, now ? now : "(absent)",
+                            key, then ? then : "(absent)", dir, key,
+                            then ? then : "(remove the key)");
     return CT_OK;
 }
 

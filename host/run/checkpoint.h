@@ -90,6 +90,14 @@ void checkpoint_master_free(ckpt_master *m);
  * has no valid checkpoint. Reads, never changes anything. */
 int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct_error *err);
 
+/* The [model] sections of cfg and of a checkpoint's saved config.ini compared key by key (the
+ * same text, or equal numbers; a key cfg's plugin gained since the save and left at its default
+ * counts as equal), skipping free_keys (NULL-terminated; NULL: none). 1 at the first difference,
+ * with *key, and its value *now in cfg and *then in saved (NULL where absent); else 0. */
+int checkpoint_model_differs(const host_config *cfg, const host_config *saved,
+                             const char *const *free_keys, const char **key, const char **now,
+                             const char **then);
+
 /* Load the master weights of checkpoint folder dir into the rank (any saved world size; the
  * strategy reshards). Not collective: for a rank of world 1 (rank_open_model). The rank's
  * [model] must equal the checkpoint's, as for resume. */

@@ -119,31 +119,17 @@ int32_t init_ckpt_resolve(host_config *cfg, ct_error *err) {
 /* This run's [model] against the checkpoint's, key by key (see INIT_CKPT_FREE_KEYS). */
 static int32_t same_model(const host_config *cfg, const host_config *saved, const char *dir,
                           ct_error *err) {
-    for (int pass = 0; pass < 2; pass++) {
-        const host_config *a = pass ? cfg : saved, *b = pass ? saved : cfg;
-        int32_t n = config_key_count(a, "model");
-        for (int32_t i = 0; i < n; i++) {
-            const char *key = config_key_name(a, "model", i);
-            if (is_free_key(key)) continue;
-            const char *va = config_get(a, "model", key), *vb = config_get(b, "model", key);
-            if (vb) {
-                char *ea, *eb; /* the same text, or the same number */
-                double x = strtod(va, &ea), y = strtod(vb, &eb);
-                if (!strcmp(va, vb) || (ea != va && eb != vb && !*ea && !*eb && x == y)) continue;
-            }
-            /* a key the plugin gained since the save, left at its default, changes nothing */
-            if (!vb && pass && !strcmp(config_origin(cfg, "model", key), "default")) continue;
-            const char *now = pass ? va : vb, *then = pass ? vb : va;
-            return ct_error_set(err, CT_ERR_INVALID,
-                                "%s: [model] %s = %s, but init_from's checkpoint %s was trained "
-                                "with %s = %s (%s/config.ini) ---> a checkpoint's weights load "
-                                "only into its own model: set [model] %s = %s, or [model] "
-                                "from_config = true to take every key [model] leaves out from "
-                                "the checkpoint", config_origin(cfg, "model", key), key,
-                                now ? now : "(absent)", dir, key, then ? then : "(absent)", dir,
-                                key, then ? then : "(remove the key)");
-        }
-    }
+    static const char *const free_keys[] = INIT_CKPT_FREE_KEYS;
+    const char *key, *now, *then;
+    if (checkpoint_model_differs(cfg, saved, free_keys, &key, &now, &then))
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "%s: [model] %s = %s, but init_from's checkpoint %s was trained "
+                            "with %s = %s (%s/config.ini) ---> a checkpoint's weights load "
+                            "only into its own model: set [model] %s = %s, or [model] "
+                            "from_config = true to take every key [model] leaves out from "
+                            "the checkpoint", config_origin(cfg, "model", key), key,
+                            now ? now : "(absent)", dir, key, then ? then : "(absent)", dir,
+                            key, then ? then : "(remove the key)");
     return CT_OK;
 }
 

@@ -218,11 +218,11 @@ run "$r" --resume --set run.steps=8
     || fail "--resume with none: rc $rc: $(cat "$r.err")"
 
 # --- 3. metrics.jsonl: checked writes; plot and compare read a torn last line ----------------
-# a file size cap (ulimit -f 4 KB, SIGXFSZ ignored: write() fails with EFBIG as on a full disk)
-# that config.ini (2 KB) fits and metrics.jsonl outgrows within a few steps
+# a file size cap (ulimit -f 8 KB, SIGXFSZ ignored: write() fails with EFBIG as on a full disk)
+# that config.ini (about 4 KB) fits and metrics.jsonl (about 500 bytes a step) outgrows
 mkdir -p "$work/full"
-(trap '' XFSZ; ulimit -f 4; exec "$CTRAIN" train "$work/t.ini" --set run.out_dir="$work/full" \
-    --set run.steps=20 > "$work/full.out" 2> "$work/full.err"); rc=$?
+(trap '' XFSZ; ulimit -f 8; exec "$CTRAIN" train "$work/t.ini" --set run.out_dir="$work/full" \
+    --set run.steps=40 > "$work/full.out" 2> "$work/full.err"); rc=$?
 if [ $rc = 1 ] && says "$work/full.err" "cannot write $work/full/metrics.jsonl (step " \
     && says "$work/full.err" "File too large --->" \
     && python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$work/full/metrics.jsonl"; then
