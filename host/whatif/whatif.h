@@ -11,6 +11,7 @@
 #include "whatif/whatif_replay.h"
 #include "whatif/whatif_run.h"
 #include "whatif/whatif_sample.h"
+#include "whatif/whatif_window.h"
 
 #define WHATIF_MAX_LIST 16
 
@@ -22,6 +23,13 @@ typedef enum whatif_stratify {
 } whatif_stratify;
 extern const char *const whatif_stratify_names[]; /* NULL-ended, by whatif_stratify */
 
+/* --scan: what the world sizes keep fixed (cli/what_if.c) */
+typedef enum whatif_scan {
+    WHATIF_SCAN_GLOBAL = 0,   /* the global batch: tokens per rank fall as 1/N */
+    WHATIF_SCAN_PER_RANK = 1, /* the tokens per rank: the global batch grows as N */
+} whatif_scan;
+extern const char *const whatif_scan_names[]; /* NULL-ended, by whatif_scan */
+
 typedef struct whatif_opts {
     const char  *path, *per_row;
     int32_t      worlds[WHATIF_MAX_LIST], n_worlds;
@@ -32,6 +40,8 @@ typedef struct whatif_opts {
     int32_t      stratify;       /* --stratify: a whatif_stratify */
     int64_t      sample_seed;    /* --sample-seed */
     double       lr, zcoef;      /* --lr (0: no AdamW view), --zloss-coef of the balance */
+    int32_t      scan;           /* --scan: a whatif_scan */
+    int32_t      per_batch;      /* --per-batch: print each batch's figures */
     order_config oc;             /* the order options (algo: each of algos) */
 } whatif_opts;
 
@@ -42,14 +52,25 @@ typedef struct whatif_cell {
     whatif_est    est;           /* per-row values of the batch, the figures and their errors */
     double        pred;          /* the model's prediction, summed over batches */
     double       *row_y;         /* (rows, WHATIF_N_Y) per-row sums over batches, --per-row */
+    whatif_window win;           /* the running second moment (--lr with --batches >= 2) */
+    whatif_window_batch *wb;     /* what the cells' windows share (NULL: no window) */
 } whatif_cell;
 
 /* The threads engine's order config of algo under the options. */
 order_config whatif_order_of(const whatif_opts *o, int32_t algo);
 
-/* The cells of one batch: after each row's y is in cl->est.y, its figures and --per-row sums. */
+/* The cells of batch b: after each row's y is in cl->est.y, its figures and --per-row sums. */
 void whatif_cells_batch(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
-                        const whatif_strata *s, int64_t V);
+                        const whatif_strata *s, int64_t V, int64_t b);
+
+/* Row i of batch b into a cell's running second moment (nothing when the cell has none). */
+void whatif_cells_window_add(whatif_cell *cl, int64_t b, int64_t i, const double *p,
+                             const double *e, const double *m, const double *hbar);
+
+/* Once every batch is in: the running-second-moment figures (WHATIF_F_W*) of every cell that
+ * keeps a window. eps: Adam's epsilon. */
+void whatif_cells_window(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
+                         const whatif_strata *s, int64_t V, double eps);
 
 /* The sampled replay (--rows): o->batches batches of the run, each streamed sequence by
  * sequence through the model, every world size's local gradients of the rows in s formed as
