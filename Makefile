@@ -2,7 +2,8 @@
 #   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
 #   make test-interop  the transformers round trips (tests/cli/test_interop.sh) and the
-#                   optimizers against PyTorch's (tests/cli/test_optimizers.sh) in a
+#                   optimizers against PyTorch's (tests/cli/test_optimizers.sh) and the loss
+#                   scale against torch.amp.GradScaler (tests/cli/test_loss_scale.sh) in a
 #                   project-local venv (.venv-interop: torch, transformers, ... from PyPI)
 #   make run        train the tiny default model on real text (CPU); builds only what it runs
 #                   (the host and the CPU plugins) on every core first. RUN_ARGS= go to `ctrain train`
@@ -211,6 +212,7 @@ test-interop: deps
 	$(Q)scripts/interop-venv.sh $(INTEROP_VENV)
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_interop.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_optimizers.sh
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_loss_scale.sh
 
 # The INI fuzzer of tests/cli/test_fuzz_ini.sh at length (make test runs 300 of them).
 FUZZ_N ?= 5000

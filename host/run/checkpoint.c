@@ -11,7 +11,8 @@
  * before the optimizer kind (ABI 1.7); any other count writes version 2. The state belongs to
  * [optimizer] plugin of the folder's config.ini: a resume with another optimizer is refused.
  *
- * precision.bin (rank 0, ABI 1.7): the precision policy's state_save blob, see below.
+ * precision.bin (rank 0, ABI 1.7): the precision policy's state_save blob and the count of
+ *   updates it skipped, see below.
  *
  * manifest.ini: "run_id = <16 hex>" (the run that wrote the folder: OUT/run_id) and
  * "config_fnv1a64 = <16 hex>" (config.ini's checksum); a folder without one (saved before
@@ -572,18 +573,23 @@ static int32_t finish_save(const char *root, const char *tmp, const char *dir, c
 
 /* ---- the precision policy's state (ABI 1.7 state_save / state_load) --------------------
  * precision.bin, written by rank 0 (the state is the same on every rank), little-endian:
- *   char magic[8] "CTPREC01"; uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte
- *   before it. Absent when the policy has no state_save; a folder without it resumes the
- *   policy from its configured start. */
-#define PREC_MAGIC "CTPREC01"
+ *   char magic[8] "CTPREC02"; int64 updates_skipped (host_rank.updates_skipped: the optimizer's
+ *   step counts only updates applied); uint64 size; uint8 blob[size]; uint64 fnv1a64 of every
+ *   byte before it. "CTPREC01" (written before the skipped count was kept) lacks the count,
+ *   which reads as 0. Absent when the policy has neither state_save nor after_reduce; a folder
+ *   without it resumes the policy from its configured start with no skipped update. */
+#define PREC_MAGIC    "CTPREC02"
+#define PREC_MAGIC_V1 "CTPREC01"
 
 static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *err) {
     const ct_precision_vtable *pv = r->precision.vt;
-    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_save)) return CT_OK;
+    int32_t has_state = CT_HAS_MEMBER(pv, ct_precision_vtable, state_save);
+    if (!has_state && !CT_HAS_MEMBER(pv, ct_precision_vtable, after_reduce)) return CT_OK;
     unsigned char blob[CT_PRECISION_STATE_MAX];
     uint64_t size = 0;
-    int32_t rc = CALLS(r->precision.plugin, "state_save",
-                       pv->state_save(r->precision.self, blob, sizeof blob, &size, err));
+    int32_t rc = has_state ? CALLS(r->precision.plugin, "state_save",
+                                   pv->state_save(r->precision.self, blob, sizeof blob, &size, err))
+                           : CT_OK;
     if (rc != CT_OK) return contract_name_silent_error(rc, err, r->precision.plugin, "state_save");
     if (size > sizeof blob)
         return ct_error_set(err, CT_ERR_INVALID, "precision %s: state_save wrote %llu bytes, more "
@@ -600,6 +606,7 @@ static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *er
         return err->code;
     }
     hwrite(&hf, PREC_MAGIC, 8);
+    hwrite(&hf, &r->updates_skipped, 8);
     hwrite(&hf, &size, 8);
     hwrite(&hf, blob, (size_t)size);
     uint64_t h = hf.hash;
@@ -614,7 +621,7 @@ static int32_t write_precision_state(host_rank *r, const char *dir, ct_error *er
 
 static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err) {
     const ct_precision_vtable *pv = r->precision.vt;
-    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_load)) return CT_OK;
+    r->updates_skipped = 0;
     char path[PATH_MAX];
     int32_t rc = path_fmt(path, sizeof path, err, "%s/precision.bin", dir);
     if (rc != CT_OK) return rc;
@@ -623,25 +630,30 @@ static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err
     char *data = NULL;
     size_t n = 0;
     rc = read_bounded(path, "precision state", "resume from another checkpoint with "
-                      "--resume-from", 8 + 8 + CT_PRECISION_STATE_MAX + 8, &data, &n, err);
+                      "--resume-from", 8 + 8 + 8 + CT_PRECISION_STATE_MAX + 8, &data, &n, err);
     if (rc != CT_OK) return rc;
     uint64_t size = 0, want = 0, h = 0xcbf29ce484222325ull;
+    int64_t skipped = 0;
     unsigned char blob[CT_PRECISION_STATE_MAX];
-    int bad = n < 24 || memcmp(data, PREC_MAGIC, 8) != 0;
+    size_t head = n >= 8 && memcmp(data, PREC_MAGIC_V1, 8) == 0 ? 16 : 24; /* v1: no count */
+    int bad = n < head + 8 || (head == 24 && memcmp(data, PREC_MAGIC, 8) != 0);
     if (!bad) {
-        memcpy(&size, data + 8, 8);
-        bad = size > sizeof blob || n != 24 + size;
+        if (head == 24) memcpy(&skipped, data + 8, 8);
+        memcpy(&size, data + head - 8, 8);
+        bad = size > sizeof blob || n != head + 8 + size || skipped < 0;
     }
     if (!bad) {
-        hash_bytes(&h, data, (size_t)(16 + size));
-        memcpy(blob, data + 16, (size_t)size);
-        memcpy(&want, data + 16 + size, 8);
+        hash_bytes(&h, data, (size_t)(head + size));
+        memcpy(blob, data + head, (size_t)size);
+        memcpy(&want, data + head + size, 8);
         bad = want != h;
     }
     free(data);
     if (bad)
         return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
                             "resume from an older checkpoint with --resume-from", path);
+    r->updates_skipped = skipped;
+    if (!CT_HAS_MEMBER(pv, ct_precision_vtable, state_load)) return CT_OK;
     rc = CALLS(r->precision.plugin, "state_load",
                pv->state_load(r->precision.self, blob, size, err));
     return contract_name_silent_error(rc, err, r->precision.plugin, "state_load");

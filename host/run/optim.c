@@ -283,7 +283,7 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
     if (oc->grad_clip > 0 && grad_norm > oc->grad_clip) clip = (float)(oc->grad_clip / grad_norm);
     ct_optim_step args = {
         .struct_size = sizeof args,
-        .step = step,
+        .step = step - r->updates_skipped, /* updates applied, this one included */
         .lr = (float)lr,
         .grad_scale = clip,
         .weight_decay = (float)oc->weight_decay,
@@ -315,5 +315,6 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
         rc = RANK_OPTIMIZER(r, update, &args, &os, err);
         if (rc != CT_OK) return contract_name_silent_error(rc, err, r->optimizer.plugin, "update");
     }
+    r->updates_skipped += skip;
     return RANK_STRATEGY(r, step_done, err);
 }

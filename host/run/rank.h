@@ -81,6 +81,9 @@ typedef struct host_rank {
                                 the validation data holds when the default (8) is more */
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
     int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
+    int64_t    updates_skipped; /* optimizer updates the precision policy skipped since the run
+                                   began (checkpointed in precision.bin): the optimizer's step
+                                   counts only updates applied, as torch's optimizers do */
     int32_t    is_root_unit_shared; /* informational */
 } host_rank;
 

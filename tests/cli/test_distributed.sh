@@ -37,18 +37,27 @@ done
 
 # The research policies do their own arithmetic over the comm's point-to-point and all-to-all
 # calls, so the engine must not matter: bf16_fp32acc and bf16_sr under mpirun -np 2 give the
-# threads engine's N = 2 losses bit for bit (full_shard, 8 steps).
-for p in bf16_fp32acc bf16_sr; do
+# threads engine's N = 2 losses bit for bit (full_shard, 8 steps); so does fp16 (f16 wire, its loss
+# scale and skip decisions agreed over the mpi engine).
+for p in bf16_fp32acc bf16_sr fp16; do
+    extra=()  # fp16 from 2^22: its first steps overflow f16 and are skipped on both ranks
+    [ $p = fp16 ] && extra=(--set precision.init_scale=4194304 --set run.log_every=1)
     "$CTRAIN" train "$work/base.ini" --set run.steps=8 --set data.batch_size=4 \
         --set comm.plugin=threads --set comm.world_size=2 --set strategy.plugin=full_shard \
-        --set precision.plugin=$p --set run.out_dir="$work/thr_$p" > "$work/thr_$p.log" 2>&1 \
-        || fail "threads $p: $(tail -3 "$work/thr_$p.log")"
+        --set precision.plugin=$p "${extra[@]}" --set run.out_dir="$work/thr_$p" \
+        > "$work/thr_$p.log" 2>&1 || fail "threads $p: $(tail -3 "$work/thr_$p.log")"
     mpirun_n 2 "$CTRAIN" train "$work/base.ini" --set run.steps=8 --set data.batch_size=4 \
         --set comm.plugin=mpi --set strategy.plugin=full_shard --set precision.plugin=$p \
-        --set run.out_dir="$work/mpi_$p" > "$work/mpi_$p.log" 2>&1 \
+        "${extra[@]}" --set run.out_dir="$work/mpi_$p" > "$work/mpi_$p.log" 2>&1 \
         || fail "mpirun -np 2 $p: $(tail -3 "$work/mpi_$p.log")"
     compare_series "$work/mpi_$p" "$work/thr_$p" loss 0 "$p: mpirun -np 2 equals threads N = 2 bit for bit"
 done
+skips=$(python3 -c 'import json,sys; print(sum(json.loads(l).get("skipped_steps", 0) for l in open(sys.argv[1])))' \
+    "$work/mpi_fp16/metrics.jsonl" 2> /dev/null)
+compare_series "$work/mpi_fp16" "$work/thr_fp16" loss_scale 0 \
+    "fp16: mpirun -np 2 takes the threads engine's scale and skip decisions (${skips:-?} skipped)"
+[ "${skips:-0}" -gt 0 ] && ok "fp16 under mpirun: overflowed steps were skipped ($skips of 8)" \
+    || fail "fp16 under mpirun: no step was skipped from 2^22 (skipped_steps ${skips:-missing})"
 
 # bf16_sr's two paths in whole runs at N = 4: the threads engine's stochastic rounding in one
 # pass (path = auto, ABI 1.5) and the plugin's own ring over send/recv give the same losses bit

@@ -117,6 +117,46 @@ PY
     || fail "fp16 resume: second half: $(tail -3 "$work/fp16_r2.log")"
 compare_series "$work/fp16_resume" "$work/fp16_big" loss 0 "fp16 full_shard: stop at 10, resume, bit for bit"
 compare_series "$work/fp16_resume" "$work/fp16_big" loss_scale 0 "fp16 full_shard: the scale resumes with the run"
+# A skipped step is not an update: AdamW's first update after k skipped steps is its step 1,
+# as in torch (GradScaler's skipped optimizer.step() never advances Adam's count), so with weight
+# decay 0 every weight that has a gradient moves by lr (bias-corrected m/sqrt(v) = +-1); counted
+# as step k+1 it would move by about half of that (betas 0.9/0.95, k = 5).
+k=$(python3 -c 'import json,sys
+n=0
+for l in open(sys.argv[1]):
+    if json.loads(l)["skipped_steps"]: n += 1
+    else: break
+print(n)' "$work/fp16_big/metrics.jsonl")
+adam=("${two[@]}" --set strategy.plugin=full_shard --set precision.plugin=fp16
+      --set precision.init_scale=4194304 --set optim.lr=1e-3 --set optim.warmup=0
+      --set optim.schedule=constant --set optim.min_lr=1e-3 --set optim.weight_decay=0
+      --set optim.grad_clip=0)
+train adam_k "${adam[@]}" --set run.steps="$k"
+train adam_k1 "${adam[@]}" --set run.steps=$((k + 1))
+for s in k k1; do
+    "$CTRAIN" export "$work/adam_$s" --format safetensors --target ctrain \
+        --out "$work/adam_$s.safetensors" > "$work/export_$s.log" 2>&1 \
+        || fail "export adam_$s: $(tail -2 "$work/export_$s.log")"
+done
+python3 - "$work/adam_k.safetensors/model.safetensors" "$work/adam_k1.safetensors/model.safetensors" 1e-3 <<'PY' \
+    > "$work/adam.why" && ok "fp16: the first update after $k skipped steps is AdamW's step 1 ($(cat "$work/adam.why"))" \
+    || fail "fp16: first update after $k skips: $(cat "$work/adam.why")"
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; head = json.loads(b[8:8 + n])
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__": continue
+        assert t["dtype"] == "F32", t["dtype"]
+        a = array.array("f"); s, e = t["data_offsets"]; a.frombytes(b[8 + n + s:8 + n + e]); out[name] = a
+    return out
+a, b, lr = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+ratios = sorted(abs(y - x) / lr for k in a for x, y in zip(a[k], b[k]) if y != x)
+med = ratios[len(ratios) // 2] if ratios else 0
+print(f"median |dw|/lr {med:.4f} over {len(ratios)} weights that moved")
+sys.exit(0 if ratios and abs(med - 1) < 0.01 else 1)
+PY
+
 out=$(timeout 300 "$CTRAIN" check-plugin "$(dirname "$CTRAIN")/plugins/precision_fp16.so" 2>&1) \
     && ok "check-plugin fp16: $(echo "$out" | tail -1)" || fail "check-plugin fp16: $(echo "$out" | grep FAIL | head -3)"
 

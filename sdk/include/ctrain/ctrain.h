@@ -1236,7 +1236,9 @@ typedef struct ct_optim_shard {
 /* The hyper-parameters of one step: the host's [optim] keys after the schedule. */
 typedef struct ct_optim_step {
     uint32_t struct_size;
-    int64_t  step;         /* 1-based */
+    int64_t  step;         /* 1-based count of the updates applied, this one included: a step
+                              the precision policy skipped (after_reduce) is not counted, as
+                              torch's optimizers never see a step GradScaler skipped */
     float    lr;           /* this step's scheduled lr; a tensor's lr is lr * its lr_mult */
     float    grad_scale;   /* multiply every gradient by this first (global-norm clipping) */
     float    weight_decay; /* [optim] weight_decay (each tensor's own: ct_optim_tensor) */
