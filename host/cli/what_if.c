@@ -362,10 +362,10 @@ static void say_ratios_not_estimable(void) {
  * running second moment), per 1000 steps at lr. */
 static void print_adam_table(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
                              const whatif_strata *s, int32_t off) {
-    static const char *const heads[4] = {"logit/1k_steps", "lse/1k_steps", "zloss_lse*",
-                                         "logit@cap/1k"};
+    static const char *const heads[5] = {"logit/1k_steps", "lse/1k_steps", "zloss_lse*",
+                                         "logit@cap/1k", "err/step"};
     fprintf(cmdout(), "%6s %-9s %-13s", "N", "algo", "policy");
-    for (int32_t k = 0; k < 4; k++) {
+    for (int32_t k = 0; k < 5; k++) {
         fprintf(cmdout(), " %14s", heads[k]);
         put_error_headers(o, 1);
     }
@@ -376,9 +376,9 @@ static void print_adam_table(const whatif_opts *o, const whatif_cell *cells, int
         whatif_est_result(&cl->est, s, f, se, sb);
         fprintf(cmdout(), "%6d %-9s %-13s", (int)cl->N, whatif_algo_name(cl->algo),
                 whatif_policy_name(cl->policy));
-        for (int32_t k = 0; k < 4; k++) {
+        for (int32_t k = 0; k < 5; k++) {
             int32_t j = WHATIF_F_AMEAN + off + k;
-            double scale = k == 2 ? 1.0 : k1; /* lse* is in nats, the rest per 1000 steps */
+            double scale = k == 2 || k == 4 ? 1.0 : k1; /* lse* in nats, err/step a ratio */
             put_figure(14, "%14.4g", scale * f[j]);
             put_errors(o, 1, scale * se[j], scale * sb[j]);
         }
@@ -420,7 +420,9 @@ static void print_tables(const whatif_opts *o, const whatif_cell *cells, int32_t
                 "log-sum-exp's change from the rounding alone; lse* = the lse excess at which "
                 "z-loss (coef %g) pulls back as hard; logit@cap = the mean logit's change once "
                 "z-loss holds lse there (the push less z-loss's pull on the mean logit, 2 coef "
-                "lse* p per row through Adam)\n", o->lr, o->zcoef);
+                "lse* p per row through Adam); err/step = the RMS over the head's elements of "
+                "|p - e| / RMS, the error in units of Adam's step: the view is linear in the "
+                "error and holds while this is well below 1\n", o->lr, o->zcoef);
         print_adam_table(o, cells, n_cells, s, 0);
         if (o->batches > 1) {
             fprintf(cmdout(), "what-if: the same under AdamW's running second moment: v = the "

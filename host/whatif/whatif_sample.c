@@ -207,6 +207,7 @@ void whatif_row_figures(int64_t C, const double *p, const double *e, const uint1
         y[WHATIF_Y_EA] += fabs(e[c]);
         y[WHATIF_Y_PUSH] -= d * hbar[c];
         y[WHATIF_Y_AMEAN] -= d / rms * hbar[c];
+        y[WHATIF_Y_ANORM2] += (d / rms) * (d / rms) / (double)C;
         if (m) {
             y[WHATIF_Y_ALSE] -= d / rms * m[c];
             y[WHATIF_Y_ZPULL] += 2.0 * m[c] / rms * m[c];
@@ -237,12 +238,14 @@ void whatif_est_close(whatif_est *e) {
     memset(e, 0, sizeof *e);
 }
 
-/* One AdamW view's four figures (f[0..3]: mean logit, lse, lse*, mean logit at the cap) from
- * its totals t[0..3] (AMEAN, ALSE, ZPULL, ZMEAN or their W slots), and each figure's
- * derivatives with respect to the four totals (g[figure][total]) for the linearisation. */
-static void adam_view(const double *t, int64_t V, double coef, double *f, double g[4][4]) {
+/* One AdamW view's figures (f[0..4]: mean logit, lse, lse*, mean logit at the cap, the error
+ * in units of the step) from its totals t[0..4] (AMEAN, ALSE, ZPULL, ZMEAN, ANORM2 or their W
+ * slots), and each figure's derivatives with respect to the totals (g[figure][total]) for the
+ * linearisation. */
+#define ADAM_N 5
+static void adam_view(const double *t, int64_t V, double coef, double *f, double g[ADAM_N][ADAM_N]) {
     double am = t[0], al = t[1], zp = t[2], zm = t[3], Vd = (double)V;
-    memset(g, 0, 16 * sizeof g[0][0]);
+    memset(g, 0, ADAM_N * ADAM_N * sizeof g[0][0]);
     f[0] = am / Vd, g[0][0] = 1.0 / Vd;
     f[1] = al, g[1][1] = 1.0;
     int bal = coef > 0 && zp > 0;
@@ -253,11 +256,13 @@ static void adam_view(const double *t, int64_t V, double coef, double *f, double
         g[3][0] = 1.0 / Vd, g[3][1] = -zm / (zp * Vd), g[3][3] = -al / (zp * Vd);
         g[3][2] = al * zm / (zp * zp * Vd);
     }
+    f[4] = t[4] > 0 ? sqrt(t[4] / Vd) : 0;
+    if (f[4] > 0) g[4][4] = 1.0 / (2.0 * f[4] * Vd);
 }
 
 void whatif_est_batch(whatif_est *e, const whatif_strata *s, int64_t V, double coef,
                       int64_t b, int64_t batches, int32_t which) {
-    double T[WHATIF_N_Y], f[WHATIF_N_F] = {0}, g[2][4][4];
+    double T[WHATIF_N_Y], f[WHATIF_N_F] = {0}, g[2][ADAM_N][ADAM_N];
     for (int32_t j = 0; j < WHATIF_N_Y; j++) whatif_strata_total(s, e->y + j, WHATIF_N_Y, &T[j], NULL);
     int same = which & WHATIF_EST_SAME, win = which & WHATIF_EST_WINDOW;
     f[WHATIF_F_REL] = T[WHATIF_Y_E2] > 0 && T[WHATIF_Y_D2] > 0 ? sqrt(T[WHATIF_Y_D2] / T[WHATIF_Y_E2]) : 0;
@@ -284,9 +289,9 @@ void whatif_est_batch(whatif_est *e, const whatif_strata *s, int64_t V, double c
         for (int32_t w = 0; w < 2; w++) {
             if (w ? !win : !same) continue;
             const double *yw = y + WHATIF_Y_AMEAN + w * WHATIF_Y_WINDOW;
-            for (int32_t k = 0; k < 4; k++) {
+            for (int32_t k = 0; k < ADAM_N; k++) {
                 double dz = 0;
-                for (int32_t t = 0; t < 4; t++) dz += g[w][k][t] * yw[t];
+                for (int32_t t = 0; t < ADAM_N; t++) dz += g[w][k][t] * yw[t];
                 z[WHATIF_F_AMEAN + w * WHATIF_F_WINDOW + k] += dz / K;
             }
         }

@@ -69,10 +69,12 @@ enum {
                        log-sum-exp under Adam, per unit lr, coef and lse */
     WHATIF_Y_ZMEAN, /* 2 sum (m / (sqrt(e^2 + var_e) + eps)) . h: z-loss's pull on the row's
                        own logit (its 2 coef lse p, through Adam), per unit lr, coef and lse */
-    WHATIF_Y_WMEAN, /* AMEAN, ALSE, ZPULL, ZMEAN under the running second moment */
+    WHATIF_Y_ANORM2, /* sum a^2 / C: the error in units of Adam's step, squared, per element */
+    WHATIF_Y_WMEAN, /* AMEAN, ALSE, ZPULL, ZMEAN, ANORM2 under the running second moment */
     WHATIF_Y_WLSE,
     WHATIF_Y_WZPULL,
     WHATIF_Y_WZMEAN,
+    WHATIF_Y_WNORM2,
     WHATIF_N_Y
 };
 #define WHATIF_Y_WINDOW (WHATIF_Y_WMEAN - WHATIF_Y_AMEAN) /* offset of a view's W slot */
@@ -96,10 +98,16 @@ enum {
     WHATIF_F_MCAP,  /* (AMEAN - ALSE ZMEAN / ZPULL) / V: the mean logit's change per unit lr
                        once z-loss holds lse at that balance (the push less z-loss's pull on
                        the mean logit at lse excess LSTAR; coef cancels) */
-    WHATIF_F_WMEAN, /* AMEAN, ALSE, LSTAR, MCAP under the running second moment */
+    WHATIF_F_ANORM, /* sqrt(ANORM2 / V): the RMS over the head's elements of the error in units
+                       of Adam's step, |p - e| / RMS. AdamW's view is linear in the error (its
+                       v is the exact gradient's): it holds while this is well below 1; where
+                       the error is as large as the step it changes v itself, and the view
+                       overstates the drift (Adam's step is at most ~lr per element) */
+    WHATIF_F_WMEAN, /* AMEAN, ALSE, LSTAR, MCAP, ANORM under the running second moment */
     WHATIF_F_WLSE,
     WHATIF_F_WLSTAR,
     WHATIF_F_WMCAP,
+    WHATIF_F_WNORM,
     WHATIF_N_F
 };
 #define WHATIF_F_WINDOW (WHATIF_F_WMEAN - WHATIF_F_AMEAN) /* offset of a view's W figure */

@@ -38,11 +38,12 @@ int32_t whatif_window_open(whatif_window *w, int64_t K, int64_t C, int64_t batch
     w->v = calloc((size_t)(K * C), sizeof *w->v);
     w->dh = calloc(n, sizeof *w->dh);
     w->dm = calloc(n, sizeof *w->dm);
-    if (!w->v || !w->dh || !w->dm) {
+    w->d = calloc(n, sizeof *w->d);
+    if (!w->v || !w->dh || !w->dm || !w->d) {
         whatif_window_close(w);
         return ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory for the running second "
                             "moment (%.0f MB per replay) ---> fewer --rows, --batches or cells",
-                            (double)n * 8e-6);
+                            (double)n * 12e-6);
     }
     return CT_OK;
 }
@@ -51,6 +52,7 @@ void whatif_window_close(whatif_window *w) {
     free(w->v);
     free(w->dh);
     free(w->dm);
+    free(w->d);
     memset(w, 0, sizeof *w);
 }
 
@@ -62,6 +64,7 @@ void whatif_window_add(whatif_window *w, whatif_window_batch *wb, int64_t b, int
         w->v[i * C + c] += e[c] * e[c];
         w->dh[at + c] = (float)(d * hbar[c]);
         w->dm[at + c] = (float)(d * m[c]);
+        w->d[at + c] = (float)d;
         if (wb) {
             wb->mh[at + c] = (float)(m[c] * hbar[c]);
             wb->mm[at + c] = (float)(m[c] * m[c]);
@@ -75,10 +78,11 @@ void whatif_window_rows(const whatif_window *w, const whatif_window_batch *wb, i
     double B = (double)w->batches;
     for (int64_t i = 0; i < w->K; i++) {
         int64_t at = (b * w->K + i) * C;
-        double am = 0, al = 0, zp = 0, zm = 0;
+        double am = 0, al = 0, zp = 0, zm = 0, a2 = 0;
         for (int64_t c = 0; c < C; c++) {
             double rms = sqrt(w->v[i * C + c] / B) + eps; /* Adam's sqrt(v) + eps */
             am -= w->dh[at + c] / rms;
+            a2 += (double)w->d[at + c] * w->d[at + c] / (rms * rms);
             al -= w->dm[at + c] / rms;
             zp += 2.0 * wb->mm[at + c] / rms;
             zm += 2.0 * wb->mh[at + c] / rms;
@@ -86,5 +90,6 @@ void whatif_window_rows(const whatif_window *w, const whatif_window_batch *wb, i
         double *yi = y + i * WHATIF_N_Y;
         yi[WHATIF_Y_WMEAN] = am, yi[WHATIF_Y_WLSE] = al;
         yi[WHATIF_Y_WZPULL] = zp, yi[WHATIF_Y_WZMEAN] = zm;
+        yi[WHATIF_Y_WNORM2] = a2 / (double)C;
     }
 }

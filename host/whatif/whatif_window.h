@@ -14,8 +14,8 @@
  * whatif_window_rare_token_step_grows_as_one_over_sqrt_f). With K batches a token seen in
  * none of them has no step in either view; f below 1/K is not resolved.
  *
- * Memory: per cell (K rows of C) the sum of e^2 in f64 and, per batch, d h and d m in f32;
- * shared by the cells, per batch m h and m m in f32: 8 (cells + 1) K C bytes per batch. */
+ * Memory: per cell (K rows of C) the sum of e^2 in f64 and, per batch, d, d h and d m in f32;
+ * shared by the cells, per batch m h and m m in f32: (12 cells + 8) K C bytes per batch. */
 #ifndef CTRAIN_HOST_WHATIF_WINDOW_H
 #define CTRAIN_HOST_WHATIF_WINDOW_H
 
@@ -31,7 +31,7 @@ typedef struct whatif_window_batch {
 typedef struct whatif_window {
     int64_t K, C, batches;
     double *v;                   /* (K, C) sum over batches of e^2 */
-    float  *dh, *dm;             /* (batches, K, C) d h_c and d m_c */
+    float  *dh, *dm, *d;         /* (batches, K, C) d h_c, d m_c and d */
 } whatif_window;
 
 int32_t whatif_window_batch_open(whatif_window_batch *w, int64_t K, int64_t C, int64_t batches,
@@ -45,7 +45,7 @@ void whatif_window_close(whatif_window *w);
 void whatif_window_add(whatif_window *w, whatif_window_batch *wb, int64_t b, int64_t i,
                        const double *p, const double *e, const double *m, const double *hbar);
 
-/* Batch b's W slots (WHATIF_Y_WMEAN .. WHATIF_Y_WZMEAN) of every row into y (K, WHATIF_N_Y),
+/* Batch b's W slots (WHATIF_Y_WMEAN .. WHATIF_Y_WNORM2) of every row into y (K, WHATIF_N_Y),
  * with v = the mean of e^2 over the window's batches and eps Adam's epsilon. */
 void whatif_window_rows(const whatif_window *w, const whatif_window_batch *wb, int64_t b,
                         double eps, double *y);

@@ -146,14 +146,14 @@ CT_TEST(whatif_row_figures_follow_their_formulas) {
         }
     p[0] = e[0] + 0.01, p[1] = e[1] - 0.02;
     whatif_row_figures(2, p, e, x, 2, 3, m, hbar, 1e-8, y);
-    double d2 = 0, e2 = 0, ds = 0, ea = 0, push = 0, am = 0, al = 0, zp = 0, zm = 0;
+    double d2 = 0, e2 = 0, ds = 0, ea = 0, push = 0, am = 0, al = 0, zp = 0, zm = 0, a2 = 0;
     for (int c = 0; c < 2; c++) {
         double d = p[c] - e[c], ss = 0;
         for (int n = 0; n < 3; n++) ss += (xs[n][c] - e[c]) * (xs[n][c] - e[c]);
         double r = sqrt(e[c] * e[c] + ss / 6.0) + 1e-8;
         d2 += d * d, e2 += e[c] * e[c], ds += d, ea += fabs(e[c]);
         push -= d * hbar[c], am -= d / r * hbar[c], al -= d / r * m[c], zp += 2 * m[c] * m[c] / r;
-        zm += 2 * m[c] * hbar[c] / r;
+        zm += 2 * m[c] * hbar[c] / r, a2 += d * d / (r * r) / 2;
     }
     CT_CHECK_CLOSE(y[WHATIF_Y_D2], d2, 1e-12, 0);
     CT_CHECK_CLOSE(y[WHATIF_Y_E2], e2, 1e-12, 0);
@@ -164,6 +164,7 @@ CT_TEST(whatif_row_figures_follow_their_formulas) {
     CT_CHECK_CLOSE(y[WHATIF_Y_ALSE], al, 1e-12, 0);
     CT_CHECK_CLOSE(y[WHATIF_Y_ZPULL], zp, 1e-12, 0);
     CT_CHECK_CLOSE(y[WHATIF_Y_ZMEAN], zm, 1e-12, 0);
+    CT_CHECK_CLOSE(y[WHATIF_Y_ANORM2], a2, 1e-12, 0);
     CT_CHECK(y[WHATIF_Y_WMEAN] == 0 && y[WHATIF_Y_WLSE] == 0); /* the window's, not this */
 }
 
@@ -266,6 +267,7 @@ CT_TEST(whatif_window_rare_token_step_grows_as_one_over_sqrt_f) {
     CT_CHECK_CLOSE(f[WHATIF_F_AMEAN], am * 2.0 / B, 1e-6, 0);
     CT_CHECK_CLOSE(f[WHATIF_F_WMEAN] / f[WHATIF_F_AMEAN], 2.0, 1e-5, 0);
     CT_CHECK_CLOSE(f[WHATIF_F_WLSE] / f[WHATIF_F_ALSE], 2.0, 1e-5, 0);
+    CT_CHECK_CLOSE(f[WHATIF_F_WNORM] / f[WHATIF_F_ANORM], 2.0, 1e-5, 0);
     CT_CHECK(se_b[WHATIF_F_WMEAN] > 0 && se_b[WHATIF_F_AMEAN] > 0);
     whatif_window_close(&w);
     whatif_window_batch_close(&wb);
