@@ -40,7 +40,8 @@
     "           [--op all_reduce|reduce_scatter] [--dtype bf16|f16|f32]\n"                      \
     "           [--algo ring|tree|dbtree|hier|nvls|nvls_tree|nccl] [--channels K]\n"           \
     "           [--gpus-per-node G] [--split nccl|even] [--proto simple|ll|ll128]\n"           \
-    "           [--gpu a100|h100|h200] [--no-nvswitch] [--avg]\n"                              \
+    "           [--gpu a100|h100|h200] [--nccl-version 2.18|2.19|2.20|2.30]\n"             \
+    "           [--no-nvswitch] [--avg]\n"                                                     \
     "           [--policy NAME [--set key=value]... [--bucket ELEMS]] [--part ELEMS] [--stats]\n" \
     "FILE holds N rank buffers back to back (rank-major, little-endian raw elements; each\n"   \
     "rank's element count is the file size / N / element size). all_reduce writes one rank's\n" \
@@ -48,8 +49,9 @@
     "in rank order (each rank's buffer must split into N shards). The reduction is the\n"       \
     "threads engine's ([comm] keys of the same names; defaults: ring, 1 channel, one node,\n"   \
     "NCCL's split, simple); --algo nccl takes what the model of NCCL's tuner picks for the\n"   \
-    "size on --gpu nodes of --gpus-per-node GPUs. --avg: ncclAvg (each input times the\n"       \
-    "dtype's 1/N first) instead of a sum. --policy runs that precision plugin's reduction hook\n" \
+    "size on --gpu nodes of --gpus-per-node GPUs (--nccl-version: whose tuner, default\n"   \
+    "2.30). --avg: ncclAvg (each input times the dtype's 1/N first) instead of a sum.\n"     \
+    "--policy runs that precision plugin's reduction hook\n"                                  \
     "(bf16_sr, bf16_fp32acc, ...; its keys by --set) on N rank threads, in buckets of\n"      \
     "--bucket elements per rank (default: the whole buffer when it fits 64 MiB), each one\n"   \
     "collective. Without --policy the file is one collective, read in parts of --part\n"      \
@@ -342,7 +344,7 @@ static void describe_plan(const reduce_opts *o, const order_plan *p) {
         tuner_query q = {p->kind, p->count * p->esize * (p->kind == ORDER_ALL_REDUCE ? 1 : (uint64_t)o->N),
                          (int32_t)o->N, o->oc.gpus_per_node, o->oc.gpu, o->oc.nvswitch,
                          o->dtype == CT_DTYPE_BF16 || o->dtype == CT_DTYPE_F16 ||
-                             o->dtype == CT_DTYPE_F32, o->avg};
+                             o->dtype == CT_DTYPE_F32, o->avg, o->oc.nccl_version};
         tuner_pick pk;
         char line[512];
         tuner_choose(&q, &pk);

@@ -37,7 +37,8 @@
     "usage: ctrain what-if RUN_DIR|CHECKPOINT_DIR --world-sizes N[,N...]\n"                    \
     "           [--algo ring,dbtree,hier,tree,nvls,nvls_tree,nccl] [--gpus-per-node G]\n"     \
     "           [--channels K] [--split nccl|even] [--proto simple|ll|ll128]\n"              \
-    "           [--gpu a100|h100|h200] [--no-nvswitch]\n"                                    \
+    "           [--gpu a100|h100|h200] [--nccl-version 2.18|2.19|2.20|2.30] [--no-nvswitch]\n" \
+    "           [--bucket-bytes B | --fsdp-units open_lm-125m|open_lm-1b]\n"                \
     "           [--policies pure_bf16,bf16_fp32acc,bf16_sr,amp] [--batches K]\n"               \
     "           [--global-batch SEQS] [--per-row FILE [--force]]\n"                            \
     "           [--rows K [--stratify batch|freq|uniform] [--sample-seed S]]\n"                      \
@@ -48,9 +49,15 @@
     "Defaults: --algo ring,\n"             \
     "--gpus-per-node 0 (one node), --channels 1, every policy, --batches 1, the run's global\n" \
     "batch. Orders as [comm] algo of the threads engine (dbtree: NCCL's tree; tree: heap;\n"  \
-    "nccl: what the model of NCCL's tuner picks for the head's size on --gpu nodes of\n"      \
-    "--gpus-per-node GPUs, printed once per world size), cut as NCCL cuts one all-reduce\n"   \
-    "(--split nccl, the default) or evenly (--split even, earlier versions).\n"              \
+    "nccl: what the model of NCCL's tuner picks for the buffer that holds the head on --gpu\n" \
+    "nodes of --gpus-per-node GPUs, printed once per world size), cut as NCCL cuts one\n"    \
+    "all-reduce (--split nccl, the default) or evenly (--split even, earlier versions).\n"   \
+    "The all-reduce that holds the head: --bucket-bytes B (a DDP bucket of B bytes, the head\n" \
+    "at its start) or --fsdp-units MODEL (FSDP NO_SHARD: the root unit of open_lm's wrapping\n" \
+    "of MODEL, which holds embedding, final norm and head; the layout is printed); default\n"  \
+    "the head alone. NCCL's pick (--nccl-version: whose tuner, default 2.30) is made for that\n" \
+    "buffer and printed with the fastest other algorithm; a pick that wins by less than 10%\n" \
+    "is 'fragile', and the other algorithm is replayed beside it.\n"                        \
     "--rows K replays K of the head's rows with the batch streamed, and prints each figure's\n" \
     "standard error (se) beside it; the rows are stratified by the token's count in the\n"   \
     "replayed batches (batch, the default) or in the train split (freq), or uniform. --lr LR\n" \
@@ -178,7 +185,8 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
         static const char *const valued[] = {"--world-sizes", "--algo", "--policies",
                                              "--batches", "--global-batch", "--per-row",
                                              "--rows", "--stratify", "--sample-seed", "--lr",
-                                             "--zloss-coef", "--scan", NULL};
+                                             "--zloss-coef", "--bucket-bytes", "--fsdp-units",
+                                             "--scan", NULL};
         int known = 0;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
@@ -200,6 +208,15 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
         else if (!strcmp(a, "--lr")) bad = parse_positive(a, v, 1e3, &o->lr);
         else if (!strcmp(a, "--zloss-coef")) bad = parse_positive(a, v, 1e3, &o->zcoef), seen_zcoef = 1;
         else if (!strcmp(a, "--scan")) bad = order_args_choice("what-if", a, v, whatif_scan_names, &o->scan);
+        else if (!strcmp(a, "--bucket-bytes")) {
+            int64_t b = 0;
+            bad = parse_int(a, v, 1, (int64_t)1 << 50, &b);
+            o->bucket_bytes = (uint64_t)b;
+        } else if (!strcmp(a, "--fsdp-units")) {
+            if (!(o->fsdp = whatif_fsdp_find(v)))
+                return usage_error("--fsdp-units: unknown model '%s' ---> %s", v,
+                                   whatif_fsdp_names());
+        }
         else o->per_row = v;
         if (bad) return bad;
     }
@@ -232,6 +249,9 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
                                    "world sizes that are multiples of the first", w, w);
             }
     }
+    if (o->bucket_bytes && o->fsdp)
+        return usage_error("--bucket-bytes with --fsdp-units%s%s ---> the head is in a DDP bucket "
+                           "or in an FSDP unit: give one", "", "");
     if (seen_zcoef && !o->lr)
         return usage_error("--zloss-coef without --lr%s%s ---> the balance is AdamW's: give --lr", "", "");
     /* every order must fit every world size: say which pair does not */
@@ -281,23 +301,144 @@ static int32_t write_per_row(const char *path, const whatif_cell *cells, int32_t
     return outfile_commit(&o, err);
 }
 
-/* algo = nccl: the tuner model's pick at each world size, for the bf16 and (amp) f32 head. */
-static void print_picks(const whatif_opts *o, uint64_t count) {
-    int32_t nccl = 0, f32 = 0;
-    for (int32_t a = 0; a < o->n_algos; a++) nccl |= o->algos[a] == REDUCE_NCCL;
-    for (int32_t p = 0; p < o->n_policies; p++) f32 |= o->policies[p] == WHATIF_AMP;
-    for (int32_t i = 0; nccl && i < o->n_worlds; i++)
-        for (int32_t es = 2; es <= (f32 ? 4 : 2); es += 2) {
+/* The reduce dtypes the policies use: [0] bf16 (every policy but amp), [1] f32 (amp). */
+static void dtypes_of(const whatif_opts *o, int32_t use[2]) {
+    use[0] = use[1] = 0;
+    for (int32_t p = 0; p < o->n_policies; p++) use[o->policies[p] == WHATIF_AMP] = 1;
+}
+
+static int has_algo(const whatif_opts *o, int32_t algo) {
+    for (int32_t a = 0; a < o->n_algos; a++)
+        if (o->algos[a] == algo) return 1;
+    return 0;
+}
+
+/* The buffer that holds the head (head elements) in each used dtype must hold it; with algo =
+ * nccl, the tuner model's pick for it at each world size ([i][0] bf16, [i][1] f32), and where
+ * a pick is fragile the rival's order is added to the replayed algos. */
+static int32_t make_picks(whatif_opts *o, uint64_t head, whatif_pick picks[][2], ct_error *err) {
+    int32_t use[2];
+    dtypes_of(o, use);
+    for (int32_t d = 0; d < 2; d++) {
+        uint64_t count, base;
+        char why[256];
+        if (use[d] && whatif_buffer_of(o->bucket_bytes, o->fsdp, head, d ? 4 : 2, &count,
+                                       &base, why, sizeof why))
+            return ct_error_set(err, CT_ERR_INVALID, "what-if: %s", why);
+    }
+    memset(picks, 0, sizeof(whatif_pick) * 2 * (size_t)o->n_worlds);
+    if (!has_algo(o, REDUCE_NCCL)) return CT_OK;
+    for (int32_t i = 0; i < o->n_worlds; i++)
+        for (int32_t d = 0; d < 2; d++) {
+            order_config oc = whatif_order_of(o, REDUCE_NCCL);
+            char why[256];
+            uint64_t count, base;
+            if (!use[d] || order_check(&oc, o->worlds[i], why, sizeof why) != 0) continue;
+            whatif_buffer_of(o->bucket_bytes, o->fsdp, head, d ? 4 : 2, &count, &base, why,
+                             sizeof why);
+            tuner_query q = {ORDER_ALL_REDUCE, count * (d ? 4u : 2u), o->worlds[i],
+                             oc.gpus_per_node, oc.gpu, oc.nvswitch, 1, 0, oc.nccl_version};
+            whatif_pick_of(&q, &picks[i][d]);
+            int32_t r = picks[i][d].rival >= 0 ? whatif_engine_algo(picks[i][d].rival) : -1;
+            order_config rc = whatif_order_of(o, r);
+            if (picks[i][d].fragile && r >= 0 && !has_algo(o, r) && o->n_algos < REDUCE_N_ALGOS &&
+                order_check(&rc, o->worlds[i], why, sizeof why) == 0) {
+                o->algos[o->n_algos++] = r;
+                fprintf(cmdout(), "what-if: NCCL's pick at N = %d is fragile: replaying %s beside "
+                        "it\n", (int)o->worlds[i], whatif_algo_name(r));
+            }
+        }
+    return CT_OK;
+}
+
+/* Which buffer, in words, for the pick lines. */
+static void buffer_words(const whatif_opts *o, char *buf, size_t len) {
+    if (o->bucket_bytes)
+        snprintf(buf, len, "the head's DDP bucket of %llu bytes",
+                 (unsigned long long)o->bucket_bytes);
+    else if (o->fsdp)
+        snprintf(buf, len, "the root FSDP unit of %s", o->fsdp->name);
+    else
+        snprintf(buf, len, "the head alone");
+}
+
+/* algo = nccl: the tuner model's pick at each world size for the buffer (bf16 and, with amp,
+ * f32), the fastest other algorithm beside it, and whether the pick is fragile. */
+static void print_picks(const whatif_opts *o, const whatif_pick picks[][2]) {
+    int32_t use[2];
+    dtypes_of(o, use);
+    if (o->fsdp)
+        for (int32_t d = 0; d < 2; d++)
+            if (use[d]) whatif_fsdp_print(cmdout(), o->fsdp, d ? 4 : 2);
+    if (!has_algo(o, REDUCE_NCCL)) return;
+    char where[128];
+    buffer_words(o, where, sizeof where);
+    for (int32_t i = 0; i < o->n_worlds; i++)
+        for (int32_t d = 0; d < 2; d++) {
+            const whatif_pick *w = &picks[i][d];
+            if (!use[d] || !w->pick.time_us) continue;
             order_config oc = whatif_order_of(o, REDUCE_NCCL);
             char why[256], line[512];
-            if (order_check(&oc, o->worlds[i], why, sizeof why) != 0) continue;
-            tuner_query q = {ORDER_ALL_REDUCE, count * (uint64_t)es, o->worlds[i],
-                             oc.gpus_per_node, oc.gpu, oc.nvswitch, 1, 0};
-            tuner_pick pk;
-            tuner_choose(&q, &pk);
-            tuner_describe(&q, &pk, line, sizeof line);
-            fprintf(cmdout(), "what-if: N = %d, %s head: %s\n", (int)o->worlds[i], es == 2 ? "bf16" : "f32",
-                   line);
+            order_check(&oc, o->worlds[i], why, sizeof why);
+            tuner_query q = {ORDER_ALL_REDUCE, w->nbytes, o->worlds[i], oc.gpus_per_node, oc.gpu,
+                             oc.nvswitch, 1, 0, oc.nccl_version};
+            tuner_describe(&q, &w->pick, line, sizeof line);
+            fprintf(cmdout(), "what-if: N = %d, %s, %s: %s\n", (int)o->worlds[i],
+                    d ? "f32" : "bf16", where, line);
+            if (w->rival < 0) continue;
+            fprintf(cmdout(), "what-if: N = %d, %s: %s/%s %.1f us against %s/%s %.1f us (the "
+                    "fastest other algorithm): the pick wins by %.1f%%%s\n", (int)o->worlds[i],
+                    d ? "f32" : "bf16", tuner_algo_name(w->pick.nccl_algo),
+                    tuner_proto_name(w->pick.nccl_proto), w->pick.time_us,
+                    tuner_algo_name(w->rival), tuner_proto_name(w->rival_proto), w->rival_us,
+                    100.0 * w->margin,
+                    w->fragile ? " -- fragile (< 10%): a cluster's measured bandwidths or "
+                                 "another NCCL may pick the other; both replayed below" : "");
+        }
+}
+
+/* One cell's figures on one line (the fragile picks' comparison). */
+static void put_cell_figures(const whatif_opts *o, const whatif_cell *cl, const whatif_strata *s) {
+    double f[WHATIF_N_F], se[WHATIF_N_F], sb[WHATIF_N_F];
+    whatif_est_result(&cl->est, s, f, se, sb);
+    fprintf(cmdout(), "rel_err %.4g, bias %.4g, logit_push %.4g", f[WHATIF_F_REL],
+            f[WHATIF_F_BIAS], f[WHATIF_F_PUSH]);
+    if (o->rows || o->batches > 1) /* the row sample's and the batches' errors together */
+        fprintf(cmdout(), " (se %.2g)", sqrt(se[WHATIF_F_PUSH] * se[WHATIF_F_PUSH] +
+                                            sb[WHATIF_F_PUSH] * sb[WHATIF_F_PUSH]));
+    if (o->lr > 0)
+        fprintf(cmdout(), ", logit/1k_steps %.4g, lse/1k_steps %.4g", 1000.0 * o->lr *
+                f[WHATIF_F_AMEAN], 1000.0 * o->lr * f[WHATIF_F_ALSE]);
+}
+
+/* After the tables: each fragile pick's replay beside its rival's, per policy whose reduction
+ * has an order (bf16_fp32acc's has none). */
+static void print_fragile(const whatif_opts *o, const whatif_pick picks[][2],
+                          const whatif_cell *cells, int32_t n_cells, const whatif_strata *s) {
+    for (int32_t i = 0; i < o->n_worlds; i++)
+        for (int32_t d = 0; d < 2; d++) {
+            const whatif_pick *w = &picks[i][d];
+            if (!w->fragile) continue;
+            int32_t ra = whatif_engine_algo(w->rival);
+            for (int32_t p = 0; p < o->n_policies; p++) {
+                int32_t pol = o->policies[p];
+                if ((pol == WHATIF_AMP) != d || pol == WHATIF_BF16_FP32ACC) continue;
+                const whatif_cell *mine = NULL, *rival = NULL;
+                for (int32_t c = 0; c < n_cells; c++) {
+                    if (cells[c].N != o->worlds[i] || cells[c].policy != pol) continue;
+                    if (cells[c].algo == REDUCE_NCCL) mine = &cells[c];
+                    if (cells[c].algo == ra) rival = &cells[c];
+                }
+                if (!mine || !rival) continue;
+                fprintf(cmdout(), "what-if: fragile pick at N = %d, %s: NCCL's %s (%.1f us): ",
+                        (int)o->worlds[i], whatif_policy_name(pol),
+                        tuner_algo_name(w->pick.nccl_algo), w->pick.time_us);
+                put_cell_figures(o, mine, s);
+                fprintf(cmdout(), "; %s (%s, %.1f us): ", whatif_algo_name(ra),
+                        tuner_algo_name(w->rival), w->rival_us);
+                put_cell_figures(o, rival, s);
+                fputc('\n', cmdout());
+            }
         }
 }
 
@@ -463,9 +604,10 @@ typedef struct scan_point {
 } scan_point;
 
 /* One replay of the options' world sizes (the whole of a global scan, one world size of a
- * per-rank scan) with its report; each cell's figures for the fit into pts (n_cells of them).
- * Returns 0, or 1 after printing the error. */
-static int replay_setting(whatif_opts o, scan_point *pts) {
+ * per-rank scan) with its report; each cell's figures for the fit appended to pts at *n_pts
+ * (room for REDUCE_N_ALGOS x WHATIF_N_POLICIES per world size: a fragile pick adds its rival's
+ * cells). Returns 0, or 1 after printing the error. */
+static int replay_setting(whatif_opts o, scan_point *pts, int32_t *n_pts) {
     int status;
     ct_error err = {.struct_size = sizeof err};
     whatif_window_batch wb;
@@ -475,16 +617,20 @@ static int replay_setting(whatif_opts o, scan_point *pts) {
     memset(&wr, 0, sizeof wr);
     memset(&s, 0, sizeof s);
     status = 1;
-    int32_t n_group = o.n_algos * o.n_policies, n_cells = o.n_worlds * n_group, rc;
-    whatif_cell *cells = calloc((size_t)n_cells, sizeof *cells);
+    int32_t n_group = 0, n_cells = 0, rc;
+    whatif_cell *cells = NULL;
+    whatif_pick picks[WHATIF_MAX_LIST][2];
     double *q = NULL, secs[3] = {0};
     uint64_t *count = NULL;
-    if (!cells) {
+    if ((rc = whatif_run_open(&wr, o.path, o.global_batch, &err)) != CT_OK) goto out_fail;
+    int64_t C = wr.r.mdesc.d_model, V = wr.r.V, n_tok = wr.S * wr.T;
+    /* the buffer's pick first: a fragile one adds its rival's cells */
+    if ((rc = make_picks(&o, (uint64_t)(V * C), picks, &err)) != CT_OK) goto out_fail;
+    n_group = o.n_algos * o.n_policies, n_cells = o.n_worlds * n_group;
+    if (!(cells = calloc((size_t)n_cells, sizeof *cells))) {
         ct_error_set(&err, CT_ERR_NOMEM, "out of memory");
         goto out_fail;
     }
-    if ((rc = whatif_run_open(&wr, o.path, o.global_batch, &err)) != CT_OK) goto out_fail;
-    int64_t C = wr.r.mdesc.d_model, V = wr.r.V, n_tok = wr.S * wr.T;
     for (int32_t i = 0; i < o.n_worlds; i++)
         if (o.worlds[i] > n_tok) {
             ct_error_set(&err, CT_ERR_INVALID, "--world-sizes %d: more ranks than the global "
@@ -562,9 +708,8 @@ static int replay_setting(whatif_opts o, scan_point *pts) {
     double t0 = whatif_now();
     if (o.rows) {
         for (int32_t i = 0; i < n_cells; i++) {
-            order_config oc = whatif_order_of(&o, cells[i].algo);
-            if ((rc = whatif_replay_open(&cells[i].rp, &oc, cells[i].N, (uint64_t)(V * C),
-                                         (uint64_t)C, cells[i].policy, &err)) != CT_OK)
+            if ((rc = whatif_cell_replay_open(&o, &cells[i], (uint64_t)(V * C), (uint64_t)C,
+                                              &err)) != CT_OK)
                 goto out_fail;
         }
         rc = whatif_rows_run(&o, &wr, cells, n_cells, n_group, &s, q, &hbar2, secs, &err);
@@ -586,13 +731,14 @@ static int replay_setting(whatif_opts o, scan_point *pts) {
         if ((rc = write_per_row(o.per_row, cells, n_cells, &s, count, o.batches, &err)) != CT_OK)
             goto out_fail;
     }
-    print_picks(&o, (uint64_t)(V * C));
+    print_picks(&o, (const whatif_pick(*)[2])picks);
     print_tables(&o, cells, n_cells, &s, n_tok);
+    print_fragile(&o, (const whatif_pick(*)[2])picks, cells, n_cells, &s);
     if (o.per_batch) print_per_batch(&o, cells, n_cells);
     for (int32_t i = 0; i < n_cells; i++) {
         double f[WHATIF_N_F], se[WHATIF_N_F], sb[WHATIF_N_F];
         whatif_est_result(&cells[i].est, &s, f, se, sb);
-        scan_point *pt = &pts[i];
+        scan_point *pt = &pts[(*n_pts)++];
         pt->N = cells[i].N, pt->algo = cells[i].algo, pt->policy = cells[i].policy;
         pt->tpr = (double)n_tok / cells[i].N;
         for (int32_t k = 0; k < SCAN_FIGS; k++) {
@@ -620,8 +766,9 @@ out_free:
     return status;
 }
 
-/* The exponent of N of each (algo, policy) over the scan's world sizes. */
-static void print_fits(const whatif_opts *o, const scan_point *pts, int32_t n_group) {
+/* The exponent of N of each (algo, policy) over the scan's world sizes (pts: n of them, in any
+ * order; the pairs in the order they first appear). */
+static void print_fits(const whatif_opts *o, const scan_point *pts, int32_t n) {
     static const char *const names[SCAN_FIGS] = {"rel_err", "logit_push", "logit/1k_steps",
                                                  "lse/1k_steps"};
     fprintf(cmdout(), "what-if: the exponent a of N in figure = c N^a over N = %d..%d at %s "
@@ -634,20 +781,24 @@ static void print_fits(const whatif_opts *o, const scan_point *pts, int32_t n_gr
                                               "rank fall as 1/N)",
             o->rows > 0 || o->batches > 1 ? "combined standard error" : "(none: unweighted)",
             o->batches > 1 ? "under the running second moment" : "under the same batch's g^2");
+    int32_t nf = o->lr > 0 ? SCAN_FIGS : SCAN_FIGS_SGD;
     fprintf(cmdout(), "%-9s %-13s", "algo", "policy");
-    for (int32_t k = 0; k < (o->lr > 0 ? SCAN_FIGS : SCAN_FIGS_SGD); k++)
-        fprintf(cmdout(), " %16s %8s %4s", names[k], "se", "pts");
+    for (int32_t k = 0; k < nf; k++) fprintf(cmdout(), " %16s %8s %4s", names[k], "se", "pts");
     fputc('\n', cmdout());
-    for (int32_t g = 0; g < n_group; g++) {
-        double N[WHATIF_MAX_LIST], y[WHATIF_MAX_LIST], se[WHATIF_MAX_LIST];
+    for (int32_t g = 0; g < n; g++) {
+        int seen = 0;
+        for (int32_t h = 0; h < g; h++)
+            seen |= pts[h].algo == pts[g].algo && pts[h].policy == pts[g].policy;
+        if (seen) continue;
         fprintf(cmdout(), "%-9s %-13s", whatif_algo_name(pts[g].algo),
                 whatif_policy_name(pts[g].policy));
-        for (int32_t k = 0; k < (o->lr > 0 ? SCAN_FIGS : SCAN_FIGS_SGD); k++) {
-            for (int32_t w = 0; w < o->n_worlds; w++) {
-                const scan_point *pt = &pts[w * n_group + g];
-                N[w] = pt->N, y[w] = pt->y[k], se[w] = pt->se[k];
-            }
-            whatif_fit fit = whatif_fit_power(o->n_worlds, N, y, se);
+        for (int32_t k = 0; k < nf; k++) {
+            double N[WHATIF_MAX_LIST], y[WHATIF_MAX_LIST], se[WHATIF_MAX_LIST];
+            int32_t m = 0;
+            for (int32_t h = g; h < n && m < WHATIF_MAX_LIST; h++)
+                if (pts[h].algo == pts[g].algo && pts[h].policy == pts[g].policy)
+                    N[m] = pts[h].N, y[m] = pts[h].y[k], se[m] = pts[h].se[k], m++;
+            whatif_fit fit = whatif_fit_power(m, N, y, se);
             put_figure(16, "%16.3f", fit.a);
             put_figure(8, "%8.2f", fit.se);
             fprintf(cmdout(), " %4d", (int)fit.used);
@@ -660,14 +811,14 @@ int cmd_what_if(int argc, char **argv) {
     whatif_opts o;
     int status = parse_args(argc, argv, &o);
     if (status) return status < 0 ? 0 : status;
-    int32_t n_group = o.n_algos * o.n_policies;
-    scan_point *pts = calloc((size_t)(o.n_worlds * n_group), sizeof *pts);
+    int32_t n_pts = 0;
+    scan_point *pts = calloc((size_t)(o.n_worlds * REDUCE_N_ALGOS * WHATIF_N_POLICIES), sizeof *pts);
     if (!pts) {
         fprintf(stderr, "ctrain what-if: out of memory\n");
         return 1;
     }
     if (o.scan == WHATIF_SCAN_GLOBAL) {
-        status = replay_setting(o, pts);
+        status = replay_setting(o, pts, &n_pts);
     } else { /* one replay per world size, each with its own global batch */
         for (int32_t w = 0; !status && w < o.n_worlds; w++) {
             whatif_opts one = o;
@@ -675,10 +826,10 @@ int cmd_what_if(int argc, char **argv) {
             one.global_batch = o.global_batch * o.worlds[w] / o.worlds[0];
             fprintf(cmdout(), "what-if: --scan per-rank: N = %d, global batch %lld sequences\n",
                     (int)one.worlds[0], (long long)one.global_batch);
-            status = replay_setting(one, pts + w * n_group);
+            status = replay_setting(one, pts, &n_pts);
         }
     }
-    if (!status && o.n_worlds > 1) print_fits(&o, pts, n_group);
+    if (!status && o.n_worlds > 1) print_fits(&o, pts, n_pts);
     free(pts);
     return status;
 }

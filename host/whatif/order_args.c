@@ -3,6 +3,8 @@
  */
 #include "whatif/order_args.h"
 
+#include "../plugins/comm/threads/tuner.h"
+
 #include "base/printable.h"
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@ const char *const order_args_algos[] = {"ring", "tree", "dbtree", "hier", "nvls"
 const char *const order_args_splits[] = {"nccl", "even", NULL};
 const char *const order_args_protos[] = {"simple", "ll", "ll128", NULL};
 const char *const order_args_gpus[] = {"a100", "h100", "h200", NULL};
+const char *const order_args_versions[] = {"2.18", "2.19", "2.20", "2.30", NULL};
 
 int order_args_int(const char *cmd, const char *flag, const char *v, int64_t lo, int64_t hi,
                    int64_t *out) {
@@ -60,7 +63,7 @@ int order_args_option(const char *cmd, const char *flag, const char *value, orde
         return 0;
     }
     static const char *const valued[] = {"--channels", "--gpus-per-node", "--split", "--proto",
-                                         "--gpu", NULL};
+                                         "--gpu", "--nccl-version", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
     if (!known) return -1;
@@ -81,6 +84,10 @@ int order_args_option(const char *cmd, const char *flag, const char *value, orde
         bad = order_args_choice(cmd, flag, value, order_args_splits, &oc->split);
     } else if (!strcmp(flag, "--proto")) {
         bad = order_args_choice(cmd, flag, value, order_args_protos, &oc->proto);
+    } else if (!strcmp(flag, "--nccl-version")) {
+        int32_t i = 0;
+        bad = order_args_choice(cmd, flag, value, order_args_versions, &i);
+        if (!bad) oc->nccl_version = tuner_version_parse(order_args_versions[i]);
     } else {
         bad = order_args_choice(cmd, flag, value, order_args_gpus, &oc->gpu);
     }

@@ -1,7 +1,7 @@
 /* order_args.h — the command-line options that `ctrain what-if` and `ctrain reduce` share: a
  * whole-string integer in a range, one name of a list, and the threads engine's order keys as
- * options (--channels, --gpus-per-node, --split, --proto, --gpu, --no-nvswitch: the [comm] keys
- * of the same names, docs/collectives.md). Not for: the orders (plugins/comm/threads/orders.h)
+ * options (--channels, --gpus-per-node, --split, --proto, --gpu, --nccl-version, --no-nvswitch:
+ * the [comm] keys of the same names, docs/collectives.md). Not for: the orders (plugins/comm/threads/orders.h)
  * or a command's own options.
  */
 #ifndef CTRAIN_HOST_ORDER_ARGS_H
@@ -31,6 +31,7 @@ extern const char *const order_args_algos[];
 extern const char *const order_args_splits[];
 extern const char *const order_args_protos[];
 extern const char *const order_args_gpus[];
+extern const char *const order_args_versions[]; /* --nccl-version: "2.18" ... "2.30" */
 
 /* Options of the order: `flag` (with `value`, the next argument or NULL, for the valued ones)
  * into *oc. Returns -1 when flag is none of them, 0 when it was taken, 2 on a usage error

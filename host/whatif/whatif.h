@@ -8,6 +8,7 @@
 #define CTRAIN_HOST_WHATIF_H
 
 #include "whatif/order_args.h"
+#include "whatif/whatif_buffer.h"
 #include "whatif/whatif_replay.h"
 #include "whatif/whatif_run.h"
 #include "whatif/whatif_sample.h"
@@ -43,6 +44,8 @@ typedef struct whatif_opts {
     int32_t      scan;           /* --scan: a whatif_scan */
     int32_t      per_batch;      /* --per-batch: print each batch's figures */
     order_config oc;             /* the order options (algo: each of algos) */
+    uint64_t     bucket_bytes;   /* --bucket-bytes: the head's DDP bucket (0: none) */
+    const whatif_fsdp_model *fsdp; /* --fsdp-units: the head's FSDP unit's model (NULL: none) */
 } whatif_opts;
 
 /* One (world size, algo, policy) replay. */
@@ -58,6 +61,11 @@ typedef struct whatif_cell {
 
 /* The threads engine's order config of algo under the options. */
 order_config whatif_order_of(const whatif_opts *o, int32_t algo);
+
+/* Open cl's replayer for a head of `head` elements in parts of max_part, in the buffer the
+ * options give (--bucket-bytes, --fsdp-units: whatif_buffer.h; else the head alone). */
+int32_t whatif_cell_replay_open(const whatif_opts *o, whatif_cell *cl, uint64_t head,
+                                uint64_t max_part, ct_error *err);
 
 /* The cells of batch b: after each row's y is in cl->est.y, its figures and --per-row sums. */
 void whatif_cells_batch(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,

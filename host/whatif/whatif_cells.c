@@ -57,16 +57,32 @@ void whatif_cells_window(const whatif_opts *o, whatif_cell *cells, int32_t n_cel
     }
 }
 
-/* The order a cell's all-reduce of count elements runs (algo = nccl: the tuner model's pick
- * for its size in the policy's reduce dtype). */
+int32_t whatif_cell_replay_open(const whatif_opts *o, whatif_cell *cl, uint64_t head,
+                                uint64_t max_part, ct_error *err) {
+    order_config oc = whatif_order_of(o, cl->algo);
+    uint64_t buffer = head, base = 0;
+    char why[256];
+    if (whatif_buffer_of(o->bucket_bytes, o->fsdp, head, cl->policy == WHATIF_AMP ? 4 : 2,
+                         &buffer, &base, why, sizeof why) != 0)
+        return ct_error_set(err, CT_ERR_INVALID, "what-if: %s", why);
+    int32_t rc = whatif_replay_open(&cl->rp, &oc, cl->N, head, max_part, cl->policy, err);
+    if (rc == CT_OK && (buffer != head || base)) whatif_replay_set_buffer(&cl->rp, buffer, base);
+    return rc;
+}
+
+/* The order a cell's all-reduce of a head of count elements runs (algo = nccl: the tuner
+ * model's pick for the buffer that holds it, in the policy's reduce dtype). */
 static int32_t resolved_algo(const whatif_opts *o, const whatif_cell *cl, uint64_t count) {
     if (cl->algo != REDUCE_NCCL) return cl->algo;
     order_config oc = whatif_order_of(o, cl->algo);
     char why[256];
-    if (order_check(&oc, cl->N, why, sizeof why) != 0) return REDUCE_RING;
+    uint32_t es = cl->policy == WHATIF_AMP ? 4 : 2;
+    uint64_t buffer = count, base = 0;
+    if (order_check(&oc, cl->N, why, sizeof why) != 0 ||
+        whatif_buffer_of(o->bucket_bytes, o->fsdp, count, es, &buffer, &base, why, sizeof why))
+        return REDUCE_RING;
     order_plan plan;
-    order_plan_make(&plan, &oc, cl->N, ORDER_ALL_REDUCE, count,
-                    cl->policy == WHATIF_AMP ? 4 : 2, 1, 0);
+    order_plan_make(&plan, &oc, cl->N, ORDER_ALL_REDUCE, buffer, es, 1, 0);
     return plan.oc.algo;
 }
 
@@ -96,8 +112,7 @@ static int32_t replay_world(const whatif_batch *b, const whatif_opts *o, whatif_
                      ? CT_OK : ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory "
                                             "at N = %d", (int)N);
     for (int32_t i = 0; rc == CT_OK && i < n_cells; i++) {
-        order_config oc = whatif_order_of(o, cells[i].algo);
-        rc = whatif_replay_open(&cells[i].rp, &oc, N, (uint64_t)(V * C), part, cells[i].policy, err);
+        rc = whatif_cell_replay_open(o, &cells[i], (uint64_t)(V * C), part, err);
     }
     for (int64_t v0 = 0; rc == CT_OK && v0 < V; v0 += vc) {
         int64_t n = V - v0 < vc ? V - v0 : vc;

@@ -78,6 +78,13 @@ int32_t whatif_replay_open(whatif_replay *w, const order_config *oc, int32_t N, 
     return CT_OK;
 }
 
+void whatif_replay_set_buffer(whatif_replay *w, uint64_t buffer, uint64_t base) {
+    w->count = buffer;
+    w->base = base;
+    order_plan_make(&w->plan, &w->oc, w->N, ORDER_ALL_REDUCE, buffer,
+                    (uint32_t)ct_dtype_size(reduce_dtype(w->policy)), 1, 0);
+}
+
 void whatif_replay_part(whatif_replay *w, uint64_t first, uint64_t m, const uint16_t *x,
                         uint64_t sr_stream, double *p, double *e) {
     int32_t N = w->N, dt = reduce_dtype(w->policy);
@@ -106,7 +113,8 @@ void whatif_replay_part(whatif_replay *w, uint64_t first, uint64_t m, const uint
     size_t es = ct_dtype_size(dt);
     for (uint64_t lo = first; lo < first + m;) {
         uint64_t b = 0, end = 0;
-        int32_t steps = order_unit_at(&w->plan, lo, &b, &end, w->prog);
+        int32_t steps = order_unit_at(&w->plan, w->base + lo, &b, &end, w->prog);
+        end -= w->base; /* back to the replayed elements' numbering */
         uint64_t hi = end < first + m ? end : first + m;
         uint64_t off = lo - first, len = hi - lo;
         for (int32_t n = 0; n < N; n++)

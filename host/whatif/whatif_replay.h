@@ -50,6 +50,7 @@ typedef struct whatif_replay {
     order_config  oc;
     int32_t       N, policy;
     uint64_t      count, max_part;
+    uint64_t      base;       /* the replayed elements' first in the buffer (set_buffer) */
     order_plan    plan;       /* the all-reduce's split, in the policy's reduce dtype */
     order_step   *prog;       /* (order_max_steps(N)) */
     double       *scratch;    /* (REDUCE_SCRATCH) */
@@ -63,6 +64,11 @@ typedef struct whatif_replay {
 int32_t whatif_replay_open(whatif_replay *w, const order_config *oc, int32_t N, uint64_t count,
                            uint64_t max_part, int32_t policy, ct_error *err);
 void whatif_replay_close(whatif_replay *w);
+
+/* The replayed elements sit in a larger all-reduce: `buffer` elements in all (the collective
+ * the plan is made for: its tuner pick and NCCL's split), the replayed element 0 at `base`
+ * (buffer >= base + the count given to open). Parts keep the replayed elements' numbering. */
+void whatif_replay_set_buffer(whatif_replay *w, uint64_t buffer, uint64_t base);
 
 /* Elements [first, first + m) of the buffer (m <= max_part): x holds rank n's values of them at
  * x[n * m + i] (bf16 bits). Into p[i] the policy's reduced value (post-divided), into e[i] the

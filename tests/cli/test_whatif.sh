@@ -175,7 +175,7 @@ ct_run "$CTRAIN" what-if "$W/nccl/checkpoints/step_00000002" --world-sizes 16 --
 if [ "$ct_rc" -ne 0 ]; then
     ct_fail "what-if nccl" "exited $ct_rc: $ct_err"
 else
-    grep -q "what-if: N = 16, bf16 head: NCCL 2.30 would run this" "$CT_TMP/out" \
+    grep -q "what-if: N = 16, bf16, the head alone: NCCL 2.30 would run this" "$CT_TMP/out" \
         && ct_pass "what-if --algo nccl prints the pick" || ct_fail "what-if pick" "$ct_out"
     r=$(row nccl pure_bf16)
     near "nccl pure_bf16 head rel_err = the probe's" "$(echo "$r" | awk '{print $5}')" "$(probe "$W/nccl" probe/head/rel_err)" 0.01

@@ -789,7 +789,7 @@ CT_TEST(nccl_tuner_model_picks_what_nccls_tables_give_by_hand) {
      * 56.96; 8.4 + 2 x (7 x 4 + 4 x 14) = 176.4; 1531.7. Tree LL128: min(142.4 x 120/128, 8 x
      * 20) = 133.5, x .5 x .9 = 60.08; 14 + 2 x (7 x 1.25 + 4 x 8.5) = 99.5; 1384.5: the pick,
      * on 16 channels (16 x 640 x 8 B < 77 MB). */
-    tuner_query q = {ORDER_ALL_REDUCE, 77194752, 128, 8, TUNER_GPU_A100, 1, 1, 0};
+    tuner_query q = {ORDER_ALL_REDUCE, 77194752, 128, 8, TUNER_GPU_A100, 1, 1, 0, 230};
     tuner_choose(&q, &p);
     CT_CHECK_MSG(p.nccl_algo == TUNER_TREE && p.nccl_proto == TUNER_LL128 &&
                  p.task_channels == 16 && fabs(p.time_us - 1384.5) < 0.5,
@@ -813,22 +813,100 @@ CT_TEST(nccl_tuner_model_picks_what_nccls_tables_give_by_hand) {
                  tuner_algo_name(p.nccl_algo), tuner_proto_name(p.nccl_proto));
     /* A100, 8 nodes x 8, 256,000 bytes (the long runs' head): tree LL128 88.9 us beats tree LL
      * 95.4 and ring LL 181.1 */
-    tuner_query small = {ORDER_ALL_REDUCE, 256000, 64, 8, TUNER_GPU_A100, 1, 1, 0};
+    tuner_query small = {ORDER_ALL_REDUCE, 256000, 64, 8, TUNER_GPU_A100, 1, 1, 0, 230};
     tuner_choose(&small, &p);
     CT_CHECK_MSG(p.nccl_algo == TUNER_TREE && p.nccl_proto == TUNER_LL128 &&
                  fabs(p.time_us - 88.9) < 0.5, "A100 8x8 256 kB: %s/%s %.1f us",
                  tuner_algo_name(p.nccl_algo), tuner_proto_name(p.nccl_proto), p.time_us);
     /* reduce-scatter is a ring (or NVLS on one node, PAT at one rank per node) */
-    tuner_query rs = {ORDER_REDUCE_SCATTER, 77194752, 128, 8, TUNER_GPU_H100, 1, 1, 0};
+    tuner_query rs = {ORDER_REDUCE_SCATTER, 77194752, 128, 8, TUNER_GPU_H100, 1, 1, 0, 230};
     tuner_choose(&rs, &p);
     CT_CHECK(p.nccl_algo == TUNER_RING);
+}
+
+/* [comm] nccl_version: each version's tuning.cc (tags v2.18.1-1, v2.19.3-1, v2.20.5-1,
+ * v2.30.7-1), its times worked by hand from that version's tables and formulas. */
+CT_TEST(nccl_tuner_versions_give_each_tags_times_by_hand) {
+    tuner_pick p;
+    /* A100, 32 nodes x 8, 413,143,040 bytes (the root FSDP unit of the 1.3B model in bf16: 2 x
+     * 50,432 x 2048 + 2048 elements). Ring LL128: min(8 x 24 x .92, 8 x 20) = 160, x 256/510 =
+     * 80.31 GB/s -> 5144.2 us of bytes; latency 14 + (510 - S) x 1.9 + S x 4 with S, the steps
+     * across the net, 2 x 32 = 64 before 2.2x (1117.4) and 2 x 31 = 62 in 2.30 (1113.2):
+     * 6261.5 and 6257.3 us. Tree LL128: min(142.4 x 120/128, 160) x .5 = 66.75 (correction 1.0
+     * at 2^22 x 64 B) -> 6189.4; 14 + 2 x (7 x 1.25 + 5 x 8.5) = 116.5; 6305.9 in every
+     * version: the ring wins by 0.7% (0.8% in 2.30). Tree simple: 142.4 x .5 x .9 = 64.08 ->
+     * 6447.3 us of bytes; latency 2.18 to 2.20: 0 + 2 x (7 x 28 + 5 x 28) = 672; 2.30: 8.4 + 2 x
+     * (7 x 4 + 5 x 14) = 204.4. */
+    static const struct {
+        int32_t v;
+        double ring_ll128, tree_ll128, tree_simple;
+    } big[] = {{218, 6261.51, 6305.91, 7119.30}, {219, 6261.51, 6305.91, 7119.30},
+               {220, 6261.51, 6305.91, 7119.30}, {230, 6257.31, 6305.91, 6651.70}};
+    for (int i = 0; i < 4; i++) {
+        tuner_query q = {ORDER_ALL_REDUCE, 413143040, 256, 8, TUNER_GPU_A100, 1, 1, 0, big[i].v};
+        tuner_choose(&q, &p);
+        CT_CHECK_MSG(p.nccl_algo == TUNER_RING && p.nccl_proto == TUNER_LL128 &&
+                     fabs(p.table_us[TUNER_RING][TUNER_LL128] - big[i].ring_ll128) < 0.02 &&
+                     fabs(p.table_us[TUNER_TREE][TUNER_LL128] - big[i].tree_ll128) < 0.02 &&
+                     fabs(p.table_us[TUNER_TREE][TUNER_SIMPLE] - big[i].tree_simple) < 0.02,
+                     "NCCL %d, A100 32x8 413 MB: %s/%s; ring LL128 %.1f, tree LL128 %.1f, tree "
+                     "simple %.1f", (int)big[i].v, tuner_algo_name(p.nccl_algo),
+                     tuner_proto_name(p.nccl_proto), p.table_us[TUNER_RING][TUNER_LL128],
+                     p.table_us[TUNER_TREE][TUNER_LL128], p.table_us[TUNER_TREE][TUNER_SIMPLE]);
+    }
+    /* A100, one node of 8, 1,048,576 bytes. Ring LL: min(87.7 (Ampere, one node), 12 x 20 x
+     * 1/4) = 60 before 2.2x, min(87.7, 240 x .5) = 87.7 in 2.30; x 8/14; latency 6.6 + 14 x
+     * .6 = 15.0: 45.58 and 35.92 us (the pick in both). Tree simple: min(240 x .92, 12 x 24) x
+     * .5 x .5 (correction at 2^14 x 64 B) = 55.2 -> 19.0 us of bytes; latency 2.18 to 2.20:
+     * 2 x 7 x 28 = 392; 2.30: 8.4 + 2 x 7 x 4 = 64.4: 411.0 and 83.4 us. */
+    static const struct {
+        int32_t v;
+        double ring_ll, tree_simple;
+    } one[] = {{218, 45.58, 411.0}, {219, 45.58, 411.0}, {220, 45.58, 411.0}, {230, 35.92, 83.4}};
+    for (int i = 0; i < 4; i++) {
+        tuner_query q = {ORDER_ALL_REDUCE, 1048576, 8, 8, TUNER_GPU_A100, 1, 1, 0, one[i].v};
+        tuner_choose(&q, &p);
+        CT_CHECK_MSG(p.nccl_algo == TUNER_RING && p.nccl_proto == TUNER_LL &&
+                     fabs(p.table_us[TUNER_RING][TUNER_LL] - one[i].ring_ll) < 0.05 &&
+                     fabs(p.table_us[TUNER_TREE][TUNER_SIMPLE] - one[i].tree_simple) < 0.05,
+                     "NCCL %d, A100 1x8 1 MB: %s/%s; ring LL %.2f, tree simple %.2f",
+                     (int)one[i].v, tuner_algo_name(p.nccl_algo), tuner_proto_name(p.nccl_proto),
+                     p.table_us[TUNER_RING][TUNER_LL], p.table_us[TUNER_TREE][TUNER_SIMPLE]);
+    }
+    /* H100, 16 nodes x 8, 77,194,752 bytes. 2.18: NVLS_TREE takes the graph's inter bandwidth,
+     * 48 x 8 = 384, x .7 x 16 / (2 x 15) = 143.36 GB/s; latency 23 + 2 x 15 x 19 = 593: 1131.5
+     * us. The pick is tree/LL128: Hopper's tree cap across 3+ nodes is 33 then, min(384 x .92,
+     * 8 x 33) = 264, x 120/128 = 247.5 (under 8 x 36.7), x .5 x .9 (correction at 2^20 x 64 B)
+     * = 111.375 -> 693.1 us of bytes; 14 + 2 x (7 x 1.25 + 4 x 8.5) = 99.5: 792.6 us. 2.19:
+     * NVLS_TREE min(45, 48/2) x 8 x 5/6 = 160 GB/s; 0 + 23 + 2 x 4 x 14 = 135: 617.5 us, the
+     * pick (2.30: 613.0, above). */
+    tuner_query h = {ORDER_ALL_REDUCE, 77194752, 128, 8, TUNER_GPU_H100, 1, 1, 0, 218};
+    tuner_choose(&h, &p);
+    CT_CHECK_MSG(p.nccl_algo == TUNER_TREE && p.nccl_proto == TUNER_LL128 &&
+                 fabs(p.time_us - 792.6) < 0.05 &&
+                 fabs(p.table_us[TUNER_NVLS_TREE][TUNER_SIMPLE] - 1131.5) < 0.05,
+                 "NCCL 2.18, H100 16x8 77 MB: %s/%s %.2f us, nvls_tree %.2f",
+                 tuner_algo_name(p.nccl_algo), tuner_proto_name(p.nccl_proto), p.time_us,
+                 p.table_us[TUNER_NVLS_TREE][TUNER_SIMPLE]);
+    h.nccl_version = 219;
+    tuner_choose(&h, &p);
+    CT_CHECK_MSG(p.nccl_algo == TUNER_NVLS_TREE && fabs(p.time_us - 617.5) < 0.05,
+                 "NCCL 2.19, H100 16x8 77 MB: %s/%s %.2f us", tuner_algo_name(p.nccl_algo),
+                 tuner_proto_name(p.nccl_proto), p.time_us);
+    /* names both ways; an unknown version is refused by order_check */
+    CT_CHECK(tuner_version_parse("2.19") == 219 && tuner_version_parse("2.21") == -1 &&
+             !strcmp(tuner_version_name(0), "2.30") && !strcmp(tuner_version_name(220), "2.20"));
+    order_config oc = order_config_default(REDUCE_NCCL);
+    char why[256];
+    oc.nccl_version = 221;
+    CT_CHECK(order_check(&oc, 8, why, sizeof why) != 0 && strstr(why, "nccl_version"));
 }
 
 /* algo = nccl: the engine runs the model's pick, cut as NCCL cuts it. */
 CT_TEST(algo_nccl_runs_the_tuner_models_pick_with_nccls_split) {
     /* A100, 8 nodes x 8, the long runs' head (128,000 bf16): tree/LL128 on 16 channels, the
      * first 8 on tree 0 and the others on tree 1 (16 = 2 x 8 search channels) */
-    tuner_query q = {ORDER_ALL_REDUCE, 256000, 64, 8, TUNER_GPU_A100, 1, 1, 0};
+    tuner_query q = {ORDER_ALL_REDUCE, 256000, 64, 8, TUNER_GPU_A100, 1, 1, 0, 230};
     tuner_pick p;
     tuner_choose(&q, &p);
     CT_CHECK(p.algo == REDUCE_DBTREE && p.comm_channels == 16 && p.task_channels == 16);
@@ -843,7 +921,7 @@ CT_TEST(algo_nccl_runs_the_tuner_models_pick_with_nccls_split) {
     ref_case_close(&c);
     /* one node of 8 H100, 4 MB: NVLS (25 + 21.9 us, against ring LL128's 61.8), the switch's
      * sum (at 1 MB the model picks ring/LL: 27 us against NVLS's 30.5) */
-    q = (tuner_query){ORDER_ALL_REDUCE, 4000006, 8, 8, TUNER_GPU_H100, 1, 1, 0};
+    q = (tuner_query){ORDER_ALL_REDUCE, 4000006, 8, 8, TUNER_GPU_H100, 1, 1, 0, 230};
     tuner_choose(&q, &p);
     CT_CHECK_MSG(p.algo == REDUCE_NVLS, "H100 one node 4 MB: %s/%s", tuner_algo_name(p.nccl_algo),
                  tuner_proto_name(p.nccl_proto));

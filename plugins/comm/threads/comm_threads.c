@@ -53,6 +53,8 @@ static const char *const algo_choices[] = {"ring", "tree", "dbtree", "hier", "nv
 static const char *const split_choices[] = {"nccl", "even", NULL}; /* by order_split */
 static const char *const proto_choices[] = {"simple", "ll", "ll128", NULL}; /* by order_proto */
 static const char *const gpu_choices[] = {"a100", "h100", "h200", NULL}; /* by tuner_gpu */
+/* nccl_version: tuner.h's tuner_version_names ("2.18", "2.19", "2.20", "2.30") */
+static const char *const version_choices[] = {"2.18", "2.19", "2.20", "2.30", NULL};
 
 /* [comm] world_size is a host key (the host runs that many rank threads and passes it to
  * world_create); these are the engine's own keys. */
@@ -61,8 +63,8 @@ static const ct_param_spec threads_params[] = {
                   "reduction order: ring (NCCL's ring, N-1 roundings per element), dbtree "
                   "(NCCL's tree: a chain in each node, double binary tree across nodes), nvls / "
                   "nvls_tree (the NVSwitch sums each node in f32 and rounds once; then a ring / "
-                  "NCCL's tree across nodes), nccl (what a model of NCCL 2.30's tuner picks per "
-                  "collective for [comm] gpu, logged once per size), hier (ring inside each "
+                  "NCCL's tree across nodes), nccl (what a model of NCCL's tuner picks per "
+                  "collective for [comm] gpu and nccl_version, logged once per size), hier (ring inside each "
                   "node, then ring across nodes) or tree (binary tree in heap order rooted at "
                   "rank 0, for comparison); docs/collectives.md"),
     CT_PARAM_INT("channels", "1", 1, 64,
@@ -83,6 +85,10 @@ static const ct_param_spec threads_params[] = {
     CT_PARAM_ENUM("gpu", "h100", gpu_choices,
                   "algo = nccl: the GPUs of the modelled DGX/HGX-like nodes (a100: NVLink 3, "
                   "200 Gb/s NICs; h100, h200: NVLink 4, NVLS, 400 Gb/s NICs)"),
+    CT_PARAM_ENUM("nccl_version", "2.30", version_choices,
+                  "algo = nccl: whose tuner is modelled: 2.18, 2.19, 2.20 (what PyTorch "
+                  "bundled in early 2024) or 2.30; each from its tag's tuning.cc "
+                  "(docs/collectives.md)"),
     CT_PARAM_BOOL("nvswitch", "true",
                   "algo = nccl: the node's GPUs sit on an NVSwitch (on h100/h200 this gives "
                   "NVLS); false: no NVLS"),
@@ -111,7 +117,7 @@ static int32_t read_config(const ct_create_args *args, int32_t world_size, order
     const char *section = args && args->section ? args->section : "comm";
     if (args && args->api && args->section) {
         const ct_host_api *api = args->api;
-        const char *a = NULL, *sp = NULL, *pr = NULL, *gp = NULL;
+        const char *a = NULL, *sp = NULL, *pr = NULL, *gp = NULL, *nv = NULL;
         int64_t channels = 1, gpn = 0;
         int32_t nvswitch = 1;
         if (api->get_string(args->host, section, "algo", &a, err) != CT_OK ||
@@ -120,6 +126,7 @@ static int32_t read_config(const ct_create_args *args, int32_t world_size, order
             api->get_string(args->host, section, "split", &sp, err) != CT_OK ||
             api->get_string(args->host, section, "proto", &pr, err) != CT_OK ||
             api->get_string(args->host, section, "gpu", &gp, err) != CT_OK ||
+            api->get_string(args->host, section, "nccl_version", &nv, err) != CT_OK ||
             api->get_bool(args->host, section, "nvswitch", &nvswitch, err) != CT_OK ||
             api->get_float(args->host, section, "timeout_s", timeout_s, err) != CT_OK)
             return err ? err->code : CT_ERR_INVALID;
@@ -128,10 +135,12 @@ static int32_t read_config(const ct_create_args *args, int32_t world_size, order
         order->proto = choice_index(proto_choices, pr);
         order->gpu = choice_index(gpu_choices, gp);
         order->nvswitch = nvswitch != 0;
-        if (order->algo < 0 || order->split < 0 || order->proto < 0 || order->gpu < 0)
+        order->nccl_version = tuner_version_parse(nv);
+        if (order->algo < 0 || order->split < 0 || order->proto < 0 || order->gpu < 0 ||
+            order->nccl_version < 0)
             return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] algo = %s, split = %s, "
-                                "proto = %s or gpu = %s is not known ---> see `ctrain inspect "
-                                "threads`", section, a, sp, pr, gp);
+                                "proto = %s, gpu = %s or nccl_version = %s is not known ---> "
+                                "see `ctrain inspect threads`", section, a, sp, pr, gp, nv);
         if (channels < 1 || channels > 64 || gpn < 0 || gpn > 1024)
             return ct_error_set(err, CT_ERR_INVALID, "comm threads: [%s] channels = %lld or "
                                 "gpus_per_node = %lld out of range ---> channels 1..64, "
@@ -392,7 +401,7 @@ static void tell_pick(threads_comm *self, const order_plan *plan) {
                      plan->world_size, oc->gpus_per_node, oc->gpu, oc->nvswitch,
                      (p0->dtype == CT_DTYPE_BF16 || p0->dtype == CT_DTYPE_F16 ||
                       p0->dtype == CT_DTYPE_F32) && p0->op == CT_REDUCE_SUM,
-                     p0->op == CT_REDUCE_AVG};
+                     p0->op == CT_REDUCE_AVG, oc->nccl_version};
     tuner_pick pk;
     tuner_choose(&q, &pk);
     char line[512], msg[600];

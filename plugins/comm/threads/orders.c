@@ -25,7 +25,8 @@ static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 order_config order_config_default(int32_t algo) {
     order_config c = {.algo = algo, .channels = 1, .gpus_per_node = 0,
                       .split = ORDER_SPLIT_NCCL, .proto = ORDER_PROTO_SIMPLE,
-                      .search_channels = 0, .gpu = TUNER_GPU_H100, .nvswitch = 1};
+                      .search_channels = 0, .gpu = TUNER_GPU_H100, .nvswitch = 1,
+                      .nccl_version = 230};
     return c;
 }
 
@@ -37,9 +38,11 @@ int order_check(order_config *cfg, int32_t world_size, char *why, size_t why_len
     }
     if (cfg->algo < 0 || cfg->algo >= REDUCE_N_ALGOS || cfg->split < 0 ||
         cfg->split > ORDER_SPLIT_EVEN || cfg->proto < 0 || cfg->proto > ORDER_PROTO_LL128 ||
-        cfg->gpu < 0 || cfg->gpu >= TUNER_N_GPUS) {
-        snprintf(why, why_len, "algo %d, split %d, proto %d or gpu %d is not known",
-                 (int)cfg->algo, (int)cfg->split, (int)cfg->proto, (int)cfg->gpu);
+        cfg->gpu < 0 || cfg->gpu >= TUNER_N_GPUS ||
+        (cfg->nccl_version != 0 && !strcmp(tuner_version_name(cfg->nccl_version), "?"))) {
+        snprintf(why, why_len, "algo %d, split %d, proto %d, gpu %d or nccl_version %d is not "
+                 "known", (int)cfg->algo, (int)cfg->split, (int)cfg->proto, (int)cfg->gpu,
+                 (int)cfg->nccl_version);
         return -1;
     }
     /* one rank is every layout (every collective is a copy); tools that open a world of one
@@ -344,7 +347,7 @@ void order_plan_make(order_plan *p, const order_config *cfg, int32_t world_size,
     uint64_t nbytes = count * esize * (ar ? 1 : (uint64_t)N); /* NCCL's nBytes */
     if (cfg->algo == REDUCE_NCCL) {
         tuner_query q = {kind, nbytes, N, cfg->gpus_per_node, cfg->gpu, cfg->nvswitch, nvls_ok,
-                         avg};
+                         avg, cfg->nccl_version};
         tuner_pick pk;
         tuner_choose(&q, &pk);
         p->oc.algo = pk.algo;

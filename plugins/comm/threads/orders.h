@@ -66,10 +66,11 @@ typedef struct order_config {
                                 tree (k mod 2S) >= S); set by the tuner model */
     int32_t gpu;             /* algo = nccl: a tuner_gpu (tuner.h) */
     int32_t nvswitch;        /* algo = nccl: 1 when the nodes' GPUs sit on an NVSwitch */
+    int32_t nccl_version;    /* algo = nccl: whose tuner: 218, 219, 220 or 230 (tuner.h) */
 } order_config;
 
 /* A config of algo with everything else at its default (NCCL split, simple, one channel, one
- * node, h100 with NVSwitch for algo = nccl). */
+ * node, h100 with NVSwitch and NCCL 2.30's tuner for algo = nccl). */
 order_config order_config_default(int32_t algo);
 
 /* The program of one element (or of a run of elements that share it). LOAD: slot = x[arg];

@@ -1,6 +1,7 @@
 /* tuner.h — a model of NCCL's own choice of algorithm, protocol and channels for one collective
- * ([comm] algo = nccl): the latency/bandwidth model of NCCL 2.30's tuning.cc (its constant
- * tables, its per-algorithm refinements and its selection of the fastest), and enqueue.cc's
+ * ([comm] algo = nccl): the latency/bandwidth model of NCCL's tuning.cc (its constant tables,
+ * its per-algorithm refinements and its selection of the fastest) as of the versions 2.18,
+ * 2.19, 2.20 (what PyTorch bundled in early 2024) and 2.30 ([comm] nccl_version), and enqueue.cc's
  * channel count per size, fed with what NCCL's topology search would find on a DGX/HGX-like node
  * of the given GPU generation (assumed here: tuner.c's presets, docs/collectives.md).
  * This is a model of the tuner, not the tuner: it has no measured bandwidths, no topology
@@ -38,7 +39,15 @@ typedef struct tuner_query {
     int32_t  nvswitch;    /* the node's GPUs sit on an NVSwitch (Hopper's gives NVLS) */
     int32_t  nvls_ok;     /* NCCL runs NVLS on this dtype and op (bf16 or f32 SUM) */
     int32_t  avg;         /* the op is ncclAvg (PreMulSum): no NVLS, no PAT reduce-scatter */
+    int32_t  nccl_version; /* whose tuning.cc: 218, 219, 220 or 230 (0: 230) */
 } tuner_query;
+
+/* The modelled NCCL versions, as [comm] nccl_version spells them ("2.18", "2.19", "2.20",
+ * "2.30", NULL-ended), and their ids (218 ...; -1: none; the name of 0 is "2.30"). */
+#define TUNER_N_VERSIONS 4
+extern const char *const tuner_version_names[];
+int32_t tuner_version_parse(const char *name);
+const char *tuner_version_name(int32_t id);
 
 /* The answer. */
 typedef struct tuner_pick {
