@@ -31,8 +31,11 @@ if [ ! -s "$data/meta.ini" ]; then
     # the sentencepiece model takes the longest (~45 minutes on a loaded 2-core machine): one
     # trained by an interrupted attempt is kept beside the data as DATA.tokenizer.model and
     # used instead of training another (only the tokenizing is redone)
-    [ -s "$data/tokenizer.model" ] && [ ! -s "$data.tokenizer.model" ] \
-        && mv "$data/tokenizer.model" "$data.tokenizer.model"
+    if [ -s "$data/tokenizer.model" ]; then
+        if [ ! -s "$data.tokenizer.model" ]; then mv "$data/tokenizer.model" "$data.tokenizer.model"
+        elif cmp -s "$data/tokenizer.model" "$data.tokenizer.model"; then rm "$data/tokenizer.model"
+        fi
+    fi
     # the interrupted attempt's folder, now empty (prepare refuses a folder with files in it,
     # and says so: nothing else is removed)
     [ -d "$data" ] && rmdir "$data" 2> /dev/null || true
