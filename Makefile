@@ -1,9 +1,12 @@
 # ctrain — build everything this machine can build, out of tree into build/.
 #   make            host, plugins (CUDA ones and CUDA companions when nvcc is found), test runner
 #   make test       install missing Debian packages, build, run every test
-#   make test-interop  the transformers round trips (tests/cli/test_interop.sh) and the
-#                   optimizers against PyTorch's (tests/cli/test_optimizers.sh) and the loss
-#                   scale against torch.amp.GradScaler (tests/cli/test_loss_scale.sh) in a
+#   make test-interop  the transformers round trips (tests/cli/test_interop.sh), the checkpoint
+#                   families (tests/cli/test_families.sh), the
+#                   optimizers against PyTorch's (tests/cli/test_optimizers.sh), the loss
+#                   scale against torch.amp.GradScaler (tests/cli/test_loss_scale.sh) and the
+#                   tokenizer families against the tokenizers library
+#                   (tests/cli/test_tokenizer_families.sh) in a
 #                   project-local venv (.venv-interop: torch, transformers, ... from PyPI)
 #   make run        train the tiny default model on real text (CPU); builds only what it runs
 #                   (the host and the CPU plugins) on every core first. RUN_ARGS= go to `ctrain train`
@@ -39,7 +42,7 @@ CXXFLAGS_HOST := -std=c++17 $(OPT) -g -fPIC $(WARN) $(SANFLAGS) -Isdk/include -I
 # Plugins: hidden visibility, no undefined symbols (they may not call into the host).
 CFLAGS_PLUGIN := $(CSTD) $(CFLAGS_COMMON) -fvisibility=hidden
 LDFLAGS_PLUGIN := -shared -Wl,-z,defs -Wl,--no-undefined $(SANFLAGS)
-HOST_LIBS := $(shell pkg-config --libs inih zlib libpcre2-8 2>/dev/null) -lsentencepiece -lsentencepiece_train \
+HOST_LIBS := $(shell pkg-config --libs inih zlib libpcre2-8 icu-uc 2>/dev/null) -lsentencepiece -lsentencepiece_train \
              -lstdc++ -ldl -lm -lpthread
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
@@ -211,8 +214,10 @@ test-interop: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/interop-venv.sh $(INTEROP_VENV)
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_interop.sh
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_families.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_optimizers.sh
 	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_loss_scale.sh
+	$(Q)CTRAIN_INTEROP_PYTHON=$(abspath $(INTEROP_VENV))/bin/python BUILD=$(BUILD) bash tests/cli/test_tokenizer_families.sh
 
 # The INI fuzzer of tests/cli/test_fuzz_ini.sh at length (make test runs 300 of them).
 FUZZ_N ?= 5000

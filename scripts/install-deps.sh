@@ -23,7 +23,7 @@ esac
 # bf16 products (plugins/model/gpt/onednn.c; the plugin builds without it too, OpenBLAS only);
 # libopenmpi-dev: the mpi comm plugin; python3: scripts/get-corpus.sh reads the corpus' R data.
 packages=(build-essential pkg-config libinih-dev libopenmpi-dev libopenblas-dev
-          libsentencepiece-dev zlib1g-dev libpcre2-dev python3 libdnnl-dev)
+          libsentencepiece-dev zlib1g-dev libpcre2-dev libicu-dev python3 libdnnl-dev)
 # The tests besides: mpirun, gnuplot (ctrain plot), the sentencepiece tools, ip (network
 # namespaces of the two-host test), pip (PyPI's packages below, get-gpt2-tokenizer.sh's download).
 [ "$mode" = test ] && packages+=(openmpi-bin gnuplot-nox sentencepiece iproute2 python3-pip)

@@ -46,12 +46,14 @@ def gelu_new(x):  # transformers' NewGELUActivation (tanh approximation)
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def attention(q, k, v, nh):  # q, k, v: (B, T, C) -> (B, T, C), causal
+def attention(q, k, v, nh, nkv=None):  # q (B, T, C), k, v (B, T, nkv*hd) -> (B, T, C), causal
     B, T, C = q.shape
     hd = C // nh
+    nkv = nkv or nh
     q = q.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
-    k = k.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
-    v = v.reshape(B, T, nh, hd).transpose(0, 2, 1, 3)
+    # grouped-query attention: each key/value head serves nh / nkv query heads (repeat_kv)
+    k = np.repeat(k.reshape(B, T, nkv, hd).transpose(0, 2, 1, 3), nh // nkv, axis=1)
+    v = np.repeat(v.reshape(B, T, nkv, hd).transpose(0, 2, 1, 3), nh // nkv, axis=1)
     s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
     s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
     s = np.exp(s - s.max(-1, keepdims=True))
@@ -77,10 +79,28 @@ def gpt2_forward(cfg, w, tok):
     return x @ g("transformer.wte.weight").T
 
 
-def rope(x, nh, theta):  # transformers' apply_rotary_pos_emb with rotate_half
+def rope_inv_freq(hd, theta, scaling):
+    """transformers' inverse frequencies (modeling_rope_utils): default, linear, llama3."""
+    inv = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "linear":
+        return inv / scaling["factor"]
+    if kind == "llama3":
+        f, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv
+        out = np.where(wavelen > old / lo, inv / f, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        mid = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        return np.where(mid, (1 - smooth) * out / f + smooth * out, out)
+    assert kind == "default", kind
+    return inv
+
+
+def rope(x, nh, theta, scaling=None):  # transformers' apply_rotary_pos_emb with rotate_half
     B, T, C = x.shape
     hd = C // nh
-    inv = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    inv = rope_inv_freq(hd, theta, scaling)
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
     cos = np.concatenate([np.cos(ang)] * 2, -1)[None, :, None, :]
     sin = np.concatenate([np.sin(ang)] * 2, -1)[None, :, None, :]
@@ -91,20 +111,24 @@ def rope(x, nh, theta):  # transformers' apply_rotary_pos_emb with rotate_half
 
 
 def llama_forward(cfg, w, tok):
+    """Llama, and Qwen2 (q/k/v biases), as transformers computes them: grouped-query attention
+    (num_key_value_heads), attention_bias, mlp_bias, rope_scaling."""
     g = lambda n: w[n].astype(np.float64)
+    lin = lambda x, n: x @ g(n + ".weight").T + (g(n + ".bias") if n + ".bias" in w else 0.0)
     eps, nh, theta = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["rope_theta"]
+    nkv, sc = cfg.get("num_key_value_heads") or nh, cfg.get("rope_scaling")
     x = g("model.embed_tokens.weight")[tok]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rmsnorm(x, g(p + "input_layernorm.weight"), eps)
-        q = rope(h @ g(p + "self_attn.q_proj.weight").T, nh, theta)  # Linear: x W^T
-        k = rope(h @ g(p + "self_attn.k_proj.weight").T, nh, theta)
-        v = h @ g(p + "self_attn.v_proj.weight").T
-        x = x + attention(q, k, v, nh) @ g(p + "self_attn.o_proj.weight").T
+        q = rope(lin(h, p + "self_attn.q_proj"), nh, theta, sc)  # Linear: x W^T + b
+        k = rope(lin(h, p + "self_attn.k_proj"), nkv, theta, sc)
+        v = lin(h, p + "self_attn.v_proj")
+        x = x + lin(attention(q, k, v, nh, nkv), p + "self_attn.o_proj")
         h = rmsnorm(x, g(p + "post_attention_layernorm.weight"), eps)
-        gate = h @ g(p + "mlp.gate_proj.weight").T
-        up = h @ g(p + "mlp.up_proj.weight").T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ g(p + "mlp.down_proj.weight").T
+        gate = lin(h, p + "mlp.gate_proj")
+        up = lin(h, p + "mlp.up_proj")
+        x = x + lin(gate / (1.0 + np.exp(-gate)) * up, p + "mlp.down_proj")
     x = rmsnorm(x, g("model.norm.weight"), eps)
     head = g("model.embed_tokens.weight") if cfg["tie_word_embeddings"] else g("lm_head.weight")
     return x @ head.T

@@ -10,7 +10,9 @@ AutoTokenizer gives ctrain's ids, a bf16 export holds the f32 weights rounded to
 run's tokenizer.json maps bytes to themselves. In (save_pretrained -> [model] init_from): GPT-2
 and Llama (rope_theta 5e5) made by transformers give torch's logits in ctrain, sharded and
 bf16 files included; a rope_theta that disagrees is refused naming both values, or taken with
-from_config; architectures ctrain cannot represent are refused with the reason.
+from_config; architectures ctrain cannot represent (a head_dim of its own, the exact GELU, dynamic
+rope scaling) are refused with the reason. The families with grouped-query attention, rope
+scaling and attention biases are tests/families_check.py's.
 Prints "ok NAME" / "FAIL NAME: why" lines with the figures, then "N passed, N failed".
 """
 import json
@@ -77,6 +79,8 @@ plugin = gpt
 lr = 3e-3
 warmup = 2
 [device]
+type = cpu
+[device.cpu]
 threads = 1
 """)
 
@@ -84,7 +88,7 @@ threads = 1
 def ctrain_logits(config, tokens, *sets):
     tp, op = os.path.join(WORK, "tok.bin"), os.path.join(WORK, "logits.bin")
     np.asarray(tokens, dtype="<i4").tofile(tp)
-    args = ["logits", config, "--tokens", tp, "--out", op]
+    args = ["logits", config, "--tokens", tp, "--out", op, "--force"]
     for s in sets:
         args += ["--set", s]
     r = ctrain(*args)
@@ -221,6 +225,15 @@ def main():
     d = rel(cl, torch_logits(g, btok))
     claim("GPT2LMHeadModel.save_pretrained -> init_from (from_config): torch's logits", d < 1e-5,
           "max |diff| / max |logit| = %.2e" % d)
+    torch.manual_seed(2)  # GPT-2 with an MLP width of its own: n_inner is intermediate_size
+    gi = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=32,
+                                    vocab_size=300, n_inner=80)).eval()
+    gidir = os.path.join(WORK, "hf_gpt2_inner")
+    gi.save_pretrained(gidir)
+    cl, _ = ctrain_logits(hini, btok, "model.init_from=" + gidir)
+    d = rel(cl, torch_logits(gi, btok))
+    claim("GPT-2 with n_inner = 80 (2.5 n_embd) -> init_from: torch's logits", d < 1e-5,
+          "max |diff| / max |logit| = %.2e" % d)
     torch.manual_seed(1)
     lc = LlamaConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=4, vocab_size=300,
@@ -259,8 +272,8 @@ def main():
     r = ctrain("validate", lini3, check=False)
     err = r.stderr.decode()
     claim("a rope_theta that disagrees is refused, naming both values and the key to set",
-          r.returncode != 0 and "rope_theta = 500000 in config.json (rope_theta), [model] "
-          "rope_theta = 10000 (default)" in err and "from_config = true" in err,
+          r.returncode != 0 and "rope_theta = 500000 in config.json (" in err and
+          "[model] rope_theta = 10000 (default)" in err and "from_config = true" in err,
           err.strip().splitlines()[-1][:200] if err.strip() else "exit %d" % r.returncode)
     r = ctrain("validate", lini3, "--set", "model.from_config=true", check=False)
     out = r.stdout.decode()
@@ -271,19 +284,20 @@ def main():
           else r.stderr.decode()[-200:])
     # architectures the gpt model cannot represent
     for name, model, needle in [
-            ("grouped-query attention", LlamaForCausalLM(LlamaConfig(
+            ("a head_dim other than hidden_size / heads", LlamaForCausalLM(LlamaConfig(
                 hidden_size=64, intermediate_size=256, num_hidden_layers=1,
-                num_attention_heads=4, num_key_value_heads=2, vocab_size=300)),
-             "grouped-query attention"),
+                num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=300)),
+             "head_dim = 32"),
             ("the exact GELU", GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32,
                                                           vocab_size=300,
                                                           activation_function="gelu")),
              "exact (erf) GELU"),
-            ("rope scaling", LlamaForCausalLM(LlamaConfig(
+            ("dynamic rope scaling", LlamaForCausalLM(LlamaConfig(
                 hidden_size=64, intermediate_size=256, num_hidden_layers=1,
                 num_attention_heads=4, vocab_size=300,
-                rope_scaling={"rope_type": "linear", "factor": 2.0})), "rope scaling")]:
-        d = os.path.join(WORK, "refuse_" + name.split()[-1])
+                rope_scaling={"rope_type": "dynamic", "factor": 2.0})),
+             "rope_type \"dynamic\"")]:
+        d = os.path.join(WORK, "refuse_" + name.split()[-1].replace("/", "_"))
         model.save_pretrained(d)
         rini = os.path.join(WORK, "r.ini")
         ini(rini, os.path.join(WORK, "rrun"), ydata, "from_config = true\ninit_from = " + d)

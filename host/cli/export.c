@@ -51,13 +51,31 @@ static const char *id_text(int32_t id, char *buf, size_t cap) {
     return buf;
 }
 
-/* config.json: Hugging Face's keys for hf-gpt2 and hf-llama; every option for ctrain. */
+/* transformers' rope_scaling of the model ("null", or the object of its rope_type). */
+static const char *rope_scaling_json(const model_shape *s, char *buf, size_t cap) {
+    if (!strcmp(s->rope_scaling, "linear"))
+        snprintf(buf, cap, "{\"rope_type\": \"linear\", \"factor\": %.9g}", s->rope_factor);
+    else if (!strcmp(s->rope_scaling, "llama3"))
+        snprintf(buf, cap, "{\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": "
+                 "%.9g, \"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %lld}",
+                 s->rope_factor, s->rope_low, s->rope_high, (long long)s->rope_orig);
+    else
+        snprintf(buf, cap, "null");
+    return buf;
+}
+
+/* config.json: Hugging Face's keys for hf-gpt2 and hf-llama (a Llama-shaped model with q/k/v
+ * biases and no output bias is Qwen2's, which LlamaForCausalLM cannot hold: written as
+ * Qwen2ForCausalLM); every option for ctrain. */
 static int32_t write_config_json(const char *path, const layout *l, const export_tok *tk,
                                  const char *dtype, ct_error *err) {
     const model_shape *s = &l->s;
     const char *tokenizer = tk->kind;
-    char j[4096], bos[16], eos[16], ids[160];
+    char j[6144], bos[16], eos[16], ids[160], rs[320];
     int n;
+    int qwen2 = s->qkv_bias && !s->proj_bias;
+    char inner[32] = "null"; /* GPT-2's n_inner: null is 4 * n_embd */
+    if (s->F != 4 * s->C) snprintf(inner, sizeof inner, "%lld", (long long)s->F);
     /* bos, eos (and no pad) of the run's tokenizer, then the dtype and the tokenizer's kind */
     snprintf(ids, sizeof ids, "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n"
              "  \"pad_token_id\": null,\n  \"torch_dtype\": \"%s\",\n",
@@ -67,42 +85,55 @@ static int32_t write_config_json(const char *path, const layout *l, const export
                      "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
                      "  \"vocab_size\": %lld,\n  \"n_positions\": %lld,\n  \"n_ctx\": %lld,\n"
                      "  \"n_embd\": %lld,\n  \"n_layer\": %lld,\n  \"n_head\": %lld,\n"
-                     "  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
+                     "  \"n_inner\": %s,\n  \"activation_function\": \"gelu_new\",\n"
                      "  \"layer_norm_epsilon\": %.9g,\n  \"resid_pdrop\": 0.0,\n"
                      "  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
                      "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
                      "%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
                      (long long)s->V, (long long)s->T, (long long)s->T, (long long)s->C,
-                     (long long)s->L, (long long)s->NH, s->eps, ids, tokenizer);
+                     (long long)s->L, (long long)s->NH, inner, s->eps, ids, tokenizer);
     else if (l->target == LAYOUT_HF_LLAMA)
         n = snprintf(j, sizeof j,
-                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                     "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
                      "  \"vocab_size\": %lld,\n  \"hidden_size\": %lld,\n"
                      "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %lld,\n"
                      "  \"num_attention_heads\": %lld,\n  \"num_key_value_heads\": %lld,\n"
                      "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n"
                      "  \"max_position_embeddings\": %lld,\n  \"rms_norm_eps\": %.9g,\n"
-                     "  \"rope_theta\": %.9g,\n  \"attention_bias\": false,\n"
-                     "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n"
+                     "  \"rope_theta\": %.9g,\n  \"rope_scaling\": %s,\n"
+                     "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n"
+                     "%s  \"tie_word_embeddings\": %s,\n"
                      "%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
+                     qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama",
                      (long long)s->V, (long long)s->C, (long long)s->F, (long long)s->L,
-                     (long long)s->NH, (long long)s->NH, (long long)s->HD, (long long)s->T,
-                     s->eps, s->theta, s->tie ? "true" : "false", ids, tokenizer);
+                     (long long)s->NH, (long long)s->KVH, (long long)s->HD, (long long)s->T,
+                     s->eps, s->theta, rope_scaling_json(s, rs, sizeof rs),
+                     s->proj_bias ? "true" : "false", s->bias ? "true" : "false",
+                     qwen2 ? "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n" : "",
+                     s->tie ? "true" : "false", ids, tokenizer);
     else
         n = snprintf(j, sizeof j,
                      "{\n  \"format\": \"ctrain\",\n  \"model_type\": \"ctrain-gpt\",\n"
                      "  \"vocab_size\": %lld,\n  \"seq_len\": %lld,\n  \"d_model\": %lld,\n"
-                     "  \"n_layer\": %lld,\n  \"n_head\": %lld,\n  \"mlp_hidden\": %lld,\n"
+                     "  \"n_layer\": %lld,\n  \"n_head\": %lld,\n  \"n_kv_head\": %lld,\n"
+                     "  \"mlp_hidden\": %lld,\n  \"intermediate_size\": %lld,\n"
                      "  \"norm\": \"%s\",\n  \"mlp\": \"%s\",\n  \"pos\": \"%s\",\n"
                      "  \"qk_norm\": %s,\n  \"tie_embeddings\": %s,\n  \"bias\": %s,\n"
+                     "  \"attn_bias\": \"%s\",\n"
                      "  \"norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n"
+                     "  \"rope_scaling\": \"%s\",\n  \"rope_factor\": %.9g,\n"
+                     "  \"rope_low_freq_factor\": %.9g,\n  \"rope_high_freq_factor\": %.9g,\n"
+                     "  \"rope_original_max_position\": %lld,\n"
                      "  \"rope\": \"rotate_half (element d with d + head_dim/2)\",\n"
                      "  \"weights\": \"row-major (out, in); attn.qkv rows q|k|v; swiglu mlp.fc "
                      "rows gate|up\",\n%s  \"ctrain_tokenizer\": \"%s\"\n}\n",
                      (long long)s->V, (long long)s->T, (long long)s->C, (long long)s->L,
-                     (long long)s->NH, (long long)s->F, s->norm, s->mlp, s->pos,
-                     s->qk_norm ? "true" : "false", s->tie ? "true" : "false",
-                     s->bias ? "true" : "false", s->eps, s->theta, ids, tokenizer);
+                     (long long)s->NH, (long long)s->KVH, (long long)s->F, (long long)s->F,
+                     s->norm, s->mlp, s->pos, s->qk_norm ? "true" : "false",
+                     s->tie ? "true" : "false", s->bias ? "true" : "false",
+                     s->qkv_bias ? s->proj_bias ? "qkv_o" : "qkv" : "none", s->eps, s->theta,
+                     s->rope_scaling, s->rope_factor, s->rope_low, s->rope_high,
+                     (long long)s->rope_orig, ids, tokenizer);
     if (n < 0 || (size_t)n >= sizeof j)
         return ct_error_set(err, CT_ERR_INTERNAL, "config.json does not fit its buffer");
     return outfile_write_whole(path, j, (size_t)n, 0, err);

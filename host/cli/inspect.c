@@ -12,8 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The KEY column is as wide as the longest key (at least 20), so every row lines up. */
 static void schema_table(const ct_param_spec *specs, FILE *out) {
-    fprintf(out, "  %-20s %-7s %-10s %-22s %s\n", "KEY", "TYPE", "DEFAULT", "RANGE/CHOICES",
+    int kw = 20;
+    for (const ct_param_spec *s = specs; s && s->key; s++)
+        if ((int)strlen(s->key) > kw) kw = (int)strlen(s->key);
+    fprintf(out, "  %-*s %-7s %-10s %-22s %s\n", kw, "KEY", "TYPE", "DEFAULT", "RANGE/CHOICES",
             "HELP");
     static const char *const types[] = {"?", "bool", "int", "float", "string", "enum"};
     for (const ct_param_spec *s = specs; s && s->key; s++) {
@@ -31,7 +35,7 @@ static void schema_table(const ct_param_spec *specs, FILE *out) {
         }
         const char *def = s->default_value ? s->default_value : "(required)";
         if (s->default_value && !*s->default_value) def = "\"\"";
-        fprintf(out, "  %-20s %-7s %-10s %-22s %s\n", s->key,
+        fprintf(out, "  %-*s %-7s %-10s %-22s %s\n", kw, s->key,
                 s->type >= 1 && s->type <= 5 ? types[s->type] : "?", def, range,
                 s->help ? s->help : "");
     }

@@ -22,17 +22,19 @@
 #define SAMPLE_USAGE                                                                           \
     "usage: ctrain sample RUN_DIR|CHECKPOINT_DIR [--prompt TEXT] [--tokens N]\n"               \
     "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--greedy]\n"            \
-    "           [--tokenizer bytes|FILE.model] [--ids] [--echo] [--no-cache] [--stats]\n"     \
+    "           [--tokenizer bytes|FILE.model] [--ids] [--specials] [--echo] [--no-cache]\n"  \
+    "           [--stats]\n"                                                                  \
     "       ctrain sample --init CONFIG.ini [same options]   (a freshly initialised model)\n" \
     "Prints the text generated after the prompt (an empty prompt is \"\\n\"), token by token.\n" \
     "Defaults: --tokens 64, --temperature 1, --top-k 0 (all), --top-p 1, --seed 1337; the\n"  \
     "run's own tokenizer (OUT/tokenizer.ini). --ids: prompt and output are token ids.\n"     \
+    "--specials: a BPE tokenizer's added tokens in the prompt (<|im_start|>, ...) are ids.\n" \
     "--echo: print the prompt first (as given), then the text generated after it.\n"          \
     "--no-cache: recompute the window with forward() for every token. --stats: tokens/s.\n"
 
 typedef struct cmd_opts {
     const char *path, *init, *prompt, *tokenizer;
-    int32_t     ids, stats, echo;
+    int32_t     ids, stats, echo, specials;
     sample_opts so;
 } cmd_opts;
 
@@ -74,6 +76,7 @@ static int parse_args(int argc, char **argv, cmd_opts *o) {
         }
         if (!strcmp(a, "--greedy")) { o->so.greedy = 1; continue; }
         if (!strcmp(a, "--ids")) { o->ids = 1; continue; }
+        if (!strcmp(a, "--specials")) { o->specials = 1; continue; }
         if (!strcmp(a, "--echo")) { o->echo = 1; continue; }
         if (!strcmp(a, "--no-cache")) { o->so.no_cache = 1; continue; }
         if (!strcmp(a, "--stats")) { o->stats = 1; continue; }
@@ -216,7 +219,8 @@ int cmd_sample(int argc, char **argv) {
                          (long long)runtok_vocab(tok), (long long)r.V);
             goto out_fail;
         }
-        if ((rc = runtok_encode(tok, text, strlen(text), &prompt, &n_prompt, &err)) != CT_OK)
+        if ((rc = runtok_encode_ex(tok, text, strlen(text), o.specials, &prompt, &n_prompt,
+                                   &err)) != CT_OK)
             goto out_fail;
         pr.tok = tok;
     }

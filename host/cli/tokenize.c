@@ -16,13 +16,16 @@
 #include <time.h>
 
 #define TOKENIZE_USAGE                                                                        \
-    "usage: ctrain tokenize TOKENIZER FILE... [--decode] [--count] [--stats] [--repeat N]\n"   \
+    "usage: ctrain tokenize TOKENIZER FILE... [--specials] [--decode] [--count] [--stats]\n"   \
+    "           [--repeat N]\n"                                                                 \
     "       ctrain tokenize TOKENIZER --hf-out DIR\n"                                          \
     "  TOKENIZER: bytes, a sentencepiece FILE.model, or a BPE file (NAME.tiktoken,\n"          \
     "  tokenizer.json, vocab.json with merges.txt beside it).\n"                               \
     "  Prints the ids of each text FILE on one line (FILE - is standard input, read to its\n"  \
     "  end); --decode: each FILE holds ids (spaces or commas between them) and its text is\n"  \
-    "  printed; --count: the number of ids only;\n"                                             \
+    "  printed; --count: the number of ids only; --specials: a BPE tokenizer's added tokens\n" \
+    "  (<|endoftext|>, <|im_start|>, ...) written in the text become their ids, as the\n"      \
+    "  tokenizers library's encode does (without it they are ordinary text, as in prepare);\n" \
     "  --stats: bytes, ids and the encoding's MB/s (one thread, N repeats) on stderr.\n"      \
     "  --hf-out DIR: a BPE tokenizer (or bytes) written as Hugging Face's tokenizer.json,\n"  \
     "  vocab.json, merges.txt, tokenizer_config.json into the existing folder DIR.\n"
@@ -68,7 +71,7 @@ static int32_t read_stdin(size_t max, char **text, size_t *len, ct_error *err) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *spec = NULL, *hf_out = NULL;
-    int decode = 0, count = 0, stats = 0;
+    int decode = 0, count = 0, stats = 0, specials = 0;
     long repeat = 1;
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     int n_files = 0, status = 2;
@@ -80,6 +83,7 @@ int cmd_tokenize(int argc, char **argv) {
             goto out_free_files;
         }
         if (!strcmp(argv[i], "--decode")) decode = 1;
+        else if (!strcmp(argv[i], "--specials")) specials = 1;
         else if (!strcmp(argv[i], "--hf-out") && i + 1 < argc) hf_out = argv[++i];
         else if (!strcmp(argv[i], "--count")) count = 1;
         else if (!strcmp(argv[i], "--stats")) stats = 1;
@@ -136,7 +140,7 @@ int cmd_tokenize(int argc, char **argv) {
             for (long r = 0; rc == CT_OK && r < repeat; r++) {
                 free(ids);
                 ids = NULL;
-                rc = runtok_encode(tok, text, len, &ids, &n, &err);
+                rc = runtok_encode_ex(tok, text, len, specials, &ids, &n, &err);
             }
             double dt = now_s() - t0;
             if (rc == CT_OK && stats)

@@ -63,8 +63,9 @@ int cmd_validate(int argc, char **argv) {
         free(buf);
     }
     if (w.n_inert > 0) {
-        fprintf(cmdout(), "\n; inert: sections of plugins that are not selected (read by nobody; "
-                          "they take effect when their plugin is chosen)\n");
+        fprintf(cmdout(), "\n; inert: sections of plugins that are not selected, or of datasets "
+                          "[data] train does not list (read by nobody; they take effect when "
+                          "their plugin is chosen or their dataset listed)\n");
         for (int32_t i = 0; i < w.n_inert; i++) {
             char name[2 * CONFIG_NAME_MAX];
             snprintf(name, sizeof name, "[%s]", w.inert[i]);

@@ -49,7 +49,8 @@ static const ct_param_spec run_specs[] = {
 };
 
 static const ct_param_spec data_specs[] = {
-    CT_PARAM_STRING("train", NULL, "training token shards (llm.c format): a file or a glob"),
+    CT_PARAM_STRING("train", NULL, "training token shards (llm.c format): a file, a folder or "
+                    "a glob; or a mixture NAME:WEIGHT, ... of datasets, each in [data.NAME] path"),
     CT_PARAM_STRING("val", "", "validation shards; empty = none"),
     CT_PARAM_INT("batch_size", "4", 1, 65536, "sequences per micro-batch, per rank (B)"),
     CT_PARAM_INT("seq_len", "64", 1, 1048576, "tokens per sequence (T)"),
@@ -93,10 +94,12 @@ static const ct_param_spec model_specs[] = {
     CT_PARAM_STRING("plugin", "gpt", "model plugin (name or path to a .so)"),
     CT_PARAM_STRING("init_from", "", "start from these weights instead of the random init: a "
                     "Hugging Face folder (config.json and safetensors, sharded or not), a "
-                    "safetensors file of `ctrain export`, or an llm.c fp32 model file; empty = none"),
+                    "safetensors file of `ctrain export`, an llm.c fp32 model file, or a ctrain "
+                    "checkpoint folder or run folder (its newest checkpoint; weights only: a "
+                    "fresh optimizer at step 0); empty = none"),
     CT_PARAM_BOOL("from_config", "false", "take every architecture key [model] leaves out from "
-                  "init_from's config.json (Hugging Face GPT-2 or Llama); false: config.json is "
-                  "only checked against [model]"),
+                  "init_from's config.json (Hugging Face GPT-2 or Llama) or checkpoint "
+                  "config.ini; false: it is only checked against [model]"),
     CT_PARAM_END,
 };
 

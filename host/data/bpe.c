@@ -1,7 +1,8 @@
-/* bpe.c — byte-level BPE (see bpe.h): the three file formats, GPT-2's pre-tokenizer through
- * PCRE2 (JIT), pair merging lowest rank first (a scan for short pieces, a heap for long ones,
- * the same merges), decoding, and the places where text may be cut.
- * Not for: writing Hugging Face files (bpe_write.c).
+/* bpe.c — byte-level BPE (see bpe.h): the three file formats, the pre-tokenizer (GPT-2's
+ * pattern, or a tokenizer.json's Split regex) through PCRE2 (JIT), added tokens matched before
+ * it (on request), pair merging lowest rank first (a scan for short pieces, a heap for long
+ * ones, the same merges), decoding, and the places where text may be cut.
+ * Not for: writing Hugging Face files (bpe_write.c), Unicode normalization (nfc.c).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/bpe.h"
@@ -9,6 +10,7 @@
 #include "io/json.h"
 #include "io/files.h"
 #include "base/utf8.h"
+#include "data/nfc.h"
 
 #include <limits.h>
 #include <pcre2.h>
@@ -21,6 +23,23 @@
  * the references' regex engines (Rust's regex, Oniguruma) read them. */
 static const char gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* The Split patterns of two families' tokenizer.json, as published there: Llama-3's (digits in
+ * groups of three) and Qwen2's (one digit a piece). Text is cut for parallel encoding only
+ * where the pattern is known (bpe_cut_before): these, GPT-2's, or none. */
+static const char llama3_pattern[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char qwen2_pattern[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+typedef enum pattern_family {
+    PAT_GPT2 = 0,   /* GPT-2's: the ByteLevel pre-tokenizer's own regex */
+    PAT_LLAMA3 = 1, /* a letter run takes one non-letter, non-digit, non-newline before it */
+    PAT_QWEN2 = 2,  /* the same rules for cutting as Llama-3's */
+    PAT_OTHER = 3,  /* any other Split regex: no cut places are claimed */
+} pattern_family;
 
 #define LONG_PIECE 128 /* pieces longer than this merge through a heap */
 /* A piece longer than this (a run of letters, digits, punctuation or spaces with no break the
@@ -54,6 +73,18 @@ struct bpe_model {
     int32_t       *merge_l, *merge_r; /* the merges in rank order (bpe_merges) */
     int32_t        n_merges;
     pcre2_code    *re;
+    char          *split;     /* a Split pre-tokenizer's regex (owned); NULL: GPT-2's */
+    int32_t        split_literal; /* the Split pattern was {"String": ...}: matched as text */
+    pattern_family family;
+    int32_t        nfc;       /* normalizer NFC (Qwen2's) */
+    /* added tokens (tokenizer.json added_tokens), matched in the text before pre-tokenizing
+     * by bpe_encode_ex with BPE_ENCODE_SPECIALS: content bytes, id, flags */
+    char         **added_text;
+    size_t        *added_len;
+    int32_t       *added_id;
+    uint8_t       *added_special; /* the file's "special" flag */
+    int32_t        n_added;
+    uint8_t        added_first[256]; /* 1: some added token starts with this byte */
 };
 
 /* ---- tables ------------------------------------------------------------------------------ */
@@ -164,13 +195,24 @@ static int32_t finish_model(bpe_model *m, const char *path, ct_error *err) {
     }
     int code;
     PCRE2_SIZE at;
-    m->re = pcre2_compile((PCRE2_SPTR)gpt2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                          &code, &at, NULL);
+    const char *pattern = m->split ? m->split : gpt2_pattern;
+    m->family = !m->split                        ? PAT_GPT2
+              : m->split_literal                 ? PAT_OTHER
+              : !strcmp(m->split, gpt2_pattern)   ? PAT_GPT2
+              : !strcmp(m->split, llama3_pattern) ? PAT_LLAMA3
+              : !strcmp(m->split, qwen2_pattern)  ? PAT_QWEN2
+                                                  : PAT_OTHER;
+    m->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                          m->split_literal ? PCRE2_UTF | PCRE2_LITERAL /* UCP not allowed */
+                                           : PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
     if (!m->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return ct_error_set(err, CT_ERR_INTERNAL, "PCRE2 cannot compile GPT-2's pattern at %zu: "
-                            "%s", (size_t)at, (const char *)msg);
+        return ct_error_set(err, m->split ? CT_ERR_INVALID : CT_ERR_INTERNAL, "%s: PCRE2 cannot "
+                            "compile the pre-tokenizer's pattern at offset %zu: %s ---> %s",
+                            path, (size_t)at, (const char *)msg, m->split ? "the Split regex "
+                            "uses syntax PCRE2 does not read; give a tokenizer whose pattern "
+                            "PCRE2 compiles" : "an internal error");
     }
     pcre2_jit_compile(m->re, PCRE2_JIT_COMPLETE); /* without JIT it still matches, slower */
     return CT_OK;
@@ -187,6 +229,12 @@ void bpe_free(bpe_model *m) {
     free(m->merge_l);
     free(m->merge_r);
     if (m->re) pcre2_code_free(m->re);
+    free(m->split);
+    for (int32_t i = 0; i < m->n_added; i++) free(m->added_text[i]);
+    free(m->added_text);
+    free(m->added_len);
+    free(m->added_id);
+    free(m->added_special);
     free(m);
 }
 
@@ -406,15 +454,47 @@ static int32_t load_hf(bpe_model *m, const hf_source *src, ct_error *err) {
         set_token(m, id, buf, (size_t)k, 0);
     }
     m->eot = -1;
+    int32_t eot2 = -1; /* Llama-3's <|end_of_text|>, when there is no <|endoftext|> */
+    m->added_text = calloc(n_added + 1, sizeof *m->added_text);
+    m->added_len = calloc(n_added + 1, sizeof *m->added_len);
+    m->added_id = calloc(n_added + 1, sizeof *m->added_id);
+    m->added_special = calloc(n_added + 1, 1);
+    if (!m->added_text || !m->added_len || !m->added_id || !m->added_special)
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory loading a tokenizer");
     for (size_t i = 0; i < n_added; i++) {
         const json_value *a = &src->added->items[i];
         int32_t id = (int32_t)json_get(a, "id")->number;
-        const char *content = json_string(json_get(a, "content"));
+        const json_value *content_v = json_get(a, "content");
+        const char *content = json_string(content_v);
+        static const char *const unread[] = {"single_word", "lstrip", "rstrip"};
+        for (int k = 0; k < 3; k++) {
+            const json_value *f = json_get(a, unread[k]);
+            if (f && f->type == JSON_TRUE)
+                return ct_error_set(err, CT_ERR_INVALID, "%s: added_tokens[%zu].%s is true (token "
+                                    "%d); ctrain matches added tokens as exact text ---> give a "
+                                    "tokenizer whose added tokens have single_word, lstrip and "
+                                    "rstrip false (GPT-2's, Llama-3's and Qwen2's do)",
+                                    src->path, i, unread[k], (int)id);
+        }
+        if (content_v->len == 0 || memchr(content, 0, content_v->len))
+            return ct_error_set(err, CT_ERR_INVALID, "%s: added_tokens[%zu].content is empty or "
+                                "holds a NUL ---> the file is damaged", src->path, i);
         if (m->len[id] == UINT32_MAX)
-            set_token(m, id, (const unsigned char *)content, strlen(content), 1);
+            set_token(m, id, (const unsigned char *)content, content_v->len, 1);
         else m->special[id] = 1;
+        const json_value *sp = json_get(a, "special");
+        int k = m->n_added++;
+        m->added_text[k] = malloc(content_v->len);
+        if (!m->added_text[k]) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+        memcpy(m->added_text[k], content, content_v->len);
+        m->added_len[k] = content_v->len;
+        m->added_id[k] = id;
+        m->added_special[k] = !sp || sp->type == JSON_TRUE;
+        m->added_first[(unsigned char)content[0]] = 1;
         if (!strcmp(content, BPE_EOT_TEXT)) m->eot = id;
+        if (!strcmp(content, BPE_EOT_TEXT_LLAMA3)) eot2 = id;
     }
+    if (m->eot < 0) m->eot = eot2;
     if (m->eot < 0) { /* vocab.json of GPT-2 holds <|endoftext|> as an entry */
         int32_t id = find_bytes(m, (const unsigned char *)BPE_EOT_TEXT, strlen(BPE_EOT_TEXT));
         if (id >= 0) m->eot = id, m->special[id] = 1;
@@ -472,6 +552,123 @@ static int32_t load_hf(bpe_model *m, const hf_source *src, ct_error *err) {
     return rc;
 }
 
+/* tokenizer.json's "normalizer": none, or NFC (Qwen2's), alone or in a Sequence. Any other
+ * type is refused naming its JSON path. */
+static int32_t read_normalizer(bpe_model *m, const char *path, const json_value *norm,
+                               ct_error *err) {
+    if (!norm || norm->type == JSON_NULL) return CT_OK;
+    const char *type = json_string(json_get(norm, "type"));
+    const json_value *list = type && !strcmp(type, "Sequence") ? json_get(norm, "normalizers")
+                                                                : NULL;
+    size_t n = list && list->type == JSON_ARRAY ? list->n : 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_value *one = list ? &list->items[i] : norm;
+        const char *t = json_string(json_get(one, "type"));
+        if (t && !strcmp(t, "NFC")) {
+            m->nfc = 1;
+            continue;
+        }
+        char where[64];
+        if (list) snprintf(where, sizeof where, "normalizer.normalizers[%zu].type", i);
+        else snprintf(where, sizeof where, "normalizer.type");
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s is %s; ctrain applies no normalizer or "
+                            "NFC (Qwen2's) ---> give a byte-level BPE tokenizer without that "
+                            "normalizer (GPT-2's, Llama-3's and Qwen2's families)", path, where,
+                            t ? t : "missing");
+    }
+    return CT_OK;
+}
+
+/* One ByteLevel pre-tokenizer at `where`: add_prefix_space false, and use_regex as wanted
+ * (true: GPT-2's pattern; false: after a Split). */
+static int32_t check_byte_level(const char *path, const char *where, const json_value *pre,
+                                int want_regex, ct_error *err) {
+    const json_value *aps = json_get(pre, "add_prefix_space"), *rx = json_get(pre, "use_regex");
+    int regex = !rx || rx->type != JSON_FALSE; /* the library's default is true */
+    if (aps && aps->type == JSON_TRUE)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s.add_prefix_space is true; ctrain adds "
+                            "no space before the text ---> give a tokenizer with it false",
+                            path, where);
+    if (regex != want_regex)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s.use_regex is %s; ctrain reads ByteLevel "
+                            "with GPT-2's regex alone, or without it after a Split ---> give a "
+                            "tokenizer of GPT-2's, Llama-3's or Qwen2's shape", path, where,
+                            regex ? "true" : "false");
+    return CT_OK;
+}
+
+/* A Split pre-tokenizer at `where`: its pattern (Regex or String) kept for finish_model;
+ * behavior Isolated and invert false, as Llama-3's and Qwen2's files have it. */
+static int32_t read_split(bpe_model *m, const char *path, const char *where,
+                          const json_value *pre, ct_error *err) {
+    const json_value *pat = json_get(pre, "pattern");
+    const json_value *rx = json_get(pat, "Regex"), *lit = json_get(pat, "String");
+    const json_value *text = rx ? rx : lit;
+    const char *behavior = json_string(json_get(pre, "behavior"));
+    const json_value *inv = json_get(pre, "invert");
+    if (!text || !json_string(text) || !text->len || memchr(text->str, 0, text->len))
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s.pattern is not {\"Regex\": \"...\"} or "
+                            "{\"String\": \"...\"} with a non-empty pattern ---> the file is "
+                            "damaged", path, where);
+    if (!behavior || strcmp(behavior, "Isolated"))
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s.behavior is %s; ctrain reads Split with "
+                            "behavior Isolated (each match and each gap a piece) ---> give a "
+                            "tokenizer of Llama-3's or Qwen2's shape", path, where,
+                            behavior ? behavior : "missing");
+    if (inv && inv->type == JSON_TRUE)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s.invert is true; ctrain reads Split with "
+                            "invert false ---> give a tokenizer of Llama-3's or Qwen2's shape",
+                            path, where);
+    if (m->split)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s is a second Split; ctrain reads one "
+                            "---> give a tokenizer of Llama-3's or Qwen2's shape", path, where);
+    if (!(m->split = strdup(text->str))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    m->split_literal = text == lit;
+    return CT_OK;
+}
+
+/* tokenizer.json's "pre_tokenizer": ByteLevel with its regex (GPT-2's), or a Sequence of a
+ * Split and ByteLevel without its regex (Llama-3's, Qwen2's); a Sequence of the ByteLevel alone
+ * is the first. Anything else is refused naming its JSON path. */
+static int32_t read_pre_tokenizer(bpe_model *m, const char *path, const json_value *pre,
+                                  ct_error *err) {
+    const char *hint = "give a byte-level BPE tokenizer of GPT-2's, Llama-3's or Qwen2's shape";
+    const char *type = json_string(json_get(pre, "type"));
+    if (!type)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: pre_tokenizer is missing; ctrain splits "
+                            "text with ByteLevel's regex or a Split ---> %s", path, hint);
+    if (!strcmp(type, "ByteLevel")) return check_byte_level(path, "pre_tokenizer", pre, 1, err);
+    if (strcmp(type, "Sequence"))
+        return ct_error_set(err, CT_ERR_INVALID, "%s: pre_tokenizer.type is %s; ctrain reads "
+                            "ByteLevel, Split and a Sequence of them ---> %s", path, type, hint);
+    const json_value *list = json_get(pre, "pretokenizers");
+    if (!list || list->type != JSON_ARRAY || list->n == 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: pre_tokenizer.pretokenizers is not a "
+                            "non-empty array ---> the file is damaged", path);
+    int byte_level = 0;
+    for (size_t i = 0; i < list->n; i++) {
+        const json_value *one = &list->items[i];
+        const char *t = json_string(json_get(one, "type"));
+        char where[64];
+        snprintf(where, sizeof where, "pre_tokenizer.pretokenizers[%zu]", i);
+        int32_t rc;
+        if (t && !strcmp(t, "Split") && !byte_level) rc = read_split(m, path, where, one, err);
+        else if (t && !strcmp(t, "ByteLevel") && !byte_level && i + 1 == list->n) {
+            byte_level = 1;
+            rc = check_byte_level(path, where, one, m->split == NULL, err);
+        } else
+            rc = ct_error_set(err, CT_ERR_INVALID, "%s: %s.type is %s; ctrain reads a Split "
+                              "followed by ByteLevel (or ByteLevel alone) ---> %s", path, where,
+                              t ? t : "missing", hint);
+        if (rc != CT_OK) return rc;
+    }
+    if (!byte_level)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: pre_tokenizer.pretokenizers has no "
+                            "ByteLevel at its end; ctrain reads byte-level BPE ---> %s", path,
+                            hint);
+    return CT_OK;
+}
+
 /* tokenizer.json: the model must be a byte-level BPE as GPT-2's. */
 static int32_t load_tokenizer_json(bpe_model *m, const char *path, const json_value *root,
                                    ct_error *err) {
@@ -485,25 +682,9 @@ static int32_t load_tokenizer_json(bpe_model *m, const char *path, const json_va
     if (!vocab || vocab->type != JSON_OBJECT || !merges || merges->type != JSON_ARRAY)
         return ct_error_set(err, CT_ERR_INVALID, "%s: model has no vocab object or merges array "
                             "---> %s", path, hint);
-    const json_value *norm = json_get(root, "normalizer");
-    if (norm && norm->type != JSON_NULL)
-        return ct_error_set(err, CT_ERR_INVALID, "%s: normalizer %s: GPT-2's tokenizer has none "
-                            "---> %s", path, json_string(json_get(norm, "type")) ?
-                            json_string(json_get(norm, "type")) : "(set)", hint);
-    const json_value *pre = json_get(root, "pre_tokenizer");
-    if (pre && json_string(json_get(pre, "type")) &&
-        !strcmp(json_string(json_get(pre, "type")), "Sequence") && json_get(pre, "pretokenizers") &&
-        json_get(pre, "pretokenizers")->n == 1)
-        pre = &json_get(pre, "pretokenizers")->items[0];
-    const char *pt = json_string(json_get(pre, "type"));
-    const json_value *aps = json_get(pre, "add_prefix_space"), *rx = json_get(pre, "use_regex");
-    if (!pt || strcmp(pt, "ByteLevel") || (aps && aps->type == JSON_TRUE) ||
-        (rx && rx->type == JSON_FALSE))
-        return ct_error_set(err, CT_ERR_INVALID, "%s: pre_tokenizer is %s%s; ctrain splits text "
-                            "as GPT-2's ByteLevel pre-tokenizer (use_regex true, add_prefix_space "
-                            "false) ---> %s", path, pt ? pt : "missing",
-                            aps && aps->type == JSON_TRUE ? " with add_prefix_space" :
-                            rx && rx->type == JSON_FALSE ? " without its regex" : "", hint);
+    int32_t rc = read_normalizer(m, path, json_get(root, "normalizer"), err);
+    if (rc == CT_OK) rc = read_pre_tokenizer(m, path, json_get(root, "pre_tokenizer"), err);
+    if (rc != CT_OK) return rc;
     static const char *const empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const char *s = json_string(json_get(model, empty_keys[i]));
@@ -518,7 +699,7 @@ static int32_t load_tokenizer_json(bpe_model *m, const char *path, const json_va
                             hint);
     hf_source src = {.vocab = vocab, .merges = merges, .added = json_get(root, "added_tokens"),
                      .path = path};
-    int32_t rc = load_hf(m, &src, err);
+    rc = load_hf(m, &src, err);
     const json_value *im = json_get(model, "ignore_merges");
     m->ignore_merges = im && im->type == JSON_TRUE;
     m->format = BPE_HF_JSON;
@@ -665,6 +846,13 @@ int bpe_is_special(const bpe_model *m, int32_t id) {
     return id >= 0 && id < m->V && m->special[id];
 }
 
+const char *bpe_split_pattern(const bpe_model *m, int *literal) {
+    if (literal) *literal = m->split_literal;
+    return m->split;
+}
+
+int bpe_normalizes_nfc(const bpe_model *m) { return m->nfc; }
+
 /* ---- merging ----------------------------------------------------------------------------- */
 
 typedef struct id_list {
@@ -794,7 +982,8 @@ out_free:
     return left;
 }
 
-static int contraction_letter(unsigned char c) { /* the letters after ' in 's 't 're 've 'm 'll 'd */
+static int contraction_letter(unsigned char c, int caseless) { /* after ' in 's 't 're ... */
+    if (caseless && c >= 'A' && c <= 'Z') c = (unsigned char)(c - 'A' + 'a');
     return c == 's' || c == 't' || c == 'r' || c == 'v' || c == 'm' || c == 'l' || c == 'd';
 }
 
@@ -803,11 +992,16 @@ static int contraction_letter(unsigned char c) { /* the letters after ' in 's 't
  * contraction. Both keep what follows a piece of its own for GPT-2's pattern: matched from a
  * segment's end, the pattern gives the rest of the piece (so text cut there encodes as it
  * does whole: bpe_cut_in_long_piece). */
-static size_t segment_len(const unsigned char *t, size_t n) {
+static size_t segment_len(const bpe_model *m, const unsigned char *t, size_t n) {
     size_t k = PIECE_MAX;
+    /* Llama-3's and Qwen2's patterns join one non-letter to the letters after it and read
+     * contractions in any case: the rest of a piece keeps at least 8 bytes, so matched from a
+     * segment's end it is never one character before a letter */
+    int llama = m->family == PAT_LLAMA3 || m->family == PAT_QWEN2;
+    if (llama && n - k < 8) k = n - 8;
     for (;;) {
         while (k > 1 && (t[k] & 0xC0) == 0x80) k--;
-        if (k > 1 && t[k] == '\'' && k + 1 < n && contraction_letter(t[k + 1])) {
+        if (k > 1 && t[k] == '\'' && k + 1 < n && contraction_letter(t[k + 1], llama)) {
             k--;
             continue;
         }
@@ -833,66 +1027,142 @@ static int encode_piece(const bpe_model *m, const unsigned char *p, size_t n, id
     return bad ? -1 : 0;
 }
 
-int32_t bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, int64_t *n,
-                   ct_error *err) {
+/* The pieces of one stretch of text (no added token in it) appended to out: normalized (NFC)
+ * when the tokenizer says so, split by the pattern (each match and each gap between matches a
+ * piece: Split's Isolated; GPT-2's pattern leaves no gaps), each piece merged. */
+typedef struct encoder {
+    const bpe_model     *m;
+    pcre2_match_data    *md;
+    pcre2_jit_stack     *js;
+    pcre2_match_context *mc;
+    id_list              out;
+    int32_t              scratch[LONG_PIECE];
+} encoder;
+
+static int32_t encode_piece_segments(encoder *e, const char *text, size_t at, size_t end,
+                                     ct_error *err) {
+    while (at < end) { /* segments of at most PIECE_MAX bytes */
+        size_t n = end - at;
+        if (n > PIECE_MAX) n = segment_len(e->m, (const unsigned char *)text + at, n);
+        if (encode_piece(e->m, (const unsigned char *)text + at, n, &e->out, e->scratch))
+            return ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
+        at += n;
+    }
+    return CT_OK;
+}
+
+static int32_t encode_stretch(encoder *e, const char *text, size_t len, ct_error *err) {
+    char *normal = NULL;
+    size_t normal_len = 0;
+    if (e->m->nfc && len) {
+        int32_t rc = nfc_normalize(text, len, &normal, &normal_len, err);
+        if (rc != CT_OK) return rc;
+        if (normal) text = normal, len = normal_len;
+    }
+    int32_t rc = CT_OK;
+    size_t at = 0, from = 0; /* the next piece starts at `at`; the pattern is searched from `from` */
+    while (at < len && from < len) {
+        int got = pcre2_match(e->m->re, (PCRE2_SPTR)text, len, from, PCRE2_NO_UTF_CHECK, e->md,
+                              e->mc);
+        if (got == PCRE2_ERROR_NOMATCH) break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
+        if (got < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(got, msg, sizeof msg);
+            rc = ct_error_set(err, CT_ERR_INVALID, "the pre-tokenizer's pattern failed at byte "
+                              "%zu: %s ---> the tokenizer's Split regex is too costly for this "
+                              "text", from, (const char *)msg);
+            break;
+        }
+        if (ov[1] == ov[0]) { /* an empty match is no piece: search on from the next character */
+            size_t k = utf8_char_len((const unsigned char *)text + ov[0], len - ov[0], NULL);
+            from = ov[0] + (k ? k : 1);
+            continue;
+        }
+        if (ov[0] > at && (rc = encode_piece_segments(e, text, at, ov[0], err)) != CT_OK) break;
+        if ((rc = encode_piece_segments(e, text, ov[0], ov[1], err)) != CT_OK) break;
+        at = from = ov[1];
+    }
+    if (rc == CT_OK && at < len) rc = encode_piece_segments(e, text, at, len, err); /* a gap */
+    free(normal);
+    return rc;
+}
+
+/* The added token that starts at text[i], longest first; -1 when none. */
+static int32_t added_at(const bpe_model *m, const char *text, size_t len, size_t i,
+                        size_t *tok_len) {
+    int32_t best = -1;
+    size_t best_len = 0;
+    if (!m->added_first[(unsigned char)text[i]]) return -1;
+    for (int32_t k = 0; k < m->n_added; k++) {
+        size_t n = m->added_len[k];
+        if (n > best_len && n <= len - i && !memcmp(text + i, m->added_text[k], n))
+            best = k, best_len = n;
+    }
+    *tok_len = best_len;
+    return best < 0 ? -1 : m->added_id[best];
+}
+
+int32_t bpe_encode_ex(const bpe_model *m, const char *text, size_t len, uint32_t flags,
+                      int32_t **ids, int64_t *n, ct_error *err) {
     *ids = NULL;
     *n = 0;
     size_t clean_len = utf8_sanitized_len(text, len);
     char *clean = NULL;
     if (clean_len) {
-        if (!(clean = malloc(clean_len))) goto out_oom;
+        if (!(clean = malloc(clean_len))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory "
+                                                              "encoding text");
         utf8_sanitize(text, len, clean);
         text = clean;
         len = clean_len;
     }
-    id_list out = {0};
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(m->re, NULL);
-    pcre2_jit_stack *js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
-    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    encoder e = {.m = m};
+    e.md = pcre2_match_data_create_from_pattern(m->re, NULL);
+    e.js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
+    e.mc = pcre2_match_context_create(NULL);
     int32_t rc = CT_OK;
-    if (!md || !js || !mc) {
+    if (!e.md || !e.js || !e.mc) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
         goto out_free;
     }
-    pcre2_jit_stack_assign(mc, NULL, js);
-    int32_t scratch[LONG_PIECE];
-    size_t at = 0;
-    while (at < len) {
-        int got = pcre2_match(m->re, (PCRE2_SPTR)text, len, at, PCRE2_NO_UTF_CHECK, md, mc);
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (got < 0 || ov[0] != at || ov[1] <= at) { /* the pattern covers every character */
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(got, msg, sizeof msg);
-            rc = ct_error_set(err, CT_ERR_INTERNAL, "GPT-2's pattern did not match at byte %zu: "
-                              "%s", at, got < 0 ? (const char *)msg : "a gap");
-            goto out_free;
-        }
-        for (size_t end = ov[1]; at < end;) { /* segments of at most PIECE_MAX bytes */
-            size_t n = end - at;
-            if (n > PIECE_MAX) n = segment_len((const unsigned char *)text + at, n);
-            if (encode_piece(m, (const unsigned char *)text + at, n, &out, scratch)) {
-                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
-                goto out_free;
+    pcre2_jit_stack_assign(e.mc, NULL, e.js);
+    size_t start = 0; /* the stretch before the next added token */
+    if ((flags & BPE_ENCODE_SPECIALS) && m->n_added) {
+        for (size_t i = 0; i < len && rc == CT_OK;) {
+            size_t tl = 0;
+            int32_t id = added_at(m, text, len, i, &tl);
+            if (id < 0) {
+                i++;
+                continue;
             }
-            at += n;
+            if (i > start) rc = encode_stretch(&e, text + start, i - start, err);
+            if (rc == CT_OK && push_id(&e.out, id))
+                rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
+            i += tl;
+            start = i;
         }
     }
-    if (!out.v && !(out.v = malloc(sizeof *out.v))) {
+    if (rc == CT_OK && start < len) rc = encode_stretch(&e, text + start, len - start, err);
+    if (rc != CT_OK) goto out_free;
+    if (!e.out.v && !(e.out.v = malloc(sizeof *e.out.v))) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
         goto out_free;
     }
-    *ids = out.v;
-    *n = (int64_t)out.n;
-    out.v = NULL;
+    *ids = e.out.v;
+    *n = (int64_t)e.out.n;
+    e.out.v = NULL;
 out_free:
-    free(out.v);
-    if (mc) pcre2_match_context_free(mc);
-    if (js) pcre2_jit_stack_free(js);
-    if (md) pcre2_match_data_free(md);
+    free(e.out.v);
+    if (e.mc) pcre2_match_context_free(e.mc);
+    if (e.js) pcre2_jit_stack_free(e.js);
+    if (e.md) pcre2_match_data_free(e.md);
     free(clean);
     return rc;
-out_oom:
-    return ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
+}
+
+int32_t bpe_encode(const bpe_model *m, const char *text, size_t len, int32_t **ids, int64_t *n,
+                   ct_error *err) {
+    return bpe_encode_ex(m, text, len, 0, ids, n, err);
 }
 
 int32_t bpe_decode(const bpe_model *m, const int32_t *ids, int64_t n, char **text, size_t *len,
@@ -973,21 +1243,28 @@ static int kind_of(unsigned char c) { /* 1 letter, 2 digit, 3 other printable, 0
     return c > 0x20 && c < 0x7F ? 3 : 0;
 }
 
-static int cut_ok(const unsigned char *t, size_t p) {
+/* Whether the pattern ends a piece at p whatever precedes t[p-2] and follows t[p]. GPT-2's:
+ * between printable ASCII of different kinds (not ' before a letter), after a newline, tab, CR,
+ * VT or FF between printable characters. Llama-3's and Qwen2's join one character that is not
+ * a letter, digit, CR or LF to the letters after it: not before a letter after punctuation, a
+ * tab, VT or FF. */
+static int cut_ok(pattern_family f, const unsigned char *t, size_t p) {
     int a = kind_of(t[p - 1]), b = kind_of(t[p]);
-    if (a && b) return a != b && !(t[p - 1] == '\'' && b == 1);
+    int llama = f == PAT_LLAMA3 || f == PAT_QWEN2;
+    if (a && b) return a != b && !(t[p - 1] == '\'' && b == 1) && !(llama && a == 3 && b == 1);
     unsigned char c = t[p - 1];
+    if (llama && b == 1 && c != '\n' && c != '\r') return 0;
     return b && (c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f') &&
            kind_of(t[p - 2]);
 }
 
-size_t bpe_cut_before(const char *text, size_t len, size_t lo, size_t hi) {
+size_t bpe_cut_before(const bpe_model *m, const char *text, size_t len, size_t lo, size_t hi) {
     const unsigned char *t = (const unsigned char *)text;
-    if (len < 3) return 0;
+    if (len < 3 || m->family == PAT_OTHER) return 0;
     if (lo < 2) lo = 2;
     if (hi >= len) hi = len - 1;
     for (size_t p = hi; p >= lo && p <= hi; p--)
-        if (cut_ok(t, p)) return p;
+        if (cut_ok(m->family, t, p)) return p;
     return 0;
 }
 
@@ -996,6 +1273,8 @@ size_t bpe_cut_in_long_piece(const bpe_model *m, const char *text, size_t len, s
     size_t sub = hi + PIECE_MAX + 64 < len ? hi + PIECE_MAX + 64 : len, cut = 0;
     while (sub > 0 && sub < len && (t[sub] & 0xC0) == 0x80) sub--; /* a character boundary */
     if (sub < 2 || utf8_sanitized_len(text, sub) != 0) return 0;  /* ill-formed: no claim */
+    if (m->family == PAT_OTHER || m->nfc) return 0; /* an unknown pattern, or text NFC may
+                                                      * change: no claim */
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(m->re, NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
@@ -1013,7 +1292,7 @@ size_t bpe_cut_in_long_piece(const bpe_model *m, const char *text, size_t len, s
         /* a long piece: its segments' ends, as bpe_encode cuts it; the last at or below hi
          * (or the first), never the piece's end, which `sub` may have cut short */
         for (size_t s = at; end - s > PIECE_MAX;) {
-            s += segment_len(t + s, end - s);
+            s += segment_len(m, t + s, end - s);
             if (!cut || s <= hi) cut = s;
         }
     }
@@ -1023,12 +1302,12 @@ size_t bpe_cut_in_long_piece(const bpe_model *m, const char *text, size_t len, s
     return cut >= 2 && cut < len ? cut : 0;
 }
 
-size_t bpe_cut_after(const char *text, size_t len, size_t lo, size_t hi) {
+size_t bpe_cut_after(const bpe_model *m, const char *text, size_t len, size_t lo, size_t hi) {
     const unsigned char *t = (const unsigned char *)text;
-    if (len < 3) return 0;
+    if (len < 3 || m->family == PAT_OTHER) return 0;
     if (lo < 2) lo = 2;
     if (hi >= len) hi = len - 1;
     for (size_t p = lo; p <= hi; p++)
-        if (cut_ok(t, p)) return p;
+        if (cut_ok(m->family, t, p)) return p;
     return 0;
 }

@@ -99,10 +99,24 @@ int32_t bpe_write_tokenizer_json(bpe_model *m, const char *path, ct_error *err) 
     fputs("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
           "  \"added_tokens\": ", f);
     put_added(f, m);
-    fputs(",\n  \"normalizer\": null,\n"
-          "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-          "\"trim_offsets\": true, \"use_regex\": true},\n"
-          "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+    fputs(bpe_normalizes_nfc(m) ? ",\n  \"normalizer\": {\"type\": \"NFC\"},\n"
+                                : ",\n  \"normalizer\": null,\n", f);
+    int literal = 0;
+    const char *split = bpe_split_pattern(m, &literal);
+    if (split) { /* Llama-3's and Qwen2's form: the Split, then ByteLevel without its regex */
+        fputs("  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+              "    {\"type\": \"Split\", \"pattern\": {", f);
+        fputs(literal ? "\"String\": " : "\"Regex\": ", f);
+        fputc('"', f);
+        json_put_string(f, split, strlen(split));
+        fputs("\"}, \"behavior\": \"Isolated\", \"invert\": false},\n"
+              "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+              "\"trim_offsets\": true, \"use_regex\": false}]},\n", f);
+    } else {
+        fputs("  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+              "\"trim_offsets\": true, \"use_regex\": true},\n", f);
+    }
+    fputs("  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
           "\"trim_offsets\": false, \"use_regex\": true},\n"
           "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
           "\"trim_offsets\": true, \"use_regex\": true},\n", f);
@@ -163,15 +177,24 @@ int32_t bpe_write_hf(bpe_model *m, const char *dir, int64_t model_max_length, ct
     }
     /* the tokenizer's class and special tokens: <|endoftext|> is bos, eos and unk (GPT-2's) */
     int32_t eot = bpe_eot_id(m);
-    char special[64] = "null";
-    if (eot >= 0) snprintf(special, sizeof special, "\"%s\"", BPE_EOT_TEXT);
+    /* <|endoftext|>, or Llama-3's <|end_of_text|>: the added token's text (printable ASCII in
+     * every family; anything else is written as null) */
+    char special[128] = "null";
+    size_t eot_len = 0;
+    const unsigned char *eot_text = eot >= 0 ? bpe_token_bytes(m, eot, &eot_len) : NULL;
+    int plain = eot_text && eot_len < sizeof special - 3;
+    for (size_t i = 0; plain && i < eot_len; i++)
+        plain = eot_text[i] >= 0x20 && eot_text[i] < 0x7F && eot_text[i] != '"' &&
+                eot_text[i] != '\\';
+    if (plain) snprintf(special, sizeof special, "\"%.*s\"", (int)eot_len, (const char *)eot_text);
+    const char *split = bpe_split_pattern(m, NULL);
     if (rc == CT_OK && (rc = join(path, sizeof path, dir, "tokenizer_config.json", err)) == CT_OK) {
         if (!(f = open_memstream(&buf, &n))) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
         fprintf(f, "{\n  \"tokenizer_class\": \"%s\",\n  \"model_max_length\": %lld,\n"
                 "  \"bos_token\": %s,\n  \"eos_token\": %s,\n  \"unk_token\": %s,\n"
                 "  \"pad_token\": null,\n  \"add_prefix_space\": false,\n"
                 "  \"add_bos_token\": false,\n  \"clean_up_tokenization_spaces\": false\n}\n",
-                bpe_vocab_size(m) > 257 ? "GPT2Tokenizer" : "PreTrainedTokenizerFast",
+                bpe_vocab_size(m) > 257 && !split ? "GPT2Tokenizer" : "PreTrainedTokenizerFast",
                 (long long)model_max_length, special, special, special);
         rc = commit_stream(f, &buf, &n, path, err);
     }

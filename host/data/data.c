@@ -1,4 +1,4 @@
-/* data.c — llm.c token shards (atomic write, whole or streamed; checked reads per window), the
+/* data.c — llm.c token shards, 16- and 32-bit (atomic write, whole or streamed; checked reads per window), the
  * meta.ini that `ctrain prepare` writes beside them (read back: vocabulary, per-shard counts and
  * max token), and the loader that deals this rank's (B, T) micro-batches out of a seeded
  * per-epoch permutation of windows, opening shards without reading their tokens.
@@ -27,7 +27,9 @@
 
 /* ---- shards ------------------------------------------------------------------------------ */
 
-int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err) {
+/* A whole shard of n tokens (bytes already in the file's layout) at `path`. */
+static int32_t shard_write_raw(const char *path, int32_t version, const void *tokens,
+                               size_t token_bytes, int64_t n, ct_error *err) {
     if (n < 0 || n > INT32_MAX)
         return ct_error_set(err, CT_ERR_INVALID,
                             "%s: %lld tokens do not fit one shard (at most %d) ---> use "
@@ -38,12 +40,22 @@ int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_erro
     if (rc != CT_OK) return rc;
     int32_t header[HOST_SHARD_HEADER_INTS] = {0};
     header[0] = HOST_SHARD_MAGIC;
-    header[1] = HOST_SHARD_VERSION;
+    header[1] = version;
     header[2] = (int32_t)n;
     outfile_write(&o, header, sizeof header);
-    outfile_write(&o, tokens, (size_t)n * sizeof(uint16_t));
+    outfile_write(&o, tokens, (size_t)n * token_bytes);
     return outfile_commit(&o, err);
 }
+
+int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err) {
+    return shard_write_raw(path, HOST_SHARD_VERSION, tokens, 2, n, err);
+}
+
+int32_t shard_write_u32(const char *path, const uint32_t *tokens, int64_t n, ct_error *err) {
+    return shard_write_raw(path, HOST_SHARD_VERSION_U32, tokens, 4, n, err);
+}
+
+int32_t shard_width_for_vocab(int64_t V) { return V > HOST_SHARD_U16_VOCAB ? 4 : 2; }
 
 uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n) {
     const unsigned char *p = bytes;
@@ -51,8 +63,10 @@ uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n) {
     return h;
 }
 
-int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err) {
+int32_t shard_writer_open(host_shard_writer *w, const char *path, int32_t width, ct_error *err) {
+    assert(width == 2 || width == 4);
     memset(w, 0, sizeof *w);
+    w->width = width;
     w->max = -1;
     w->fnv = HOST_FNV64_OFFSET;
     int32_t rc = outfile_open(&w->out, path, err);
@@ -62,18 +76,36 @@ int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err)
     return CT_OK;
 }
 
-int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
+int32_t shard_writer_append(host_shard_writer *w, const uint32_t *tokens, int64_t n,
                             ct_error *err) {
     if (w->n + n > INT32_MAX)
         return ct_error_set(err, CT_ERR_INVALID, "%s: %lld tokens do not fit one shard (at "
                             "most %d) ---> use smaller shards (ctrain prepare --shard-tokens)",
                             w->out.path, (long long)(w->n + n), INT32_MAX);
+    uint32_t limit = w->width == 2 ? 0xFFFFu : (uint32_t)INT32_MAX;
     int32_t max = w->max;
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] > max) max = tokens[i];
+    for (int64_t i = 0; i < n; i++) {
+        if (tokens[i] > limit)
+            return ct_error_set(err, CT_ERR_INVALID, "%s: token %lu at position %lld does not "
+                                "fit a %d-byte shard ---> an internal error: the width is "
+                                "chosen from the vocabulary", w->out.path,
+                                (unsigned long)tokens[i], (long long)(w->n + i), w->width);
+        if ((int32_t)tokens[i] > max) max = (int32_t)tokens[i];
+    }
     w->max = max;
-    w->fnv = fnv64_update(w->fnv, tokens, (size_t)n * sizeof *tokens);
-    outfile_write(&w->out, tokens, (size_t)n * sizeof *tokens);
+    enum { CHUNK = 4096 };
+    uint16_t narrow[CHUNK];
+    for (int64_t done = 0; done < n;) { /* the bytes as stored: hashed and written alike */
+        int64_t k = n - done < CHUNK ? n - done : CHUNK;
+        const void *bytes = tokens + done;
+        if (w->width == 2) {
+            for (int64_t i = 0; i < k; i++) narrow[i] = (uint16_t)tokens[done + i];
+            bytes = narrow;
+        }
+        w->fnv = fnv64_update(w->fnv, bytes, (size_t)k * (size_t)w->width);
+        outfile_write(&w->out, bytes, (size_t)k * (size_t)w->width);
+        done += k;
+    }
     if (w->out.err_no)
         return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> check free disk space",
                             w->out.tmp, strerror(w->out.err_no));
@@ -84,7 +116,7 @@ int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_
 int32_t shard_writer_finish(host_shard_writer *w, ct_error *err) {
     int32_t header[HOST_SHARD_HEADER_INTS] = {0};
     header[0] = HOST_SHARD_MAGIC;
-    header[1] = HOST_SHARD_VERSION;
+    header[1] = w->width == 4 ? HOST_SHARD_VERSION_U32 : HOST_SHARD_VERSION;
     header[2] = (int32_t)w->n;
     outfile_pwrite(&w->out, header, sizeof header, 0);
     return outfile_commit(&w->out, err);
@@ -134,20 +166,27 @@ int32_t shard_open(const char *path, host_token_shard *out, ct_error *err) {
                           "prepare`", path, h[0], HOST_SHARD_MAGIC);
         goto out_close_file;
     }
-    if (h[1] != HOST_SHARD_VERSION) {
+    if (h[1] != HOST_SHARD_VERSION && h[1] != HOST_SHARD_VERSION_U32) {
         rc = ct_error_set(err, CT_ERR_INVALID, "%s: shard version %d; ctrain reads version %d "
-                          "(uint16 tokens)%s", path, h[1], HOST_SHARD_VERSION,
-                          h[1] == 2 ? " ---> version 2 holds uint32 tokens (llm.c's LLaMA-3 "
-                                      "shards): re-tokenize with a vocabulary under 65536" : "");
+                          "(uint16 tokens) and %d (uint32 tokens) ---> make shards with "
+                          "`ctrain prepare`", path, h[1], HOST_SHARD_VERSION,
+                          HOST_SHARD_VERSION_U32);
         goto out_close_file;
     }
+    int32_t width = h[1] == HOST_SHARD_VERSION_U32 ? 4 : 2;
     int64_t n = h[2];
-    int64_t expect = HOST_SHARD_HEADER_BYTES + 2 * n;
+    int64_t expect = HOST_SHARD_HEADER_BYTES + width * n;
     if (n < 0 || st.st_size != expect) {
-        rc = ct_error_set(err, CT_ERR_INVALID, "%s: header says %lld tokens (%lld bytes) but "
-                          "the file has %lld bytes ---> the file is %s; re-create it",
-                          path, (long long)n, (long long)expect, (long long)st.st_size,
-                          st.st_size < expect ? "truncated" : "longer than its header says");
+        int64_t other = HOST_SHARD_HEADER_BYTES + (6 - width) * n; /* the other width's size */
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: header says %lld tokens (%lld bytes; "
+                          "version %d: %d-byte tokens) but the file has %lld bytes ---> %s; "
+                          "re-create it", path, (long long)n, (long long)expect, h[1], width,
+                          (long long)st.st_size,
+                          n > 0 && st.st_size == other
+                              ? "its size is that of the other token width: the header's "
+                                "version does not match the tokens written"
+                          : st.st_size < expect ? "the file is truncated"
+                                                : "the file is longer than its header says");
         goto out_close_file;
     }
     out->path = strdup(path);
@@ -156,6 +195,7 @@ int32_t shard_open(const char *path, host_token_shard *out, ct_error *err) {
         goto out_close_file;
     }
     out->n = n;
+    out->width = width;
     out->dev = (uint64_t)st.st_dev;
     out->ino = (uint64_t)st.st_ino;
     out->fd = fd;
@@ -185,7 +225,7 @@ void shard_close(host_token_shard *s) {
                      "while a run reads them (write new ones beside them, e.g. with `ctrain " \
                      "prepare --out` another folder), then resume from the last checkpoint"
 
-int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint16_t *out,
+int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint32_t *out,
                    ct_error *err) {
     assert(first >= 0 && count >= 0 && first + count <= s->n);
     struct stat st;
@@ -208,27 +248,39 @@ int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint16_t *
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: cannot stat: %s",
                             s->path, (long long)first, strerror(errno));
     }
-    int64_t expect = HOST_SHARD_HEADER_BYTES + 2 * s->n;
+    const int64_t w = s->width;
+    int64_t expect = HOST_SHARD_HEADER_BYTES + w * s->n;
     if (st.st_size != expect)
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file has %lld bytes, "
                             "%lld when it was opened ---> %s", s->path, (long long)first,
                             (long long)st.st_size, (long long)expect, CHANGED_HINT);
-    size_t bytes = (size_t)count * sizeof(uint16_t);
-    ssize_t got = pread_all(s->fd, out, bytes, (off_t)(HOST_SHARD_HEADER_BYTES + 2 * first));
+    /* 2-byte tokens land in the upper half of out and are widened in place from the front
+     * (token i moves from byte 2*count + 2i to byte 4i, never over one not yet read) */
+    size_t bytes = (size_t)count * (size_t)w;
+    void *dst = (unsigned char *)out + (w == 4 ? 0 : 2 * count);
+    ssize_t got = pread_all(s->fd, dst, bytes, (off_t)(HOST_SHARD_HEADER_BYTES + w * first));
     if (got < 0)
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: cannot read: %s",
                             s->path, (long long)first, strerror(errno));
     if ((size_t)got < bytes)
         return ct_error_set(err, CT_ERR_IO, "%s: token position %lld: the file ended after "
                             "%lld bytes, %lld when it was opened ---> %s", s->path,
-                            (long long)(first + got / 2), (long long)(HOST_SHARD_HEADER_BYTES +
-                            2 * first + got), (long long)expect, CHANGED_HINT);
+                            (long long)(first + got / w), (long long)(HOST_SHARD_HEADER_BYTES +
+                            w * first + got), (long long)expect, CHANGED_HINT);
+    if (w == 2) { /* byte copies: the two views of one buffer alias (char access) */
+        const unsigned char *narrow = (const unsigned char *)out + 2 * count;
+        for (int64_t i = 0; i < count; i++) {
+            uint16_t v;
+            memcpy(&v, narrow + 2 * i, 2);
+            out[i] = v;
+        }
+    }
     return CT_OK;
 }
 
 int32_t shard_max_token(host_token_shard *s, int32_t *max, int64_t *position, ct_error *err) {
     enum { CHUNK = 1 << 18 };
-    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    uint32_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory scanning %s", s->path);
     int32_t best = -1;
     int64_t at = -1;
@@ -236,11 +288,17 @@ int32_t shard_max_token(host_token_shard *s, int32_t *max, int64_t *position, ct
     for (int64_t first = 0; first < s->n && rc == CT_OK; first += CHUNK) {
         int64_t count = s->n - first < CHUNK ? s->n - first : CHUNK;
         rc = shard_read(s, first, count, buf, err);
-        for (int64_t i = 0; rc == CT_OK && i < count; i++)
-            if ((int32_t)buf[i] > best) {
-                best = buf[i];
+        for (int64_t i = 0; rc == CT_OK && i < count; i++) {
+            if (buf[i] > (uint32_t)INT32_MAX)
+                rc = ct_error_set(err, CT_ERR_INVALID, "%s: token %lu at position %lld is "
+                                  "above 2^31-1, no vocabulary's ---> the file is not token "
+                                  "data; re-create it", s->path, (unsigned long)buf[i],
+                                  (long long)(first + i));
+            else if ((int32_t)buf[i] > best) {
+                best = (int32_t)buf[i];
                 at = first + i;
             }
+        }
     }
     free(buf);
     *max = best;
@@ -266,10 +324,13 @@ static int on_meta_key(void *user, const char *section, const char *name, const 
         else if (!strcmp(name, "tokenizer_fnv64"))
             snprintf(m->tokenizer_fnv64, sizeof m->tokenizer_fnv64, "%s", value);
         else if (!strcmp(name, "vocab_size")) {
-            if (!is_int || v < 1 || v > 65536) return p->bad = "vocab_size", 0;
+            if (!is_int || v < 1 || v > INT32_MAX) return p->bad = "vocab_size", 0;
             m->vocab_size = (int32_t)v;
+        } else if (!strcmp(name, "token_bytes")) {
+            if (!is_int || (v != 2 && v != 4)) return p->bad = "token_bytes (2 or 4)", 0;
+            m->token_bytes = (int32_t)v;
         } else if (!strcmp(name, "max_token")) {
-            if (!is_int || v < -1 || v > 65535) return p->bad = "max_token", 0;
+            if (!is_int || v < -1 || v >= INT32_MAX) return p->bad = "max_token", 0;
             m->max_token = (int32_t)v;
         }
         return 1;
@@ -291,7 +352,7 @@ static int on_meta_key(void *user, const char *section, const char *name, const 
     if (!is_int || v < -1) return p->bad = name, 0;
     if (!strcmp(name, "tokens")) sm->tokens = v;
     else if (!strcmp(name, "bytes")) sm->bytes = v;
-    else if (v > 65535) return p->bad = name, 0;
+    else if (v >= INT32_MAX) return p->bad = name, 0;
     else sm->max_token = (int32_t)v;
     return 1;
 }
@@ -406,7 +467,7 @@ struct host_loader {
     int64_t   vocab_limit;  /* tokens must be below it (0: no limit) */
     int32_t   recorded_max; /* the largest max_token meta.ini records; -1: a shard has none */
     int32_t   open_shard;   /* the one shard whose descriptor is open, or -1 */
-    uint16_t *window;       /* T+1 tokens being dealt */
+    uint32_t *window;       /* T+1 tokens being dealt */
     host_loader_state st;
 };
 
@@ -495,8 +556,15 @@ static int32_t shard_meta_check(host_loader *l, const host_token_shard *s, host_
         rc = data_meta_read(dir, meta, err);
         if (rc == CT_OK && !*meta_dir) rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     }
+    if (rc == CT_OK && meta->found && meta->token_bytes && meta->token_bytes != s->width)
+        rc = ct_error_set(err, CT_ERR_INVALID, "%s: the header (version %d) says %d-byte tokens "
+                          "but its meta.ini (%s) records token_bytes = %d ---> the shard and "
+                          "meta.ini do not belong together; re-run `ctrain prepare`", s->path,
+                          s->width == 4 ? HOST_SHARD_VERSION_U32 : HOST_SHARD_VERSION, s->width,
+                          meta->path, meta->token_bytes);
     const host_shard_meta *sm = rc == CT_OK ? data_meta_shard(meta, base) : NULL;
-    int trusted = sm && sm->tokens == s->n && sm->bytes == HOST_SHARD_HEADER_BYTES + 2 * s->n &&
+    int trusted = sm && sm->tokens == s->n &&
+                  sm->bytes == HOST_SHARD_HEADER_BYTES + (int64_t)s->width * s->n &&
                   sm->max_token >= -1;
     if (!trusted) l->recorded_max = -2; /* unknown for good */
     else if (l->recorded_max != -2 && sm->max_token > l->recorded_max)
@@ -635,19 +703,20 @@ int32_t loader_next(host_loader *l, int32_t *inputs, int32_t *targets, ct_error 
         int64_t first = (w - l->first_window[s]) * l->T;
         int32_t rc = shard_read(sh, first, l->T + 1, l->window, err);
         if (rc != CT_OK) return rc;
-        const uint16_t *tok = l->window;
-        for (int64_t t = 0; l->vocab_limit > 0 && t <= l->T; t++)
-            if (tok[t] >= l->vocab_limit)
-                return ct_error_set(err, CT_ERR_INVALID, "%s: token %d at position %lld is >= "
+        const uint32_t *tok = l->window;
+        int64_t limit = l->vocab_limit > 0 ? l->vocab_limit : (int64_t)INT32_MAX + 1;
+        for (int64_t t = 0; t <= l->T; t++)
+            if ((int64_t)tok[t] >= limit)
+                return ct_error_set(err, CT_ERR_INVALID, "%s: token %lu at position %lld is >= "
                                     "the model's vocab_size %lld ---> tokenize the data with the "
                                     "model's tokenizer, or set [model] vocab_size to at least "
-                                    "%d (tokens are checked as each sequence is read)",
-                                    sh->path, tok[t], (long long)(first + t),
-                                    (long long)l->vocab_limit, tok[t] + 1);
+                                    "%lld (tokens are checked as each sequence is read)",
+                                    sh->path, (unsigned long)tok[t], (long long)(first + t),
+                                    (long long)limit, (long long)tok[t] + 1);
         int32_t *in = inputs + b * l->T, *tg = targets + b * l->T;
         for (int64_t t = 0; t < l->T; t++) {
-            in[t] = tok[t];
-            tg[t] = tok[t + 1];
+            in[t] = (int32_t)tok[t];
+            tg[t] = (int32_t)tok[t + 1];
         }
     }
     l->st.position += (uint64_t)global;

@@ -2,8 +2,15 @@
  * loader that cuts them into (B, T) micro-batches for one rank of a run.
  * Not for: making shards from text (prepare.c, tokenizer.h) or moving batches to a device.
  *
- * Shard file (llm.c's, version 1): a header of 256 little-endian int32 — [0] magic 20240520,
- * [1] version 1, [2] token count n — then n uint16 tokens. The file is exactly 1024 + 2n bytes.
+ * Shard file: a header of 256 little-endian int32 — [0] magic 20240520, [1] version, [2] token
+ * count n — then n little-endian tokens whose width the version says:
+ *   version 1: uint16 tokens, the file is exactly 1024 + 2n bytes (llm.c's GPT-2 shards; the only
+ *              version llm.c's C loaders read);
+ *   version 2: uint32 tokens, exactly 1024 + 4n bytes (the layout llm.c's data scripts write for
+ *              LLaMA-3's 128,256 tokens); `ctrain prepare` writes it when the vocabulary has
+ *              more than 65,536 tokens, version 1 otherwise.
+ * Every reader here takes both; the width is the header's (meta.ini's token_bytes, when
+ * recorded, must agree).
  *
  * Loader semantics (what the lead's equivalence tests rely on):
  *   - A sequence is a window of T+1 consecutive tokens of one shard: inputs are its first T,
@@ -28,15 +35,22 @@
 #include "io/outfile.h"
 
 #define HOST_SHARD_MAGIC        20240520
-#define HOST_SHARD_VERSION      1
+#define HOST_SHARD_VERSION      1   /* uint16 tokens */
+#define HOST_SHARD_VERSION_U32  2   /* uint32 tokens */
+#define HOST_SHARD_U16_VOCAB    65536 /* the largest vocabulary version 1 holds */
 #define HOST_SHARD_HEADER_INTS  256
 #define HOST_SHARD_HEADER_BYTES (HOST_SHARD_HEADER_INTS * 4)
 
 /* ---- shards ------------------------------------------------------------------------------ */
 
 /* Write n tokens to `path` atomically: to a temporary name beside it, fsync, rename, fsync the
- * folder. A reader never sees a partial file. CT_ERR_IO naming the path on failure. */
+ * folder. A reader never sees a partial file. CT_ERR_IO naming the path on failure.
+ * shard_write: version 1 (uint16); shard_write_u32: version 2 (uint32). */
 int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_error *err);
+int32_t shard_write_u32(const char *path, const uint32_t *tokens, int64_t n, ct_error *err);
+
+/* The bytes per token of a vocabulary of V tokens as prepare stores it: 2 up to 65,536, else 4. */
+int32_t shard_width_for_vocab(int64_t V);
 
 /* A shard written piece by piece (prepare streams its output): tokens go to a temporary
  * file beside `path`; shard_writer_finish writes the header, fsyncs and renames it onto
@@ -44,17 +58,20 @@ int32_t shard_write(const char *path, const uint16_t *tokens, int64_t n, ct_erro
  * the largest token and the FNV-1a 64-bit hash of the token bytes as stored. */
 typedef struct host_shard_writer {
     outfile  out;         /* the shard being written (outfile.h); out.path is the final name */
+    int32_t  width;       /* bytes per token: 2 (version 1) or 4 (version 2) */
     int64_t  n;           /* tokens so far */
     int32_t  max;         /* largest token so far, -1 when none */
-    uint64_t fnv;         /* FNV-1a 64 over the token bytes (little-endian uint16) */
+    uint64_t fnv;         /* FNV-1a 64 over the token bytes as stored (little-endian) */
 } host_shard_writer;
 
 #define HOST_FNV64_OFFSET 0xcbf29ce484222325ull
 #define HOST_FNV64_PRIME  0x100000001b3ull
 
-int32_t shard_writer_open(host_shard_writer *w, const char *path, ct_error *err);
-/* CT_ERR_INVALID when the shard would pass INT32_MAX tokens; CT_ERR_IO on a write error. */
-int32_t shard_writer_append(host_shard_writer *w, const uint16_t *tokens, int64_t n,
+/* width: 2 or 4 bytes per token (shard_width_for_vocab). */
+int32_t shard_writer_open(host_shard_writer *w, const char *path, int32_t width, ct_error *err);
+/* CT_ERR_INVALID when the shard would pass INT32_MAX tokens, or a token does not fit the width
+ * (>= 65,536 in a 2-byte shard, > INT32_MAX in any); CT_ERR_IO on a write error. */
+int32_t shard_writer_append(host_shard_writer *w, const uint32_t *tokens, int64_t n,
                             ct_error *err);
 int32_t shard_writer_finish(host_shard_writer *w, ct_error *err);
 /* Remove the temporary file (after an error). */
@@ -69,13 +86,14 @@ uint64_t fnv64_update(uint64_t h, const void *bytes, size_t n);
  * shard_release (a run over thousands of shards on many ranks stays under the fd limit). */
 typedef struct host_token_shard {
     char    *path;      /* owned copy */
-    int64_t  n;         /* tokens, from the header (the file is 1024 + 2n bytes) */
+    int64_t  n;         /* tokens, from the header (the file is 1024 + width*n bytes) */
+    int32_t  width;     /* bytes per token, from the header's version: 2 or 4 */
     uint64_t dev, ino;  /* the file's identity when opened: a replaced file is noticed */
     int      fd;        /* -1 when released */
 } host_token_shard;
 
 /* Open and check a shard: a regular file (a FIFO, folder or device is refused without
- * blocking), magic, version, and that the file length is exactly 1024 + 2n.
+ * blocking), magic, version (1 or 2), and that the file length is exactly 1024 + width*n.
  * Errors (CT_ERR_IO unreadable, CT_ERR_INVALID malformed or not a regular file) name the file
  * and what is wrong. On success fill *out (release with shard_close). */
 int32_t shard_open(const char *path, host_token_shard *out, ct_error *err);
@@ -85,7 +103,7 @@ void shard_close(host_token_shard *s);
  * one opened (same inode, same size); if not, or if the read comes up short, CT_ERR_IO
  * "PATH: token position P: the file changed during the run (...) ---> ...". The descriptor is
  * (re)opened as needed and stays open until shard_release. 0 <= first, first + count <= n. */
-int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint16_t *out,
+int32_t shard_read(host_token_shard *s, int64_t first, int64_t count, uint32_t *out,
                    ct_error *err);
 /* Close the shard's descriptor (a later shard_read reopens it and checks its identity). */
 void shard_release(host_token_shard *s);
@@ -111,6 +129,7 @@ typedef struct host_data_meta {
     char             tokenizer_model[256]; /* the model file's name beside the shards, or "" */
     char             tokenizer_fnv64[20];  /* its FNV-1a 64-bit checksum in hex, or "" */
     int32_t          vocab_size;      /* 0 when not recorded */
+    int32_t          token_bytes;     /* the shards' width, 2 or 4; 0 when not recorded */
     int32_t          max_token;       /* -1 when not recorded */
     host_shard_meta *shards;          /* owned */
     int32_t          n_shards;
@@ -149,7 +168,8 @@ typedef struct host_loader_state {
  * Files are taken in sorted name order. Every shard is checked (shard_open: header and size),
  * in constant time: no token is read at open. When the meta.ini beside a shard records it
  * with the shard's very token count and byte size, its recorded max_token is trusted: one
- * >= vocab_size_limit (when > 0) is an error naming the file, meta.ini and the recorded max.
+ * >= vocab_size_limit (when > 0) is an error naming the file, meta.ini and the recorded max;
+ * a token_bytes there other than the shard header's width is an error naming both.
  * Tokens themselves are checked as each window is read (loader_next). B, T >= 1;
  * 0 <= rank < world. Needs at least world*B windows in all.
  * Returns NULL and fills err on failure. Each window is read with shard_read when it is dealt

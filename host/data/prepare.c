@@ -94,7 +94,7 @@ typedef struct work_unit {
     size_t    len, cap;
     size_t   *doc_end;  /* JSON Lines: document k is text[doc_end[k-1], doc_end[k]) */
     size_t    n_docs, doc_cap;
-    uint16_t *tok;
+    uint32_t *tok;            /* any vocabulary: the shard writer narrows to its width */
     size_t    n_tok, tok_cap;
     const host_tokenizer *tk; /* sentencepiece; NULL otherwise */
     const bpe_model *bpe;     /* bpe; NULL otherwise (both NULL: bytes) */
@@ -103,10 +103,10 @@ typedef struct work_unit {
     ct_error  err;
 } work_unit;
 
-/* The next piece of plain text for BPE: about `target` bytes, cut where GPT-2's pattern ends
- * a piece whatever the context (bpe_cut_before), so the pieces' ids are the whole file's; the
- * cut is searched back to the start of the piece, then forward (more text read) until one is
- * found or the file ends. */
+/* The next piece of plain text for BPE: about `target` bytes, cut where the tokenizer's pattern
+ * ends a piece whatever the context (bpe_cut_before), so the pieces' ids are the whole file's;
+ * the cut is searched back to the start of the piece, then forward (more text read) until one
+ * is found or the file ends (a Split pattern ctrain knows no cut places of: the whole file). */
 static int32_t fill_bpe_unit(text_stream *ts, work_unit *u, const bpe_model *bpe,
                              size_t target, ct_error *err) {
     u->len = 0;
@@ -114,12 +114,12 @@ static int32_t fill_bpe_unit(text_stream *ts, work_unit *u, const bpe_model *bpe
     int32_t rc = fill_more(ts, target + 1, err);
     if (rc != CT_OK) return rc;
     size_t len = ts->len - ts->head, pos = len; /* all that is left, when that is no more */
-    if (len > target && !(pos = bpe_cut_before(ts->buf + ts->head, len, 2, target))) {
+    if (len > target && !(pos = bpe_cut_before(bpe, ts->buf + ts->head, len, 2, target))) {
         for (size_t from = target + 1;;) {
             /* a piece longer than 64 KiB is cut where bpe_encode cuts it: memory stays bounded
              * by the unit, never by a line without a place to cut */
             if ((pos = bpe_cut_in_long_piece(bpe, ts->buf + ts->head, len, target))) break;
-            if (from < len && (pos = bpe_cut_after(ts->buf + ts->head, len, from, len - 1)))
+            if (from < len && (pos = bpe_cut_after(bpe, ts->buf + ts->head, len, from, len - 1)))
                 break;
             if (ts->eof) {
                 pos = len;
@@ -203,7 +203,7 @@ static int32_t fill_doc_unit(text_stream *ts, work_unit *u, size_t target, const
 static int push_tokens(work_unit *u, const int32_t *ids, const char *bytes, size_t n) {
     if (grow((void **)&u->tok, &u->tok_cap, u->n_tok + n, sizeof *u->tok)) return -1;
     for (size_t i = 0; i < n; i++)
-        u->tok[u->n_tok + i] = ids ? (uint16_t)ids[i] : (uint8_t)bytes[i];
+        u->tok[u->n_tok + i] = ids ? (uint32_t)ids[i] : (uint8_t)bytes[i];
     u->n_tok += n;
     return 0;
 }
@@ -256,6 +256,7 @@ typedef struct shard_record {
 typedef struct split_out {
     const char       *dir, *name;
     int64_t           shard_tokens;
+    int32_t           width;  /* bytes per token (shard_width_for_vocab) */
     host_shard_writer w;
     int               open;
     shard_record     *rec;
@@ -272,7 +273,7 @@ static int32_t split_open_next(split_out *s, ct_error *err) {
     char path[PATH_MAX], base[64];
     shard_name(base, sizeof base, s->name, s->n_rec);
     snprintf(path, sizeof path, "%s/%s", s->dir, base);
-    int32_t rc = shard_writer_open(&s->w, path, err);
+    int32_t rc = shard_writer_open(&s->w, path, s->width, err);
     if (rc == CT_OK) s->open = 1;
     return rc;
 }
@@ -287,7 +288,7 @@ static int32_t split_finish_shard(split_out *s, ct_error *err) {
     return rc;
 }
 
-static int32_t split_push(split_out *s, const uint16_t *tok, int64_t n, ct_error *err) {
+static int32_t split_push(split_out *s, const uint32_t *tok, int64_t n, ct_error *err) {
     if (s->counts)
         for (int64_t i = 0; i < n; i++) s->counts[tok[i]]++;
     s->total += n;
@@ -334,7 +335,7 @@ typedef struct router {
     int64_t    spilled;
 } router;
 
-static int32_t route(router *r, const uint16_t *tok, int64_t n, ct_error *err) {
+static int32_t route(router *r, const uint32_t *tok, int64_t n, ct_error *err) {
     if (r->n_train < 0) {
         if (fd_write_all(r->spill_fd, tok, (size_t)n * sizeof *tok) != 0)
             return ct_error_set(err, CT_ERR_IO, "cannot write a scratch file in %s: %s ---> "
@@ -355,7 +356,7 @@ static int32_t route_spilled(router *r, double val_fraction, ct_error *err) {
     r->n_train = n - (int64_t)llround(val_fraction * (double)n);
     r->pos = 0;
     enum { CHUNK = 1 << 20 };
-    uint16_t *buf = malloc(CHUNK * sizeof *buf);
+    uint32_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     int32_t rc = CT_OK;
     for (int64_t first = 0; first < n && rc == CT_OK; first += CHUNK) {
@@ -363,7 +364,7 @@ static int32_t route_spilled(router *r, double val_fraction, ct_error *err) {
         size_t want = (size_t)count * sizeof *buf, got = 0;
         while (got < want) {
             ssize_t g = pread(r->spill_fd, (char *)buf + got, want - got,
-                              (off_t)(first * 2 + (int64_t)got));
+                              (off_t)(first * (int64_t)sizeof *buf + (int64_t)got));
             if (g < 0 && errno == EINTR) continue;
             if (g <= 0) break;
             got += (size_t)g;
@@ -494,7 +495,7 @@ static int32_t tokenize_all(prep_ctx *c, split_out *train, split_out *val, ct_er
         }
         int done = 0;
         if (c->bpe && !o->jsonl_field) { /* a plain text file is one document */
-            uint16_t eot = (uint16_t)c->eot;
+            uint32_t eot = (uint32_t)c->eot;
             rc = route(&r, &eot, 1, err);
         }
         while (!done && rc == CT_OK) {
@@ -621,7 +622,7 @@ static void write_split_meta(FILE *f, const split_out *s) {
         shard_name(base, sizeof base, s->name, i);
         fprintf(f, "\n[shard %s]\ntokens = %lld\nbytes = %lld\nmax_token = %d\n"
                 "fnv64 = %016llx\n", base, (long long)s->rec[i].tokens,
-                (long long)(HOST_SHARD_HEADER_BYTES + 2 * s->rec[i].tokens), s->rec[i].max,
+                (long long)(HOST_SHARD_HEADER_BYTES + (int64_t)s->width * s->rec[i].tokens), s->rec[i].max,
                 (unsigned long long)s->rec[i].fnv);
     }
 }
@@ -647,6 +648,7 @@ static int32_t write_meta(const prepare_options *o, const prepare_summary *s,
     if (sp && !o->sp_model) fprintf(f, "sentencepiece_type = %s\n", o->sp_model_type);
     if (o->tokenizer_file) meta_put(f, "tokenizer_source", o->tokenizer_file);
     fprintf(f, "vocab_size = %d\n", s->vocab_size);
+    fprintf(f, "token_bytes = %d\n", train->width); /* 2: version-1 shards, 4: version 2 */
     fprintf(f, "max_token = %d\n", s->max_token);
     if (eot >= 0) fprintf(f, "eot_token = %d\n", eot);
     fprintf(f, "train_tokens = %lld\ntrain_shards = %d\n", (long long)s->train_tokens,
@@ -702,8 +704,8 @@ static int32_t check_options(const prepare_options *o, ct_error *err) {
     if (o->sp_model) return CT_OK;
     if (o->vocab_size < SP_VOCAB_MIN || o->vocab_size > SP_VOCAB_MAX)
         return ct_error_set(err, CT_ERR_INVALID, "--vocab-size %d is outside [%d, %d] ---> "
-                            "sentencepiece needs the 256 byte pieces plus some, and tokens "
-                            "are stored as uint16", o->vocab_size, SP_VOCAB_MIN, SP_VOCAB_MAX);
+                            "sentencepiece needs the 256 byte pieces plus some (a larger "
+                            "model can be given with --sp-model)", o->vocab_size, SP_VOCAB_MIN, SP_VOCAB_MAX);
     if (strcmp(o->sp_model_type, "bpe") != 0 && strcmp(o->sp_model_type, "unigram") != 0)
         return ct_error_set(err, CT_ERR_INVALID, "--sp-type '%s' is not bpe or unigram",
                             o->sp_model_type);
@@ -748,10 +750,6 @@ static int32_t setup_tokenizer(prep_ctx *c, prepare_summary *out, uint64_t *mode
     free(bytes);
     if (rc != CT_OK) return rc;
     out->vocab_size = tokenizer_vocab_size(c->tok);
-    if (out->vocab_size > SP_VOCAB_MAX + 1)
-        return ct_error_set(err, CT_ERR_INVALID, "%s has %d pieces; shards store tokens as "
-                            "uint16 (at most 65536) ---> use a smaller model", name,
-                            out->vocab_size);
     if (o->jsonl_field) {
         c->eot = tokenizer_eos_id(c->tok);
         if (c->eot < 0)
@@ -782,11 +780,7 @@ static int32_t setup_bpe(prep_ctx *c, prepare_summary *out, const char **model_n
     if (rc == CT_OK) {
         out->vocab_size = bpe_vocab_size(c->bpe);
         c->eot = bpe_eot_id(c->bpe);
-        if (out->vocab_size > SP_VOCAB_MAX + 1)
-            rc = ct_error_set(err, CT_ERR_INVALID, "%s has %d tokens; shards store tokens as "
-                              "uint16 (at most 65536) ---> use a tokenizer of at most 65536 "
-                              "tokens (GPT-2's has 50257)", path, out->vocab_size);
-        else if (c->eot < 0)
+        if (c->eot < 0)
             rc = ct_error_set(err, CT_ERR_INVALID, "%s has no %s token to put before each "
                               "document ---> give a tokenizer that has one (GPT-2's)", path,
                               BPE_EOT_TEXT);
@@ -857,6 +851,7 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
         c.units[i].eot = c.eot;
         c.units[i].err.struct_size = sizeof c.units[i].err;
     }
+    train.width = val.width = shard_width_for_vocab(out->vocab_size);
     train.counts = calloc((size_t)out->vocab_size, sizeof *train.counts);
     if (!train.counts) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
@@ -885,10 +880,10 @@ int32_t prepare_run(const prepare_options *o, prepare_summary *out, ct_error *er
         if (val.rec[i].max > out->max_token) out->max_token = val.rec[i].max;
     if ((rc = write_meta(o, out, &train, &val, c.eot, model_name, model_fnv, err)) != CT_OK) goto out_free;
     if (!o->quiet)
-        printf("prepare: %s: %lld train tokens (%d shards), %lld val tokens, tokenizer %s "
-               "vocab_size %d, unigram entropy %.4f nats/token\n", o->out_dir,
-               (long long)train.total, out->train_shards, (long long)val.total, o->tokenizer,
-               out->vocab_size, out->unigram_entropy);
+        printf("prepare: %s: %lld train tokens (%d shards of %s tokens), %lld val tokens, "
+               "tokenizer %s vocab_size %d, unigram entropy %.4f nats/token\n", o->out_dir,
+               (long long)train.total, out->train_shards, train.width == 4 ? "uint32" : "uint16",
+               (long long)val.total, o->tokenizer, out->vocab_size, out->unigram_entropy);
 
 out_free:
     split_abort(&train);

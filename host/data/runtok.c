@@ -1,5 +1,6 @@
 /* runtok.c — the run's tokenizer: recorded at train start, loaded for sampling (runtok.h). */
 #include "data/runtok.h"
+#include "data/mixture.h"
 
 #include "data/bpe.h"
 #include "data/data.h"
@@ -82,8 +83,7 @@ static const char *model_name_ok(const char *name) {
 int32_t runtok_record(const host_config *cfg, const char *out_dir, int required, int *found,
                       ct_error *err) {
     *found = 0;
-    const char *train = NULL;
-    config_get_string(cfg, "data", "train", &train, NULL);
+    const char *train = mixture_train_path(cfg); /* a mixture's first dataset (one tokenizer) */
     char dir[PATH_MAX], meta_path[PATH_MAX], ini_path[PATH_MAX];
     folder_of(train ? train : "", dir, sizeof dir);
     int32_t rc = join(meta_path, sizeof meta_path, dir, "meta.ini", err);
@@ -284,8 +284,14 @@ bpe_model *runtok_bpe(const runtok *t) { return t->bpe; }
 
 int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **ids, int64_t *n,
                       ct_error *err) {
+    return runtok_encode_ex(t, text, len, 0, ids, n, err);
+}
+
+int32_t runtok_encode_ex(const runtok *t, const char *text, size_t len, int specials,
+                         int32_t **ids, int64_t *n, ct_error *err) {
     if (t->kind == KIND_SP) return tokenizer_encode(t->sp, text, len, ids, n, err);
-    if (t->kind == KIND_BPE) return bpe_encode(t->bpe, text, len, ids, n, err);
+    if (t->kind == KIND_BPE)
+        return bpe_encode_ex(t->bpe, text, len, specials ? BPE_ENCODE_SPECIALS : 0, ids, n, err);
     *ids = malloc((len ? len : 1) * sizeof **ids);
     if (!*ids) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];

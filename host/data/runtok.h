@@ -45,9 +45,13 @@ int32_t runtok_bos(const runtok *t);
 const char *runtok_model_path(const runtok *t);
 /* The BPE model (bpe only; NULL otherwise). */
 struct bpe_model *runtok_bpe(const runtok *t);
-/* len bytes of text -> *ids (malloc'ed, *n of them). */
+/* len bytes of text -> *ids (malloc'ed, *n of them). Special tokens' text is ordinary text. */
 int32_t runtok_encode(const runtok *t, const char *text, size_t len, int32_t **ids, int64_t *n,
                       ct_error *err);
+/* The same; with `specials` a BPE tokenizer's added tokens in the text become their ids (the
+ * tokenizers library's encode; bpe.h BPE_ENCODE_SPECIALS). Other kinds ignore it. */
+int32_t runtok_encode_ex(const runtok *t, const char *text, size_t len, int specials,
+                         int32_t **ids, int64_t *n, ct_error *err);
 /* Token ids written as text ("1 2 3", "1,2,3", newlines) into *ids (malloc'ed, *n of them).
  * CT_ERR_INVALID "<what>: 'x' is not a token id ---> ..." for anything else. */
 int32_t runtok_parse_ids(const char *s, const char *what, int32_t **ids, int64_t *n,

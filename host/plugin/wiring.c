@@ -6,7 +6,9 @@
 #include "plugin/wiring.h"
 
 #include "data/data.h"
+#include "data/mixture.h"
 #include "weights/hf_config.h"
+#include "run/init_ckpt.h"
 #include "config/host_schema.h"
 #include "base/launcher.h"
 
@@ -169,6 +171,18 @@ static int32_t check_sections(const host_config *cfg, host_wiring *w, ct_error *
         for (int32_t i = 0; i < n && !ok; i++) ok = !strcmp(known[i], name);
         if (ok) continue;
         const char *where = config_section_origin(cfg, name);
+        int listed = mixture_section_listed(cfg, name); /* [data.NAME] (mixture.h) */
+        if (listed == 1) continue;
+        if (listed == 0) { /* a dataset [data] train does not list: inert */
+            if (w->n_inert == HOST_WIRING_MAX_INERT)
+                return ct_error_set(err, CT_ERR_INVALID, "%s: more than %d inert sections ---> "
+                                    "remove some", where, HOST_WIRING_MAX_INERT);
+            snprintf(w->inert[w->n_inert], sizeof w->inert[0], "%s", name);
+            snprintf(w->inert_why[w->n_inert], sizeof w->inert_why[0], "[data] train does not "
+                     "list %s", name + 5);
+            w->n_inert++;
+            continue;
+        }
         const char *dot = strchr(name, '.');
         char parent[CONFIG_NAME_MAX];
         snprintf(parent, sizeof parent, "%.*s", dot ? (int)(dot - name) : 0, name);
@@ -298,7 +312,7 @@ static int32_t settle_flat_keys(host_config *cfg, host_registry *reg, const host
  * [data] train records, with that meta.ini as its origin (validate shows it). */
 static int32_t vocab_from_meta(host_config *cfg, ct_error *err) {
     const char *origin = config_origin(cfg, "model", "vocab_size");
-    const char *train = config_get(cfg, "data", "train");
+    const char *train = mixture_train_path(cfg); /* a mixture's first dataset */
     if (!config_get(cfg, "model", "vocab_size") || strcmp(origin, "default") != 0 || !train ||
         !*train)
         return CT_OK;
@@ -388,8 +402,13 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
                 return ct_error_set(err, CT_ERR_INVALID, "[%s]: too many plugin sections",
                                     own);
         }
-        /* [model] from_config: the keys config.json sets, before defaults fill the rest */
-        if (h->kind == CT_KIND_MODEL && (rc = hf_config_fill(cfg, err)) != CT_OK) return rc;
+        /* [model] init_from = a ctrain run folder: its newest checkpoint (init_ckpt.h); with
+         * from_config, the keys that checkpoint's or config.json's [model] sets, before
+         * defaults fill the rest */
+        if (h->kind == CT_KIND_MODEL && (rc = init_ckpt_resolve(cfg, err)) != CT_OK) return rc;
+        if (h->kind == CT_KIND_MODEL && !init_ckpt_kind(config_get(cfg, "model", "init_from")) &&
+            (rc = hf_config_fill(cfg, err)) != CT_OK)
+            return rc;
         char owner[128] = "ctrain";
         if (p) snprintf(owner, sizeof owner, "%s plugin %s", kind_name(p->desc.kind), p->desc.name);
         if (p && host_schema_flat(h)) { /* host keys and the plugin's in one section */
@@ -416,6 +435,7 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
                                      sizeof(ct_param_spec), owner, NULL, err);
         if (rc != CT_OK) return rc;
     }
+    if ((rc = mixture_validate(cfg, err)) != CT_OK) return rc;
     if ((rc = vocab_from_meta(cfg, err)) != CT_OK) return rc;
     /* again: flat keys of plugins not selected may have made sections of their own */
     if ((rc = check_sections(cfg, w, err)) != CT_OK) return rc;

@@ -24,7 +24,8 @@ typedef struct host_wiring {
      * indexed by ct_kind; "" for the others. [KIND] aliases it (config_alias). */
     char             own_section[HOST_WIRING_KINDS][CONFIG_NAME_MAX];
     /* sections of plugins that are not selected ([precision.amp] under plugin = fp32, [loss.X]
-     * of a term [loss] plugins does not list), with why: read by nobody */
+     * of a term [loss] plugins does not list) and [data.X] of a dataset [data] train's mixture
+     * does not list (mixture.h), with why: read by nobody */
     int32_t          n_inert;
     char             inert[HOST_WIRING_MAX_INERT][CONFIG_NAME_MAX];
     char             inert_why[HOST_WIRING_MAX_INERT][160];

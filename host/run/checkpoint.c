@@ -13,6 +13,8 @@
  *
  * precision.bin (rank 0, ABI 1.7): the precision policy's state_save blob and the count of
  *   updates it skipped, see below.
+ * data.bin (rank 0, when [data] train is a mixture of datasets): the mixture's position, see
+ * below; the rank files' loader_position then holds its global window count (loader_epoch 0).
  *
  * manifest.ini: "run_id = <16 hex>" (the run that wrote the folder: OUT/run_id) and
  * "config_fnv1a64 = <16 hex>" (config.ini's checksum); a folder without one (saved before
@@ -31,6 +33,7 @@
 #include "run/optim.h"
 #include "io/outfile.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -391,7 +394,9 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     }
     uint32_t version = r->n_state == 2 ? CKPT_VERSION : CKPT_VERSION_N, nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
-    host_loader_state ls = loader_get_state(r->train_data);
+    /* a mixture's position is in data.bin; the rank file holds its global window count */
+    host_loader_state ls = r->train_mix ? (host_loader_state){0, mixture_drawn(r->train_mix)}
+                                        : loader_get_state(r->train_data);
     hwrite(&hf, CKPT_MAGIC, 8);
     hwrite(&hf, &version, 4);
     hwrite(&hf, &rank, 4);
@@ -659,6 +664,108 @@ static int32_t read_precision_state(host_rank *r, const char *dir, ct_error *err
     return contract_name_silent_error(rc, err, r->precision.plugin, "state_load");
 }
 
+/* ---- the data mixture's state --------------------------------------------------------
+ * A state file of one blob, written by rank 0 into the checkpoint folder dir: char magic[8];
+ * uint64 size; uint8 blob[size]; uint64 fnv1a64 of every byte before it. */
+static int32_t write_blob(const char *dir, const char *name, const char *magic, const void *blob,
+                          uint64_t size, ct_error *err) {
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/%s", dir, name);
+    if (rc != CT_OK) return rc;
+    outfile out;
+    if ((rc = outfile_open_as(&out, path, OUTFILE_IN_CHECKPOINTS, err)) != CT_OK) return rc;
+    hfile hf = {.f = outfile_stream(&out, err), .hash = 0xcbf29ce484222325ull, .path = path};
+    if (!hf.f) {
+        outfile_abort(&out);
+        return err->code;
+    }
+    hwrite(&hf, magic, 8);
+    hwrite(&hf, &size, 8);
+    hwrite(&hf, blob, (size_t)size);
+    uint64_t h = hf.hash;
+    hwrite(&hf, &h, 8);
+    if (hf.failed) {
+        outfile_abort(&out);
+        return ct_error_set(err, CT_ERR_IO, "cannot write %s: %s ---> free disk space under the "
+                            "out_dir", path, strerror(hf.err_no ? hf.err_no : EIO));
+    }
+    return outfile_commit(&out, err);
+}
+
+/* The blob of the state file dir/name (write_blob's format, at most max bytes) into blob;
+ * *size its length; *absent 1 (and CT_OK) when the folder has no such file. `what` names it in
+ * messages. */
+static int32_t read_blob(const char *dir, const char *name, const char *magic, const char *what,
+                         void *blob, uint64_t max, uint64_t *size, int *absent, ct_error *err) {
+    char path[PATH_MAX];
+    int32_t rc = path_fmt(path, sizeof path, err, "%s/%s", dir, name);
+    if (rc != CT_OK) return rc;
+    struct stat st;
+    *absent = stat(path, &st) != 0 && errno == ENOENT;
+    if (*absent) return CT_OK;
+    char *data = NULL;
+    size_t n = 0;
+    rc = read_bounded(path, what, "resume from another checkpoint with --resume-from",
+                      8 + 8 + max + 8, &data, &n, err);
+    if (rc != CT_OK) return rc;
+    uint64_t want = 0, h = 0xcbf29ce484222325ull;
+    int bad = n < 24 || memcmp(data, magic, 8) != 0;
+    if (!bad) {
+        memcpy(size, data + 8, 8);
+        bad = *size > max || n != 24 + *size;
+    }
+    if (!bad) {
+        hash_bytes(&h, data, (size_t)(16 + *size));
+        memcpy(blob, data + 16, (size_t)*size);
+        memcpy(&want, data + 16 + *size, 8);
+        bad = want != h;
+    }
+    free(data);
+    if (bad)
+        return ct_error_set(err, CT_ERR_INVALID, "%s is damaged (magic, size or checksum) ---> "
+                            "resume from an older checkpoint with --resume-from", path);
+    return CT_OK;
+}
+
+/* data.bin, written by rank 0 when [data] train is a mixture (mixture.h): the mixture's state
+ * (windows drawn, each dataset's epoch and position) as mixture_save writes it, in
+ * write_blob's format with magic "CTDATA01". A folder of a run on one dataset has none. */
+#define DATA_MAGIC "CTDATA01"
+
+static int32_t write_data_state(host_rank *r, const char *dir, ct_error *err) {
+    if (!r->train_mix) return CT_OK;
+    unsigned char blob[MIX_STATE_MAX];
+    size_t size = 0;
+    int32_t rc = mixture_save(r->train_mix, blob, sizeof blob, &size, err);
+    return rc == CT_OK ? write_blob(dir, "data.bin", DATA_MAGIC, blob, size, err) : rc;
+}
+
+/* The training data's position: the rank file's for one dataset, data.bin's for a mixture
+ * (the two must match the run's [data] train). */
+static int32_t read_data_state(host_rank *r, const char *dir, host_loader_state ls,
+                               ct_error *err) {
+    unsigned char blob[MIX_STATE_MAX];
+    uint64_t size = 0;
+    int absent = 0;
+    char path[PATH_MAX];
+    int32_t rc = read_blob(dir, "data.bin", DATA_MAGIC, "data mixture state", blob, sizeof blob,
+                           &size, &absent, err);
+    if (rc == CT_OK) rc = path_fmt(path, sizeof path, err, "%s/data.bin", dir);
+    if (rc != CT_OK) return rc;
+    if (!r->train_mix && !absent)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the checkpoint was trained on a mixture "
+                            "of datasets; this run's [data] train (%s) is one dataset ---> "
+                            "resume with the checkpoint's [data] train (%s/config.ini)", path,
+                            config_origin(r->cfg, "data", "train"), dir);
+    if (r->train_mix && absent)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the checkpoint was trained on one dataset "
+                            "(it has no data.bin); this run's [data] train (%s) is a mixture "
+                            "---> resume with the checkpoint's [data] train (%s/config.ini)",
+                            dir, config_origin(r->cfg, "data", "train"), dir);
+    if (r->train_mix) return mixture_load(r->train_mix, blob, (size_t)size, path, err);
+    return loader_set_state(r->train_data, ls, err);
+}
+
 int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t keep,
                         ct_error *err) {
     char dir[PATH_MAX], tmp[PATH_MAX], root[PATH_MAX];
@@ -673,6 +780,7 @@ int32_t checkpoint_save(host_rank *r, const char *out_dir, int64_t step, int32_t
     if ((rc = agree(r, rc, "creating the folder", err)) != CT_OK) goto out_remove_tmp;
     rc = write_rank_file(r, tmp, step, err);
     if (rc == CT_OK && r->rank == 0) rc = write_precision_state(r, tmp, err);
+    if (rc == CT_OK && r->rank == 0) rc = write_data_state(r, tmp, err);
     if ((rc = agree(r, rc, "writing a rank file", err)) != CT_OK) goto out_remove_tmp;
     if (r->rank == 0) rc = finish_save(root, tmp, dir, err);
     if ((rc = agree(r, rc, "finishing the folder", err)) != CT_OK) goto out_remove_tmp;
@@ -997,6 +1105,9 @@ static int32_t check_model(const host_config *cfg, const host_config *saved, con
         int32_t n = config_key_count(a, "model");
         for (int32_t i = 0; i < n; i++) {
             const char *key = config_key_name(a, "model", i);
+            /* where the first weights came from does not bind a resume (the checkpoint holds
+             * the weights; a run folder's newest checkpoint moves on as that run trains) */
+            if (!strcmp(key, "init_from") || !strcmp(key, "from_config")) continue;
             const char *va = config_get(a, "model", key), *vb = config_get(b, "model", key);
             if (vb && same_value(va, vb)) continue;
             /* a key the plugin gained since the save, left at its default, changes nothing */
@@ -1102,7 +1213,7 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
         free(part);
         for (int k = 0; k < 1 + CT_OPTIM_MAX_STATE; k++) free(full[k]);
     }
-    if (rc == CT_OK && !weights_only) rc = loader_set_state(r->train_data, first->ls, err);
+    if (rc == CT_OK && !weights_only) rc = read_data_state(r, dir, first->ls, err);
     return rc;
 }
 
@@ -1381,4 +1492,47 @@ int32_t checkpoint_data_position(const char *dir, host_loader_state *ls, int32_t
     }
     close_saved(&first);
     return rc;
+}
+
+/* ---- fine-tuning: a checkpoint's weights unit by unit (init_ckpt.c) ------------------------ */
+
+struct ckpt_source {
+    char         dir[PATH_MAX];
+    saved_rank  *saved;  /* (world) the verified rank files */
+    int32_t      world;
+    host_config *cfg;    /* the folder's config.ini */
+};
+
+int32_t checkpoint_source_open(const char *dir, ckpt_source **out, ct_error *err) {
+    *out = NULL;
+    ckpt_source *s = calloc(1, sizeof *s);
+    if (!s) return ct_error_set(err, CT_ERR_NOMEM, "out of memory");
+    int32_t rc = path_fmt(s->dir, sizeof s->dir, err, "%s", dir);
+    if (rc == CT_OK) rc = open_checkpoint(s->dir, &s->saved, &s->world, &s->cfg, err);
+    if (rc != CT_OK) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return CT_OK;
+}
+
+const host_config *checkpoint_source_config(const ckpt_source *s) { return s->cfg; }
+int64_t checkpoint_source_step(const ckpt_source *s) { return s->saved[0].step; }
+int32_t checkpoint_source_world(const ckpt_source *s) { return s->world; }
+uint32_t checkpoint_source_units(const ckpt_source *s) { return s->saved[0].n_units; }
+uint64_t checkpoint_source_numel(const ckpt_source *s, uint32_t u) {
+    assert(u < s->saved[0].n_units);
+    return s->saved[0].units[u].unit_numel;
+}
+
+int32_t checkpoint_source_unit(ckpt_source *s, uint32_t u, float *full, ct_error *err) {
+    assert(u < s->saved[0].n_units);
+    return gather_parts(s->saved, s->world, u, 1, &full, s->saved[0].units[u].unit_numel, err);
+}
+
+void checkpoint_source_close(ckpt_source *s) {
+    if (!s) return;
+    close_checkpoint(s->saved, s->world, s->cfg);
+    free(s);
 }

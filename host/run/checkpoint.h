@@ -95,6 +95,25 @@ int32_t checkpoint_find(const char *path, char *buf, size_t n, int64_t *step, ct
  * [model] must equal the checkpoint's, as for resume. */
 int32_t checkpoint_load_weights(host_rank *r, const char *dir, ct_error *err);
 
+/* A checkpoint's master weights read unit by unit, for [model] init_from = a checkpoint
+ * (fine-tuning: init_ckpt.h): the folder `dir` (holding rank_00000.bin) verified whole as resume
+ * verifies it (checksums, finite values, config.ini against its manifest), any saved world size.
+ * Reads, never changes anything. Close with checkpoint_source_close. */
+typedef struct ckpt_source ckpt_source;
+int32_t checkpoint_source_open(const char *dir, ckpt_source **out, ct_error *err);
+/* The folder's config.ini (loaded, not validated), its step, the world size that saved it. */
+const host_config *checkpoint_source_config(const ckpt_source *s);
+int64_t checkpoint_source_step(const ckpt_source *s);
+int32_t checkpoint_source_world(const ckpt_source *s);
+/* Units saved, and unit u's length (unpadded floats; u < checkpoint_source_units). */
+uint32_t checkpoint_source_units(const ckpt_source *s);
+uint64_t checkpoint_source_numel(const ckpt_source *s, uint32_t u);
+/* Unit u's master weights, reassembled from every rank file, into full
+ * (checkpoint_source_numel floats, f32: the master dtype of every ctrain checkpoint).
+ * CT_ERR_IO naming the file when a rank file changed since it was verified. */
+int32_t checkpoint_source_unit(ckpt_source *s, uint32_t u, float *full, ct_error *err);
+void checkpoint_source_close(ckpt_source *s);
+
 /* The data position saved with checkpoint folder dir (rank 0's file, verified as resume does)
  * into *ls, and the world size that saved it into *world: where the run's next step reads
  * its batch (`ctrain what-if`). */

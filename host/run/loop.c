@@ -277,6 +277,7 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
             metrics_add(&out, "lr", lr, CT_METRIC_MEAN);
             metrics_add(&out, "tokens_per_s", tps, CT_METRIC_MEAN);
             metrics_add(&out, "world_size", r->world, CT_METRIC_MEAN);
+            if (r->train_mix) mixture_add_metrics(r->train_mix, &out); /* the realised mixture */
             for (int32_t i = 0; i < norms.n; i++)
                 metrics_add(&out, norms.items[i].name, metrics_value(&norms, norms.items[i].name),
                             CT_METRIC_MEAN);

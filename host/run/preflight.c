@@ -5,6 +5,7 @@
  * Not for: schema checks (config.c, wiring.c) or starting ranks (train.c).
  */
 #include "run/preflight.h"
+#include "data/mixture.h"
 
 #include "plugin/contract.h"
 #include "plugin/hostapi.h"
@@ -144,7 +145,7 @@ static int32_t plugin_hooks(const host_config *cfg, const host_wiring *w, int32_
  * tokenizer's ids means nothing. meta.ini beside each (written by `ctrain prepare`) records
  * the tokenizer and its model's checksum; data without one is not judged. */
 static int32_t same_tokenizer(const host_config *cfg, ct_error *err) {
-    const char *train = config_get(cfg, "data", "train"), *val = config_get(cfg, "data", "val");
+    const char *train = mixture_train_path(cfg), *val = config_get(cfg, "data", "val");
     if (!train || !*train || !val || !*val) return CT_OK;
     host_data_meta mt, mv;
     if (data_meta_for(train, &mt, err) != CT_OK) return CT_OK; /* the loader reports it */
@@ -247,7 +248,8 @@ int32_t preflight_check(const host_config *cfg, const host_wiring *w, ct_error *
          * path led (paths are taken from the working directory) */
         char where[2 * CT_VALUE_MAX], abs[PATH_MAX];
         const char *v = config_get(cfg, "data", failed);
-        const char *a = config_abs_path(v, abs, sizeof abs);
+        /* a mixture's message names its dataset's section and path itself */
+        const char *a = mixture_is_spec(v) ? v : config_abs_path(v, abs, sizeof abs);
         snprintf(where, sizeof where, "%s: [data] %s%s%s%s", config_origin(cfg, "data", failed),
                  failed, a != v ? " (" : "", a != v ? a : "",
                  a != v ? ", from the working directory)" : "");

@@ -4,6 +4,8 @@
  * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
 
+#include "run/init_ckpt.h"
+
 #include "plugin/contract.h"
 #include "run/groups.h"
 #include "weights/import.h"
@@ -99,9 +101,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     int64_t seed = 0;
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     const char *init_from = r->no_init_from ? NULL : config_get(r->cfg, "model", "init_from");
-    ct_import *im = NULL; /* [model] init_from: its values replace the random ones */
-    if (init_from && *init_from && (rc = import_open(init_from, r->cfg, &r->mdesc, 0, &im, err)) != CT_OK)
-        return rc;
+    ct_import *im = NULL;  /* [model] init_from: its values replace the random ones */
+    init_ckpt *ck = NULL;  /* ... read from a ctrain checkpoint (fine-tuning) */
+    if (init_from && *init_from)
+        rc = init_ckpt_kind(init_from) ? init_ckpt_open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
+                                       : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
+    if (rc != CT_OK) return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
         float *full = malloc(n * sizeof *full);
@@ -110,10 +115,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             free(full);
             free(mask);
             import_close(im);
+            init_ckpt_close(ck);
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
+        if (ck) rc = init_ckpt_unit(ck, u, full, err);
         groups_decay_mask(r->cfg, &r->mdesc, u, mask);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
@@ -147,11 +154,13 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         free(mask);
         if (rc != CT_OK) {
             import_close(im);
+            init_ckpt_close(ck);
             if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
             return rc;
         }
     }
     import_close(im);
+    init_ckpt_close(ck);
     return CT_OK;
 }
 
@@ -161,9 +170,18 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     config_get_string(r->cfg, "data", "train", &train, NULL);
     config_get_string(r->cfg, "data", "val", &val, NULL);
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    mix_spec spec; /* [data] train = NAME:WEIGHT, ...: a mixture checks each dataset itself */
+    int32_t rc = mixture_parse(r->cfg, &spec, err);
+    if (rc != CT_OK) return rc;
+    if (spec.n) {
+        r->train_mix = mixture_open(r->cfg, &spec, r->V, r->B, r->T, r->rank, r->world,
+                                    (uint64_t)seed, err);
+        if (!r->train_mix) return err->code;
+        train = NULL;
+    }
     /* the data's vocabulary (meta.ini) must fit the model's */
     host_data_meta meta = {.max_token = -1};
-    int32_t rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
+    rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
     if (rc != CT_OK) return rc;
     data_meta_free(&meta);
     if (meta.found && meta.vocab_size > r->V)
@@ -172,12 +190,19 @@ static int32_t open_data(host_rank *r, ct_error *err) {
                             "take it from meta.ini, or set it to at least %d",
                             config_origin(r->cfg, "model", "vocab_size"), (long long)r->V,
                             meta.vocab_size, meta.path, meta.vocab_size);
-    r->train_data = loader_open(train, "train", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
-    if (!r->train_data) return err->code;
+    if (!r->train_mix) {
+        r->train_data = loader_open(train, "train", r->V, r->B, r->T, r->rank, r->world,
+                                    (uint64_t)seed, err);
+        if (!r->train_data) return err->code;
+    }
     if (val && *val) {
         r->val_data = loader_open(val, "val", r->V, r->B, r->T, r->rank, r->world, (uint64_t)seed, err);
         if (!r->val_data) return err->code;
-        const char *both = loader_partial_overlap(r->train_data, r->val_data);
+        const char *both = r->train_data ? loader_partial_overlap(r->train_data, r->val_data) : NULL;
+        for (int32_t i = 0; r->train_mix && !both && i < spec.n; i++) {
+            both = loader_partial_overlap(mixture_component(r->train_mix, i), r->val_data);
+            train = spec.c[i].path;
+        }
         if (both)
             return ct_error_set(err, CT_ERR_INVALID, "%s: [data] train (%s) and val (%s) both "
                                 "take %s, though they are not the same shards: the model would "
@@ -439,15 +464,21 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     const char *init_from = config_get(cfg, "model", "init_from");
     if (rc == CT_OK && init_from && *init_from) { /* the whole file checked against the model */
         ct_import *im = NULL;
+        init_ckpt *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
         *failed = "init_from";
-        rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
-        if (rc == CT_OK) rc = import_check_values(im, err);
+        if (init_ckpt_kind(init_from)) {
+            rc = init_ckpt_open(init_from, cfg, &r->mdesc, 1, &ck, err);
+        } else {
+            rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
+            if (rc == CT_OK) rc = import_check_values(im, err);
+        }
         import_close(im);
+        init_ckpt_close(ck);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
     if (rc == CT_OK) *failed = "train", rc = open_data(r, err);
-    if (rc != CT_OK && r->train_data) *failed = "val";
+    if (rc != CT_OK && (r->train_data || r->train_mix)) *failed = "val";
     int64_t eval_every = 0, asked = 8;
     config_get_int(cfg, "run", "eval_every", &eval_every, NULL);
     config_get_int(cfg, "run", "eval_batches", &asked, NULL);
@@ -480,6 +511,7 @@ int32_t rank_print_groups(const host_config *cfg, const host_wiring *w, ct_comm_
 
 void rank_close(host_rank *r) {
     if (r->train_data) loader_close(r->train_data);
+    mixture_close(r->train_mix);
     if (r->val_data) loader_close(r->val_data);
     free(r->h_tokens);
     free(r->h_targets);

@@ -8,6 +8,7 @@
 #include "plugin/calls.h"
 #include "config/config.h"
 #include "data/data.h"
+#include "data/mixture.h"
 #include "plugin/hostapi.h"
 #include "io/metrics.h"
 #include "plugin/registry.h"
@@ -76,7 +77,8 @@ typedef struct host_rank {
     /* host staging */
     int32_t *h_tokens, *h_targets; /* (B,T) */
 
-    host_loader *train_data, *val_data;
+    host_loader *train_data, *val_data; /* train_data NULL when [data] train is a mixture: */
+    host_mixture *train_mix;            /* its loader (mixture.h), else NULL */
     int64_t    eval_batches; /* micro-batches per evaluation: [run] eval_batches, or all that
                                 the validation data holds when the default (8) is more */
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */

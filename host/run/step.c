@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Load the next micro-batch of `data` into the device's token and target buffers. */
+/* Load the next micro-batch of `data` (NULL: the training mixture, r->train_mix) into the
+ * device's token and target buffers. */
 static int32_t load_batch(host_rank *r, host_loader *data, ct_error *err) {
     const char *was = calls_host_op("reading the data");
-    int32_t rc = loader_next(data, r->h_tokens, r->h_targets, err);
+    int32_t rc = data ? loader_next(data, r->h_tokens, r->h_targets, err)
+                      : mixture_next(r->train_mix, r->h_tokens, r->h_targets, err);
     calls_host_op(was);
     if (rc != CT_OK) return rc;
     uint64_t bytes = (uint64_t)r->N * sizeof(int32_t);

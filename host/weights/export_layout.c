@@ -3,10 +3,11 @@
  * ctrain's gpt tensors (plugins/model/gpt/gpt.c, build_units), all row-major (out, in):
  *   unit 0:  wte.weight (V,C), wpe.weight (T,C) [pos=learned], lnf.weight (C), lnf.bias (C)
  *            [layernorm], lm_head.weight (V,C) [untied]
- *   unit l+1: blocks.l.ln1.weight/bias, attn.qkv.weight (3C,C) rows q|k|v (head h at rows
- *            h*HD.. of each), attn.qkv.bias, attn.q_norm / k_norm [qk_norm], attn.proj.weight
- *            (C,C), attn.proj.bias, ln2.weight/bias, mlp.fc.weight (F or 2F, C) (swiglu: rows
- *            gate|up), mlp.fc.bias, mlp.proj.weight (C,F), mlp.proj.bias
+ *   unit l+1: blocks.l.ln1.weight/bias, attn.qkv.weight (C+2KC,C) rows q|k|v (C rows of q,
+ *            KC = n_kv_head*HD rows each of k and v; head h at rows h*HD.. of each),
+ *            attn.qkv.bias [qkv bias], attn.q_norm / k_norm [qk_norm], attn.proj.weight (C,C),
+ *            attn.proj.bias [output bias], ln2.weight/bias, mlp.fc.weight (F or 2F, C) (swiglu:
+ *            rows gate|up), mlp.fc.bias, mlp.proj.weight (C,F), mlp.proj.bias
  * RoPE is rotate-half (element d pairs with d + HD/2), as Hugging Face Llama: no permutation.
  */
 #include "weights/export_layout.h"
@@ -31,6 +32,12 @@ const char *layout_target_name(int32_t t) {
     return t >= 0 && t < 4 ? target_names[t] : "auto";
 }
 
+int64_t layout_mlp_width(int64_t intermediate_size, const char *mlp, int64_t C) {
+    if (intermediate_size > 0) return intermediate_size;
+    if (!strcmp(mlp, "swiglu")) return 256 * (((int64_t)(2.0 * 4.0 * (double)C / 3.0) + 256 - 1) / 256);
+    return 4 * C;
+}
+
 void layout_model_shape(const host_config *cfg, const ct_model_desc *d, model_shape *s) {
     memset(s, 0, sizeof *s);
     const char *plugin = config_get(cfg, "model", "plugin"), *v;
@@ -49,19 +56,36 @@ void layout_model_shape(const host_config *cfg, const ct_model_desc *d, model_sh
     config_get_bool(cfg, "model", "bias", &s->bias, NULL);
     config_get_float(cfg, "model", "norm_eps", &s->eps, NULL);
     config_get_float(cfg, "model", "rope_theta", &s->theta, NULL);
-    if (!strcmp(s->mlp, "swiglu"))
-        s->F = 256 * (((int64_t)(2.0 * 4.0 * (double)s->C / 3.0) + 256 - 1) / 256);
-    else s->F = 4 * s->C;
+    int64_t inter = 0;
+    config_get_int(cfg, "model", "intermediate_size", &inter, NULL);
+    s->F = layout_mlp_width(inter, s->mlp, s->C);
+    config_get_int(cfg, "model", "n_kv_head", &s->KVH, NULL);
+    if (s->KVH <= 0) s->KVH = s->NH;
+    const char *ab = config_get(cfg, "model", "attn_bias");
+    if (!ab || !strcmp(ab, "auto")) s->qkv_bias = s->proj_bias = s->bias;
+    else s->qkv_bias = !strcmp(ab, "qkv") || !strcmp(ab, "qkv_o"), s->proj_bias = !strcmp(ab, "qkv_o");
+    snprintf(s->rope_scaling, sizeof s->rope_scaling, "%s",
+             (v = config_get(cfg, "model", "rope_scaling")) ? v : "none");
+    s->rope_factor = 1, s->rope_low = 1, s->rope_high = 4, s->rope_orig = 8192;
+    config_get_float(cfg, "model", "rope_factor", &s->rope_factor, NULL);
+    config_get_float(cfg, "model", "rope_low_freq_factor", &s->rope_low, NULL);
+    config_get_float(cfg, "model", "rope_high_freq_factor", &s->rope_high, NULL);
+    config_get_int(cfg, "model", "rope_original_max_position", &s->rope_orig, NULL);
 }
 
 static int gpt2_shaped(const model_shape *s) {
     return s->is_gpt && !strcmp(s->norm, "layernorm") && !strcmp(s->mlp, "gelu") &&
-           !strcmp(s->pos, "learned") && s->bias && s->tie && !s->qk_norm;
+           !strcmp(s->pos, "learned") && s->bias && s->qkv_bias && s->proj_bias && s->tie &&
+           !s->qk_norm && s->KVH == s->NH;
 }
 
+/* Llama, and the files of its shape: Mistral (no sliding window), Qwen2 (q/k/v biases only,
+ * and no MLP bias); Llama's attention_bias is q, k, v and o, its mlp_bias [model] bias. */
 static int llama_shaped(const model_shape *s) {
+    int qwen2 = s->qkv_bias && !s->proj_bias;
     return s->is_gpt && !strcmp(s->norm, "rmsnorm") && !strcmp(s->mlp, "swiglu") &&
-           !strcmp(s->pos, "rope") && !s->bias && !s->qk_norm;
+           !strcmp(s->pos, "rope") && !s->qk_norm && (s->qkv_bias || !s->proj_bias) &&
+           !(qwen2 && s->bias);
 }
 
 const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size_t cap) {
@@ -73,14 +97,23 @@ const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size
     }
     if ((target == LAYOUT_HF_GPT2 || target == LAYOUT_LLMC) && !gpt2_shaped(s)) {
         snprintf(buf, cap, "%s expresses GPT-2 only (norm = layernorm, mlp = gelu, pos = "
-                 "learned, bias = true, tie_embeddings = true, qk_norm = false); this model has "
-                 "norm = %s, mlp = %s, pos = %s, bias = %s, tie_embeddings = %s, qk_norm = %s "
-                 "---> %s", layout_target_name(target), s->norm, s->mlp,
-                 s->pos, s->bias ? "true" : "false", s->tie ? "true" : "false",
-                 s->qk_norm ? "true" : "false",
+                 "learned, bias = true, tie_embeddings = true, qk_norm = false, attention "
+                 "biases, n_kv_head = n_head); this model has norm = %s, mlp = %s, "
+                 "pos = %s, bias = %s, tie_embeddings = %s, qk_norm = %s, an MLP %lld wide, "
+                 "attention biases %s, %lld of %lld key/value heads ---> %s",
+                 layout_target_name(target), s->norm, s->mlp, s->pos, s->bias ? "true" : "false",
+                 s->tie ? "true" : "false", s->qk_norm ? "true" : "false", (long long)s->F,
+                 s->qkv_bias ? s->proj_bias ? "qkv_o" : "qkv" : "none", (long long)s->KVH,
+                 (long long)s->NH,
                  target == LAYOUT_LLMC    ? "use --format safetensors"
                  : llama_shaped(s)        ? "use --target hf-llama or ctrain"
                                           : "use --target ctrain");
+        return buf;
+    }
+    if (target == LAYOUT_LLMC && s->F != 4 * s->C) {
+        snprintf(buf, cap, "llmc: llm.c's MLP is 4 * d_model = %lld wide; this model has "
+                 "intermediate_size %lld ---> use --format safetensors", (long long)(4 * s->C),
+                 (long long)s->F);
         return buf;
     }
     if (target == LAYOUT_LLMC && fabs(s->eps - 1e-5) > 1e-12) {
@@ -89,11 +122,12 @@ const char *layout_refusal(const model_shape *s, int32_t target, char *buf, size
         return buf;
     }
     if (target == LAYOUT_HF_LLAMA && !llama_shaped(s)) {
-        snprintf(buf, cap, "hf-llama expresses norm = rmsnorm, mlp = swiglu, pos = rope, bias = "
-                 "false, qk_norm = false; this model has norm = %s, mlp = %s, pos = %s, bias = "
-                 "%s, qk_norm = %s ---> use --target ctrain%s", s->norm, s->mlp, s->pos,
-                 s->bias ? "true" : "false", s->qk_norm ? "true" : "false",
-                 gpt2_shaped(s) ? " or hf-gpt2" : "");
+        snprintf(buf, cap, "hf-llama expresses norm = rmsnorm, mlp = swiglu, pos = rope, "
+                 "qk_norm = false, attn_bias none or qkv_o (Llama, with any bias) or qkv (Qwen2, "
+                 "bias = false); this model has norm = %s, mlp = %s, pos = %s, bias = %s, "
+                 "attn_bias %s, qk_norm = %s ---> use --target ctrain%s", s->norm, s->mlp, s->pos,
+                 s->bias ? "true" : "false", s->qkv_bias ? s->proj_bias ? "qkv_o" : "qkv" : "none",
+                 s->qk_norm ? "true" : "false", gpt2_shaped(s) ? " or hf-gpt2" : "");
         return buf;
     }
     return NULL;
@@ -192,7 +226,7 @@ static void build_gpt2(builder *b, const model_shape *s) {
 
 static void build_llama(builder *b, const model_shape *s) {
     char f[256], c[256];
-    int64_t C = s->C, F = s->F;
+    int64_t C = s->C, F = s->F, KC = s->KVH * s->HD;
     add(b, "model.embed_tokens.weight", "wte.weight", 0, 0, 0, 0);
     for (int64_t l = 0; l < s->L; l++) {
 #define P(fs, cs, r0, nr)                                                                      \
@@ -203,13 +237,24 @@ static void build_llama(builder *b, const model_shape *s) {
     } while (0)
         P("input_layernorm.weight", "ln1.weight", 0, 0);
         P("self_attn.q_proj.weight", "attn.qkv.weight", 0, C);
-        P("self_attn.k_proj.weight", "attn.qkv.weight", C, C);
-        P("self_attn.v_proj.weight", "attn.qkv.weight", 2 * C, C);
+        P("self_attn.k_proj.weight", "attn.qkv.weight", C, KC);
+        P("self_attn.v_proj.weight", "attn.qkv.weight", C + KC, KC);
+        if (s->qkv_bias) {
+            P("self_attn.q_proj.bias", "attn.qkv.bias", 0, C);
+            P("self_attn.k_proj.bias", "attn.qkv.bias", C, KC);
+            P("self_attn.v_proj.bias", "attn.qkv.bias", C + KC, KC);
+        }
         P("self_attn.o_proj.weight", "attn.proj.weight", 0, 0);
+        if (s->proj_bias) P("self_attn.o_proj.bias", "attn.proj.bias", 0, 0);
         P("post_attention_layernorm.weight", "ln2.weight", 0, 0);
         P("mlp.gate_proj.weight", "mlp.fc.weight", 0, F);
         P("mlp.up_proj.weight", "mlp.fc.weight", F, F);
         P("mlp.down_proj.weight", "mlp.proj.weight", 0, 0);
+        if (s->bias) { /* Llama's mlp_bias */
+            P("mlp.gate_proj.bias", "mlp.fc.bias", 0, F);
+            P("mlp.up_proj.bias", "mlp.fc.bias", F, F);
+            P("mlp.down_proj.bias", "mlp.proj.bias", 0, 0);
+        }
 #undef P
     }
     add(b, "model.norm.weight", "lnf.weight", 0, 0, 0, 0);

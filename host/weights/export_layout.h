@@ -1,6 +1,7 @@
 /* export_layout.h — how ctrain's parameter tensors map onto the tensors of an exported file
  * and back: Hugging Face GPT-2 (GPT2LMHeadModel: Conv1D weights stored (in, out)), Hugging
- * Face Llama (LlamaForCausalLM: q/k/v and gate/up split out of ctrain's fused matrices),
+ * Face Llama (LlamaForCausalLM, and the Llama-shaped Mistral and Qwen2 files: q/k/v and
+ * gate/up split out of ctrain's fused matrices, grouped-query k/v, attention biases),
  * llm.c's GPT-2 model file (per-layer tensors stacked, vocabulary padded), or ctrain's own
  * names. One table serves export (layout_get) and import (layout_put), so the two cannot
  * disagree. Not for: file formats (safetensors.c, llmc.c) or reading checkpoints. */
@@ -23,10 +24,18 @@ enum {
 typedef struct model_shape {
     int     is_gpt; /* [model] plugin = gpt; other plugins export with ctrain names only */
     int64_t L, NH, C, V, T, F, HD;
+    int64_t KVH;    /* key/value heads (n_kv_head; 0 there: NH) */
     char    norm[32], mlp[32], pos[32];
     int32_t qk_norm, tie, bias;
+    int32_t qkv_bias, proj_bias; /* attention biases ([model] attn_bias resolved against bias) */
     double  eps, theta;
+    char    rope_scaling[16];    /* none, linear, llama3 */
+    double  rope_factor, rope_low, rope_high;
+    int64_t rope_orig;           /* original_max_position_embeddings (llama3) */
 } model_shape;
+
+/* [model] intermediate_size resolved: the value, or (0) the gpt model's rule for mlp and C. */
+int64_t layout_mlp_width(int64_t intermediate_size, const char *mlp, int64_t C);
 
 typedef struct layout_entry {
     char     name[256];   /* the tensor's name in the file */

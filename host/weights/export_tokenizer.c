@@ -1,5 +1,6 @@
 /* export_tokenizer.c — the tokenizer files of an export (see export_tokenizer.h). */
 #include "weights/export_tokenizer.h"
+#include "data/mixture.h"
 
 #include "base/printable.h"
 #include "data/bpe.h"
@@ -18,7 +19,7 @@
 /* The tokenizer recorded in the meta.ini beside [data] train, when the run folder has none (a
  * checkpoint copied without its run). NULL when there is none. */
 static runtok *from_meta(const host_config *cfg) {
-    const char *train = config_get(cfg, "data", "train");
+    const char *train = mixture_train_path(cfg); /* a mixture's first dataset (one tokenizer) */
     if (!train || !*train) return NULL;
     char dir[PATH_MAX], meta[PATH_MAX + 16], model[2 * PATH_MAX];
     struct stat st;

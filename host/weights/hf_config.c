@@ -2,6 +2,8 @@
  * Hugging Face's defaults (GPT2Config, LlamaConfig) stand for keys a file leaves out. */
 #include "weights/hf_config.h"
 
+#include "weights/export_layout.h"
+
 #include "base/printable.h"
 #include "io/json.h"
 
@@ -81,8 +83,9 @@ static const char *text(const json_value *obj, const char *key, const char *dflt
 static int32_t refuse(reader *r, const char *why) {
     if (r->rc == CT_OK)
         r->rc = ct_error_set(r->err, CT_ERR_UNSUPPORTED, "%s: %s ---> the gpt model cannot "
-                             "represent this architecture; start from a model it can (GPT-2, "
-                             "or Llama without grouped-query attention, rope scaling or biases)",
+                             "represent this architecture; start from a model it can (GPT-2; "
+                             "Llama, Mistral, Qwen2 with head_dim = hidden_size / heads, "
+                             "silu, no MLP bias, rope default, linear or llama3)",
                              r->a->path, why);
     return r->rc;
 }
@@ -133,9 +136,9 @@ static void read_gpt2(reader *r) {
                  "activation" : "another activation is not available");
         refuse(r, why);
     }
-    if (inner > 0 && inner != 4.0 * (double)C) {
-        snprintf(why, sizeof why, "n_inner = %g: the gpt model's MLP is 4 * n_embd = %lld wide",
-                 inner, (long long)(4 * C));
+    if (inner != 0 && !(inner >= 1 && inner <= 1048576 && inner == floor(inner))) {
+        snprintf(why, sizeof why, "n_inner = %g: the gpt model's MLP width is a whole number "
+                 "1..1048576", inner);
         refuse(r, why);
     }
     if (!flag(r, "scale_attn_weights", 1))
@@ -154,27 +157,86 @@ static void read_gpt2(reader *r) {
     add_shape(r, from, sizes, 0, &gpt2);
     add(r, "tie_embeddings", "tie_word_embeddings", 0, "true");
     add(r, "norm_eps", "layer_norm_epsilon", 0, "%.9g", eps);
+    if (inner > 0 && inner != 4.0 * (double)C) /* else [model]'s rule, 4C, gives it */
+        add(r, "intermediate_size", "n_inner", 0, "%lld", (long long)inner);
+    add(r, "n_kv_head", "(GPT-2)", 0, "%lld", (long long)NH);
+    add(r, "attn_bias", "(GPT-2)", 0, "qkv_o");
 }
 
-/* LlamaConfig's keys and defaults (rope_theta also inside rope_parameters, newer files). */
-static void read_llama(reader *r) {
-    int64_t L = count(r, "num_hidden_layers", 32), NH = count(r, "num_attention_heads", 32);
-    int64_t C = count(r, "hidden_size", 4096), V = count(r, "vocab_size", 32000);
-    int64_t T = count(r, "max_position_embeddings", 2048);
+/* A family of Llama's shape: its config class's defaults for the keys a file leaves out. */
+typedef struct llama_family {
+    const char *name;       /* "(Llama)", "(Mistral)", "(Qwen2)" */
+    double      L, NH, C, V, T, F, eps;
+    int         qkv_bias;   /* Qwen2: q/k/v biases always, no output bias */
+    int         window;     /* the file may name a sliding window (Mistral, Qwen2) */
+} llama_family;
+
+static const llama_family LLAMA = {"(Llama)", 32, 32, 4096, 32000, 2048, 11008, 1e-6, 0, 0};
+static const llama_family MISTRAL = {"(Mistral)", 32, 32, 4096, 32000, 131072, 14336, 1e-6, 0, 1};
+static const llama_family QWEN2 = {"(Qwen2)", 32, 32, 4096, 151936, 32768, 22016, 1e-6, 1, 1};
+
+/* rope_scaling (or, in newer files, rope_parameters with a rope_type other than default):
+ * linear and llama3 as [model] rope_scaling with their factors; every other type refused. */
+static void read_rope_scaling(reader *r, const json_value *rp, int64_t T) {
+    const json_value *sc = json_get(r->root, "rope_scaling");
+    if (!sc || sc->type == JSON_NULL) sc = rp;
+    const char *type = sc && sc->type == JSON_OBJECT ? text(sc, "rope_type", text(sc, "type",
+                                                       "default")) : "default";
+    const char *from = sc == rp ? "rope_parameters" : "rope_scaling";
+    char why[256];
+    if (!strcmp(type, "default")) {
+        add(r, "rope_scaling", from, 0, "none");
+        return;
+    }
+    if (strcmp(type, "linear") && strcmp(type, "llama3")) {
+        snprintf(why, sizeof why, "%s rope_type \"%.32s\": the gpt model scales rope as "
+                 "linear or llama3 only (dynamic, yarn, longrope change it with the length)",
+                 from, type);
+        refuse(r, why);
+        return;
+    }
+    double factor = num(r, sc, "factor", 1);
+    if (!(factor > 0)) {
+        snprintf(why, sizeof why, "%s factor = %g: a scaling factor is > 0", from, factor);
+        refuse(r, why);
+        return;
+    }
+    add(r, "rope_scaling", from, 0, "%s", type);
+    add(r, "rope_factor", from, 0, "%.9g", factor);
+    if (!strcmp(type, "llama3")) {
+        double lo = num(r, sc, "low_freq_factor", 1), hi = num(r, sc, "high_freq_factor", 4);
+        double orig = num(r, sc, "original_max_position_embeddings", (double)T);
+        if (!(hi > lo) || !(orig >= 1 && orig <= 1073741824.0 && orig == floor(orig))) {
+            snprintf(why, sizeof why, "%s: llama3 needs high_freq_factor (%g) > low_freq_factor "
+                     "(%g) and a positive original_max_position_embeddings (%g)", from, hi, lo,
+                     orig);
+            refuse(r, why);
+            return;
+        }
+        add(r, "rope_low_freq_factor", from, 0, "%.9g", lo);
+        add(r, "rope_high_freq_factor", from, 0, "%.9g", hi);
+        add(r, "rope_original_max_position", from, 0, "%lld", (long long)orig);
+    }
+}
+
+/* LlamaConfig's keys (MistralConfig's and Qwen2Config's are the same names) and the family's
+ * defaults; rope_theta also inside rope_parameters (newer files). [model] bias is the MLP's
+ * (mlp_bias), attn_bias the attention's (attention_bias: q, k, v and o; Qwen2: q, k, v). */
+static void read_llama(reader *r, const llama_family *fam) {
+    int64_t L = count(r, "num_hidden_layers", fam->L), NH = count(r, "num_attention_heads", fam->NH);
+    int64_t C = count(r, "hidden_size", fam->C), V = count(r, "vocab_size", fam->V);
+    int64_t T = count(r, "max_position_embeddings", fam->T);
     int64_t KV = count(r, "num_key_value_heads", (double)NH);
-    int64_t F = count(r, "intermediate_size", 11008);
+    int64_t F = count(r, "intermediate_size", fam->F);
     int64_t HD = count(r, "head_dim", (double)(C / (NH > 0 ? NH : 1)));
-    double eps = num(r, r->root, "rms_norm_eps", 1e-6);
+    double eps = num(r, r->root, "rms_norm_eps", fam->eps);
     const json_value *rp = json_get(r->root, "rope_parameters");
     double theta = num(r, r->root, "rope_theta", rp ? num(r, rp, "rope_theta", 10000) : 10000);
-    const json_value *scaling = json_get(r->root, "rope_scaling");
-    const char *rope_type = rp ? text(rp, "rope_type", "default") : "default";
     const char *act = text(r->root, "hidden_act", "silu");
     char why[256];
-    if (KV != NH) {
-        snprintf(why, sizeof why, "num_key_value_heads = %lld, num_attention_heads = %lld: "
-                 "grouped-query attention (the gpt model has one key/value head per query head)",
-                 (long long)KV, (long long)NH);
+    if (NH % KV != 0) {
+        snprintf(why, sizeof why, "num_key_value_heads = %lld does not divide "
+                 "num_attention_heads = %lld", (long long)KV, (long long)NH);
         refuse(r, why);
     }
     int64_t width = 0; /* head_dim x heads: both up to 9e15, so the product is checked */
@@ -183,37 +245,44 @@ static void read_llama(reader *r) {
                  "num_attention_heads = %lld wide", (long long)HD, (long long)(C / NH));
         refuse(r, why);
     }
-    if ((scaling && scaling->type != JSON_NULL) || strcmp(rope_type, "default")) {
-        snprintf(why, sizeof why, "rope scaling (%s): the gpt model's rotary embedding is "
-                 "unscaled", scaling && scaling->type != JSON_NULL ?
-                 (text(scaling, "rope_type", text(scaling, "type", "rope_scaling"))) : rope_type);
-        refuse(r, why);
-    }
     if (strcmp(act, "silu")) {
         snprintf(why, sizeof why, "hidden_act \"%.64s\": the gpt model's gated MLP is SwiGLU "
                  "(silu)", act);
         refuse(r, why);
     }
-    if (flag(r, "attention_bias", 0) || flag(r, "mlp_bias", 0))
-        refuse(r, "attention_bias or mlp_bias = true: a Llama file of the gpt model has no "
-               "biases");
-    int64_t want_f = 256 * (((int64_t)(2.0 * 4.0 * (double)C / 3.0) + 256 - 1) / 256);
-    if (F != want_f) {
-        snprintf(why, sizeof why, "intermediate_size = %lld: the gpt model's SwiGLU width for "
-                 "hidden_size %lld is 256 * ceil(8 * %lld / 3 / 256) = %lld", (long long)F,
-                 (long long)C, (long long)C, (long long)want_f);
-        refuse(r, why);
+    if (json_get(r->root, "pretraining_tp") && num(r, r->root, "pretraining_tp", 1) != 1)
+        refuse(r, "pretraining_tp != 1: the gpt model computes the projections whole");
+    /* a sliding window no wider than the context: [model] seq_len may then be at most the
+     * window, where no position is outside it and attention is the full causal one */
+    int64_t ctx = T;
+    const char *ctx_from = "max_position_embeddings";
+    const json_value *sw = json_get(r->root, "sliding_window");
+    int windowed = sw && sw->type != JSON_NULL &&
+                   (!json_get(r->root, "use_sliding_window") || flag(r, "use_sliding_window", 0));
+    if (windowed) {
+        int64_t w = count(r, "sliding_window", 1);
+        if (w < ctx) ctx = w, ctx_from = "sliding_window (no wider than max_position_embeddings)";
     }
-    static const char *const from[] = {"num_hidden_layers", "num_attention_heads", "hidden_size",
-                                       "vocab_size", "max_position_embeddings"};
-    const int64_t sizes[] = {L, NH, C, V, T};
-    static const arch_kind llama = {"(Llama)", "rmsnorm", "hidden_act", "swiglu", "rope",
-                                    "attention_bias, mlp_bias", "false"};
-    add_shape(r, from, sizes, 1, &llama);
+    static const char *const from_tail[] = {"num_hidden_layers", "num_attention_heads",
+                                            "hidden_size", "vocab_size"};
+    const char *from[5] = {from_tail[0], from_tail[1], from_tail[2], from_tail[3], ctx_from};
+    const int64_t sizes[] = {L, NH, C, V, ctx};
+    arch_kind k = {fam->name, "rmsnorm", "hidden_act", "swiglu", "rope", "mlp_bias",
+                   flag(r, "mlp_bias", 0) ? "true" : "false"}; /* RMSNorm has no bias either way */
+    add_shape(r, from, sizes, 1, &k);
+    add(r, "n_kv_head", "num_key_value_heads", 0, "%lld", (long long)KV);
+    add(r, "intermediate_size", "intermediate_size", 0, "%lld", (long long)F);
+    if (fam->qkv_bias)
+        add(r, "attn_bias", "(Qwen2: q/k/v biases)", 0, "qkv");
+    else
+        add(r, "attn_bias", "attention_bias", 0, "%s", flag(r, "attention_bias", 0) ? "qkv_o" : "none");
     add(r, "tie_embeddings", "tie_word_embeddings", 0, "%s",
         flag(r, "tie_word_embeddings", 0) ? "true" : "false");
     add(r, "norm_eps", "rms_norm_eps", 0, "%.9g", eps);
-    add(r, "rope_theta", "rope_theta", 0, "%.9g", theta);
+    add(r, "rope_theta", rp && !json_get(r->root, "rope_theta") ? "rope_parameters.rope_theta"
+                                                                 : "rope_theta",
+        0, "%.9g", theta);
+    read_rope_scaling(r, rp, T);
 }
 
 /* ctrain's own config.json (--target ctrain): [model]'s keys as they are. */
@@ -235,6 +304,23 @@ static void read_ctrain(reader *r) {
     for (int i = 0; i < 3; i++) add(r, bools[i], bools[i], 0, "%s", flag(r, bools[i], 0) ? "true" : "false");
     add(r, "norm_eps", "norm_eps", 0, "%.9g", num(r, r->root, "norm_eps", 1e-5));
     add(r, "rope_theta", "rope_theta", 0, "%.9g", num(r, r->root, "rope_theta", 10000));
+    /* the keys of grouped-query attention, MLP width, attention biases and rope scaling;
+     * absent in earlier exports, whose models are their defaults */
+    add(r, "n_kv_head", "n_kv_head", 0, "%lld", (long long)num(r, r->root, "n_kv_head", 0));
+    add(r, "intermediate_size", "intermediate_size", 0, "%lld",
+        (long long)num(r, r->root, "intermediate_size", 0));
+    const char *ab = text(r->root, "attn_bias", "auto"), *rs = text(r->root, "rope_scaling", "none");
+    add(r, "attn_bias", "attn_bias", 0, "%.16s", ab);
+    add(r, "rope_scaling", "rope_scaling", 0, "%.16s", rs);
+    if (strcmp(rs, "none")) {
+        add(r, "rope_factor", "rope_factor", 0, "%.9g", num(r, r->root, "rope_factor", 1));
+        add(r, "rope_low_freq_factor", "rope_low_freq_factor", 0, "%.9g",
+            num(r, r->root, "rope_low_freq_factor", 1));
+        add(r, "rope_high_freq_factor", "rope_high_freq_factor", 0, "%.9g",
+            num(r, r->root, "rope_high_freq_factor", 4));
+        add(r, "rope_original_max_position", "rope_original_max_position", 0, "%lld",
+            (long long)num(r, r->root, "rope_original_max_position", 8192));
+    }
 }
 
 int32_t hf_config_read(const char *path, hf_arch *a, ct_error *err) {
@@ -255,12 +341,17 @@ int32_t hf_config_read(const char *path, hf_arch *a, ct_error *err) {
     else if (!strcmp(type, "gpt2") || (!*type && arch && !strcmp(arch, "GPT2LMHeadModel")))
         snprintf(a->kind, sizeof a->kind, "gpt2"), read_gpt2(&r);
     else if (!strcmp(type, "llama") || (!*type && arch && !strcmp(arch, "LlamaForCausalLM")))
-        snprintf(a->kind, sizeof a->kind, "llama"), read_llama(&r);
+        snprintf(a->kind, sizeof a->kind, "llama"), read_llama(&r, &LLAMA);
+    else if (!strcmp(type, "mistral") || (!*type && arch && !strcmp(arch, "MistralForCausalLM")))
+        snprintf(a->kind, sizeof a->kind, "mistral"), read_llama(&r, &MISTRAL);
+    else if (!strcmp(type, "qwen2") || (!*type && arch && !strcmp(arch, "Qwen2ForCausalLM")))
+        snprintf(a->kind, sizeof a->kind, "qwen2"), read_llama(&r, &QWEN2);
     else if (!strcmp(type, "ctrain-gpt") || !strcmp(text(r.root, "format", ""), "ctrain"))
         snprintf(a->kind, sizeof a->kind, "ctrain"), read_ctrain(&r);
     else
-        rc = ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not gpt2 or llama "
-                          "---> ctrain reads GPT-2 and Llama folders (and its own exports)", path,
+        rc = ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not gpt2, llama, "
+                          "mistral or qwen2 ---> ctrain reads GPT-2, Llama (SmolLM, TinyLlama), "
+                          "Mistral and Qwen2 folders (and its own exports)", path,
                           *type ? type : arch ? arch : "(none)");
     if (rc == CT_OK) rc = r.rc;
     json_free(doc);
@@ -269,19 +360,49 @@ int32_t hf_config_read(const char *path, hf_arch *a, ct_error *err) {
 
 static int is_int_key(const char *k) {
     return !strcmp(k, "n_layer") || !strcmp(k, "n_head") || !strcmp(k, "d_model") ||
-           !strcmp(k, "vocab_size") || !strcmp(k, "seq_len");
+           !strcmp(k, "vocab_size") || !strcmp(k, "seq_len") || !strcmp(k, "n_kv_head") ||
+           !strcmp(k, "intermediate_size") || !strcmp(k, "rope_original_max_position");
 }
 
-static int is_float_key(const char *k) { return !strcmp(k, "norm_eps") || !strcmp(k, "rope_theta"); }
+static int is_float_key(const char *k) {
+    return !strcmp(k, "norm_eps") || !strcmp(k, "rope_theta") || !strcmp(k, "rope_factor") ||
+           !strcmp(k, "rope_low_freq_factor") || !strcmp(k, "rope_high_freq_factor");
+}
+
+/* An int key of [model] as the model takes it: n_kv_head 0 is n_head, intermediate_size 0
+ * the width of the gpt model's rule. */
+static int64_t effective_int(const host_config *cfg, const char *key, int64_t v) {
+    if (v != 0) return v;
+    int64_t x = 0;
+    if (!strcmp(key, "n_kv_head") && config_get_int(cfg, "model", "n_head", &x, NULL) == CT_OK)
+        return x;
+    if (!strcmp(key, "intermediate_size") &&
+        config_get_int(cfg, "model", "d_model", &x, NULL) == CT_OK) {
+        const char *mlp = config_get(cfg, "model", "mlp");
+        return layout_mlp_width(0, mlp ? mlp : "gelu", x);
+    }
+    return v;
+}
+
+/* [model] attn_bias as the model takes it: auto follows bias. */
+static const char *effective_attn_bias(const host_config *cfg, const char *have) {
+    int32_t b = 0;
+    if (strcmp(have, "auto")) return have;
+    if (config_get_bool(cfg, "model", "bias", &b, NULL) != CT_OK) return have;
+    return b ? "qkv_o" : "none";
+}
 
 /* 1 when [model]'s value `have` satisfies the setting. */
 static int agrees(const host_config *cfg, const hf_setting *s, const char *have) {
     if (is_int_key(s->key)) {
         int64_t a = 0;
         if (config_get_int(cfg, "model", s->key, &a, NULL) != CT_OK) return 0;
+        a = effective_int(cfg, s->key, a);
         long long b = strtoll(s->value, NULL, 10);
-        return s->at_most ? a <= b : a == b;
+        return s->at_most ? a <= b : a == effective_int(cfg, s->key, b);
     }
+    if (!strcmp(s->key, "attn_bias"))
+        return !strcmp(effective_attn_bias(cfg, have), effective_attn_bias(cfg, s->value));
     if (is_float_key(s->key)) {
         double a = 0, b = strtod(s->value, NULL);
         if (config_get_float(cfg, "model", s->key, &a, NULL) != CT_OK) return 0;
@@ -351,7 +472,10 @@ int32_t hf_config_fill(host_config *cfg, ct_error *err) {
      * config.ini, read again by sample or export) needs nothing from it */
     static const char *const keys[] = {"n_layer", "n_head", "d_model", "vocab_size", "seq_len",
                                        "norm", "mlp", "pos", "bias", "tie_embeddings", "qk_norm",
-                                       "norm_eps", "rope_theta"};
+                                       "norm_eps", "rope_theta", "n_kv_head",
+                                       "intermediate_size", "attn_bias", "rope_scaling",
+                                       "rope_factor", "rope_low_freq_factor",
+                                       "rope_high_freq_factor", "rope_original_max_position"};
     int all = 1;
     for (size_t i = 0; all && i < sizeof keys / sizeof *keys; i++) all = !!config_get(cfg, "model", keys[i]);
     if (all) return CT_OK;

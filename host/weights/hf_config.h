@@ -1,9 +1,10 @@
-/* hf_config.h — the config.json beside [model] init_from's weights (Hugging Face GPT-2 or
- * Llama, or ctrain's own export) read as the gpt model's [model] settings it implies: checked
- * against the resolved [model] (a mismatch names the key, both values and what to set), or,
- * with [model] from_config = true, filling the keys [model] leaves out. Architectures the gpt
- * model cannot represent (grouped-query attention, exact GELU, rope scaling, biases in Llama,
- * an MLP width other than ctrain's) are refused with the reason.
+/* hf_config.h — the config.json beside [model] init_from's weights (Hugging Face GPT-2, Llama
+ * (and the Llama-shaped SmolLM, TinyLlama), Mistral, Qwen2, or ctrain's own export) read as the
+ * gpt model's [model] settings it implies: checked against the resolved [model] (a mismatch
+ * names the key, both values and what to set), or, with [model] from_config = true, filling the
+ * keys [model] leaves out. Architectures the gpt model cannot represent (exact GELU, rope types
+ * other than linear and llama3, MLP biases in Llama, a head_dim that is not hidden_size/heads)
+ * are refused with the reason; a sliding window caps [model] seq_len at its width.
  * Not for: the tensors themselves (import.c, export_layout.c) or writing config.json (export.c).
  */
 #ifndef CTRAIN_HOST_HF_CONFIG_H
@@ -15,7 +16,7 @@
 
 #include <limits.h>
 
-#define HF_MAX_SETTINGS 16
+#define HF_MAX_SETTINGS 32
 
 /* One [model] key as config.json sets it. */
 typedef struct hf_setting {
@@ -27,7 +28,7 @@ typedef struct hf_setting {
 
 typedef struct hf_arch {
     char       path[PATH_MAX]; /* the config.json */
-    char       kind[16];       /* "gpt2", "llama" or "ctrain" */
+    char       kind[16];       /* "gpt2", "llama", "mistral", "qwen2" or "ctrain" */
     hf_setting s[HF_MAX_SETTINGS];
     int32_t    n;
 } hf_arch;

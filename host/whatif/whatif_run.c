@@ -3,6 +3,7 @@
  * Not for: gradients, reductions or the report (whatif_grad.c, whatif_replay.c, cli/what_if.c).
  */
 #include "whatif/whatif_run.h"
+#include "data/mixture.h"
 
 #include "run/checkpoint.h"
 #include "plugin/wiring.h"
@@ -56,6 +57,10 @@ int32_t whatif_run_open(whatif_run *wr, const char *path, int64_t global_batch, 
     config_get_int(wr->cfg, "data", "grad_accum", &accum, NULL);
     config_get_int(wr->cfg, "run", "seed", &seed, NULL);
     config_get_string(wr->cfg, "data", "train", &train, NULL);
+    if (mixture_is_spec(train)) /* mixture.h: its windows come from several datasets */
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [data] train = %s is a mixture of "
+                            "datasets; what-if replays runs that read one dataset ---> replay a "
+                            "run whose [data] train is one dataset's shards", cfg_path, train);
     if (accum != 1)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [data] grad_accum = %lld; what-if "
                             "replays runs of one micro-batch per step ---> replay a run with "

@@ -6,8 +6,10 @@
  * aligned tile pointers, ldm a multiple of 16 bytes). Blocks run one after another on the
  * launch shape of flash_plan.h. Compared with a double-precision causal attention (forward O
  * and lse, backward dq, dk, dv from a random dO) at T = 1, 37, 64, 130 and head dims 16, 24, 64,
- * f32 and bf16 (inputs rounded to bf16). What this cannot see: the GPU's own scheduling,
- * memory model and WMMA's register layouts (tests/gpu/model_vs_cpu.c on a GPU sees them).
+ * f32, bf16 and f16 (inputs rounded to the 16-bit type; WMMA's f16 fragments widen with
+ * ct_f16_to_f32, as its bf16 ones with ct_bf16_to_f32). What this cannot see: the GPU's own
+ * scheduling, memory model and WMMA's register layouts (tests/gpu/model_vs_cpu.c on a GPU sees
+ * them).
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed"; exit 1 on a failure.
  * Built and run by tests/cli/test_flash_emu.sh (c++ -std=c++17 -pthread).
  */
@@ -56,6 +58,9 @@ alignas(128) unsigned char fa_smem[232448]; /* the H200's 227 KB per block */
 struct __nv_bfloat16 {
     uint16_t bits;
 };
+struct __half {
+    uint16_t bits;
+};
 
 #include <ctrain/numerics.h>
 
@@ -76,15 +81,17 @@ static inline int lane() { return threadIdx.x & 31; }
 static inline void rules(const void *p, unsigned ldm, int es) {
     if (lane() == 0 && (((uintptr_t)p % 32) != 0 || (ldm * es) % 16 != 0)) emu_faults++;
 }
-template <typename Use, typename L>
-inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p,
-                             unsigned ldm) {
+static inline float widen(__nv_bfloat16 b) { return ct_bf16_to_f32(b.bits); }
+static inline float widen(__half h) { return ct_f16_to_f32(h.bits); }
+template <typename Use, typename T, typename L>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    static_assert(sizeof(T) == 2, "16-bit fragments only");
     rules(p, ldm, 2);
     if (lane()) return;
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
-            f.x[r * 16 + c] = ct_bf16_to_f32(
-                (std::is_same<L, row_major>::value ? p[r * ldm + c] : p[r + c * ldm]).bits);
+            f.x[r * 16 + c] =
+                widen(std::is_same<L, row_major>::value ? p[r * ldm + c] : p[r + c * ldm]);
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
                              unsigned ldm, layout_t) {
@@ -103,10 +110,10 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
 inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float v) {
     for (int i = 0; i < 256; i++) f.x[i] = v;
 }
-template <typename LA, typename LB>
+template <typename T, typename LA, typename LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
-                     const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
-                     const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                     const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c) {
     if (lane()) return;
     float t[256];
@@ -241,16 +248,18 @@ static double rel_l2(const std::vector<float> &got, const std::vector<double> &w
 }
 
 template <typename E> static void run_case(int T, int HD) {
-    const bool bf16 = sizeof(E) == 2;
+    const bool bf16 = sizeof(E) == 2; /* a 16-bit type: the plan and grid of bf16 */
+    const bool f16 = std::is_same<E, fa_f16>::value;
     const int B = 1, NH = 2, C = NH * HD;
     char name[96];
-    snprintf(name, sizeof name, "flash_emu_%s_T%d_HD%d", bf16 ? "bf16" : "f32", T, HD);
+    snprintf(name, sizeof name, "flash_emu_%s_T%d_HD%d", f16 ? "f16" : bf16 ? "bf16" : "f32", T,
+             HD);
     std::vector<float> qkv((size_t)B * T * 3 * C), dO((size_t)B * T * C);
     for (auto &x : qkv) x = (float)normal();
     for (auto &x : dO) x = (float)normal();
     if (bf16) {
-        for (auto &x : qkv) x = ct_round_bf16(x);
-        for (auto &x : dO) x = ct_round_bf16(x);
+        for (auto &x : qkv) x = f16 ? ct_round_f16(x) : ct_round_bf16(x);
+        for (auto &x : dO) x = f16 ? ct_round_f16(x) : ct_round_bf16(x);
     }
     uint32_t gx = 0, gy = 0;
     if (gpt_flash_grid(B, T, NH, HD, bf16, &gx, &gy) != 0) {
@@ -276,8 +285,8 @@ template <typename E> static void run_case(int T, int HD) {
     });
     ref_out r = reference(qkv, dO, B, T, NH, HD);
     /* f32: the order of f32 sums; bf16: P and dS rounded to bf16 (2^-9) before their products,
-     * O rounded on output */
-    const double tol = bf16 ? 1e-2 : 5e-6, tol_lse = bf16 ? 1e-4 : 5e-6;
+     * O rounded on output; f16 the same with f16's 2^-12 (8 times finer than bf16's) */
+    const double tol = f16 ? 1e-3 : bf16 ? 1e-2 : 5e-6, tol_lse = bf16 ? 1e-4 : 5e-6;
     auto all = [](size_t) { return true; };
     check(rel_l2(att, r.o, all) <= tol, name, "O rel L2", rel_l2(att, r.o, all), tol);
     double worst = 0;
@@ -298,6 +307,7 @@ int main() {
     for (int s = 0; s < 5; s++) {
         run_case<float>(shapes[s][0], shapes[s][1]);
         run_case<uint16_t>(shapes[s][0], shapes[s][1]);
+        run_case<fa_f16>(shapes[s][0], shapes[s][1]);
     }
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

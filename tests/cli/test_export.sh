@@ -5,9 +5,11 @@
 # numpy forwards written from the Hugging Face GPT-2 and Llama architectures reproduce ctrain's
 # logits to 1e-5; llm.c's file reads back as the safetensors; export -> import -> export is
 # bit-identical; importing the safetensors and the llm.c export trains the same step bit for
-# bit; mismatches and impossible targets are refused with the reason; [run] log_param_norms
-# reduces sharded gradients over ranks. Needs python3 with numpy and safetensors
-# (scripts/install-deps.sh). Prints "N passed, N failed".
+# bit; the same numpy checks and round trips with grouped-query attention, rope scaling and
+# attention biases (Llama-3, Qwen2, Llama attention_bias shapes); mismatches and impossible
+# targets are refused with the reason; [run] log_param_norms reduces sharded gradients over
+# ranks. Needs python3 with numpy and safetensors (scripts/install-deps.sh).
+# Prints "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cli/train_lib.sh
@@ -154,6 +156,28 @@ cmp -s "$work/i0.bin" "$work/w1.bin" && compare_series "$work/i0" "$work/w1" los
 train "$work/ilx" "${LLAMA[@]}" --set model.init_from="$work/lx/model.safetensors" --set run.checkpoint_at_start=true --set run.steps=1
 export_to "$work/ilx/checkpoints/step_00000000" "$work/ilx0" --format safetensors
 claim "Llama: export -> import -> export is bit-identical" check same "$work/lx/model.safetensors" "$work/ilx0/model.safetensors"
+# today's families: grouped-query attention with llama3 rope scaling (Llama-3), multi-query with
+# q/k/v biases and a tied head (Qwen2: written as Qwen2ForCausalLM), Llama's attention_bias and
+# mlp_bias; numpy's forward of the transformers architecture on each export gives ctrain's
+# logits, and export -> import -> export is bit-identical
+GQA=("${LLAMA[@]}" --set model.n_head=4 --set model.n_kv_head=2 --set model.intermediate_size=24)
+for v in "l3|llama|--set model.rope_scaling=llama3 --set model.rope_factor=8 --set model.rope_original_max_position=8 --set model.rope_theta=500000" \
+         "q2|qwen2|--set model.attn_bias=qkv --set model.tie_embeddings=true --set model.n_kv_head=1" \
+         "lb|llama|--set model.bias=true --set model.attn_bias=qkv_o"; do
+    IFS='|' read -r name mtype extra <<< "$v"
+    read -ra more <<< "$extra"
+    train "$work/$name" "${GQA[@]}" "${more[@]}"
+    export_to "$work/$name" "$work/${name}x" --format safetensors
+    grep -q "\"model_type\": \"$mtype\"" "$work/${name}x/config.json" \
+        && ok "$name ($extra) exports as $mtype" || fail "$name config.json: $(cat "$work/${name}x/config.json")"
+    "$CTRAIN" logits "$work/$name/config.ini" --set model.init_from="$work/${name}x" \
+        --tokens "$work/tok" --out "$work/$name.logits" > "$work/$name.ll.log" 2>&1 || fail "logits: $(tail -3 "$work/$name.ll.log")"
+    claim "$name export: numpy forward (transformers' $mtype: GQA, biases, rope scaling) reproduces ctrain's logits" \
+        check forward "$work/${name}x" "$work/tok" "$work/$name.logits" 16
+    train "$work/i$name" "${GQA[@]}" "${more[@]}" --set model.init_from="$work/${name}x" --set run.checkpoint_at_start=true --set run.steps=1
+    export_to "$work/i$name/checkpoints/step_00000000" "$work/i${name}0" --format safetensors
+    claim "$name: export -> import -> export is bit-identical" check same "$work/${name}x/model.safetensors" "$work/i${name}0/model.safetensors"
+done
 # a combination no Hugging Face class expresses: ctrain's names, and back
 train "$work/q" --set model.qk_norm=true --set model.norm=gain_only_layernorm
 export_to "$work/q" "$work/qx" --format safetensors

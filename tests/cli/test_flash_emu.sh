@@ -2,7 +2,7 @@
 # test_flash_emu.sh — the gpt plugin's flash attention kernels (flash_kernels.cuh, the source
 # nvcc compiles) on a CPU: tests/cli/flash_emu.cc runs each CUDA thread as a host thread and
 # compares forward and backward with a double-precision causal attention (T = 1, 37, 64, 130;
-# head dims 16, 24, 64; f32 and bf16). Not for: the GPU itself (tests/gpu/model_vs_cpu.c).
+# head dims 16, 24, 64; f32, bf16 and f16). Not for: the GPU itself (tests/gpu/model_vs_cpu.c).
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 

@@ -1,7 +1,8 @@
 /* device_compare.h — one suite of claims that a candidate device plugin (cuda) computes what the
- * reference device plugin (cpu) computes on the same inputs: casts, stochastic rounding, scale,
- * axpy, sumsq, AdamW, row statistics. Used by tests/gpu/cuda_vs_cpu.c on a GPU machine and by
- * tests/unit/test_cuda_build.c (cpu against cpu) so the suite itself is exercised in CI.
+ * reference device plugin (cpu) computes on the same inputs: casts (bf16 and f16), stochastic
+ * rounding, scale and axpy (f32, bf16, f16), sumsq, AdamW, row statistics. Used by
+ * tests/gpu/cuda_vs_cpu.c on a GPU machine and by tests/unit/test_cuda_build.c (cpu against
+ * cpu) so the suite itself is exercised in CI.
  * Not for: the host, models or losses (their CUDA comparisons get their own files here).
  *
  * Every function returns the number of failed checks and prints one line per failure through
@@ -66,14 +67,19 @@ static void *dc_download(const char *test, ct_device_ref d, const void *dev, uin
     return h;
 }
 
-/* Inputs that stress rounding: random magnitudes over many binades, exact bf16 ties, NaN,
- * +-Inf, +-0, subnormals, the largest finite floats. n >= 16. */
+/* Inputs that stress rounding: random magnitudes over many binades (f16's overflow, subnormals
+ * and underflow among them), exact bf16 and f16 ties, NaN, +-Inf, +-0, subnormals, the largest
+ * finite floats. n >= 128. */
 static void dc_fill_hard_f32(float *x, uint64_t n) {
     for (uint64_t i = 0; i < n; i++)
         x[i] = (float)(dc_uniform(-1, 1) * pow(2.0, floor(dc_uniform(-30, 30))));
     const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f,
                              3.3895314e38f, -3.3895314e38f, 1.00390625f /* tie, to even */,
-                             1.01171875f /* tie, up */, -1.00390625f, 65504.0f, 1e-45f};
+                             1.01171875f /* tie, up */, -1.00390625f, 65504.0f, 1e-45f,
+                             1.00048828125f /* f16 tie, to even */,
+                             1.00146484375f /* f16 tie, up */, 65520.0f /* f16 tie, to Inf */,
+                             2.98023223876953125e-8f /* 2^-25: f16 tie, to 0 */,
+                             8.94069671630859375e-8f /* 1.5 * 2^-24: f16 subnormal tie */};
     for (size_t k = 0; k < sizeof special / sizeof *special; k++) x[k * 7 % n] = special[k];
 }
 
@@ -92,13 +98,15 @@ static uint64_t dc_bits_differ(const void *a, const void *b, uint64_t n, size_t 
 
 /* ---- casts ---------------------------------------------------------------------------- */
 
-/* cast f32 -> bf16 -> f32 on both devices: bit-identical (round to nearest even). */
-static int dc_cast_bits_identical(const dc_pair *p, uint64_t n) {
-    const char *t = "cast_f32_bf16_f32_bits_identical";
+/* cast f32 -> h -> f32 on both devices, h = bf16 or f16: bit-identical (round to nearest
+ * even), and equal to ct_bf16_from_f32 / ct_f16_from_f32. */
+static int dc_cast_bits_identical(const dc_pair *p, uint64_t n, int32_t h) {
+    const int f16 = h == CT_DTYPE_F16;
+    const char *t = f16 ? "cast_f32_f16_f32_bits_identical" : "cast_f32_bf16_f32_bits_identical";
     int fails = 0;
     float *x = (float *)malloc(n * 4);
     dc_fill_hard_f32(x, n);
-    uint16_t *h[2] = {NULL, NULL};
+    uint16_t *hb[2] = {NULL, NULL};
     float *back[2] = {NULL, NULL};
     const ct_device_ref devs[2] = {p->ref, p->dut};
     for (int k = 0; k < 2; k++) {
@@ -108,45 +116,47 @@ static int dc_cast_bits_identical(const dc_pair *p, uint64_t n) {
         uint16_t *dh = (uint16_t *)dc_upload(t, d, NULL, n * 2);
         float *dy = (float *)dc_upload(t, d, NULL, n * 4);
         if (!dx || !dh || !dy) { fails++; goto next; }
-        if (d.vt->cast(d.self, dh, CT_DTYPE_BF16, dx, CT_DTYPE_F32, n, &err) != CT_OK ||
-            d.vt->cast(d.self, dy, CT_DTYPE_F32, dh, CT_DTYPE_BF16, n, &err) != CT_OK) {
+        if (d.vt->cast(d.self, dh, h, dx, CT_DTYPE_F32, n, &err) != CT_OK ||
+            d.vt->cast(d.self, dy, CT_DTYPE_F32, dh, h, n, &err) != CT_OK) {
             dc_fail(t, "cast failed: %s", err.message);
             fails++;
             goto next;
         }
-        h[k] = (uint16_t *)dc_download(t, d, dh, n * 2);
+        hb[k] = (uint16_t *)dc_download(t, d, dh, n * 2);
         back[k] = (float *)dc_download(t, d, dy, n * 4);
     next:
         d.vt->free_mem(d.self, dx);
         d.vt->free_mem(d.self, dh);
         d.vt->free_mem(d.self, dy);
     }
-    if (h[0] && h[1] && back[0] && back[1]) {
+    if (hb[0] && hb[1] && back[0] && back[1]) {
         int64_t first;
-        uint64_t bad = dc_bits_differ(h[0], h[1], n, 2, &first);
+        uint64_t bad = dc_bits_differ(hb[0], hb[1], n, 2, &first);
         if (bad) {
-            dc_fail(t, "%llu of %llu bf16 results differ; first at %lld: x=%.9g cpu=0x%04x "
+            dc_fail(t, "%llu of %llu %s results differ; first at %lld: x=%.9g cpu=0x%04x "
                     "dut=0x%04x", (unsigned long long)bad, (unsigned long long)n,
-                    (long long)first, x[first], h[0][first], h[1][first]);
+                    ct_dtype_name(h), (long long)first, x[first], hb[0][first], hb[1][first]);
             fails++;
         }
         bad = dc_bits_differ(back[0], back[1], n, 4, &first);
         if (bad) {
-            dc_fail(t, "%llu bf16 -> f32 results differ (first at %lld)",
-                    (unsigned long long)bad, (long long)first);
+            dc_fail(t, "%llu %s -> f32 results differ (first at %lld)",
+                    (unsigned long long)bad, ct_dtype_name(h), (long long)first);
             fails++;
         }
         /* and both agree with numerics.h computed here */
         uint64_t off = 0;
-        for (uint64_t i = 0; i < n; i++) off += h[0][i] != ct_bf16_from_f32(x[i]);
+        for (uint64_t i = 0; i < n; i++)
+            off += hb[0][i] != (f16 ? ct_f16_from_f32(x[i]) : ct_bf16_from_f32(x[i]));
         if (off) {
-            dc_fail(t, "%llu results differ from ct_bf16_from_f32", (unsigned long long)off);
+            dc_fail(t, "%llu results differ from %s", (unsigned long long)off,
+                    f16 ? "ct_f16_from_f32" : "ct_bf16_from_f32");
             fails++;
         }
     } else if (!fails) {
         fails++;
     }
-    for (int k = 0; k < 2; k++) free(h[k]), free(back[k]);
+    for (int k = 0; k < 2; k++) free(hb[k]), free(back[k]);
     free(x);
     return fails;
 }
@@ -214,20 +224,24 @@ out:
 
 /* ---- scale and axpy ------------------------------------------------------------------- */
 
-/* scale (f32, bf16) and axpy (x f32, x bf16) on both devices: bit-identical results. */
+/* scale (f32, bf16, f16) and axpy (x f32, bf16, f16) on both devices: bit-identical results. */
 static int dc_scale_axpy_bits_identical(const dc_pair *p, uint64_t n) {
     const char *t = "scale_and_axpy_bits_identical";
     int fails = 0;
     float *x = (float *)malloc(n * 4), *y = (float *)malloc(n * 4);
-    uint16_t *xb = (uint16_t *)malloc(n * 2);
+    uint16_t *xb = (uint16_t *)malloc(n * 2), *xh = (uint16_t *)malloc(n * 2);
     for (uint64_t i = 0; i < n; i++) {
         x[i] = (float)dc_uniform(-3, 3);
         y[i] = (float)dc_uniform(-3, 3);
         xb[i] = ct_bf16_from_f32((float)dc_uniform(-3, 3));
+        /* f16 over its range: from subnormals (scale rounds them) to near 65504 */
+        double e = floor(dc_uniform(-26, 16));
+        xh[i] = ct_f16_from_f32((float)(dc_uniform(-1, 1) * pow(2.0, e)));
     }
     const float a = 0.7310586f;
-    /* results[k] = {scaled f32 x, scaled bf16 xb, y + a*x, y + a*xb} of device k */
-    void *res[2][4] = {{NULL}};
+    /* results[k] = {scaled f32 x, scaled bf16 xb, y + a*x, y + a*xb, scaled f16 xh, y + a*xh}
+     * of device k */
+    void *res[2][6] = {{NULL}};
     const ct_device_ref devs[2] = {p->ref, p->dut};
     for (int k = 0; k < 2; k++) {
         ct_device_ref d = devs[k];
@@ -237,11 +251,19 @@ static int dc_scale_axpy_bits_identical(const dc_pair *p, uint64_t n) {
         uint16_t *dxb = (uint16_t *)dc_upload(t, d, xb, n * 2);
         float *dxs = (float *)dc_upload(t, d, x, n * 4);
         uint16_t *dxbs = (uint16_t *)dc_upload(t, d, xb, n * 2);
-        if (!dx || !dy1 || !dy2 || !dxb || !dxs || !dxbs) { fails++; goto next; }
+        uint16_t *dxh = (uint16_t *)dc_upload(t, d, xh, n * 2);
+        uint16_t *dxhs = (uint16_t *)dc_upload(t, d, xh, n * 2);
+        float *dy3 = (float *)dc_upload(t, d, y, n * 4);
+        if (!dx || !dy1 || !dy2 || !dxb || !dxs || !dxbs || !dxh || !dxhs || !dy3) {
+            fails++;
+            goto next;
+        }
         if (d.vt->scale(d.self, dxs, CT_DTYPE_F32, n, a, &err) != CT_OK ||
             d.vt->scale(d.self, dxbs, CT_DTYPE_BF16, n, a, &err) != CT_OK ||
             d.vt->axpy(d.self, dy1, a, dx, CT_DTYPE_F32, n, &err) != CT_OK ||
-            d.vt->axpy(d.self, dy2, a, dxb, CT_DTYPE_BF16, n, &err) != CT_OK) {
+            d.vt->axpy(d.self, dy2, a, dxb, CT_DTYPE_BF16, n, &err) != CT_OK ||
+            d.vt->scale(d.self, dxhs, CT_DTYPE_F16, n, a, &err) != CT_OK ||
+            d.vt->axpy(d.self, dy3, a, dxh, CT_DTYPE_F16, n, &err) != CT_OK) {
             dc_fail(t, "device call failed: %s", err.message);
             fails++;
             goto next;
@@ -250,13 +272,17 @@ static int dc_scale_axpy_bits_identical(const dc_pair *p, uint64_t n) {
         res[k][1] = dc_download(t, d, dxbs, n * 2);
         res[k][2] = dc_download(t, d, dy1, n * 4);
         res[k][3] = dc_download(t, d, dy2, n * 4);
+        res[k][4] = dc_download(t, d, dxhs, n * 2);
+        res[k][5] = dc_download(t, d, dy3, n * 4);
     next:
         d.vt->free_mem(d.self, dx), d.vt->free_mem(d.self, dy1), d.vt->free_mem(d.self, dy2);
         d.vt->free_mem(d.self, dxb), d.vt->free_mem(d.self, dxs), d.vt->free_mem(d.self, dxbs);
+        d.vt->free_mem(d.self, dxh), d.vt->free_mem(d.self, dxhs), d.vt->free_mem(d.self, dy3);
     }
-    const char *what[4] = {"scale f32", "scale bf16", "axpy f32", "axpy bf16"};
-    const size_t es[4] = {4, 2, 4, 4};
-    for (int j = 0; j < 4 && !fails; j++) {
+    const char *what[6] = {"scale f32", "scale bf16", "axpy f32", "axpy bf16", "scale f16",
+                           "axpy f16"};
+    const size_t es[6] = {4, 2, 4, 4, 2, 4};
+    for (int j = 0; j < 6 && !fails; j++) {
         if (!res[0][j] || !res[1][j]) { fails++; break; }
         int64_t first;
         uint64_t bad = dc_bits_differ(res[0][j], res[1][j], n, es[j], &first);
@@ -272,37 +298,49 @@ static int dc_scale_axpy_bits_identical(const dc_pair *p, uint64_t n) {
         uint64_t off = 0;
         for (uint64_t i = 0; i < n; i++) off += y1[i] != y[i] + a * x[i];
         if (off) dc_fail(t, "cpu axpy differs from y + a*x in %llu places", (unsigned long long)off), fails++;
+        const uint16_t *s16 = (const uint16_t *)res[0][4];
+        off = 0;
+        for (uint64_t i = 0; i < n; i++)
+            off += s16[i] != ct_f16_from_f32(ct_f16_to_f32(xh[i]) * a);
+        if (off)
+            dc_fail(t, "cpu f16 scale differs from f16(x*a) in %llu places",
+                    (unsigned long long)off), fails++;
     }
     for (int k = 0; k < 2; k++)
-        for (int j = 0; j < 4; j++) free(res[k][j]);
-    free(x), free(y), free(xb);
+        for (int j = 0; j < 6; j++) free(res[k][j]);
+    free(x), free(y), free(xb), free(xh);
     return fails;
 }
 
 /* ---- sumsq ---------------------------------------------------------------------------- */
 
-/* sumsq of f32 and bf16 data: both devices within 1e-12 relative of a double sum here. */
+/* sumsq of f32, bf16 and f16 data: both devices within 1e-12 relative of a double sum here. */
 static int dc_sumsq_close(const dc_pair *p, uint64_t n) {
     const char *t = "sumsq_matches_double_within_1e-12";
     int fails = 0;
     float *x = (float *)malloc(n * 4);
-    uint16_t *xb = (uint16_t *)malloc(n * 2);
-    double want_f = 0, want_b = 0;
+    uint16_t *xb = (uint16_t *)malloc(n * 2), *xh = (uint16_t *)malloc(n * 2);
+    double want_f = 0, want_b = 0, want_h = 0;
     for (uint64_t i = 0; i < n; i++) {
         x[i] = (float)dc_uniform(-2, 2);
         xb[i] = ct_bf16_from_f32(x[i]);
+        xh[i] = ct_f16_from_f32(x[i]);
         want_f += (double)x[i] * x[i];
-        double b = ct_bf16_to_f32(xb[i]);
+        double b = ct_bf16_to_f32(xb[i]), h = ct_f16_to_f32(xh[i]);
         want_b += b * b;
+        want_h += h * h;
     }
     const ct_device_ref devs[2] = {p->ref, p->dut};
     for (int k = 0; k < 2; k++) {
         ct_device_ref d = devs[k];
         ct_error err = {.struct_size = sizeof err};
         void *dx = dc_upload(t, d, x, n * 4), *dxb = dc_upload(t, d, xb, n * 2);
-        double got_f = -1, got_b = -1;
-        if (!dx || !dxb || d.vt->sumsq(d.self, dx, CT_DTYPE_F32, n, &got_f, &err) != CT_OK ||
-            d.vt->sumsq(d.self, dxb, CT_DTYPE_BF16, n, &got_b, &err) != CT_OK) {
+        void *dxh = dc_upload(t, d, xh, n * 2);
+        double got_f = -1, got_b = -1, got_h = -1;
+        if (!dx || !dxb || !dxh ||
+            d.vt->sumsq(d.self, dx, CT_DTYPE_F32, n, &got_f, &err) != CT_OK ||
+            d.vt->sumsq(d.self, dxb, CT_DTYPE_BF16, n, &got_b, &err) != CT_OK ||
+            d.vt->sumsq(d.self, dxh, CT_DTYPE_F16, n, &got_h, &err) != CT_OK) {
             dc_fail(t, "device %d: sumsq failed: %s", k, err.message);
             fails++;
         } else {
@@ -310,11 +348,14 @@ static int dc_sumsq_close(const dc_pair *p, uint64_t n) {
                 dc_fail(t, "device %d f32: expected %.17g, got %.17g", k, want_f, got_f), fails++;
             if (!(fabs(got_b - want_b) <= 1e-12 * want_b))
                 dc_fail(t, "device %d bf16: expected %.17g, got %.17g", k, want_b, got_b), fails++;
+            if (!(fabs(got_h - want_h) <= 1e-12 * want_h))
+                dc_fail(t, "device %d f16: expected %.17g, got %.17g", k, want_h, got_h), fails++;
         }
         d.vt->free_mem(d.self, dx);
         d.vt->free_mem(d.self, dxb);
+        d.vt->free_mem(d.self, dxh);
     }
-    free(x), free(xb);
+    free(x), free(xb), free(xh);
     return fails;
 }
 
@@ -512,7 +553,8 @@ static dc_result dc_run_all(const dc_pair *p, int big) {
     dc_result r = {0, 0};
     uint64_t n = big ? 4000037 : 100003;
     dc_count(&r, "memory_basics", dc_memory_basics(p));
-    dc_count(&r, "cast_bits_identical", dc_cast_bits_identical(p, n));
+    dc_count(&r, "cast_bits_identical", dc_cast_bits_identical(p, n, CT_DTYPE_BF16));
+    dc_count(&r, "cast_f16_bits_identical", dc_cast_bits_identical(p, n, CT_DTYPE_F16));
     dc_count(&r, "cast_sr_matches_formula", dc_cast_sr_matches_formula(p, big ? n : 4099));
     dc_count(&r, "scale_axpy_bits_identical", dc_scale_axpy_bits_identical(p, n));
     dc_count(&r, "sumsq_close", dc_sumsq_close(p, n));

@@ -1,8 +1,10 @@
-/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for five small
+/* model_vs_cpu.c — the gpt model on a GPU against the same plugin on the CPU: for eight small
  * variants (GPT-2: layernorm, gelu, learned positions, tied head, biases; the same with
  * [model] mlp_epilogue = kernels and with bias = false, so the gelu MLP runs through both
  * cuBLASLt epilogue pairs and its kernels; open_lm: gain-only layernorm, swiglu, rope, qk-norm,
- * untied, no biases; rmsnorm + swiglu + qk-norm, learned) and three dtype pairs (params/grads f32/f32, bf16/f32, bf16/bf16), both devices get the same
+ * untied, no biases; rmsnorm + swiglu + qk-norm, learned; grouped-query attention: Llama-3-shaped
+ * and Qwen2-shaped multi-query, on flash and naive attention) and five dtype pairs (params/grads
+ * f32/f32, bf16/f32, bf16/bf16, f16/f32, f16/f16), both devices get the same
  * weights, two micro-batches of tokens and the same dlogits; compared: the logits of each
  * forward, mean_hidden, and every tensor's gradient after both backwards (it ADDS), as a
  * relative L2 error ||dut - cpu|| / ||cpu||. Tolerances: f32 1e-4 (order of f32 sums,
@@ -12,7 +14,13 @@
  * way (one bf16 ulp, 2^-8) and the flips cascade; measured on the CPU alone, that same 3e-7
  * perturbation of dlogits moves bf16 gradients by 2e-3..8e-3 and bf16 differs from f32 by
  * 7e-3..3e-2. So under bf16 the claims are also structural: every logit is a bf16 value.
- * The first three again with attention = naive and mlp_epilogue = kernels (f32/f32, bf16/bf16),
+ * f16 (pure_f16, fp16; its CUDA path has not yet run on a GPU) takes bf16's tolerance and the
+ * same structural claim (every logit an f16 value, and not merely a bf16 one): on the CPU alone
+ * the 3e-7 perturbation of dlogits moves f16 gradients (gpt2, open_lm; f16 and f32 grads) by
+ * 4.8e-4..9.1e-4, where its narrow range adds subnormal gradients whose last bit is a larger
+ * relative step.
+ * The first three again with attention = naive and mlp_epilogue = kernels (f32/f32, bf16/bf16,
+ * f16/f16),
  * so a failing fused path does not hide the state of the rest. Then the attention kernels
  * around their tile sizes (attention_cases). A token outside the
  * vocabulary must fail naming its position (bad_token_case). Then GPT-2 124M forward+backward
@@ -71,8 +79,9 @@ static double rel_l2(const float *a, const float *b, uint64_t n) {
 
 static void to_f32(float *dst, const void *src, uint64_t n, int32_t dtype) {
     for (uint64_t i = 0; i < n; i++)
-        dst[i] = dtype == CT_DTYPE_BF16 ? ct_bf16_to_f32(((const uint16_t *)src)[i])
-                                        : ((const float *)src)[i];
+        dst[i] = dtype == CT_DTYPE_BF16  ? ct_bf16_to_f32(((const uint16_t *)src)[i])
+                 : dtype == CT_DTYPE_F16 ? ct_f16_to_f32(((const uint16_t *)src)[i])
+                                         : ((const float *)src)[i];
 }
 
 static void side_free(side *s) {
@@ -107,6 +116,8 @@ static int side_setup(side *s, const char *const *over, float **w, int32_t pdt, 
         void *host = malloc(n * 4);
         if (pdt == CT_DTYPE_BF16)
             for (uint64_t i = 0; i < n; i++) ((uint16_t *)host)[i] = ct_bf16_from_f32(w[u][i]);
+        else if (pdt == CT_DTYPE_F16)
+            for (uint64_t i = 0; i < n; i++) ((uint16_t *)host)[i] = ct_f16_from_f32(w[u][i]);
         else
             memcpy(host, w[u], n * 4);
         s->params[u] = ph_upload(s->dev, host, n * ct_dtype_size(pdt));
@@ -180,7 +191,8 @@ static void compare_case(const char *label, const char *const *over, int32_t pdt
     }
     int32_t *tok = malloc((size_t)(2 * N) * 4);
     for (int64_t i = 0; i < 2 * N; i++) tok[i] = (int32_t)(ph_uniform() * (double)V);
-    tok[5] = tok[9] = tok[N + 3]; /* a token seen several times (the embedding gradient groups) */
+    if (N > 9) /* a token seen several times (the embedding gradient groups); T = 1 has N = 2 */
+        tok[5] = tok[9] = tok[N + 3];
     float *dlog = malloc((size_t)(N * V) * 4);
     for (int64_t i = 0; i < N * V; i++) dlog[i] = (float)(ph_normal() / (double)N);
     if (!side_setup(&r, over, w, pdt, gdt, tok, dlog, B, T) ||
@@ -199,11 +211,23 @@ static void compare_case(const char *label, const char *const *over, int32_t pdt
         snprintf(what, sizeof what, "micro-batch %d logits rel L2", micro);
         double e = l1 && l2 ? rel_l2(l2, l1, (uint64_t)(N * V)) : INFINITY;
         check(e <= tol, name, what, e, tol);
-        if (pdt == CT_DTYPE_BF16 && l2) { /* bf16 compute stores bf16 logits */
+        if (pdt != CT_DTYPE_F32 && l2) { /* bf16 (f16) compute stores bf16 (f16) logits */
             uint64_t nb = 0;
-            for (int64_t i = 0; i < N * V; i++) nb += l2[i] != ct_round_bf16(l2[i]);
-            snprintf(what, sizeof what, "micro-batch %d logits that are not bf16 values", micro);
+            for (int64_t i = 0; i < N * V; i++)
+                nb += l2[i] != (pdt == CT_DTYPE_F16 ? ct_round_f16(l2[i]) : ct_round_bf16(l2[i]));
+            snprintf(what, sizeof what, "micro-batch %d logits that are not %s values", micro,
+                     ct_dtype_name(pdt));
             check(nb == 0, name, what, (double)nb, 0);
+        }
+        if (pdt == CT_DTYPE_F16 && l2) { /* ... and really f16: 11 significant bits, of which a
+                                            bf16 value keeps 8 (an f16 logit is one ~1/8 of the
+                                            time; all are, should the DUT compute in bf16) */
+            uint64_t nb = 0;
+            for (int64_t i = 0; i < N * V; i++) nb += l2[i] == ct_round_bf16(l2[i]);
+            snprintf(what, sizeof what, "micro-batch %d share of logits that are also bf16 values",
+                     micro);
+            check((double)nb < 0.5 * (double)(N * V), name, what, (double)nb / (double)(N * V),
+                  0.5);
         }
         free(l1), free(l2);
         if (micro == 0 && r.vt->mean_hidden && d.vt->mean_hidden) {
@@ -400,7 +424,7 @@ static void timing_124m(ct_device_ref dev, const char *attention) {
 /* The CUDA attention kernels (flash_attention.cu, and the naive fallback) at sequence lengths
  * around their tiles (bf16 tiles of 64 rows, f32 of 32): T = 1, T not a multiple of a tile
  * (37, 130), T a multiple (64); head dims 16, 64 (GPT-2's) and 24 (zero-padded to 32 inside
- * the kernels) with rope and qk-norm in front of attention; f32 and bf16. One block, so the
+ * the kernels) with rope and qk-norm in front of attention; f32, bf16 and f16. One block, so the
  * logits and every gradient go through one attention forward and backward. */
 static void attention_cases(ct_device_ref ref, ct_device_ref dut) {
     static const char *const hd16[] = {"model:n_layer=1", "model:n_head=4", "model:d_model=64",
@@ -414,16 +438,20 @@ static void attention_cases(ct_device_ref ref, ct_device_ref dut) {
     static const char *const naive[] = {"model:n_layer=1", "model:n_head=4", "model:d_model=64",
                                         "model:vocab_size=96", "model:seq_len=130",
                                         "model:attention=naive", NULL};
+    static const char *const gqa[] = {"model:n_layer=1", "model:n_head=4", "model:n_kv_head=2",
+                                      "model:d_model=64", "model:vocab_size=96",
+                                      "model:seq_len=130", "model:pos=rope", NULL};
     struct { const char *label; const char *const *over; int64_t T; } at[] = {
         {"att_flash_hd16_T1", hd16, 1},    {"att_flash_hd16_T37", hd16, 37},
         {"att_flash_hd16_T64", hd16, 64},  {"att_flash_hd16_T130", hd16, 130},
         {"att_flash_hd64_T37", hd64, 37},  {"att_flash_hd64_T130", hd64, 130},
         {"att_flash_hd24_rope_qknorm_T37", hd24, 37},
         {"att_flash_hd24_rope_qknorm_T130", hd24, 130},
-        {"att_naive_hd16_T37", naive, 37}};
+        {"att_naive_hd16_T37", naive, 37}, {"att_flash_gqa_hd16_T130", gqa, 130}};
     for (size_t c = 0; c < sizeof at / sizeof at[0]; c++) {
         compare_case(at[c].label, at[c].over, CT_DTYPE_F32, CT_DTYPE_F32, at[c].T, ref, dut);
         compare_case(at[c].label, at[c].over, CT_DTYPE_BF16, CT_DTYPE_BF16, at[c].T, ref, dut);
+        compare_case(at[c].label, at[c].over, CT_DTYPE_F16, CT_DTYPE_F16, at[c].T, ref, dut);
     }
 }
 
@@ -462,14 +490,41 @@ int main(int argc, char **argv) {
     static const char *const gelu_nobias[] = {"model:n_layer=2", "model:n_head=4",
                                               "model:d_model=64", "model:vocab_size=300",
                                               "model:seq_len=32", "model:bias=false", NULL};
+    /* grouped-query attention (gpt_cuda.cu: the key/value heads repeated for the multi-head
+     * kernels, their gradients summed back) against the CPU's attention.c, which indexes the
+     * shared head: Llama-3-shaped (4 heads over 2, llama3 rope scaling, an MLP width of its
+     * own, untied) and Qwen2-shaped multi-query (4 over 1, q/k/v biases without an output
+     * bias, tied, qk-norm over the one key head), each on flash and on naive attention */
+    static const char *const llama3[] = {"model:n_layer=2", "model:n_head=4", "model:n_kv_head=2",
+                                         "model:d_model=64", "model:vocab_size=300",
+                                         "model:seq_len=32", "model:norm=rmsnorm",
+                                         "model:mlp=swiglu", "model:pos=rope",
+                                         "model:intermediate_size=176", "model:bias=false",
+                                         "model:tie_embeddings=false", "model:rope_scaling=llama3",
+                                         "model:rope_factor=8", "model:rope_original_max_position=16",
+                                         NULL};
+    static const char *const qwen2[] = {"model:n_layer=2", "model:n_head=4", "model:n_kv_head=1",
+                                        "model:d_model=64", "model:vocab_size=300",
+                                        "model:seq_len=32", "model:norm=rmsnorm",
+                                        "model:mlp=swiglu", "model:pos=rope", "model:bias=false",
+                                        "model:attn_bias=qkv", "model:qk_norm=true",
+                                        "model:intermediate_size=136", NULL};
+    static const char *const llama3_naive[] = {"model:n_layer=2", "model:n_head=4",
+                                               "model:n_kv_head=2", "model:d_model=64",
+                                               "model:vocab_size=300", "model:seq_len=32",
+                                               "model:norm=rmsnorm", "model:mlp=swiglu",
+                                               "model:pos=rope", "model:bias=false",
+                                               "model:attention=naive", NULL};
     struct { const char *label; const char *const *over; } cases[] = {
         {"gpt2", gpt2}, {"openlm", openlm}, {"rmsnorm", rms},
-        {"gpt2_mlp_kernels", gpt2_kernels}, {"gelu_nobias", gelu_nobias}};
-    int32_t dt[3][2] = {{CT_DTYPE_F32, CT_DTYPE_F32}, {CT_DTYPE_BF16, CT_DTYPE_F32},
-                        {CT_DTYPE_BF16, CT_DTYPE_BF16}};
+        {"gpt2_mlp_kernels", gpt2_kernels}, {"gelu_nobias", gelu_nobias},
+        {"gqa_llama3", llama3}, {"mqa_qwen2", qwen2}, {"gqa_naive", llama3_naive}};
+    int32_t dt[5][2] = {{CT_DTYPE_F32, CT_DTYPE_F32}, {CT_DTYPE_BF16, CT_DTYPE_F32},
+                        {CT_DTYPE_BF16, CT_DTYPE_BF16}, {CT_DTYPE_F16, CT_DTYPE_F32},
+                        {CT_DTYPE_F16, CT_DTYPE_F16}};
     double t0 = ph_now();
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 5; k++)
             compare_case(cases[c].label, cases[c].over, dt[k][0], dt[k][1], 32, ref, dut);
     /* the first three again on the plain kernels (attention = naive, mlp_epilogue = kernels):
      * should a fused path fail on a GPU, these say whether the rest of the model is right */
@@ -482,7 +537,7 @@ int main(int argc, char **argv) {
         plain[n] = NULL;
         char label[64];
         snprintf(label, sizeof label, "%s_plain", cases[c].label);
-        for (int k = 0; k < 3; k += 2) compare_case(label, plain, dt[k][0], dt[k][1], 32, ref, dut);
+        for (int k = 0; k < 5; k += 2) compare_case(label, plain, dt[k][0], dt[k][1], 32, ref, dut);
     }
     attention_cases(ref, dut);
     flash_head_dim_case(dut, !cpu_only);

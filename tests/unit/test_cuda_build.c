@@ -46,7 +46,7 @@ CT_TEST(device_compare_suite_passes_with_the_cpu_device_on_both_sides) {
     pair.dut = (ct_device_ref){(const ct_device_vtable *)p1.vt, p1.self, CT_DEVICE_CPU};
     dc_result r = dc_run_all(&pair, 0);
     CT_CHECK_INT(r.failed, 0);
-    CT_CHECK_INT(r.passed, 8);
+    CT_CHECK_INT(r.passed, 9);
 out:
     harness_free(h);
 }
@@ -75,6 +75,56 @@ CT_TEST(device_compare_suite_catches_a_one_ulp_axpy_error) {
     dc_expect_fail = 0;
     CT_CHECK_INT(fails, 1);
     CT_CHECK_STR_CONTAINS(dc_last, "axpy f32: 1 of 1000 differ (first at 5)");
+out:
+    harness_free(h);
+}
+
+/* ... and so are a device whose f16 scale is one f16 ulp off in one element, and one whose
+ * f32 -> f16 cast truncates instead of rounding to nearest even. */
+static int32_t (*real_scale)(void *, void *, int32_t, uint64_t, float, ct_error *);
+static int32_t off_by_one_f16_scale(void *self, void *x, int32_t dt, uint64_t n, float a,
+                                    ct_error *err) {
+    int32_t rc = real_scale(self, x, dt, n, a, err);
+    if (dt == CT_DTYPE_F16 && n > 5) ((uint16_t *)x)[5] ^= 1;
+    return rc;
+}
+static int32_t (*real_cast)(void *, void *, int32_t, const void *, int32_t, uint64_t, ct_error *);
+static int32_t truncating_f16_cast(void *self, void *dst, int32_t dt, const void *src,
+                                   int32_t st, uint64_t n, ct_error *err) {
+    if (dt != CT_DTYPE_F16 || st != CT_DTYPE_F32) return real_cast(self, dst, dt, src, st, n, err);
+    for (uint64_t i = 0; i < n; i++) { /* toward zero: the nearest f16 not above |x| */
+        float x = ((const float *)src)[i];
+        uint16_t h = ct_f16_from_f32(x);
+        if (isfinite(x) && fabsf(ct_f16_to_f32(h)) > fabsf(x)) h--;
+        ((uint16_t *)dst)[i] = h;
+    }
+    return CT_OK;
+}
+
+CT_TEST(device_compare_suite_catches_f16_scale_and_cast_errors) {
+    ct_harness *h = harness_new("[device]\nthreads = 1\n");
+    if (!h) return;
+    ct_device_ref d = harness_device(h);
+    if (!d.vt) goto out;
+    ct_device_vtable broken = *d.vt;
+    real_scale = d.vt->scale;
+    real_cast = d.vt->cast;
+    broken.scale = off_by_one_f16_scale;
+    dc_pair pair = {.ref = d, .dut = {&broken, d.self, CT_DEVICE_CPU}};
+    dc_expect_fail = 1;
+    dc_last[0] = 0;
+    int fails = dc_scale_axpy_bits_identical(&pair, 1000);
+    CT_CHECK_INT(fails, 1);
+    CT_CHECK_STR_CONTAINS(dc_last, "scale f16: 1 of 1000 differ (first at 5)");
+    broken.scale = d.vt->scale;
+    broken.cast = truncating_f16_cast;
+    dc_last[0] = 0;
+    fails = dc_cast_bits_identical(&pair, 4099, CT_DTYPE_F16);
+    dc_expect_fail = 0;
+    CT_CHECK_MSG(fails >= 1, "a truncating f16 cast passed");
+    CT_CHECK_STR_CONTAINS(dc_last, "cast_f32_f16_f32_bits_identical");
+    dc_expect_fail = 0;
+    (void)dc_cast_bits_identical(&pair, 4099, CT_DTYPE_BF16); /* bf16 is untouched: passes */
 out:
     harness_free(h);
 }

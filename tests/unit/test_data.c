@@ -91,7 +91,7 @@ int32_t *read_split(const char *dir, const char *split, int64_t *n) {
             break;
         }
         all = realloc(all, (size_t)(*n + s.n + 1) * sizeof *all);
-        uint16_t *tok = malloc((size_t)s.n * sizeof *tok + 1);
+        uint32_t *tok = malloc((size_t)s.n * sizeof *tok + 1);
         CT_CHECK_MSG(shard_read(&s, 0, s.n, tok, &err) == CT_OK, "shard_read: %s", err.message);
         for (int64_t j = 0; j < s.n; j++) all[*n + j] = tok[j];
         free(tok);
@@ -122,7 +122,7 @@ CT_TEST(shard_write_then_open_returns_the_same_tokens_in_llmc_layout) {
     CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
     CT_CHECK_INT(s.n, 1001);
     int bad = 0;
-    uint16_t tok[1001];
+    uint32_t tok[1001];
     CT_CHECK_MSG(shard_read(&s, 0, s.n, tok, &err) == CT_OK, "%s", err.message);
     for (int64_t i = 0; i < s.n; i++) bad += tok[i] != (uint16_t)((i * 7919 + 3) % 65536);
     CT_CHECK_INT(bad, 0);
@@ -169,8 +169,8 @@ CT_TEST(shard_open_refuses_bad_magic_version_and_length_naming_the_file) {
     int32_t v;
     v = 12345;
     expect_refused(dir, "magic.bin", 0, &v, 4, -1, "bad magic 12345");
-    v = 2;
-    expect_refused(dir, "v2.bin", 4, &v, 4, -1, "version 2");
+    v = 2; /* a version-2 header over 100 2-byte tokens */
+    expect_refused(dir, "v2.bin", 4, &v, 4, -1, "the header's version does not match");
     v = 7;
     expect_refused(dir, "v7.bin", 4, &v, 4, -1, "shard version 7");
     expect_refused(dir, "cut.bin", 0, NULL, 0, 1024 + 2 * 100 - 2, "truncated");
@@ -422,6 +422,125 @@ CT_TEST(loader_refuses_a_token_at_or_beyond_vocab_size_naming_file_and_token) {
     CT_CHECK_STR_CONTAINS(err.message, "fewer than one global batch");
 }
 
+/* Version 2 (uint32 tokens): the layout llm.c's LLaMA-3 shards have, read back token for token
+ * (values far above 65,535 included), dealt by the loader as int32 windows, with a token >= V
+ * refused naming the file and its position; a truncated one and one whose header's width does
+ * not match its bytes or its meta.ini are refused naming what is wrong. */
+CT_TEST(shard_u32_version_2_round_trips_and_the_loader_deals_and_checks_it) {
+    const char *dir = ct_test_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    enum { N = 4001, V = 128256 };
+    uint32_t *tok = malloc(N * sizeof *tok);
+    for (int64_t i = 0; i < N; i++) tok[i] = (uint32_t)((i * 40503 + 7) % V);
+    ct_error err = new_err();
+    CT_CHECK_MSG(shard_write_u32(path, tok, N, &err) == CT_OK, "%s", err.message);
+    size_t len;
+    char *raw = read_whole(path, &len);
+    CT_CHECK_INT(len, 1024 + 4 * N);
+    if (raw) {
+        const int32_t *h = (const int32_t *)raw;
+        CT_CHECK_INT(h[0], 20240520);
+        CT_CHECK_INT(h[1], 2);
+        CT_CHECK_INT(h[2], N);
+        uint32_t t5;
+        memcpy(&t5, raw + 1024 + 4 * 5, 4);
+        CT_CHECK_INT(t5, tok[5]);
+    }
+    free(raw);
+    host_token_shard s;
+    CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
+    CT_CHECK_INT(s.width, 4);
+    uint32_t *back = malloc(N * sizeof *back);
+    CT_CHECK_MSG(shard_read(&s, 0, N, back, &err) == CT_OK, "%s", err.message);
+    int bad = 0, above = 0;
+    for (int64_t i = 0; i < N; i++) bad += back[i] != tok[i], above += tok[i] > 65535;
+    CT_CHECK_INT(bad, 0);
+    CT_CHECK(above > N / 3); /* the test means something: many tokens need 32 bits */
+    int32_t max;
+    int64_t at;
+    CT_CHECK_MSG(shard_max_token(&s, &max, &at, &err) == CT_OK, "%s", err.message);
+    uint32_t want = 0;
+    for (int64_t i = 0; i < N; i++) want = tok[i] > want ? tok[i] : want;
+    CT_CHECK_INT(max, want);
+    shard_close(&s);
+    /* the loader: every window's inputs and targets are the file's tokens */
+    host_loader *l = loader_open(path, NULL, V, 2, 8, 0, 1, 3, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (l) {
+        int32_t in[16], tg[16];
+        int wrong = 0;
+        for (int64_t b = 0; b < loader_batches_per_epoch(l); b++) {
+            CT_CHECK_MSG(loader_next(l, in, tg, &err) == CT_OK, "%s", err.message);
+            for (int r = 0; r < 2; r++) {
+                int64_t start = -1; /* where in the file this window starts */
+                for (int64_t w = 0; w + 8 < N && start < 0; w += 8)
+                    if ((int32_t)tok[w] == in[r * 8] && (int32_t)tok[w + 1] == in[r * 8 + 1]) start = w;
+                for (int t = 0; start >= 0 && t < 8; t++)
+                    wrong += in[r * 8 + t] != (int32_t)tok[start + t] ||
+                             tg[r * 8 + t] != (int32_t)tok[start + t + 1];
+                wrong += start < 0;
+            }
+        }
+        CT_CHECK_INT(wrong, 0);
+    }
+    loader_close(l);
+    /* a token >= V in the middle: the window holding it names file and position (a new file:
+     * the one writer never writes over a file its process has read) */
+    tok[2345] = V + 5;
+    snprintf(path, sizeof path, "%s/train_000001.bin", dir);
+    CT_CHECK_MSG(shard_write_u32(path, tok, N, &err) == CT_OK, "%s", err.message);
+    l = loader_open(path, NULL, V, 2, 8, 0, 1, 3, &err);
+    CT_CHECK_MSG(l != NULL, "%s", err.message);
+    if (l) {
+        CT_CHECK_INT(deal_epoch(l, 2, 8, &err), CT_ERR_INVALID);
+        CT_CHECK_STR_CONTAINS(err.message, path);
+        CT_CHECK_STR_CONTAINS(err.message, "token 128261 at position 2345 is >= the model's "
+                                           "vocab_size 128256");
+    }
+    loader_close(l);
+    /* meta.ini saying 2-byte tokens for a version-2 shard */
+    char meta[600];
+    snprintf(meta, sizeof meta, "%s/meta.ini", dir);
+    FILE *f = fopen(meta, "w");
+    if (f) {
+        fprintf(f, "[data]\ntokenizer = bpe\nvocab_size = 128256\ntoken_bytes = 2\n");
+        fclose(f);
+    }
+    err = new_err();
+    l = loader_open(path, NULL, V, 2, 8, 0, 1, 3, &err);
+    CT_CHECK(l == NULL);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, "says 4-byte tokens but its meta.ini");
+    CT_CHECK_STR_CONTAINS(err.message, "token_bytes = 2");
+    loader_close(l);
+    unlink(meta);
+    /* truncated by 2 bytes (half a token) */
+    CT_CHECK(truncate(path, 1024 + 4 * N - 2) == 0);
+    err = new_err();
+    CT_CHECK_INT(shard_open(path, &s, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, path);
+    CT_CHECK_STR_CONTAINS(err.message, "the file is truncated");
+    /* a version-2 header over 2-byte tokens: the size is the other width's */
+    snprintf(path, sizeof path, "%s/train_000002.bin", dir);
+    uint16_t t16[100];
+    for (int i = 0; i < 100; i++) t16[i] = (uint16_t)i;
+    CT_CHECK_MSG(shard_write(path, t16, 100, &err) == CT_OK, "%s", err.message);
+    f = fopen(path, "r+b");
+    int32_t two = 2;
+    if (f) {
+        fseek(f, 4, SEEK_SET);
+        fwrite(&two, 4, 1, f);
+        fclose(f);
+    }
+    err = new_err();
+    CT_CHECK_INT(shard_open(path, &s, &err), CT_ERR_INVALID);
+    CT_CHECK_STR_CONTAINS(err.message, "version 2: 4-byte tokens");
+    CT_CHECK_STR_CONTAINS(err.message, "the header's version does not match the tokens written");
+    free(tok);
+    free(back);
+}
+
 /* A shard truncated (or rewritten) under an open loader: the next window is an error naming
  * the file and the token position, never a SIGBUS (the loader used to map the file). */
 CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
@@ -468,7 +587,7 @@ CT_TEST(loader_errors_with_file_and_position_when_a_shard_changes_under_it) {
     CT_CHECK_MSG(shard_open(path, &s, &err) == CT_OK, "%s", err.message);
     write_pattern_shard_elsewhere(path, 1000, 1, 0, 200);
     shard_release(&s);
-    uint16_t t[4];
+    uint32_t t[4];
     err = new_err();
     CT_CHECK_INT(shard_read(&s, 8, 4, t, &err), CT_ERR_IO);
     CT_CHECK_STR_CONTAINS(err.message, "token position 8: the file was replaced");

@@ -27,8 +27,9 @@ typedef struct {
 static int model_new(model *m, const char *keys) {
     memset(m, 0, sizeof *m);
     char ini[1024];
-    snprintf(ini, sizeof ini, "[model]\nn_layer = 2\nn_head = 2\nd_model = %d\nvocab_size = %d\n"
-             "seq_len = %d\n%s\n[device]\nthreads = 2\n", DC, DV, DT, keys);
+    snprintf(ini, sizeof ini, "[model]\nn_layer = 2\n%sd_model = %d\nvocab_size = %d\n"
+             "seq_len = %d\n%s\n[device]\nthreads = 2\n", strstr(keys, "n_head") ? "" :
+             "n_head = 2\n", DC, DV, DT, keys);
     m->h = harness_new(ini);
     if (!m->h) return 0;
     ct_harness_plugin hp;
@@ -157,6 +158,16 @@ CT_TEST(decode_with_the_cache_matches_forward_rope_positions) {
     check_variant("pos = rope");
     check_variant("pos = rope\nnorm = gain_only_layernorm\nmlp = swiglu\nqk_norm = true\n"
                   "tie_embeddings = false\nbias = false");
+}
+
+/* Grouped-query and multi-query attention: the cache holds the key heads only (KVH of NH) */
+CT_TEST(decode_with_the_cache_matches_forward_grouped_query) {
+    check_variant("n_head = 4\nn_kv_head = 2\npos = rope\nnorm = rmsnorm\nmlp = swiglu\n"
+                  "bias = false\ntie_embeddings = false\nintermediate_size = 24\n"
+                  "rope_scaling = llama3\nrope_factor = 8\nrope_original_max_position = 8");
+    check_variant("n_head = 4\nn_kv_head = 1\npos = rope\nbias = false\nattn_bias = qkv\n"
+                  "qk_norm = true");
+    check_variant("n_head = 4\nn_kv_head = 2\npos = learned");
 }
 
 CT_TEST(decode_refuses_a_wrong_position_and_an_overfull_cache) {

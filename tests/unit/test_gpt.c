@@ -234,6 +234,175 @@ CT_TEST(gpt_gradients_match_finite_differences_open_lm) {
                     "tie_embeddings = false\nbias = false\ninit = open_lm");
 }
 
+/* The shapes of current checkpoint families: grouped-query and multi-query attention (4 query
+ * heads over 2 or 1 key/value heads), any MLP width, q/k/v biases without an output bias
+ * (Qwen2) or with it, rope scaling (linear; llama3 with original_max_position 16, so the head
+ * dim 4's two frequencies fall in the medium (smoothed) and the low (divided) band). */
+static const shape GQA4 = {TB, TT, TV, 8, 4, 2};
+CT_TEST(gpt_gradients_match_finite_differences_grouped_query) {
+    check_gradients_shaped("n_kv_head = 2\npos = rope", GQA4);
+    check_gradients_shaped("n_kv_head = 2\nqk_norm = true", GQA4); /* k-norm over KC = 4 */
+}
+CT_TEST(gpt_gradients_match_finite_differences_multi_query) {
+    check_gradients_shaped("n_kv_head = 1", GQA4);
+}
+CT_TEST(gpt_gradients_match_finite_differences_intermediate_size) {
+    check_gradients("mlp = swiglu\nintermediate_size = 12");
+    check_gradients("intermediate_size = 20");
+}
+CT_TEST(gpt_gradients_match_finite_differences_attention_bias) {
+    check_gradients("bias = false\nattn_bias = qkv");
+    check_gradients("bias = false\nattn_bias = qkv_o");
+    check_gradients("attn_bias = none");
+}
+CT_TEST(gpt_gradients_match_finite_differences_rope_scaling) {
+    check_gradients("pos = rope\nrope_scaling = linear\nrope_factor = 2");
+    check_gradients("pos = rope\nrope_scaling = llama3\nrope_factor = 8\n"
+                    "rope_original_max_position = 16");
+}
+/* Llama-3 / Qwen2-shaped, T = 80: two query blocks accumulate into a shared key head */
+CT_TEST(gpt_gradients_match_finite_differences_llama3_and_qwen2_shapes) {
+    shape longer = {1, 80, TV, 8, 4, 2};
+    check_gradients_shaped("norm = rmsnorm\nmlp = swiglu\npos = rope\nbias = false\n"
+                           "tie_embeddings = false\nn_kv_head = 2\nintermediate_size = 24\n"
+                           "rope_scaling = llama3\nrope_factor = 8\n"
+                           "rope_original_max_position = 16\nrope_theta = 500000", longer);
+    check_gradients_shaped("norm = rmsnorm\nmlp = swiglu\npos = rope\nbias = false\n"
+                           "attn_bias = qkv\nn_kv_head = 1\nintermediate_size = 20", GQA4);
+}
+
+/* A tensor's span in a unit: offset and element count, found by name suffix. */
+static int tensor_span(const fixture *f, uint32_t u, const char *suffix, uint64_t *off,
+                       uint64_t *n) {
+    const ct_unit_spec *us = &f->d.units[u];
+    for (uint32_t k = 0; k < us->n_tensors; k++) {
+        size_t ln = strlen(us->tensors[k].name), ls = strlen(suffix);
+        if (ln >= ls && !strcmp(us->tensors[k].name + ln - ls, suffix))
+            return *off = tensor_off(us, k), *n = ct_tensor_numel(&us->tensors[k]), 1;
+    }
+    return 0;
+}
+
+/* Grouped-query attention is multi-head attention whose key/value heads are repeated
+ * (transformers' repeat_kv): a model with 4 heads over 2 key heads gives the logits of the
+ * 4-head model holding each key/value head twice, and its key/value gradients are the sums
+ * of that model's over the copies; every other gradient is the same. Both within 1e-5 of the
+ * largest value (the products differ in shape, so not bit for bit). */
+CT_TEST(gpt_grouped_query_equals_multi_head_with_repeated_heads) {
+    const char *keys[] = {"pos = rope\nbias = false\nattn_bias = qkv\nn_kv_head = 2",
+                          "pos = rope\nbias = false\nattn_bias = qkv\nn_kv_head = 1"};
+    for (int v = 0; v < 2; v++) {
+        fixture g, h;
+        int G = v == 0 ? 2 : 4, KC = 8 / G, C = 8, HD = 2;
+        if (!fixture_shaped(&g, keys[v], GQA4) ||
+            !fixture_shaped(&h, "pos = rope\nbias = false\nattn_bias = qkv", GQA4)) {
+            fixture_free(&g);
+            fixture_free(&h);
+            continue;
+        }
+        for (uint32_t u = 0; u < h.d.n_units; u++) { /* same tensors, but for qkv */
+            const char *sfx[] = {"attn.qkv.weight", "attn.qkv.bias"};
+            uint64_t go, gn, ho, hn;
+            memcpy(h.p32[u], g.p32[u], (u == 0 ? h.numel[u] : 0) * sizeof(float));
+            if (u == 0) continue;
+            for (uint32_t k = 0; k < h.d.units[u].n_tensors; k++) {
+                const char *nm = h.d.units[u].tensors[k].name;
+                if (strstr(nm, "attn.qkv")) continue;
+                uint64_t off, n;
+                CT_CHECK(tensor_span(&g, u, strchr(nm + 7, '.') + 1, &off, &n));
+                memcpy(h.p32[u] + tensor_off(&h.d.units[u], k), g.p32[u] + off, n * sizeof(float));
+            }
+            for (int t = 0; t < 2; t++) {
+                CT_CHECK(tensor_span(&g, u, sfx[t], &go, &gn) && tensor_span(&h, u, sfx[t], &ho, &hn));
+                int64_t cols = t == 0 ? C : 1;
+                for (int64_t row = 0; row < 3 * C; row++) { /* h's row <- g's row */
+                    int64_t part = row / C, w = row % C;
+                    int64_t src = part == 0 ? row : C + (part - 1) * KC + (w / HD / G) * HD + w % HD;
+                    memcpy(h.p32[u] + ho + row * cols, g.p32[u] + go + src * cols,
+                           (size_t)cols * sizeof(float));
+                }
+            }
+        }
+        forward(&g, CT_DTYPE_F32);
+        float lg[TN * TV];
+        memcpy(lg, g.logits, sizeof lg);
+        forward(&h, CT_DTYPE_F32);
+        double mx = 0, diff = 0;
+        for (int i = 0; i < TN * TV; i++) {
+            mx = fmax(mx, fabs(lg[i]));
+            diff = fmax(diff, fabs((double)lg[i] - h.logits[i]));
+        }
+        CT_CHECK_MSG(diff <= 1e-5 * mx, "{%s}: logits differ from the repeated-head model by "
+                     "%.3g (max %.3g)", keys[v], diff, mx);
+        backward(&g, CT_DTYPE_F32, CT_DTYPE_F32);
+        backward(&h, CT_DTYPE_F32, CT_DTYPE_F32);
+        double gmx = 0, gdiff = 0;
+        for (uint32_t u = 0; u < g.d.n_units; u++)
+            for (uint32_t k = 0; k < g.d.units[u].n_tensors; k++) {
+                const char *nm = g.d.units[u].tensors[k].name;
+                uint64_t off = tensor_off(&g.d.units[u], k), n = ct_tensor_numel(&g.d.units[u].tensors[k]);
+                uint64_t ho, hn;
+                CT_CHECK(tensor_span(&h, u, u == 0 ? nm : strchr(nm + 7, '.') + 1, &ho, &hn));
+                int64_t cols = strstr(nm, "weight") && !strstr(nm, "ln") ? C : 1;
+                for (uint64_t i = 0; i < n; i++) {
+                    int64_t row = (int64_t)i / cols, c = (int64_t)i % cols;
+                    double want = 0;
+                    if (strstr(nm, "attn.qkv") && row >= C) { /* sum of the copies */
+                        int64_t part = (row - C) / KC, w = (row - C) % KC;
+                        for (int j = 0; j < G; j++)
+                            want += h.g32[u][ho + (C + part * C + ((w / HD) * G + j) * HD + w % HD) * cols + c];
+                    } else {
+                        want = h.g32[u][ho + i];
+                    }
+                    gmx = fmax(gmx, fabs(want));
+                    gdiff = fmax(gdiff, fabs(want - g.g32[u][off + i]));
+                }
+            }
+        CT_CHECK_MSG(gdiff <= 1e-5 * gmx && gmx > 0, "{%s}: gradients differ from the "
+                     "repeated-head model's sums by %.3g (max %.3g)", keys[v], gdiff, gmx);
+        if (getenv("GPT_TEST_VERBOSE"))
+            printf("  {%s}: logits within %.2g, gradients within %.2g (relative)\n", keys[v],
+                   diff / mx, gdiff / gmx);
+        fixture_free(&g);
+        fixture_free(&h);
+    }
+}
+
+/* The new keys at the values that mean today's model change no bit: n_kv_head = n_head,
+ * intermediate_size = the rule's width, attn_bias = qkv_o under bias = true (none under
+ * false), rope_scaling = linear with factor 1; logits and every gradient compared bit for bit
+ * with the same model without the keys. */
+CT_TEST(gpt_new_keys_at_todays_values_keep_the_bits) {
+    const char *pairs[][2] = {
+        {"", "n_kv_head = 2\nintermediate_size = 32\nattn_bias = qkv_o"},
+        {"norm = gain_only_layernorm\nmlp = swiglu\npos = rope\nqk_norm = true\n"
+         "tie_embeddings = false\nbias = false\ninit = open_lm",
+         "norm = gain_only_layernorm\nmlp = swiglu\npos = rope\nqk_norm = true\n"
+         "tie_embeddings = false\nbias = false\ninit = open_lm\nn_kv_head = 2\n"
+         "intermediate_size = 256\nattn_bias = none\nrope_scaling = linear\nrope_factor = 1"},
+    };
+    for (int v = 0; v < 2; v++) {
+        fixture a, b;
+        if (!fixture_new(&a, pairs[v][0]) || !fixture_new(&b, pairs[v][1])) {
+            fixture_free(&a);
+            fixture_free(&b);
+            continue;
+        }
+        CT_CHECK_INT(a.d.n_params, b.d.n_params);
+        forward(&a, CT_DTYPE_F32);
+        forward(&b, CT_DTYPE_F32);
+        CT_CHECK_MSG(!memcmp(a.logits, b.logits, (size_t)a.n_logits * sizeof(float)),
+                     "{%s}: logits differ", pairs[v][1]);
+        backward(&a, CT_DTYPE_F32, CT_DTYPE_F32);
+        backward(&b, CT_DTYPE_F32, CT_DTYPE_F32);
+        for (uint32_t u = 0; u < a.d.n_units; u++)
+            CT_CHECK_MSG(!memcmp(a.g32[u], b.g32[u], a.numel[u] * sizeof(float)),
+                         "{%s}: unit %u gradients differ", pairs[v][1], u);
+        fixture_free(&a);
+        fixture_free(&b);
+    }
+}
+
 /* backward ADDS: two identical micro-batches give twice the gradient of one. */
 CT_TEST(gpt_backward_adds_into_grads) {
     fixture f;
@@ -265,8 +434,10 @@ out:
  * roundings of 2^-9 relative along the layers), yet are not identical (rounding happened). */
 CT_TEST(gpt_bf16_forward_is_bf16_and_close_to_f32) {
     const char *variants[] = {"", "norm = gain_only_layernorm\nmlp = swiglu\npos = rope\n"
-                                  "qk_norm = true\ntie_embeddings = false\nbias = false"};
-    for (int vi = 0; vi < 2; vi++) {
+                                  "qk_norm = true\ntie_embeddings = false\nbias = false",
+                              "n_kv_head = 1\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+                              "bias = false\nattn_bias = qkv\nintermediate_size = 12"};
+    for (int vi = 0; vi < 3; vi++) {
         fixture f;
         if (!fixture_new(&f, variants[vi])) {
             fixture_free(&f);
@@ -297,9 +468,9 @@ CT_TEST(gpt_bf16_forward_is_bf16_and_close_to_f32) {
 
 /* bf16 params with bf16 gradients (pure_bf16) or f32 gradients (amp): each unit's gradient is
  * within 5% (relative L2) of the f32 gradient of the same weights, and not equal to it. */
-CT_TEST(gpt_bf16_backward_close_to_f32) {
+static void bf16_backward_check(const char *keys) {
     fixture f;
-    if (!fixture_new(&f, "tie_embeddings = false\nqk_norm = true\npos = rope")) goto out;
+    if (!fixture_new(&f, keys)) goto out;
     round_params(&f);
     for (uint32_t u = 0; u < f.d.n_units; u++)
         for (uint64_t i = 0; i < f.numel[u]; i++) f.p32[u][i] = ct_bf16_to_f32(f.p16[u][i]);
@@ -335,6 +506,12 @@ out:
     fixture_free(&f);
 }
 
+CT_TEST(gpt_bf16_backward_close_to_f32) {
+    bf16_backward_check("tie_embeddings = false\nqk_norm = true\npos = rope");
+    bf16_backward_check("n_kv_head = 1\nqk_norm = true\npos = rope\nbias = false\n"
+                        "attn_bias = qkv"); /* multi-query: both heads add into one dK, dV */
+}
+
 /* Products big enough to be split over threads (gpt_sgemm) and attention spread over threads
  * give the logits and gradients of one thread (plain OpenBLAS calls), up to f32 summation
  * order: |diff| <= 1e-4 * max |value| per unit. */
@@ -353,8 +530,11 @@ static double max_abs(const float *x, uint64_t n) {
 
 CT_TEST(gpt_threaded_products_match_one_thread) {
     const char *variants[] = {"", "norm = rmsnorm\nmlp = swiglu\npos = rope\nqk_norm = true\n"
-                                  "tie_embeddings = false\nbias = false"};
-    for (int vi = 0; vi < 2; vi++) {
+                                  "tie_embeddings = false\nbias = false",
+                              "n_kv_head = 2\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+                              "bias = false\nattn_bias = qkv\nrope_scaling = llama3\n"
+                              "rope_factor = 8\nrope_original_max_position = 16"};
+    for (int vi = 0; vi < 3; vi++) {
         fixture one, two;
         forward_backward_wide(&one, variants[vi], 1);
         forward_backward_wide(&two, variants[vi], 2);
@@ -459,6 +639,43 @@ CT_TEST(gpt_describes_open_lm_79m) {
     harness_free(h);
 }
 
+/* Llama-3-8B's shape: 32 heads over 8 key/value heads (qkv 4096 + 2*1024 rows), an MLP 14336
+ * wide, untied: 8,030,261,248 parameters as Meta's model card counts them; and Qwen2-0.5B's
+ * q/k/v biases without an output bias, tied head: 494,032,768. */
+CT_TEST(gpt_describes_llama3_8b_and_qwen2_05b) {
+    static const struct { const char *ini; uint64_t params; int64_t qkv_rows; int qkv_b, proj_b; }
+        cases[] = {
+        {"[model]\nn_layer = 32\nn_head = 32\nn_kv_head = 8\nd_model = 4096\n"
+         "vocab_size = 128256\nseq_len = 8192\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+         "intermediate_size = 14336\nbias = false\ntie_embeddings = false\n",
+         8030261248ull, 4096 + 2 * 1024, 0, 0},
+        {"[model]\nn_layer = 24\nn_head = 14\nn_kv_head = 2\nd_model = 896\n"
+         "vocab_size = 151936\nseq_len = 4096\nnorm = rmsnorm\nmlp = swiglu\npos = rope\n"
+         "intermediate_size = 4864\nbias = false\nattn_bias = qkv\ntie_embeddings = true\n",
+         494032768ull, 896 + 2 * 128, 1, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        ct_harness *h = harness_new(cases[c].ini);
+        if (!h) return;
+        ct_harness_plugin p;
+        ct_error err = {sizeof err, 0, {0}};
+        if (harness_create(h, "model_gpt.so", "model", &p, &err) != CT_OK) {
+            CT_CHECK_MSG(0, "create: %s", err.message);
+            harness_free(h);
+            return;
+        }
+        ct_model_desc d = {.struct_size = sizeof d};
+        CT_CHECK_INT(((const ct_model_vtable *)p.vt)->describe(p.self, &d, &err), CT_OK);
+        CT_CHECK_INT(d.n_params, cases[c].params);
+        const ct_tensor_spec *t = find_tensor(&d, "blocks.3.attn.qkv.weight", NULL);
+        CT_CHECK(t && t->shape[0] == cases[c].qkv_rows);
+        CT_CHECK((find_tensor(&d, "blocks.3.attn.qkv.bias", NULL) != NULL) == cases[c].qkv_b);
+        CT_CHECK((find_tensor(&d, "blocks.3.attn.proj.bias", NULL) != NULL) == cases[c].proj_b);
+        CT_CHECK(find_tensor(&d, "blocks.3.mlp.fc.bias", NULL) == NULL);
+        harness_free(h);
+    }
+}
+
 /* ---- errors --------------------------------------------------------------------------- */
 
 static void expect_create_error(const char *keys, const char *needle) {
@@ -477,6 +694,11 @@ static void expect_create_error(const char *keys, const char *needle) {
 CT_TEST(gpt_rejects_bad_shapes_naming_the_key) {
     expect_create_error("n_head = 3\nd_model = 8", "n_head");
     expect_create_error("n_head = 2\nd_model = 6\npos = rope", "rope");
+    expect_create_error("n_head = 4\nd_model = 8\nn_kv_head = 3", "n_kv_head = 3 must divide "
+                        "n_head = 4");
+    expect_create_error("pos = rope\nrope_scaling = llama3\nrope_low_freq_factor = 4\n"
+                        "rope_high_freq_factor = 2", "rope_high_freq_factor");
+    expect_create_error("attn_bias = some", "attn_bias");
 }
 
 CT_TEST(gpt_rejects_out_of_vocabulary_token) {

@@ -1,7 +1,10 @@
 /* device_cuda.cu — the `cuda` device plugin: cudaMalloc'd memory, one compute stream per
  * instance, element-wise kernels (casts, scale, axpy, AdamW) and deterministic reductions
  * (sumsq, row statistics of logits). Per-element math comes from ctrain/numerics.h, built with
- * --fmad=false (plugin.mk), so casts, axpy, scale and AdamW give the cpu device's bits.
+ * --fmad=false (plugin.mk), so casts, axpy, scale and AdamW give the cpu device's bits. The
+ * 16-bit dtypes are the cpu device's: bf16 and f16 (ABI 1.7; ct_f16_* with round to nearest
+ * even) in cast (to and from f32), scale, axpy and sumsq; stochastic rounding (cast_bf16_sr)
+ * is bf16 only, as the vtable has it.
  * Not for: collectives (comm nccl), matrix products or model math (the model plugin).
  *
  * Determinism: every reduction runs on a fixed launch shape (RED_BLOCKS blocks of RED_THREADS
@@ -241,10 +244,22 @@ __global__ void k_f32_to_bf16_sr(uint16_t *d, const float *s, uint64_t n, uint64
     FOR_EACH(i, n) d[i] = ct_bf16_from_f32_sr(s[i], (uint32_t)(ct_hash64(seed, i) & 0xffffu));
 }
 
+__global__ void k_f32_to_f16(uint16_t *d, const float *s, uint64_t n) {
+    FOR_EACH(i, n) d[i] = ct_f16_from_f32(s[i]);
+}
+
+__global__ void k_f16_to_f32(float *d, const uint16_t *s, uint64_t n) {
+    FOR_EACH(i, n) d[i] = ct_f16_to_f32(s[i]);
+}
+
 __global__ void k_scale_f32(float *x, uint64_t n, float a) { FOR_EACH(i, n) x[i] *= a; }
 
 __global__ void k_scale_bf16(uint16_t *x, uint64_t n, float a) {
     FOR_EACH(i, n) x[i] = ct_bf16_from_f32(ct_bf16_to_f32(x[i]) * a);
+}
+
+__global__ void k_scale_f16(uint16_t *x, uint64_t n, float a) {
+    FOR_EACH(i, n) x[i] = ct_f16_from_f32(ct_f16_to_f32(x[i]) * a);
 }
 
 __global__ void k_axpy_f32(float *y, float a, const float *x, uint64_t n) {
@@ -253,6 +268,10 @@ __global__ void k_axpy_f32(float *y, float a, const float *x, uint64_t n) {
 
 __global__ void k_axpy_bf16(float *y, float a, const uint16_t *x, uint64_t n) {
     FOR_EACH(i, n) y[i] += a * ct_bf16_to_f32(x[i]);
+}
+
+__global__ void k_axpy_f16(float *y, float a, const uint16_t *x, uint64_t n) {
+    FOR_EACH(i, n) y[i] += a * ct_f16_to_f32(x[i]);
 }
 
 static int32_t cuda_cast(void *p, void *dst, int32_t dst_dtype, const void *src,
@@ -286,8 +305,20 @@ static int32_t cuda_cast(void *p, void *dst, int32_t dst_dtype, const void *src,
         LAUNCH_CHECK("cast bf16 -> f32");
         return CT_OK;
     }
+    if (src_dtype == CT_DTYPE_F32 && dst_dtype == CT_DTYPE_F16) {
+        k_f32_to_f16<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>(
+            (uint16_t *)dst, (const float *)src, n);
+        LAUNCH_CHECK("cast f32 -> f16");
+        return CT_OK;
+    }
+    if (src_dtype == CT_DTYPE_F16 && dst_dtype == CT_DTYPE_F32) {
+        k_f16_to_f32<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>(
+            (float *)dst, (const uint16_t *)src, n);
+        LAUNCH_CHECK("cast f16 -> f32");
+        return CT_OK;
+    }
     return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: cast %s -> %s is not supported "
-                        "---> supported: f32 <-> bf16 and any dtype to itself",
+                        "---> supported: f32 <-> bf16, f32 <-> f16 and any dtype to itself",
                         ct_dtype_name(src_dtype), ct_dtype_name(dst_dtype));
 }
 
@@ -302,12 +333,14 @@ static int32_t cuda_cast_sr(void *p, uint16_t *dst, const float *src, uint64_t n
 
 static int32_t cuda_scale(void *p, void *x, int32_t dtype, uint64_t n, float a, ct_error *err) {
     cuda_device *self = (cuda_device *)p;
-    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: scale of %s is not supported "
-                            "---> use f32 or bf16", ct_dtype_name(dtype));
+                            "---> use f32, bf16 or f16", ct_dtype_name(dtype));
     if (!n) return CT_OK;
     if (dtype == CT_DTYPE_F32)
         k_scale_f32<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>((float *)x, n, a);
+    else if (dtype == CT_DTYPE_F16)
+        k_scale_f16<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>((uint16_t *)x, n, a);
     else
         k_scale_bf16<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>((uint16_t *)x, n, a);
     LAUNCH_CHECK("scale");
@@ -317,12 +350,14 @@ static int32_t cuda_scale(void *p, void *x, int32_t dtype, uint64_t n, float a, 
 static int32_t cuda_axpy(void *p, float *y, float a, const void *x, int32_t x_dtype, uint64_t n,
                          ct_error *err) {
     cuda_device *self = (cuda_device *)p;
-    if (x_dtype != CT_DTYPE_F32 && x_dtype != CT_DTYPE_BF16)
+    if (x_dtype != CT_DTYPE_F32 && x_dtype != CT_DTYPE_BF16 && x_dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: axpy with x of %s is not "
-                            "supported ---> use f32 or bf16", ct_dtype_name(x_dtype));
+                            "supported ---> use f32, bf16 or f16", ct_dtype_name(x_dtype));
     if (!n) return CT_OK;
     if (x_dtype == CT_DTYPE_F32)
         k_axpy_f32<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>(y, a, (const float *)x, n);
+    else if (x_dtype == CT_DTYPE_F16)
+        k_axpy_f16<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>(y, a, (const uint16_t *)x, n);
     else
         k_axpy_bf16<<<ew_blocks(n), EW_THREADS, 0, self->stream>>>(y, a, (const uint16_t *)x, n);
     LAUNCH_CHECK("axpy");
@@ -349,17 +384,19 @@ __device__ double block_reduce(double v, double *sh, int op) {
     return sh[0];
 }
 
-__device__ double load_d(const void *x, int bf16, uint64_t i) {
-    return bf16 ? (double)ct_bf16_to_f32(((const uint16_t *)x)[i])
-                : (double)((const float *)x)[i];
+/* Element i of x as a double; dt its dtype (f32, bf16 or f16: checked by the caller). */
+__device__ double load_d(const void *x, int32_t dt, uint64_t i) {
+    return dt == CT_DTYPE_BF16  ? (double)ct_bf16_to_f32(((const uint16_t *)x)[i])
+           : dt == CT_DTYPE_F16 ? (double)ct_f16_to_f32(((const uint16_t *)x)[i])
+                                : (double)((const float *)x)[i];
 }
 
 /* Pass 1 of sumsq: partial[b] = sum of x^2 over a grid-stride share of block b. */
-__global__ void k_sumsq_partial(const void *x, int bf16, uint64_t n, double *partial) {
+__global__ void k_sumsq_partial(const void *x, int32_t dt, uint64_t n, double *partial) {
     __shared__ double sh[RED_THREADS];
     double s = 0.0;
     FOR_EACH(i, n) {
-        double v = load_d(x, bf16, i);
+        double v = load_d(x, dt, i);
         s += v * v;
     }
     s = block_reduce(s, sh, RED_SUM);
@@ -378,13 +415,12 @@ __global__ void k_sum_partials(const double *partial, double *out) {
 static int32_t cuda_sumsq(void *p, const void *x, int32_t dtype, uint64_t n, double *out,
                           ct_error *err) {
     cuda_device *self = (cuda_device *)p;
-    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16)
+    if (dtype != CT_DTYPE_F32 && dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F16)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: sumsq of %s is not "
-                            "supported ---> use f32 or bf16", ct_dtype_name(dtype));
+                            "supported ---> use f32, bf16 or f16", ct_dtype_name(dtype));
     int32_t rc = scratch_reserve(self, RED_BLOCKS + 1, err);
     if (rc != CT_OK) return rc;
-    k_sumsq_partial<<<RED_BLOCKS, RED_THREADS, 0, self->stream>>>(x, dtype == CT_DTYPE_BF16, n,
-                                                                 self->scratch);
+    k_sumsq_partial<<<RED_BLOCKS, RED_THREADS, 0, self->stream>>>(x, dtype, n, self->scratch);
     LAUNCH_CHECK("sumsq");
     k_sum_partials<<<1, RED_THREADS, 0, self->stream>>>(self->scratch,
                                                         self->scratch + RED_BLOCKS);
@@ -555,7 +591,8 @@ static void *cuda_native_stream(void *p) { return (void *)((cuda_device *)p)->st
  * peak_flops: a datasheet table by the GPU's name (cudaDeviceProp.name) and the dtype
  * ------------------------------------------------------------------------------------- */
 
-/* Dense (no 2:4 sparsity) TFLOP/s from NVIDIA's datasheets. bf16: tensor cores. f32: the
+/* Dense (no 2:4 sparsity) TFLOP/s from NVIDIA's datasheets. bf16: tensor cores (the f16
+ * tensor-core rate is the same on every GPU listed, so f16 takes this column). f32: the
  * CUDA cores' FP32 rate, not TF32, since the gpt model keeps cuBLAS's default math (no TF32).
  * The first entry whose `match` is in the name wins, so variants come before their family. */
 typedef struct gpu_peak {
@@ -575,7 +612,7 @@ static int32_t cuda_peak_flops(void *p, int32_t dtype, ct_peak *out, ct_error *e
     if (!out) return ct_error_set(err, CT_ERR_INVALID, "device cuda: peak_flops got a NULL out");
     cudaDeviceProp prop;
     CUDA_TRY(cudaGetDeviceProperties(&prop, self->ordinal), "cudaGetDeviceProperties");
-    if (dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F32)
+    if (dtype != CT_DTYPE_BF16 && dtype != CT_DTYPE_F16 && dtype != CT_DTYPE_F32)
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "device cuda: no peak for dtype %s ---> set "
                             "[device] peak_tflops", ct_dtype_name(dtype));
     const gpu_peak *g = NULL;
@@ -588,10 +625,12 @@ static int32_t cuda_peak_flops(void *p, int32_t dtype, ct_peak *out, ct_error *e
     ct_peak peak;
     memset(&peak, 0, sizeof peak);
     peak.struct_size = sizeof peak;
-    int bf16 = dtype == CT_DTYPE_BF16;
-    peak.flops = 1e12 * (bf16 ? g->bf16_tflops : g->f32_tflops);
+    int half = dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F16;
+    peak.flops = 1e12 * (half ? g->bf16_tflops : g->f32_tflops);
     snprintf(peak.source, sizeof peak.source, "datasheet: %.100s, %s dense", prop.name,
-             bf16 ? "bf16 tensor core" : "f32 (no TF32)");
+             dtype == CT_DTYPE_BF16  ? "bf16 tensor core"
+             : dtype == CT_DTYPE_F16 ? "f16 tensor core"
+                                     : "f32 (no TF32)");
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
     snprintf(peak.library, sizeof peak.library, "cuBLAS (CUDA runtime %d.%d)", rt / 1000,

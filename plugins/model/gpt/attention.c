@@ -5,7 +5,9 @@
  * oneDNN path (m->use_dnnl, bf16) the same products take the same bf16 values as bf16 bits,
  * each OpenMP thread with its own one-thread oneDNN context (m->dnnl_att).
  * Not for: the q/k/v projections (stages.c).
- * Shape legend: see gpt.h. q, k, v of row n, head h are qkv[n*3C + {0,C,2C} + h*HD + d].
+ * Shape legend: see gpt.h. q of row n, head h is qkv[n*QW + h*HD + d]; its key and value are
+ * those of key head kh = h / (NH/KVH): qkv[n*QW + C + kh*HD + d] and qkv[n*QW + C + KC + kh*HD + d]
+ * (with KVH = NH: the layout of 3C-wide rows, q|k|v).
  */
 #include "gpt.h"
 
@@ -25,14 +27,14 @@ static inline void rope_pair(float *x1, float *x2, float c, float s) {
 }
 
 void gpt_rope(const gpt *m, float *qkv, int64_t N, int inverse) {
-    int64_t C = m->C, HD = m->HD, half = HD / 2, T = m->T, NH = m->NH;
+    int64_t C = m->C, HD = m->HD, half = HD / 2, T = m->T, NH = m->NH, QW = m->QW;
 #pragma omp parallel for num_threads(m->threads) if (N * C > 32768) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         int64_t t = n % T;
         const float *cs = m->rope_cos + t * half, *sn = m->rope_sin + t * half;
-        for (int64_t part = 0; part < 2; part++) /* q, then k */
-            for (int64_t h = 0; h < NH; h++) {
-                float *x = qkv + n * 3 * C + part * C + h * HD;
+        for (int64_t part = 0; part < 2; part++) /* q (NH heads), then k (KVH heads) */
+            for (int64_t h = 0; h < (part ? m->KVH : NH); h++) {
+                float *x = qkv + n * QW + part * C + h * HD;
                 for (int64_t d = 0; d < half; d++) /* backward: the transposed rotation */
                     rope_pair(&x[d], &x[d + half], cs[d], inverse ? -sn[d] : sn[d]);
             }
@@ -121,20 +123,22 @@ static gpt_dnnl *att_context(const gpt *m, uint16_t **scratch) {
 /* The (b,h) pairs are spread over the threads; each thread has its own (GPT_ATT_QB,T) scratch
  * and calls OpenBLAS on its own (single-threaded) products. */
 void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
-    int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = 3 * C;
+    int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = m->QW, KC = m->KC;
+    int64_t G = NH / m->KVH; /* query heads per key/value head */
     float scale = 1.0f / sqrtf((float)HD);
     int dnnl = gpt_dnnl_on(m);
-    if (dnnl) gpt_to_bf16(m, m->qkvb, qkv, m->N, 3 * C, 3 * C);
+    if (dnnl) gpt_to_bf16(m, m->qkvb, qkv, m->N, ld, ld);
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; bh++) {
         int64_t b = bh / NH, h = bh % NH;
         float *S = m->att_s + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
         uint16_t *P16;
         gpt_dnnl *c = att_context(m, &P16);
-        int64_t at = b * T * ld + h * HD; /* Q of (b,h); K and V follow at +C, +2C */
-        const float *Q = qkv + at, *K = Q + C, *V = Q + 2 * C;
-        const uint16_t *Q16 = dnnl ? m->qkvb + at : NULL, *K16 = dnnl ? Q16 + C : NULL;
-        const uint16_t *V16 = dnnl ? Q16 + 2 * C : NULL;
+        int64_t at = b * T * ld + h * HD;                 /* Q of (b,h) */
+        int64_t ak = b * T * ld + C + (h / G) * HD;       /* K of its key head; V at +KC */
+        const float *Q = qkv + at, *K = qkv + ak, *V = K + KC;
+        const uint16_t *Q16 = dnnl ? m->qkvb + at : NULL, *K16 = dnnl ? m->qkvb + ak : NULL;
+        const uint16_t *V16 = dnnl ? K16 + KC : NULL;
         float *O = att + b * T * C + h * HD;
         float *L = lse + (b * NH + h) * T;
         for (int64_t r0 = 0; r0 < T; r0 += GPT_ATT_QB) {
@@ -151,62 +155,69 @@ void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
     }
 }
 
+/* The (b, key head) pairs are spread over the threads: the G query heads of a key head add
+ * into its dK, dV in turn (head order), so no two threads write the same element. */
 void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float *qkv,
                             const float *lse) {
-    int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = 3 * C;
+    int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = m->QW, KC = m->KC;
+    int64_t KVH = m->KVH, G = NH / KVH;
     float scale = 1.0f / sqrtf((float)HD);
     int dnnl = gpt_dnnl_on(m);
     if (dnnl) { /* q, k, v and dO as bf16 bits, once */
-        gpt_to_bf16(m, m->qkvb, qkv, m->N, 3 * C, 3 * C);
+        gpt_to_bf16(m, m->qkvb, qkv, m->N, ld, ld);
         gpt_to_bf16(m, m->yb, datt, m->N, C, C);
     }
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < B * NH; bh++) {
-        int64_t b = bh / NH, h = bh % NH;
-        float *P = m->att_s + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
-        float *dP = m->att_dp + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
-        uint16_t *P16;
-        gpt_dnnl *c = att_context(m, &P16);
-        uint16_t *dS16 = P16 ? P16 + GPT_ATT_QB * T : NULL;
-        int64_t at = b * T * ld + h * HD, ao = b * T * C + h * HD;
-        const float *Q = qkv + at, *K = Q + C, *V = Q + 2 * C;
-        const uint16_t *Q16 = dnnl ? m->qkvb + at : NULL, *K16 = dnnl ? Q16 + C : NULL;
-        const uint16_t *V16 = dnnl ? Q16 + 2 * C : NULL, *dO16 = dnnl ? m->yb + ao : NULL;
-        const float *dO = datt + ao;
-        const float *L = lse + (b * NH + h) * T;
-        float *dQ = dqkv + at, *dK = dQ + C, *dV = dQ + 2 * C;
-        for (int64_t t = 0; t < T; t++) /* dK, dV accumulate over query blocks */
+    for (int64_t bk = 0; bk < B * KVH; bk++) {
+        int64_t b = bk / KVH, kh = bk % KVH;
+        int64_t ak = b * T * ld + C + kh * HD; /* K of (b,kh); V at +KC */
+        float *dK = dqkv + ak, *dV = dK + KC;
+        for (int64_t t = 0; t < T; t++) /* dK, dV accumulate over query blocks and heads */
             for (int64_t d = 0; d < HD; d++) dK[t * ld + d] = dV[t * ld + d] = 0.0f;
-        for (int64_t r0 = 0; r0 < T; r0 += GPT_ATT_QB) {
-            int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T, nr = r1 - r0, nk = r1;
-            att_gemm(m, c, 0, 1, nr, r1, HD, scale, Q + r0 * ld, dnnl ? Q16 + r0 * ld : NULL, ld,
-                     K, K16, ld, 0.0f, P, T);
-            probs(m, P, L, r0, r1);
-            if (P16) gpt_to_bf16(m, P16, P, nr, nk, T);
-            int64_t ldp = P16 ? nk : T; /* the bf16 copies are dense */
-            /* dV[0:nk] += P^T dO[r0:r1] */
-            att_gemm(m, c, 1, 0, nk, HD, nr, 1.0f, P, P16, ldp, dO + r0 * C,
-                     dnnl ? dO16 + r0 * C : NULL, C, 1.0f, dV, ld);
-            /* dP (nr, nk) = dO[r0:r1] V[0:nk]^T */
-            att_gemm(m, c, 0, 1, nr, nk, HD, 1.0f, dO + r0 * C, dnnl ? dO16 + r0 * C : NULL, C,
-                     V, V16, ld, 0.0f, dP, T);
-            for (int64_t t = r0; t < r1; t++) { /* dS = P * (dP - sum_j P dP), in place of dP */
-                const float *p = P + (t - r0) * T;
-                float *dp = dP + (t - r0) * T;
-                float D = 0.0f;
-                for (int64_t j = 0; j <= t; j++) D += p[j] * dp[j];
-                for (int64_t j = 0; j <= t; j++) {
-                    float ds = p[j] * (dp[j] - D);
-                    dp[j] = m->bf16 ? gpt_round16(m, ds) : ds;
+        for (int64_t h = kh * G; h < (kh + 1) * G; h++) {
+            float *P = m->att_s + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
+            float *dP = m->att_dp + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
+            uint16_t *P16;
+            gpt_dnnl *c = att_context(m, &P16);
+            uint16_t *dS16 = P16 ? P16 + GPT_ATT_QB * T : NULL;
+            int64_t at = b * T * ld + h * HD, ao = b * T * C + h * HD;
+            const float *Q = qkv + at, *K = qkv + ak, *V = K + KC;
+            const uint16_t *Q16 = dnnl ? m->qkvb + at : NULL, *K16 = dnnl ? m->qkvb + ak : NULL;
+            const uint16_t *V16 = dnnl ? K16 + KC : NULL, *dO16 = dnnl ? m->yb + ao : NULL;
+            const float *dO = datt + ao;
+            const float *L = lse + (b * NH + h) * T;
+            float *dQ = dqkv + at;
+            for (int64_t r0 = 0; r0 < T; r0 += GPT_ATT_QB) {
+                int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T, nr = r1 - r0, nk = r1;
+                att_gemm(m, c, 0, 1, nr, r1, HD, scale, Q + r0 * ld,
+                         dnnl ? Q16 + r0 * ld : NULL, ld, K, K16, ld, 0.0f, P, T);
+                probs(m, P, L, r0, r1);
+                if (P16) gpt_to_bf16(m, P16, P, nr, nk, T);
+                int64_t ldp = P16 ? nk : T; /* the bf16 copies are dense */
+                /* dV[0:nk] += P^T dO[r0:r1] */
+                att_gemm(m, c, 1, 0, nk, HD, nr, 1.0f, P, P16, ldp, dO + r0 * C,
+                         dnnl ? dO16 + r0 * C : NULL, C, 1.0f, dV, ld);
+                /* dP (nr, nk) = dO[r0:r1] V[0:nk]^T */
+                att_gemm(m, c, 0, 1, nr, nk, HD, 1.0f, dO + r0 * C, dnnl ? dO16 + r0 * C : NULL, C,
+                         V, V16, ld, 0.0f, dP, T);
+                for (int64_t t = r0; t < r1; t++) { /* dS = P * (dP - sum_j P dP), in place of dP */
+                    const float *p = P + (t - r0) * T;
+                    float *dp = dP + (t - r0) * T;
+                    float D = 0.0f;
+                    for (int64_t j = 0; j <= t; j++) D += p[j] * dp[j];
+                    for (int64_t j = 0; j <= t; j++) {
+                        float ds = p[j] * (dp[j] - D);
+                        dp[j] = m->bf16 ? gpt_round16(m, ds) : ds;
+                    }
+                    for (int64_t j = t + 1; j < r1; j++) dp[j] = 0.0f;
                 }
-                for (int64_t j = t + 1; j < r1; j++) dp[j] = 0.0f;
+                if (dS16) gpt_to_bf16(m, dS16, dP, nr, nk, T);
+                /* dQ[r0:r1] = scale dS K[0:nk]; dK[0:nk] += scale dS^T Q[r0:r1] */
+                att_gemm(m, c, 0, 0, nr, HD, nk, scale, dP, dS16, ldp, K, K16, ld, 0.0f,
+                         dQ + r0 * ld, ld);
+                att_gemm(m, c, 1, 0, nk, HD, nr, scale, dP, dS16, ldp, Q + r0 * ld,
+                         dnnl ? Q16 + r0 * ld : NULL, ld, 1.0f, dK, ld);
             }
-            if (dS16) gpt_to_bf16(m, dS16, dP, nr, nk, T);
-            /* dQ[r0:r1] = scale dS K[0:nk]; dK[0:nk] += scale dS^T Q[r0:r1] */
-            att_gemm(m, c, 0, 0, nr, HD, nk, scale, dP, dS16, ldp, K, K16, ld, 0.0f, dQ + r0 * ld,
-                     ld);
-            att_gemm(m, c, 1, 0, nk, HD, nr, scale, dP, dS16, ldp, Q + r0 * ld,
-                     dnnl ? Q16 + r0 * ld : NULL, ld, 1.0f, dK, ld);
         }
     }
 }

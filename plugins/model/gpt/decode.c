@@ -6,7 +6,8 @@
  * The arithmetic is the forward of stages.c restricted to the new rows: the same kernels
  * (layers.c), the same bf16 roundings, the same attention formula (scores scaled, row
  * log-sum-exp, probabilities rounded in bf16, then P V), so the logits agree with forward()'s
- * up to summation order. The cache holds keys after qk-norm and rope, as attention reads them.
+ * up to summation order. The cache holds keys after qk-norm and rope, as attention reads them:
+ * KVH heads a position (KC floats), so grouped-query attention caches NH/KVH times less.
  * Shape legend: see gpt.h; n is the number of new rows, P the positions cached before them.
  */
 #include "gpt.h"
@@ -31,16 +32,16 @@ static float *carve(char *base, uint64_t *cursor, uint64_t n) {
 
 static uint64_t layout(gpt *m, char *base, int64_t T, int32_t dtype) {
     uint64_t c = 0, C = (uint64_t)m->C, F = (uint64_t)m->F, t = (uint64_t)T;
-    uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
-    m->dec_k = carve(base, &c, (uint64_t)m->L * t * C);
-    m->dec_v = carve(base, &c, (uint64_t)m->L * t * C);
+    uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, KC = (uint64_t)m->KC, QW = (uint64_t)m->QW;
+    m->dec_k = carve(base, &c, (uint64_t)m->L * t * KC);
+    m->dec_v = carve(base, &c, (uint64_t)m->L * t * KC);
     m->dec_x = carve(base, &c, t * C);
     m->dec_xmid = carve(base, &c, t * C);
     m->dec_ln = carve(base, &c, t * C);
     m->dec_tmp = carve(base, &c, t * C);
     m->dec_att = carve(base, &c, t * C);
-    m->dec_qkv = carve(base, &c, t * 3 * C);
-    m->dec_qkv_att = carve(base, &c, t * 3 * C);
+    m->dec_qkv = carve(base, &c, t * QW);
+    m->dec_qkv_att = carve(base, &c, t * QW);
     m->dec_h = carve(base, &c, t * FH);
     m->dec_g = carve(base, &c, t * F);
     m->dec_mean = carve(base, &c, t);
@@ -110,15 +111,15 @@ static void embed(gpt *m, const ct_stage_args *a, const int32_t *tokens, int64_t
     store(m, m->dec_x, n * C);
 }
 
-/* Rotary embedding of the q and k parts of qkv (n,3C) at positions P..P+n-1 (gpt_rope's
+/* Rotary embedding of the q and k parts of qkv (n,QW) at positions P..P+n-1 (gpt_rope's
  * rotation, with the position taken from P instead of the row's place in a window). */
 static void rope_at(const gpt *m, float *qkv, int64_t n, int64_t P) {
-    int64_t C = m->C, HD = m->HD, half = HD / 2;
+    int64_t C = m->C, HD = m->HD, half = HD / 2, QW = m->QW;
     for (int64_t i = 0; i < n; i++) {
         const float *cs = m->rope_cos + (P + i) * half, *sn = m->rope_sin + (P + i) * half;
-        for (int64_t part = 0; part < 2; part++)
-            for (int64_t h = 0; h < m->NH; h++) {
-                float *x = qkv + i * 3 * C + part * C + h * HD;
+        for (int64_t part = 0; part < 2; part++) /* q (NH heads), then k (KVH heads) */
+            for (int64_t h = 0; h < (part ? m->KVH : m->NH); h++) {
+                float *x = qkv + i * QW + part * C + h * HD;
                 for (int64_t d = 0; d < half; d++) {
                     float x1 = x[d], x2 = x[d + half];
                     x[d] = x1 * cs[d] - x2 * sn[d];
@@ -128,19 +129,21 @@ static void rope_at(const gpt *m, float *qkv, int64_t n, int64_t P) {
     }
 }
 
-/* att (n,C): new row i (position P+i), head h attends to cached positions 0..P+i of layer l. */
+/* att (n,C): new row i (position P+i), head h attends to cached positions 0..P+i of layer l,
+ * through the keys and values of its key head h / (NH/KVH). */
 static void attend(gpt *m, int64_t l, int64_t n, int64_t P) {
-    int64_t C = m->C, HD = m->HD, NH = m->NH, T = m->dec_max_T;
-    const float *Kc = m->dec_k + l * T * C, *Vc = m->dec_v + l * T * C;
+    int64_t C = m->C, HD = m->HD, NH = m->NH, T = m->dec_max_T, KC = m->KC, QW = m->QW;
+    int64_t G = NH / m->KVH;
+    const float *Kc = m->dec_k + l * T * KC, *Vc = m->dec_v + l * T * KC;
     float scale = 1.0f / sqrtf((float)HD);
 #pragma omp parallel for num_threads(m->threads) if (n * NH * (P + n) * HD > 262144) \
     schedule(dynamic, 1)
     for (int64_t ih = 0; ih < n * NH; ih++) {
         int64_t i = ih / NH, h = ih % NH, t = P + i;
         float *S = m->dec_s + (int64_t)omp_get_thread_num() * T;
-        const float *q = m->dec_qkv_att + i * 3 * C + h * HD;
+        const float *q = m->dec_qkv_att + i * QW + h * HD;
         for (int64_t j = 0; j <= t; j++) {
-            const float *k = Kc + j * C + h * HD;
+            const float *k = Kc + j * KC + (h / G) * HD;
             float dot = 0.0f;
             for (int64_t d = 0; d < HD; d++) dot += q[d] * k[d];
             S[j] = scale * dot;
@@ -155,7 +158,7 @@ static void attend(gpt *m, int64_t l, int64_t n, int64_t P) {
         for (int64_t j = 0; j <= t; j++) {
             float p = expf(S[j] - lse);
             if (m->bf16) p = gpt_round16(m, p);
-            const float *v = Vc + j * C + h * HD;
+            const float *v = Vc + j * KC + (h / G) * HD;
             for (int64_t d = 0; d < HD; d++) o[d] += p * v[d];
         }
     }
@@ -163,7 +166,7 @@ static void attend(gpt *m, int64_t l, int64_t n, int64_t P) {
 
 /* Block l on the n new rows of dec_x (in place: dec_x becomes the block's output). */
 static void block(gpt *m, const ct_stage_args *a, int64_t l, int64_t n, int64_t P) {
-    int64_t C = m->C, F = m->F, T = m->dec_max_T;
+    int64_t C = m->C, F = m->F, T = m->dec_max_T, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     const float *W0 = gpt_weights(m, a, 0, (int64_t)m->block_numel);
@@ -172,23 +175,23 @@ static void block(gpt *m, const ct_stage_args *a, int64_t l, int64_t n, int64_t 
     gpt_norm_forward(m, m->dec_ln, C, m->dec_mean, m->dec_rstd, x, C, W(o->ln1_w), W(o->ln1_b),
                      n, C);
     store(m, m->dec_ln, n * C);
-    linear(m, qkv, m->dec_ln, W(o->qkv_w), W(o->qkv_b), n, C, 3 * C);
-    store(m, qkv, n * 3 * C);
-    memcpy(qa, qkv, (size_t)(n * 3 * C) * sizeof(float));
+    linear(m, qkv, m->dec_ln, W(o->qkv_w), W(o->qkv_b), n, C, QW);
+    store(m, qkv, n * QW);
+    memcpy(qa, qkv, (size_t)(n * QW) * sizeof(float));
     if (m->qk_norm) {
-        gpt_norm_forward(m, qa, 3 * C, m->dec_mean, m->dec_rstd, qkv, 3 * C, W(o->qn_w),
+        gpt_norm_forward(m, qa, QW, m->dec_mean, m->dec_rstd, qkv, QW, W(o->qn_w),
                          W(o->qn_b), n, C);
-        gpt_norm_forward(m, qa + C, 3 * C, m->dec_mean, m->dec_rstd, qkv + C, 3 * C, W(o->kn_w),
-                         W(o->kn_b), n, C);
-        store(m, qa, n * 3 * C);
+        gpt_norm_forward(m, qa + C, QW, m->dec_mean, m->dec_rstd, qkv + C, QW, W(o->kn_w),
+                         W(o->kn_b), n, KC);
+        store(m, qa, n * QW);
     }
     if (m->pos == GPT_POS_ROPE) {
         rope_at(m, qa, n, P);
-        store(m, qa, n * 3 * C);
+        store(m, qa, n * QW);
     }
     for (int64_t i = 0; i < n; i++) { /* append k and v of the new rows to the cache */
-        memcpy(m->dec_k + (l * T + P + i) * C, qa + i * 3 * C + C, (size_t)C * sizeof(float));
-        memcpy(m->dec_v + (l * T + P + i) * C, qa + i * 3 * C + 2 * C, (size_t)C * sizeof(float));
+        memcpy(m->dec_k + (l * T + P + i) * KC, qa + i * QW + C, (size_t)KC * sizeof(float));
+        memcpy(m->dec_v + (l * T + P + i) * KC, qa + i * QW + C + KC, (size_t)KC * sizeof(float));
     }
     attend(m, l, n, P);
     store(m, m->dec_att, n * C);

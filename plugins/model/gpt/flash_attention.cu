@@ -13,6 +13,9 @@
  * dK = scale dS^T Q. D = rowsum(dO * O), which equals attention.c's rowsum(P * dP) up to
  * rounding. What differs from the CPU: f32 summation order, expf/logf ulps, and where the
  * bf16 rounding of P sits (P~ before normalisation here, P after it on the CPU).
+ * f16 (pure_f16, fp16): everything said of bf16 here holds with f16, in kernels of its own
+ * (element type fa_f16, WMMA on __half tiles, f32 accumulation) with bf16's tiles and plan and
+ * every bf16 rounding an f16 one. There is no fallback to the naive path under f16.
  *
  * dq: a split pass, no atomics. Kernel 1 runs per query tile (dQ summed over its key tiles in
  * a fixed order, and it writes D); kernel 2 per key tile (dK, dV over its query tiles). The
@@ -20,8 +23,8 @@
  * a deterministic dQ (f32 atomics would make every run's gradient differ in the last bits, and
  * this project's CUDA path is deterministic everywhere else) and no dQ zeroing pass.
  *
- * Tiles: bf16 BT = 64 rows, 128 threads (4 warps), WMMA 16x16x16; f32 BT = 32, the same 128
- * threads, SIMT fmaf loops. HD is zero-padded to Dp, a multiple of 16, at most 128. Shared
+ * Tiles: bf16 and f16 BT = 64 rows, 128 threads (4 warps), WMMA 16x16x16; f32 BT = 32, the
+ * same 128 threads, SIMT fmaf loops. HD is zero-padded to Dp, a multiple of 16, at most 128. Shared
  * memory per block: flash_plan.h (docs/gpu.md lists the figures; at most ~170 KB, under the
  * H200's 227 KB; raised per kernel with cudaFuncSetAttribute before each launch).
  * Shape legend: see gpt.h and flash_attention.h; BH = B*NH, BT the tile rows.
@@ -80,7 +83,8 @@ int32_t gpt_flash_prepare(int64_t B, int64_t T, int64_t NH, int64_t HD, ct_error
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (e != cudaSuccess) return fa_cuda_fail(err, "device query", e);
-    for (int bf16 = 0; bf16 < 2; bf16++) { /* a bf16 prepare may still get f32 params */
+    for (int bf16 = 0; bf16 < 2; bf16++) { /* a 16-bit prepare may still get f32 params; f16
+                                              uses bf16's plan (2-byte elements) */
         dim3 grid;
         int32_t rc = fa_grid(B, T, NH, HD, bf16, &grid, err);
         if (rc != CT_OK) return rc;
@@ -139,14 +143,16 @@ static int32_t fa_backward(cudaStream_t st, float *dqkv, float *D, const float *
 }
 
 int32_t gpt_flash_forward(cudaStream_t st, float *att, float *lse, const float *qkv, int64_t B,
-                          int64_t T, int64_t NH, int64_t HD, int bf16, ct_error *err) {
-    return bf16 ? fa_forward<uint16_t>(st, att, lse, qkv, B, T, NH, HD, err)
-                : fa_forward<float>(st, att, lse, qkv, B, T, NH, HD, err);
+                          int64_t T, int64_t NH, int64_t HD, int half, ct_error *err) {
+    return half == 2 ? fa_forward<fa_f16>(st, att, lse, qkv, B, T, NH, HD, err)
+           : half    ? fa_forward<uint16_t>(st, att, lse, qkv, B, T, NH, HD, err)
+                     : fa_forward<float>(st, att, lse, qkv, B, T, NH, HD, err);
 }
 
 int32_t gpt_flash_backward(cudaStream_t st, float *dqkv, float *D, const float *datt,
                            const float *att, const float *qkv, const float *lse, int64_t B,
-                           int64_t T, int64_t NH, int64_t HD, int bf16, ct_error *err) {
-    return bf16 ? fa_backward<uint16_t>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err)
-                : fa_backward<float>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err);
+                           int64_t T, int64_t NH, int64_t HD, int half, ct_error *err) {
+    return half == 2 ? fa_backward<fa_f16>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err)
+           : half    ? fa_backward<uint16_t>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err)
+                     : fa_backward<float>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err);
 }

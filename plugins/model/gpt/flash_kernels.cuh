@@ -1,8 +1,11 @@
 /* flash_kernels.cuh — the device code of the gpt plugin's flash attention: the tile helpers,
- * the shared-memory products (WMMA under bf16, SIMT under f32) and the three kernels (forward;
- * backward dq; backward dk, dv). Included by flash_attention.cu (which launches them; its opening
- * comment states the algorithm and numerics) and by tests/cli/flash_emu.cc, which runs the same
- * code on a CPU with a thread-per-CUDA-thread emulation. Not for: host code or launches.
+ * the shared-memory products (WMMA under bf16 and f16, SIMT under f32) and the three kernels
+ * (forward; backward dq; backward dk, dv). Element types E: float, uint16_t (bf16 bits) and
+ * fa_f16 (f16 bits); bf16 and f16 share the tile plan (2-byte elements) and differ only in
+ * their rounding (fa_ld, fa_st, fa_tr<E>::out) and WMMA's fragment type. Included by
+ * flash_attention.cu (which launches them; its opening comment states the algorithm and
+ * numerics) and by tests/cli/flash_emu.cc, which runs the same code on a CPU with a
+ * thread-per-CUDA-thread emulation. Not for: host code or launches.
  * Shape legend: see gpt.h and flash_attention.h; BH = B*NH, BT the tile rows.
  */
 #ifndef GPT_PLUGIN_FLASH_KERNELS_CUH
@@ -18,20 +21,39 @@
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <mma.h>
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #error "flash_kernels.cuh needs sm_80 or newer (bf16 WMMA)"
 #endif
-#endif /* else: the includer provides nvcuda::wmma, __nv_bfloat16 and the CUDA built-ins */
+#endif /* else: the includer provides nvcuda::wmma, __nv_bfloat16, __half and the CUDA built-ins */
 
 #define FA_THREADS GPT_FLASH_THREADS
 
-/* Compile-time tile rows per element type: E = uint16_t (bf16 bits) or float (flash_plan.h). */
+/* An f16 element (IEEE binary16 bits): the element type of the f16 tiles. */
+struct fa_f16 {
+    uint16_t bits;
+};
+
+/* Per element type E = uint16_t (bf16 bits), fa_f16 or float: the tile rows (flash_plan.h),
+ * WMMA's fragment type W (16-bit types) and out(), the rounding of the attention output. */
 template <typename E> struct fa_tr;
-template <> struct fa_tr<uint16_t> { static constexpr int BT = GPT_FLASH_BT_BF16; };
-template <> struct fa_tr<float> { static constexpr int BT = GPT_FLASH_BT_F32; };
+template <> struct fa_tr<uint16_t> {
+    static constexpr int BT = GPT_FLASH_BT_BF16;
+    typedef __nv_bfloat16 W;
+    static __device__ __forceinline__ float out(float x) { return ct_round_bf16(x); }
+};
+template <> struct fa_tr<fa_f16> {
+    static constexpr int BT = GPT_FLASH_BT_BF16;
+    typedef __half W;
+    static __device__ __forceinline__ float out(float x) { return ct_round_f16(x); }
+};
+template <> struct fa_tr<float> {
+    static constexpr int BT = GPT_FLASH_BT_F32;
+    static __device__ __forceinline__ float out(float x) { return x; }
+};
 static_assert(GPT_FLASH_BT_BF16 * 2 == FA_THREADS && GPT_FLASH_BT_F32 * 4 == FA_THREADS,
-              "the softmax maps 2 (bf16) or 4 (f32) threads to a row");
+              "the softmax maps 2 (bf16, f16) or 4 (f32) threads to a row");
 
 typedef gpt_flash_plan fa_plan;
 template <typename E> __device__ __forceinline__ fa_plan fa_make_plan(int Dp, int bwd, int nacc) {
@@ -46,6 +68,8 @@ __device__ __forceinline__ float fa_ld(const float *p, int i) { return p[i]; }
 __device__ __forceinline__ float fa_ld(const uint16_t *p, int i) { return ct_bf16_to_f32(p[i]); }
 __device__ __forceinline__ void fa_st(float *p, int i, float x) { p[i] = x; }
 __device__ __forceinline__ void fa_st(uint16_t *p, int i, float x) { p[i] = ct_bf16_from_f32(x); }
+__device__ __forceinline__ float fa_ld(const fa_f16 *p, int i) { return ct_f16_to_f32(p[i].bits); }
+__device__ __forceinline__ void fa_st(fa_f16 *p, int i, float x) { p[i].bits = ct_f16_from_f32(x); }
 
 /* Key j is visible from query t (causal, inside the sequence). */
 __device__ __forceinline__ bool fa_valid(int t, int j, int T) { return j <= t && t < T; }
@@ -90,22 +114,22 @@ __device__ void fa_mm(float *C, int ldc, const float *A, int lda, const float *B
     __syncthreads();
 }
 
-/* bf16: tensor cores, one warp per 16x16 output tile, f32 accumulation in k order. */
-template <bool TA, bool TB>
-__device__ void fa_mm(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                      int M, int N, int K, float alpha, bool acc) {
+/* bf16 and f16 (W: WMMA's element type): tensor cores, one warp per 16x16 output tile, f32
+ * accumulation in k order. */
+template <bool TA, bool TB, typename W>
+__device__ void fa_mm_tc(float *C, int ldc, const W *a16, int lda, const W *b16, int ldb, int M,
+                         int N, int K, float alpha, bool acc) {
     using namespace nvcuda;
     typedef typename std::conditional<TA, wmma::col_major, wmma::row_major>::type LA;
     typedef typename std::conditional<TB, wmma::col_major, wmma::row_major>::type LB;
-    const __nv_bfloat16 *a16 = (const __nv_bfloat16 *)A, *b16 = (const __nv_bfloat16 *)B;
     const int tn = N / 16, tiles = (M / 16) * tn;
     for (int t = threadIdx.x / 32; t < tiles; t += FA_THREADS / 32) {
         const int m0 = (t / tn) * 16, n0 = (t % tn) * 16;
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> p, c;
         wmma::fill_fragment(p, 0.0f);
         for (int k0 = 0; k0 < K; k0 += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, LA> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, LB> fb;
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, W, LA> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, W, LB> fb;
             wmma::load_matrix_sync(fa, a16 + (TA ? k0 * lda + m0 : m0 * lda + k0), lda);
             wmma::load_matrix_sync(fb, b16 + (TB ? n0 * ldb + k0 : k0 * ldb + n0), ldb);
             wmma::mma_sync(p, fa, fb, p);
@@ -122,6 +146,20 @@ __device__ void fa_mm(float *C, int ldc, const uint16_t *A, int lda, const uint1
     __syncthreads();
 }
 
+template <bool TA, bool TB>
+__device__ void fa_mm(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      int M, int N, int K, float alpha, bool acc) {
+    fa_mm_tc<TA, TB>(C, ldc, (const __nv_bfloat16 *)A, lda, (const __nv_bfloat16 *)B, ldb, M, N,
+                     K, alpha, acc);
+}
+
+template <bool TA, bool TB>
+__device__ void fa_mm(float *C, int ldc, const fa_f16 *A, int lda, const fa_f16 *B, int ldb,
+                      int M, int N, int K, float alpha, bool acc) {
+    fa_mm_tc<TA, TB>(C, ldc, (const __half *)A, lda, (const __half *)B, ldb, M, N, K, alpha,
+                     acc);
+}
+
 /* ---------------------------------------------------------------------------------------
  * Forward: block (bh, query tile), heaviest tiles first; key tiles 0..qt in order
  * ------------------------------------------------------------------------------------- */
@@ -131,7 +169,6 @@ __global__ void __launch_bounds__(FA_THREADS)
 k_flash_fwd(float *att, float *lse, const float *qkv, int T, int NH, int HD, int Dp, float scale) {
     typedef fa_tr<E> tr;
     const int BT = tr::BT, TPR = FA_THREADS / BT, CPT = BT / TPR;
-    const bool bf16 = sizeof(E) == 2;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const fa_plan pl = fa_make_plan<E>(Dp, 0, 1);
     E *Qs = (E *)(fa_smem + pl.e[0]), *Ks = (E *)(fa_smem + pl.e[1]), *Vs = (E *)(fa_smem + pl.e[2]);
@@ -187,7 +224,7 @@ k_flash_fwd(float *att, float *lse, const float *qkv, int T, int NH, int HD, int
         int r = i / HD, d = i - r * HD;
         if (q0 + r >= T) continue;
         float o = O[r * pl.ldO + d] / rl[r];
-        att[((int64_t)b * T + q0 + r) * C + (int64_t)h * HD + d] = bf16 ? ct_round_bf16(o) : o;
+        att[((int64_t)b * T + q0 + r) * C + (int64_t)h * HD + d] = tr::out(o);
     }
     if (threadIdx.x < BT && q0 + (int)threadIdx.x < T)
         lse[(int64_t)bh * T + q0 + threadIdx.x] = rm[threadIdx.x] + logf(rl[threadIdx.x]);

@@ -3,7 +3,10 @@
  * activation buffers). Not for: the arithmetic (stages.c, layers.c, attention.c).
  *
  * Variants: GPT-2 (layernorm, gelu, learned positions, tied head, biases) and open_lm
- * (gain-only layernorm, swiglu, rope, qk-norm, untied head, no biases), and mixes of them.
+ * (gain-only layernorm, swiglu, rope, qk-norm, untied head, no biases), and mixes of them; the
+ * shapes of Llama-3, Mistral, Qwen2 and SmolLM through grouped-query attention (n_kv_head), any
+ * MLP width (intermediate_size), q/k/v biases without an output bias (attn_bias) and rope
+ * scaling (rope_scaling: linear, llama3) as transformers defines them.
  * Shape legend: see gpt.h.
  */
 #include "gpt.h"
@@ -35,21 +38,32 @@ static const char *const init_choices[] = {"gpt2", "open_lm", NULL};
 static const char *const attention_choices[] = {"flash", "naive", NULL}; /* gpt_att_kind order */
 static const char *const epilogue_choices[] = {"cublaslt", "kernels", NULL}; /* gpt_epi_kind */
 static const char *const bf16_mm_choices[] = {"auto", "onednn", "openblas", NULL}; /* gpt_mm_kind */
+static const char *const abias_choices[] = {"auto", "none", "qkv", "qkv_o", NULL}; /* gpt_abias */
+static const char *const rope_scaling_choices[] = {"none", "linear", "llama3", NULL};
 
 static const ct_param_spec gpt_params[] = {
     CT_PARAM_INT("n_layer", "4", 1, 1024, "L: transformer blocks"),
     CT_PARAM_INT("n_head", "4", 1, 4096, "NH: attention heads; must divide d_model"),
+    CT_PARAM_INT("n_kv_head", "0", 0, 4096,
+                 "key/value heads (grouped-query attention; 1: multi-query); must divide n_head; "
+                 "0: n_head (multi-head attention)"),
     CT_PARAM_INT("d_model", "256", 1, 65536, "C: channels of the residual stream"),
     CT_PARAM_INT("vocab_size", "50257", 1, 2147483647.0, "V: tokens of the vocabulary (logits per row)"),
     CT_PARAM_INT("seq_len", "1024", 1, 1048576, "largest sequence length T (rows of wpe)"),
     CT_PARAM_ENUM("norm", "layernorm", norm_choices,
                   "layernorm (gain+bias), rmsnorm (gain), gain_only_layernorm (open_lm)"),
     CT_PARAM_ENUM("mlp", "gelu", mlp_choices,
-                  "gelu: 4C hidden (GPT-2); swiglu: 256*ceil((8C/3)/256) hidden (open_lm)"),
+                  "gelu (GPT-2) or swiglu (open_lm, Llama): the MLP's activation"),
+    CT_PARAM_INT("intermediate_size", "0", 0, 1048576,
+                 "F: the MLP's hidden width; 0: 4C for gelu (GPT-2), 256*ceil((8C/3)/256) for "
+                 "swiglu (open_lm)"),
     CT_PARAM_ENUM("pos", "learned", pos_choices, "learned position table or rotary (rope)"),
     CT_PARAM_BOOL("qk_norm", "false", "normalise q and k over all heads before attention (open_lm)"),
     CT_PARAM_BOOL("tie_embeddings", "true", "the output head is the token embedding (GPT-2)"),
     CT_PARAM_BOOL("bias", "true", "biases in the linear layers (GPT-2); norms keep their own"),
+    CT_PARAM_ENUM("attn_bias", "auto", abias_choices,
+                  "biases of the attention projections: auto (as bias), none, qkv (q, k, v only: "
+                  "Qwen2), qkv_o (q, k, v and the output: Llama's attention_bias)"),
     CT_PARAM_ENUM("init", "gpt2", init_choices,
                   "gpt2: N(0,0.02), output projections /sqrt(2L); open_lm: trunc normal 1/sqrt(fan_in), "
                   "output projections /sqrt(2(layer+1))"),
@@ -66,6 +80,14 @@ static const ct_param_spec gpt_params[] = {
                   "'cpu bf16:' says which runs"),
     CT_PARAM_FLOAT("norm_eps", "1e-5", 1e-12, 1.0, "epsilon of every norm"),
     CT_PARAM_FLOAT("rope_theta", "10000", 1.0, 1e12, "rotary base (pos = rope)"),
+    CT_PARAM_ENUM("rope_scaling", "none", rope_scaling_choices,
+                  "rotary frequencies as transformers' rope_type: none (default), linear "
+                  "(divided by rope_factor), llama3 (Llama 3.1's by wavelength)"),
+    CT_PARAM_FLOAT("rope_factor", "1", 1e-6, 1e6, "rope_scaling's factor"),
+    CT_PARAM_FLOAT("rope_low_freq_factor", "1", 1e-6, 1e6, "llama3: low_freq_factor"),
+    CT_PARAM_FLOAT("rope_high_freq_factor", "4", 1e-6, 1e6, "llama3: high_freq_factor"),
+    CT_PARAM_INT("rope_original_max_position", "8192", 1, 1073741824.0,
+                 "llama3: original_max_position_embeddings"),
     CT_PARAM_END
 };
 
@@ -109,21 +131,22 @@ static int64_t add_matrix(unit_builder *ub, const char *prefix, const char *name
     return add_tensor(ub, prefix, name, rows, cols, CT_INIT_NORMAL, std_gpt2);
 }
 
-/* A norm's gain (ones) and, for layernorm, its bias (zeros). */
-static void add_norm(unit_builder *ub, const char *prefix, const char *name, int64_t *w,
-                     int64_t *b) {
+/* A norm of width n: its gain (ones) and, for layernorm, its bias (zeros). */
+static void add_norm(unit_builder *ub, const char *prefix, const char *name, int64_t n_el,
+                     int64_t *w, int64_t *b) {
     char n[64];
     snprintf(n, sizeof n, "%s.weight", name);
-    *w = add_tensor(ub, prefix, n, ub->m->C, 0, CT_INIT_ONES, 0);
+    *w = add_tensor(ub, prefix, n, n_el, 0, CT_INIT_ONES, 0);
     *b = -1;
     if (ub->m->norm == GPT_NORM_LAYERNORM) {
         snprintf(n, sizeof n, "%s.bias", name);
-        *b = add_tensor(ub, prefix, n, ub->m->C, 0, CT_INIT_ZEROS, 0);
+        *b = add_tensor(ub, prefix, n, n_el, 0, CT_INIT_ZEROS, 0);
     }
 }
 
-static int64_t add_bias(unit_builder *ub, const char *prefix, const char *name, int64_t n) {
-    if (!ub->m->bias) return -1;
+/* A linear layer's bias (zeros) when `on`, else -1. */
+static int64_t add_bias(unit_builder *ub, int on, const char *prefix, const char *name, int64_t n) {
+    if (!on) return -1;
     return add_tensor(ub, prefix, name, n, 0, CT_INIT_ZEROS, 0);
 }
 
@@ -150,7 +173,7 @@ static int32_t build_units(gpt *m, ct_error *err) {
     m->root.wte = add_matrix(&ub, "", "wte.weight", m->V, C, 0.02, s_lm);
     m->root.wpe = m->pos == GPT_POS_LEARNED ? add_matrix(&ub, "", "wpe.weight", m->max_T, C, 0.02, s_lm)
                                            : -1;
-    add_norm(&ub, "", "lnf", &m->root.lnf_w, &m->root.lnf_b);
+    add_norm(&ub, "", "lnf", C, &m->root.lnf_w, &m->root.lnf_b);
     m->head_tensor = 0; /* wte */
     m->root.head = m->root.wte;
     if (!m->tie) {
@@ -173,23 +196,23 @@ static int32_t build_units(gpt *m, ct_error *err) {
         ub.off = 0;
         gpt_block_layout b;
         double depth = sqrt(2.0 * (double)(l + 1));
-        add_norm(&ub, prefix, "ln1", &b.ln1_w, &b.ln1_b);
-        b.qkv_w = add_matrix(&ub, prefix, "attn.qkv.weight", 3 * C, C, 0.02, s_lm);
-        b.qkv_b = add_bias(&ub, prefix, "attn.qkv.bias", 3 * C);
+        add_norm(&ub, prefix, "ln1", C, &b.ln1_w, &b.ln1_b);
+        b.qkv_w = add_matrix(&ub, prefix, "attn.qkv.weight", m->QW, C, 0.02, s_lm);
+        b.qkv_b = add_bias(&ub, m->qkv_bias, prefix, "attn.qkv.bias", m->QW);
         b.qn_w = b.qn_b = b.kn_w = b.kn_b = -1;
         if (m->qk_norm) {
-            add_norm(&ub, prefix, "attn.q_norm", &b.qn_w, &b.qn_b);
-            add_norm(&ub, prefix, "attn.k_norm", &b.kn_w, &b.kn_b);
+            add_norm(&ub, prefix, "attn.q_norm", C, &b.qn_w, &b.qn_b);
+            add_norm(&ub, prefix, "attn.k_norm", m->KC, &b.kn_w, &b.kn_b);
         }
         b.proj_w = add_matrix(&ub, prefix, "attn.proj.weight", C, C, s_out_gpt2, s_lm / depth);
-        b.proj_b = add_bias(&ub, prefix, "attn.proj.bias", C);
-        add_norm(&ub, prefix, "ln2", &b.ln2_w, &b.ln2_b);
+        b.proj_b = add_bias(&ub, m->proj_bias, prefix, "attn.proj.bias", C);
+        add_norm(&ub, prefix, "ln2", C, &b.ln2_w, &b.ln2_b);
         int64_t fc_rows = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
         b.fc_w = add_matrix(&ub, prefix, "mlp.fc.weight", fc_rows, C, 0.02, s_lm);
-        b.fc_b = add_bias(&ub, prefix, "mlp.fc.bias", fc_rows);
+        b.fc_b = add_bias(&ub, m->bias, prefix, "mlp.fc.bias", fc_rows);
         b.fc2_w = add_matrix(&ub, prefix, "mlp.proj.weight", C, F, s_out_gpt2,
                              1.0 / sqrt((double)F) / depth);
-        b.fc2_b = add_bias(&ub, prefix, "mlp.proj.bias", C);
+        b.fc2_b = add_bias(&ub, m->bias, prefix, "mlp.proj.bias", C);
         m->blk = b;
         int len = snprintf(ub.names, (size_t)(ub.names_end - ub.names), "block.%lld", (long long)l);
         u->name = ub.names;
@@ -253,8 +276,12 @@ static int32_t get_enum(const ct_create_args *a, const char *key, const char *co
 static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
     const ct_host_api *api = a->api;
     const char *sec = a->section;
-    int64_t v[5];
+    int64_t v[5], kvh = 0, inter = 0, orig_T = 0;
     const char *ikeys[5] = {"n_layer", "n_head", "d_model", "vocab_size", "seq_len"};
+    if (api->get_int(a->host, sec, "n_kv_head", &kvh, err) != CT_OK ||
+        api->get_int(a->host, sec, "intermediate_size", &inter, err) != CT_OK ||
+        api->get_int(a->host, sec, "rope_original_max_position", &orig_T, err) != CT_OK)
+        return CT_ERR_INVALID;
     for (int i = 0; i < 5; i++) {
         if (api->get_int(a->host, sec, ikeys[i], &v[i], err) != CT_OK) return CT_ERR_INVALID;
         if (v[i] < 1)
@@ -275,12 +302,28 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
         get_enum(a, "init", init_choices, &m->init, err) != CT_OK ||
         get_enum(a, "attention", attention_choices, &m->attention, err) != CT_OK ||
         get_enum(a, "mlp_epilogue", epilogue_choices, &m->mlp_epilogue, err) != CT_OK ||
-        get_enum(a, "bf16_matmul", bf16_mm_choices, &m->bf16_matmul, err) != CT_OK)
+        get_enum(a, "bf16_matmul", bf16_mm_choices, &m->bf16_matmul, err) != CT_OK ||
+        get_enum(a, "rope_scaling", rope_scaling_choices, &m->rope_scaling, err) != CT_OK)
         return CT_ERR_INVALID;
+    int abias = GPT_ABIAS_AUTO;
+    if (get_enum(a, "attn_bias", abias_choices, &abias, err) != CT_OK) return CT_ERR_INVALID;
+    m->qkv_bias = abias == GPT_ABIAS_AUTO ? m->bias : abias == GPT_ABIAS_QKV || abias == GPT_ABIAS_QKV_O;
+    m->proj_bias = abias == GPT_ABIAS_AUTO ? m->bias : abias == GPT_ABIAS_QKV_O;
     double eps, theta;
     if (api->get_float(a->host, sec, "norm_eps", &eps, err) != CT_OK ||
-        api->get_float(a->host, sec, "rope_theta", &theta, err) != CT_OK)
+        api->get_float(a->host, sec, "rope_theta", &theta, err) != CT_OK ||
+        api->get_float(a->host, sec, "rope_factor", &m->rope_factor, err) != CT_OK ||
+        api->get_float(a->host, sec, "rope_low_freq_factor", &m->rope_low, err) != CT_OK ||
+        api->get_float(a->host, sec, "rope_high_freq_factor", &m->rope_high, err) != CT_OK)
         return CT_ERR_INVALID;
+    m->rope_orig_T = orig_T;
+    if (m->rope_scaling != GPT_ROPE_NONE && !(m->rope_factor > 0))
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] rope_factor = %g must be > 0",
+                            sec, m->rope_factor);
+    if (m->rope_scaling == GPT_ROPE_LLAMA3 && !(m->rope_high > m->rope_low))
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] rope_scaling = llama3 needs "
+                            "rope_high_freq_factor (%g) > rope_low_freq_factor (%g) ---> set them "
+                            "as the model's config.json does", sec, m->rope_high, m->rope_low);
     if (!(eps > 0))
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] norm_eps = %g must be > 0", sec, eps);
     m->eps = (float)eps;
@@ -292,11 +335,21 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
                             "---> pick n_head among the divisors of d_model", sec,
                             (long long)m->NH, (long long)m->C);
     m->HD = m->C / m->NH;
+    m->KVH = kvh > 0 ? kvh : m->NH;
+    if (m->NH % m->KVH != 0)
+        return ct_error_set(err, CT_ERR_INVALID,
+                            "model gpt: [%s] n_kv_head = %lld must divide n_head = %lld "
+                            "---> pick n_kv_head among the divisors of n_head (1: multi-query; "
+                            "n_head or 0: multi-head)", sec, (long long)m->KVH, (long long)m->NH);
+    m->KC = m->KVH * m->HD;
+    m->QW = m->C + 2 * m->KC;
     if (m->pos == GPT_POS_ROPE && m->HD % 2 != 0)
         return ct_error_set(err, CT_ERR_INVALID,
                             "model gpt: [%s] pos = rope needs an even head dim, but d_model/n_head "
                             "= %lld ---> change n_head or d_model", sec, (long long)m->HD);
-    if (m->mlp == GPT_MLP_SWIGLU) /* open_lm / llama: 2/3 of 4C rounded up to 256 */
+    if (inter > 0)
+        m->F = inter;
+    else if (m->mlp == GPT_MLP_SWIGLU) /* open_lm: 2/3 of 4C rounded up to 256 */
         m->F = 256 * (((int64_t)(2.0 * 4.0 * (double)m->C / 3.0) + 256 - 1) / 256);
     else
         m->F = 4 * m->C;
@@ -318,6 +371,22 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
     return CT_OK;
 }
 
+/* One inverse frequency after [model] rope_scaling, in f32 as transformers computes it
+ * (modeling_rope_utils: _compute_linear_scaling_rope_parameters, _compute_llama3_parameters;
+ * both keep attention_factor 1, so cos and sin are not scaled). */
+static float rope_scaled(const gpt *m, float inv) {
+    float factor = (float)m->rope_factor;
+    if (m->rope_scaling == GPT_ROPE_LINEAR) return inv / factor;
+    if (m->rope_scaling != GPT_ROPE_LLAMA3) return inv;
+    float lo = (float)m->rope_low, hi = (float)m->rope_high, old = (float)m->rope_orig_T;
+    float low_wavelen = old / lo, high_wavelen = old / hi;
+    float wavelen = 2.0f * 3.14159265358979323846f / inv;
+    float scaled = wavelen > low_wavelen ? inv / factor : inv; /* long waves: divided */
+    if (wavelen < high_wavelen || wavelen > low_wavelen) return scaled;
+    float smooth = (old / wavelen - lo) / (hi - lo); /* the medium band: interpolated */
+    return (1.0f - smooth) * scaled / factor + smooth * scaled;
+}
+
 static int32_t build_rope(gpt *m, ct_error *err) {
     if (m->pos != GPT_POS_ROPE) return CT_OK;
     int64_t half = m->HD / 2;
@@ -328,8 +397,9 @@ static int32_t build_rope(gpt *m, ct_error *err) {
                             "(seq_len %lld) ---> lower seq_len", (long long)m->max_T);
     for (int64_t t = 0; t < m->max_T; t++)
         for (int64_t d = 0; d < half; d++) {
-            /* inv_freq = theta^(-2d/HD), angle = t * inv_freq (f32 as PyTorch computes it) */
+            /* inv_freq = theta^(-2d/HD), scaled; angle = t * inv_freq (f32 as PyTorch computes it) */
             float inv = (float)(1.0 / pow((double)m->rope_theta, (double)(2 * d) / (double)m->HD));
+            inv = rope_scaled(m, inv);
             float ang = (float)t * inv;
             m->rope_cos[t * half + d] = cosf(ang);
             m->rope_sin[t * half + d] = sinf(ang);
@@ -449,7 +519,7 @@ static float *carve(char *base, uint64_t *cursor, uint64_t n) {
 static uint64_t layout(gpt *m, char *base) {
     uint64_t c = 0;
     uint64_t N = (uint64_t)m->N, C = (uint64_t)m->C, T = (uint64_t)m->T, F = (uint64_t)m->F;
-    uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, QW = (uint64_t)m->QW;
     m->tokens = (int32_t *)carve(base, &c, N);
     m->tok_order = (int32_t *)carve(base, &c, N);
     m->tok_start = (int32_t *)carve(base, &c, (uint64_t)m->V + 1);
@@ -459,7 +529,7 @@ static uint64_t layout(gpt *m, char *base) {
         b->ln1 = carve(base, &c, N * C);
         b->ln1_mean = carve(base, &c, N);
         b->ln1_rstd = carve(base, &c, N);
-        b->qkv = carve(base, &c, N * 3 * C);
+        b->qkv = carve(base, &c, N * QW);
         b->q_mean = b->q_rstd = b->k_mean = b->k_rstd = NULL;
         if (m->qk_norm) {
             b->q_mean = carve(base, &c, N);
@@ -467,7 +537,7 @@ static uint64_t layout(gpt *m, char *base) {
             b->k_mean = carve(base, &c, N);
             b->k_rstd = carve(base, &c, N);
         }
-        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? carve(base, &c, N * 3 * C) : b->qkv;
+        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? carve(base, &c, N * QW) : b->qkv;
         b->att = carve(base, &c, N * C);
         b->lse = carve(base, &c, N * (uint64_t)m->NH);
         b->xmid = carve(base, &c, N * C);
@@ -482,7 +552,7 @@ static uint64_t layout(gpt *m, char *base) {
     m->lnf_rstd = carve(base, &c, N);
     m->dres = carve(base, &c, N * C);
     m->dnc = carve(base, &c, N * C);
-    m->dqkv = carve(base, &c, N * 3 * C);
+    m->dqkv = carve(base, &c, N * QW);
     m->dh = carve(base, &c, N * FH);
     m->dg = carve(base, &c, N * F);
     m->att_s = carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
@@ -502,10 +572,10 @@ static uint64_t layout(gpt *m, char *base) {
         m->dlog = carve(base, &c, N * GPT_VCHUNK);
     }
     if (m->dtype == CT_DTYPE_BF16 && m->use_dnnl) { /* bf16 operands: 2 bytes, half a float */
-        uint64_t wmax = 3 * C > FH ? 3 * C : FH;
+        uint64_t wmax = QW > FH ? QW : FH;
         m->xb = (uint16_t *)carve(base, &c, (N * wmax + 1) / 2);
         m->yb = (uint16_t *)carve(base, &c, (N * wmax + 1) / 2);
-        m->qkvb = (uint16_t *)carve(base, &c, (N * 3 * C + 1) / 2);
+        m->qkvb = (uint16_t *)carve(base, &c, (N * QW + 1) / 2);
         m->att_b = (uint16_t *)carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
     }
     return c;
@@ -569,10 +639,6 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "model gpt: compute dtype %s is not supported ---> use f32, bf16 or "
                             "f16", ct_dtype_name(dtype));
-    if (dtype == CT_DTYPE_F16 && m->on_cuda)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: f16 compute is emulated on the "
-                            "CPU only ---> use [device] type = cpu, or bf16 (pure_bf16, amp) "
-                            "on CUDA");
     if (m->on_cuda) return m->cu.prepare(m, B, T, dtype, err);
     if (dtype == CT_DTYPE_F16 && !m->f16_said) { /* once per instance */
         m->f16_said = 1;
@@ -660,9 +726,9 @@ static const ct_model_vtable gpt_vtable = {
 };
 
 #ifdef CT_HAVE_CUDA
-#define GPT_SUMMARY "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU+CUDA"
+#define GPT_SUMMARY "GPT-2 / open_lm / Llama-style transformer (norm, mlp, pos, GQA, rope scaling, qk-norm, tying options), CPU+CUDA"
 #else
-#define GPT_SUMMARY "GPT-2 / open_lm transformer (norm, mlp, pos, qk-norm, tying options), CPU"
+#define GPT_SUMMARY "GPT-2 / open_lm / Llama-style transformer (norm, mlp, pos, GQA, rope scaling, qk-norm, tying options), CPU"
 #endif
 
 CT_DEFINE_PLUGIN(

@@ -3,8 +3,10 @@
  * Not for: anything the host sees (that is ctrain.h); the CUDA entry points are gpt_cuda.h.
  *
  * Shape legend (every file of this plugin): B batch, T time, C channels (d_model), V vocabulary,
- * L layers, NH heads, HD head dim (C/NH), F MLP hidden width, N = B*T rows. Matrices are
- * row-major; a linear layer's weight is (out, in) as in PyTorch: y = x W^T + b.
+ * L layers, NH heads, HD head dim (C/NH), F MLP hidden width, N = B*T rows, KVH key/value heads
+ * (NH/KVH query heads share one: grouped-query attention; KVH = NH is multi-head, 1 multi-query),
+ * KC = KVH*HD key (and value) width, QW = C + 2*KC the width of a qkv row (3C when KVH = NH).
+ * Matrices are row-major; a linear layer's weight is (out, in) as in PyTorch: y = x W^T + b.
  */
 #ifndef GPT_PLUGIN_GPT_H
 #define GPT_PLUGIN_GPT_H
@@ -21,6 +23,10 @@ typedef enum { GPT_NORM_LAYERNORM = 0, GPT_NORM_RMSNORM = 1, GPT_NORM_GAIN_ONLY 
 typedef enum { GPT_MLP_GELU = 0, GPT_MLP_SWIGLU = 1 } gpt_mlp;
 typedef enum { GPT_POS_LEARNED = 0, GPT_POS_ROPE = 1 } gpt_pos;
 typedef enum { GPT_INIT_GPT2 = 0, GPT_INIT_OPENLM = 1 } gpt_init_kind;
+/* [model] attn_bias: which attention projections have a bias (auto: both when [model] bias). */
+typedef enum { GPT_ABIAS_AUTO = 0, GPT_ABIAS_NONE = 1, GPT_ABIAS_QKV = 2, GPT_ABIAS_QKV_O = 3 } gpt_abias;
+/* [model] rope_scaling, as transformers' rope_type: default (none), linear, llama3. */
+typedef enum { GPT_ROPE_NONE = 0, GPT_ROPE_LINEAR = 1, GPT_ROPE_LLAMA3 = 2 } gpt_rope_scaling;
 /* [model] attention: the CUDA kernel (the CPU always runs attention.c's blocked attention). */
 typedef enum { GPT_ATT_FLASH = 0, GPT_ATT_NAIVE = 1 } gpt_att_kind;
 /* [model] mlp_epilogue: the CUDA gelu MLP's bias/GELU steps (the CPU always runs layers.c). */
@@ -39,9 +45,9 @@ typedef struct {
 /* Element offsets of a block's tensors (the same in every block); -1 when absent. */
 typedef struct {
     int64_t ln1_w, ln1_b;   /* (C) */
-    int64_t qkv_w, qkv_b;   /* (3C,C), (3C): rows 0..C-1 make q, then k, then v */
+    int64_t qkv_w, qkv_b;   /* (QW,C), (QW): rows 0..C-1 make q, then KC rows k, KC rows v */
     int64_t qn_w, qn_b;     /* (C) qk-norm of q (over all heads, as open_lm) */
-    int64_t kn_w, kn_b;     /* (C) qk-norm of k */
+    int64_t kn_w, kn_b;     /* (KC) qk-norm of k (over all key heads) */
     int64_t proj_w, proj_b; /* (C,C), (C) attention output projection */
     int64_t ln2_w, ln2_b;   /* (C) */
     int64_t fc_w, fc_b;     /* gelu: (F,C); swiglu: (2F,C), rows 0..F-1 the gate */
@@ -51,9 +57,9 @@ typedef struct {
 /* Activations of one block for backward (f32; bf16-representable when computing in bf16). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C), (N), (N) */
-    float *qkv;                          /* (N,3C) output of the qkv linear layer */
+    float *qkv;                          /* (N,QW) output of the qkv linear layer */
     float *q_mean, *q_rstd, *k_mean, *k_rstd; /* (N) qk-norm statistics, when qk_norm */
-    float *qkv_att;                      /* (N,3C) q,k after qk-norm and rope, v: attention's input
+    float *qkv_att;                      /* (N,QW) q,k after qk-norm and rope, v: attention's input
                                             (== qkv when neither qk_norm nor rope) */
     float *att;                          /* (N,C) attention output, heads side by side */
     float *lse;                          /* (B,NH,T) log-sum-exp of each softmax row */
@@ -69,7 +75,12 @@ typedef struct gpt {
 
     /* configuration */
     int64_t L, NH, C, V, max_T, HD, F;
+    int64_t KVH, KC, QW;  /* key/value heads, their width KVH*HD, a qkv row's C + 2*KC */
     int     norm, mlp, pos, qk_norm, tie, bias, init;
+    int     qkv_bias, proj_bias; /* the attention projections' biases ([model] attn_bias, bias) */
+    int     rope_scaling;     /* gpt_rope_scaling */
+    double  rope_factor, rope_low, rope_high; /* factor, low/high_freq_factor (llama3) */
+    int64_t rope_orig_T;      /* original_max_position_embeddings (llama3) */
     int     attention; /* gpt_att_kind: which CUDA attention (flash_attention.cu or gpt_cuda.cu) */
     int     mlp_epilogue; /* gpt_epi_kind: CUDA gelu MLP through mlp_lt.cu or gpt_cuda.cu's kernels */
     float   eps, rope_theta;
@@ -103,7 +114,7 @@ typedef struct gpt {
     float          *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float          *dres;         /* (N,C) gradient of the residual stream between stages */
     float          *dnc;          /* (N,C) scratch gradient */
-    float          *dqkv;         /* (N,3C) */
+    float          *dqkv;         /* (N,QW) */
     float          *dh;           /* (N,F) or (N,2F) */
     float          *dg;           /* (N,F) */
     float          *att_s, *att_dp; /* (threads,GPT_ATT_QB,T) per-thread scores /
@@ -125,7 +136,7 @@ typedef struct gpt {
     gpt_dnnl       *dnnl;         /* products of the rank's thread, on m->threads threads */
     gpt_dnnl      **dnnl_att;     /* (threads) one per OpenMP thread of attention, 1 thread each */
     uint16_t       *xb, *yb;      /* (N, WMAX) bf16 copies of a product's activation operands */
-    uint16_t       *qkvb;         /* (N,3C) bf16 copy of attention's q, k, v */
+    uint16_t       *qkvb;         /* (N,QW) bf16 copy of attention's q, k, v */
     uint16_t       *att_b;        /* (threads, 2, GPT_ATT_QB, T) per-thread bf16 P and dS */
     int32_t        *tok_order;    /* (N) positions sorted by token, for the embedding grad */
     int32_t        *tok_start;    /* (V+1) counting-sort buckets */
@@ -136,9 +147,9 @@ typedef struct gpt {
     int64_t         dec_len;      /* tokens cached (positions 0..dec_len-1) */
     int32_t         dec_dtype;    /* compute dtype given to prepare_decode() */
     void           *dec_arena;
-    float          *dec_k, *dec_v; /* (L,dec_max_T,C) keys (after qk-norm and rope), values */
+    float          *dec_k, *dec_v; /* (L,dec_max_T,KC) keys (after qk-norm and rope), values */
     float          *dec_x, *dec_xmid, *dec_ln, *dec_tmp, *dec_att; /* (dec_max_T,C) */
-    float          *dec_qkv, *dec_qkv_att; /* (dec_max_T,3C) */
+    float          *dec_qkv, *dec_qkv_att; /* (dec_max_T,QW) */
     float          *dec_h, *dec_g;  /* (dec_max_T,FH), (dec_max_T,F) */
     float          *dec_mean, *dec_rstd; /* (dec_max_T) norm statistics (not needed after) */
     float          *dec_s;        /* (threads,dec_max_T) attention scores of one row */
@@ -279,11 +290,14 @@ void gpt_act_backward(const gpt *m, float *dh, const float *dg, const float *h, 
 /* ---- attention.c ---------------------------------------------------------------------- */
 
 /* Rotary embedding (NeoX/open_lm: halves of each head rotate together) of the q and k parts of
- * qkv (N,3C) in place; inverse == 1 applies the transposed rotation (backward). */
+ * qkv (N,QW) in place (NH query heads, KVH key heads); inverse == 1 applies the transposed
+ * rotation (backward). */
 void gpt_rope(const gpt *m, float *qkv, int64_t N, int inverse);
-/* Causal softmax attention of qkv (N,3C) into att (N,C); lse (B,NH,T) kept for backward. */
+/* Causal softmax attention of qkv (N,QW) into att (N,C); lse (B,NH,T) kept for backward. Query
+ * head h reads key/value head h / (NH/KVH). */
 void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv);
-/* From datt (N,C) write dqkv (N,3C) (every element), recomputing probabilities from lse. */
+/* From datt (N,C) write dqkv (N,QW) (every element), recomputing probabilities from lse; a key
+ * head's dK, dV sum over its query heads in head order. */
 void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float *qkv,
                             const float *lse);
 

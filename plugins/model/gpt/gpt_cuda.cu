@@ -15,6 +15,16 @@
  * unrounded f32 under bf16 (g is rounded as fc2's operand); flash attention rounds P before its
  * normalisation (flash_attention.cu).
  *
+ * f16 (param_dtype F16: pure_f16, fp16) is bf16's path with the other 16-bit format, as on the
+ * CPU (stages.c: m->f16): every rounding point above rounds with ct_round_f16 instead, the
+ * operand copies are f16 (cuBLAS CUDA_R_16F operands, f32 accumulation and result,
+ * CUBLAS_COMPUTE_32F), 16-bit gradients take g = f16(f32(g) + sum), the head is padded as under
+ * bf16, the cuBLASLt epilogues take f16 operands, and flash attention runs its f16 variant
+ * (WMMA on f16 tiles, flash_attention.cu). The kernels carry this as a half kind (hk(): 0 f32,
+ * 1 bf16, 2 f16, attention.c's h16) in their ph (params), gh (gradient buffer), oh (operand
+ * buffer) and r (rounding) arguments. Nothing of the model is refused under f16 on CUDA that
+ * bf16 runs.
+ *
  * The output head under bf16 compute pads the vocabulary to Vp, a multiple of 64 (GPT_VPAD), so
  * its products have aligned sizes and leading dimensions: the head weight is copied into a
  * (Vp,C) operand whose V..Vp-1 rows stay zero; forward writes (N,Vp) f32 into scratch and one
@@ -60,7 +70,7 @@
 #define EW 256          /* threads per block of element-wise kernels */
 #define EW_MAX 8448     /* element-wise grids stride beyond this many blocks */
 #define NCH 64          /* row chunks of the two-pass column sums (bias and norm gradients) */
-#define GPT_VPAD 64     /* the head's vocabulary is padded to a multiple of this (bf16 compute) */
+#define GPT_VPAD 64     /* the head's vocabulary is padded to a multiple of this (16-bit compute) */
 
 typedef struct gpt_cuda {
     cudaStream_t   st;
@@ -68,7 +78,7 @@ typedef struct gpt_cuda {
     char          *arena;       /* one cudaMalloc holding every device buffer */
     uint64_t       arena_bytes;
     /* attention scratch (BH,T,T) and (BH,T,HD); "op" buffers hold GEMM operands in the
-     * operand dtype (bf16 or f32: 4 bytes per element reserved) */
+     * operand dtype (bf16, f16 or f32: 4 bytes per element reserved) */
     float         *S;           /* scores; in backward then dP */
     void          *P;           /* probabilities (op); in backward then dS */
     void          *q, *k, *v;   /* (BH,T,HD) op */
@@ -76,12 +86,15 @@ typedef struct gpt_cuda {
     float         *o;           /* (BH,T,HD) f32: O in forward, dQ in backward */
     float         *dk, *dv;     /* (BH,T,HD) f32 (attention = naive; the buffers above too) */
     float         *fa_D;        /* (BH,T) f32: flash backward's rowsum(dO*O) (attention = flash) */
-    uint16_t      *xa;          /* bf16 operand copies (N * max(V,3C,FH)): dy, head dlogits;
+    float         *qkv_x;       /* (N,3C) grouped-query attention's q, k, v with every key/value
+                                   head repeated for its query heads (NULL when KVH == NH) */
+    float         *dqkv_x;      /* (N,3C) their gradient, summed back into (N,QW) */
+    uint16_t      *xa;          /* 16-bit operand copies (N * max(V,3C,FH)): dy, head dlogits;
                                    padded head: 4*N*Vp bytes, (N,Vp) f32 head output in forward,
-                                   (N,Vp) bf16 dlogits in backward */
-    int64_t        Vp;          /* V rounded up to GPT_VPAD under bf16 compute; else V */
-    uint16_t      *wpad;        /* (Vp,C) bf16 head weight, rows V..Vp-1 zero; NULL when Vp == V */
-    uint16_t      *xb;          /* bf16 operand copies (N * max(C,F)): x */
+                                   (N,Vp) 16-bit dlogits in backward */
+    int64_t        Vp;          /* V rounded up to GPT_VPAD under 16-bit compute; else V */
+    uint16_t      *wpad;        /* (Vp,C) 16-bit head weight, rows V..Vp-1 zero; NULL: Vp == V */
+    uint16_t      *xb;          /* 16-bit operand copies (N * max(C,F)): x */
     float         *gscr;        /* (unit_numel_max) f32 parameter-gradient scratch */
     float         *part;        /* (NCH, 2*max(FH,3C)) partial column sums */
     float         *rope_cos, *rope_sin; /* (max_T, HD/2) when pos == rope */
@@ -134,27 +147,49 @@ static unsigned ew_blocks(int64_t n) {
          i += (int64_t)gridDim.x * blockDim.x)
 
 /* ---------------------------------------------------------------------------------------
- * Per-element helpers: typed loads of params, adds into the gradient in grad_dtype
+ * Half kinds; per-element helpers: typed loads of params, adds into the gradient in grad_dtype
  * ------------------------------------------------------------------------------------- */
 
-__device__ __forceinline__ float ldp(const void *p, int64_t i, int bf16) {
-    return bf16 ? ct_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+/* The 16-bit format of a buffer or a rounding: none (f32), bf16, f16 (attention.c's h16). */
+enum { GPT_H_F32 = 0, GPT_H_BF16 = 1, GPT_H_F16 = 2 };
+
+/* The half kind of the current stage's compute: its roundings, operand copies and params. */
+static int hk(const gpt *m) { return !m->bf16 ? GPT_H_F32 : m->f16 ? GPT_H_F16 : GPT_H_BF16; }
+
+/* The half kind of a gradient buffer's dtype. */
+static int gk(int32_t dtype) {
+    return dtype == CT_DTYPE_BF16 ? GPT_H_BF16 : dtype == CT_DTYPE_F16 ? GPT_H_F16 : GPT_H_F32;
 }
 
-__device__ __forceinline__ void gadd(void *g, int64_t i, float d, int bf16) {
-    if (bf16) {
-        uint16_t *h = (uint16_t *)g;
-        h[i] = ct_bf16_from_f32(ct_bf16_to_f32(h[i]) + d);
+/* A 16-bit value of kind h (bf16 or f16) as f32, and an f32 rounded to one (nearest even). */
+__device__ __forceinline__ float h16_to(uint16_t b, int h) {
+    return h == GPT_H_F16 ? ct_f16_to_f32(b) : ct_bf16_to_f32(b);
+}
+__device__ __forceinline__ uint16_t h16_from(float x, int h) {
+    return h == GPT_H_F16 ? ct_f16_from_f32(x) : ct_bf16_from_f32(x);
+}
+
+__device__ __forceinline__ float ldp(const void *p, int64_t i, int h) {
+    return h ? h16_to(((const uint16_t *)p)[i], h) : ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void gadd(void *g, int64_t i, float d, int h) {
+    if (h) {
+        uint16_t *b = (uint16_t *)g;
+        b[i] = h16_from(h16_to(b[i], h) + d, h);
     } else {
         ((float *)g)[i] += d;
     }
 }
 
-__device__ __forceinline__ float maybe_round(float x, int r) { return r ? ct_round_bf16(x) : x; }
+/* x rounded to kind r (a no-op for GPT_H_F32). */
+__device__ __forceinline__ float maybe_round(float x, int r) {
+    return r == GPT_H_F16 ? ct_round_f16(x) : r ? ct_round_bf16(x) : x;
+}
 
-/* Store x as an operand of dtype bf16 (exact for bf16-valued x) or f32. */
-__device__ __forceinline__ void stop(void *p, int64_t i, float x, int bf16) {
-    if (bf16) ((uint16_t *)p)[i] = ct_bf16_from_f32(x);
+/* Store x as an operand of kind h (exact for x already of that kind) or f32. */
+__device__ __forceinline__ void stop(void *p, int64_t i, float x, int h) {
+    if (h) ((uint16_t *)p)[i] = h16_from(x, h);
     else ((float *)p)[i] = x;
 }
 
@@ -191,10 +226,10 @@ __device__ float block_max(float v, float *sh) {
  * Element-wise kernels
  * ------------------------------------------------------------------------------------- */
 
-__global__ void k_round(float *x, int64_t n) { FOR_EACH(i, n) x[i] = ct_round_bf16(x[i]); }
+__global__ void k_round(float *x, int64_t n, int r) { FOR_EACH(i, n) x[i] = maybe_round(x[i], r); }
 
-__global__ void k_to_bf16(uint16_t *d, const float *s, int64_t n) {
-    FOR_EACH(i, n) d[i] = ct_bf16_from_f32(s[i]);
+__global__ void k_to_half(uint16_t *d, const float *s, int64_t n, int h) {
+    FOR_EACH(i, n) d[i] = h16_from(s[i], h);
 }
 
 /* Padded head: out (N,V) = the first V columns of z (N,Vp), rounded when r. */
@@ -205,20 +240,21 @@ __global__ void k_unpad(float *out, const float *z, int64_t N, int64_t V, int64_
     }
 }
 
-/* Padded head: d (N,Vp) bf16 = x (N,V) f32 rounded, pad columns 0. */
-__global__ void k_to_bf16_pad(uint16_t *d, const float *x, int64_t N, int64_t V, int64_t Vp) {
+/* Padded head: d (N,Vp) of kind h = x (N,V) f32 rounded, pad columns 0. */
+__global__ void k_to_half_pad(uint16_t *d, const float *x, int64_t N, int64_t V, int64_t Vp,
+                              int h) {
     FOR_EACH(i, N * Vp) {
         int64_t n = i / Vp, j = i % Vp;
-        d[i] = j < V ? ct_bf16_from_f32(x[n * V + j]) : (uint16_t)0;
+        d[i] = j < V ? h16_from(x[n * V + j], h) : (uint16_t)0;
     }
 }
 
 /* y (N,M) += b (typed params at b_off, or none); rounded when r. */
-__global__ void k_bias_round(float *y, int64_t N, int64_t M, const void *P, int pbf16,
+__global__ void k_bias_round(float *y, int64_t N, int64_t M, const void *P, int ph,
                              int64_t b_off, int r) {
     FOR_EACH(i, N * M) {
         float v = y[i];
-        if (b_off >= 0) v += ldp(P, b_off + i % M, pbf16);
+        if (b_off >= 0) v += ldp(P, b_off + i % M, ph);
         y[i] = maybe_round(v, r);
     }
 }
@@ -228,8 +264,8 @@ __global__ void k_add(float *out, const float *a, const float *b, int64_t n, int
 }
 
 /* grads[off + i] += d[i] in grad dtype. */
-__global__ void k_gadd(void *g, int gbf16, int64_t off, const float *d, int64_t n) {
-    FOR_EACH(i, n) gadd(g, off + i, d[i], gbf16);
+__global__ void k_gadd(void *g, int gh, int64_t off, const float *d, int64_t n) {
+    FOR_EACH(i, n) gadd(g, off + i, d[i], gh);
 }
 
 /* MLP activation: gelu g = gelu(h) (N,F); swiglu g = silu(h[:, :F]) * h[:, F:], h (N,2F). */
@@ -260,16 +296,17 @@ __global__ void k_act_bwd(float *dh, const float *dg, const float *h, int64_t N,
     }
 }
 
-/* Rotary embedding of q and k in qkv (N,3C), in place; inverse: the transposed rotation. */
-__global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, int64_t HD,
-                       const float *cs, const float *sn, int inverse, int r) {
-    int64_t half = HD / 2;
-    FOR_EACH(i, N * 2 * NH * half) {
-        int64_t d = i % half, h = (i / half) % NH, part = (i / (half * NH)) % 2,
-                n = i / (half * NH * 2);
+/* Rotary embedding of q (NH heads) and k (KVH heads) in qkv (N,QW), in place; inverse: the
+ * transposed rotation. */
+__global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, int64_t KVH,
+                       int64_t HD, const float *cs, const float *sn, int inverse, int r) {
+    int64_t half = HD / 2, QW = C + 2 * KVH * HD, NHK = NH + KVH;
+    FOR_EACH(i, N * NHK * half) {
+        int64_t d = i % half, hh = (i / half) % NHK, n = i / (half * NHK);
+        int64_t part = hh >= NH, h = part ? hh - NH : hh; /* q heads, then k heads */
         int64_t t = n % T;
         float c = cs[t * half + d], s = inverse ? -sn[t * half + d] : sn[t * half + d];
-        float *x = qkv + n * 3 * C + part * C + h * HD;
+        float *x = qkv + n * QW + part * C + h * HD;
         float a = x[d], b = x[d + half];
         x[d] = maybe_round(a * c - b * s, r);
         x[d + half] = maybe_round(b * c + a * s, r);
@@ -282,7 +319,7 @@ __global__ void k_rope(float *qkv, int64_t N, int64_t T, int64_t C, int64_t NH, 
 
 /* A token outside [0, V) makes its row NaN (the loss turns non-finite) and its position the
  * candidate for *bad (the first such position wins). */
-__global__ void k_embed_fwd(float *x, const int32_t *tok, const void *P, int pbf16, int64_t wte,
+__global__ void k_embed_fwd(float *x, const int32_t *tok, const void *P, int ph, int64_t wte,
                             int64_t wpe, int64_t N, int64_t T, int64_t C, int64_t V, int32_t *bad,
                             int r) {
     FOR_EACH(i, N * C) {
@@ -293,14 +330,14 @@ __global__ void k_embed_fwd(float *x, const int32_t *tok, const void *P, int pbf
             x[i] = __int_as_float(0x7fc00000); /* NaN */
             continue;
         }
-        float v = ldp(P, wte + (int64_t)tk * C + c, pbf16) +
-                  (wpe >= 0 ? ldp(P, wpe + (n % T) * C + c, pbf16) : 0.0f);
+        float v = ldp(P, wte + (int64_t)tk * C + c, ph) +
+                  (wpe >= 0 ? ldp(P, wpe + (n % T) * C + c, ph) : 0.0f);
         x[i] = maybe_round(v, r);
     }
 }
 
 /* One block per token group: the group's rows of dx summed in position order, added once. */
-__global__ void k_embed_bwd_wte(void *g, int gbf16, int64_t wte, const float *dx,
+__global__ void k_embed_bwd_wte(void *g, int gh, int64_t wte, const float *dx,
                                 const int32_t *order, const int32_t *gstart,
                                 const int32_t *gtok, int64_t C) {
     int64_t grp = blockIdx.x;
@@ -309,17 +346,17 @@ __global__ void k_embed_bwd_wte(void *g, int gbf16, int64_t wte, const float *dx
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         float s = 0.0f;
         for (int32_t k = b; k < e; k++) s += dx[(int64_t)order[k] * C + c];
-        gadd(g, base + c, s, gbf16);
+        gadd(g, base + c, s, gh);
     }
 }
 
 /* dwpe[t] = sum over b (in order) of dx[b, t]. */
-__global__ void k_embed_bwd_wpe(void *g, int gbf16, int64_t wpe, const float *dx, int64_t B,
+__global__ void k_embed_bwd_wpe(void *g, int gh, int64_t wpe, const float *dx, int64_t B,
                                 int64_t T, int64_t C) {
     FOR_EACH(i, T * C) {
         float s = 0.0f;
         for (int64_t b = 0; b < B; b++) s += dx[b * T * C + i];
-        gadd(g, wpe + i, s, gbf16);
+        gadd(g, wpe + i, s, gh);
     }
 }
 
@@ -328,7 +365,7 @@ __global__ void k_embed_bwd_wpe(void *g, int gbf16, int64_t wpe, const float *dx
  * ------------------------------------------------------------------------------------- */
 
 __global__ void k_norm_fwd(float *y, int64_t ldy, float *mean, float *rstd, const float *x,
-                           int64_t ldx, const void *P, int pbf16, int64_t w_off, int64_t b_off,
+                           int64_t ldx, const void *P, int ph, int64_t w_off, int64_t b_off,
                            int64_t C, int rms, float eps, int r) {
     __shared__ float sh[33];
     int64_t n = blockIdx.x;
@@ -345,15 +382,15 @@ __global__ void k_norm_fwd(float *y, int64_t ldy, float *mean, float *rstd, cons
     float rs = ct_norm_rstd(block_sum(ss, sh), (float)C, eps);
     if (threadIdx.x == 0) mean[n] = mu, rstd[n] = rs;
     for (int64_t i = threadIdx.x; i < C; i += NT) {
-        float b = b_off >= 0 ? ldp(P, b_off + i, pbf16) : 0.0f;
-        yr[i] = maybe_round(ct_norm_apply(xr[i], mu, rs, ldp(P, w_off + i, pbf16), b), r);
+        float b = b_off >= 0 ? ldp(P, b_off + i, ph) : 0.0f;
+        yr[i] = maybe_round(ct_norm_apply(xr[i], mu, rs, ldp(P, w_off + i, ph), b), r);
     }
 }
 
 /* dx = (add ? dx : 0) + d norm/dx . dy; dx may alias dy when add == 0 (same strides). */
 __global__ void k_norm_bwd(float *dx, int64_t lddx, const float *dy, int64_t lddy,
                            const float *x, int64_t ldx, const float *mean, const float *rstd,
-                           const void *P, int pbf16, int64_t w_off, int64_t C, int rms, int add) {
+                           const void *P, int ph, int64_t w_off, int64_t C, int rms, int add) {
     __shared__ float sh[33];
     int64_t n = blockIdx.x;
     const float *xr = x + n * ldx, *dyr = dy + n * lddy;
@@ -361,7 +398,7 @@ __global__ void k_norm_bwd(float *dx, int64_t lddx, const float *dy, int64_t ldd
     float mu = mean[n], rs = rstd[n];
     float s_d = 0.0f, s_dx = 0.0f;
     for (int64_t i = threadIdx.x; i < C; i += NT) {
-        float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * ldp(P, w_off + i, pbf16);
+        float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * ldp(P, w_off + i, ph);
         s_d += dxhat;
         s_dx += dxhat * xhat;
     }
@@ -369,7 +406,7 @@ __global__ void k_norm_bwd(float *dx, int64_t lddx, const float *dy, int64_t ldd
     s_dx = block_sum(s_dx, sh);
     float m_d = rms ? 0.0f : s_d / (float)C, m_dx = s_dx / (float)C;
     for (int64_t i = threadIdx.x; i < C; i += NT) {
-        float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * ldp(P, w_off + i, pbf16);
+        float xhat = (xr[i] - mu) * rs, dxhat = dyr[i] * ldp(P, w_off + i, ph);
         float v = ct_norm_dx(dxhat, xhat, rs, m_d, m_dx);
         dxr[i] = add ? dxr[i] + v : v;
     }
@@ -394,12 +431,12 @@ __global__ void k_colsum_part(float *part, const float *dy, int64_t lddy, const 
 }
 
 /* grads[off + j] += sum over chunks (in order) of part[ch*2M + j]. */
-__global__ void k_colsum_finish(void *g, int gbf16, int64_t off, const float *part, int64_t nch,
+__global__ void k_colsum_finish(void *g, int gh, int64_t off, const float *part, int64_t nch,
                                 int64_t M) {
     FOR_EACH(j, M) {
         float s = 0.0f;
         for (int64_t ch = 0; ch < nch; ch++) s += part[ch * 2 * M + j];
-        gadd(g, off + j, s, gbf16);
+        gadd(g, off + j, s, gh);
     }
 }
 
@@ -416,13 +453,44 @@ __global__ void k_colsum_double(double *out, const float *x, int64_t N, int64_t 
  * Attention kernels: layout changes, causal softmax forward and backward
  * ------------------------------------------------------------------------------------- */
 
+/* Grouped-query attention through the multi-head kernels: dst (N,3C) = src (N,QW) with key
+ * and value head kh repeated for query heads kh*G .. kh*G+G-1 (transformers' repeat_kv). */
+__global__ void k_repeat_kv(float *dst, const float *src, int64_t N, int64_t C, int64_t KC,
+                            int64_t HD, int64_t G) {
+    int64_t QW = C + 2 * KC;
+    FOR_EACH(i, N * 3 * C) {
+        int64_t n = i / (3 * C), j = i % (3 * C), part = j / C, w = j % C;
+        int64_t col = part == 0 ? j : C + (part - 1) * KC + (w / HD / G) * HD + w % HD;
+        dst[i] = src[n * QW + col];
+    }
+}
+
+/* Its backward: dst (N,QW) = src (N,3C) with the G copies of each key/value head summed in
+ * head order (f32; not rounded: the caller stores). */
+__global__ void k_sum_kv(float *dst, const float *src, int64_t N, int64_t C, int64_t KC,
+                         int64_t HD, int64_t G) {
+    int64_t QW = C + 2 * KC;
+    FOR_EACH(i, N * QW) {
+        int64_t n = i / QW, j = i % QW;
+        const float *row = src + n * 3 * C;
+        if (j < C) {
+            dst[i] = row[j];
+            continue;
+        }
+        int64_t part = (j - C) / KC, w = (j - C) % KC, kh = w / HD, d = w % HD;
+        float sum = 0.0f;
+        for (int64_t k = 0; k < G; k++) sum += row[C + part * C + (kh * G + k) * HD + d];
+        dst[i] = sum;
+    }
+}
+
 /* (N, ld) rows, columns col0 + h*HD + d  ->  op buffer (BH,T,HD). */
-__global__ void k_to_heads(void *dst, int obf16, const float *src, int64_t ld, int64_t col0,
+__global__ void k_to_heads(void *dst, int oh, const float *src, int64_t ld, int64_t col0,
                            int64_t B, int64_t T, int64_t NH, int64_t HD) {
     FOR_EACH(i, B * T * NH * HD) {
         int64_t d = i % HD, t = (i / HD) % T, bh = i / (HD * T);
         int64_t b = bh / NH, h = bh % NH;
-        stop(dst, i, src[(b * T + t) * ld + col0 + h * HD + d], obf16);
+        stop(dst, i, src[(b * T + t) * ld + col0 + h * HD + d], oh);
     }
 }
 
@@ -437,8 +505,8 @@ __global__ void k_from_heads(float *dst, int64_t ld, int64_t col0, const float *
 }
 
 /* One block per score row (bh, t): with_lse: lse = log-sum-exp over j <= t (written);
- * then P[j] = exp(S[j] - lse) (bf16-rounded when r) for j <= t, 0 above. */
-__global__ void k_softmax(const float *S, float *lse, void *P, int obf16, int64_t T,
+ * then P[j] = exp(S[j] - lse) (rounded to kind r) for j <= t, 0 above. */
+__global__ void k_softmax(const float *S, float *lse, void *P, int oh, int64_t T,
                           int with_lse, int r) {
     __shared__ float sh[33];
     int64_t row = blockIdx.x, t = row % T;
@@ -456,20 +524,20 @@ __global__ void k_softmax(const float *S, float *lse, void *P, int obf16, int64_
         L = lse[row];
     }
     for (int64_t j = threadIdx.x; j < T; j += NT)
-        stop(P, row * T + j, j <= t ? maybe_round(expf(s[j] - L), r) : 0.0f, obf16);
+        stop(P, row * T + j, j <= t ? maybe_round(expf(s[j] - L), r) : 0.0f, oh);
 }
 
 /* One block per row: D = sum_j P*dP; dS = P * (dP - D) (rounded when r) in place of P. */
-__global__ void k_softmax_bwd(void *P, int obf16, const float *dP, int64_t T, int r) {
+__global__ void k_softmax_bwd(void *P, int oh, const float *dP, int64_t T, int r) {
     __shared__ float sh[33];
     int64_t row = blockIdx.x, t = row % T;
     const float *dp = dP + row * T;
     float D = 0.0f;
-    for (int64_t j = threadIdx.x; j <= t; j += NT) D += ldp(P, row * T + j, obf16) * dp[j];
+    for (int64_t j = threadIdx.x; j <= t; j += NT) D += ldp(P, row * T + j, oh) * dp[j];
     D = block_sum(D, sh);
     for (int64_t j = threadIdx.x; j <= t; j += NT) {
-        float p = ldp(P, row * T + j, obf16);
-        stop(P, row * T + j, maybe_round(p * (dp[j] - D), r), obf16);
+        float p = ldp(P, row * T + j, oh);
+        stop(P, row * T + j, maybe_round(p * (dp[j] - D), r), oh);
     }
 }
 
@@ -484,7 +552,7 @@ static int32_t gemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t 
                     ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     if (!A || !B) /* an operand copy failed to launch (operand()) */
-        return cuda_fail(err, "k_to_bf16 (GEMM operand copy)",
+        return cuda_fail(err, "k_to_half (GEMM operand copy)",
                          g->op_err != cudaSuccess ? g->op_err : cudaErrorInvalidValue);
     /* cuBLAS takes int sizes and leading dimensions: refuse what would wrap */
     const int64_t dims[7] = {M, N, K, lda, ldb, ldc, batch};
@@ -496,7 +564,8 @@ static int32_t gemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t 
                                 "seq_len (rows = batch_size * seq_len), or the model's widths",
                                 (long long)M, (long long)N, (long long)K, (long long)lda,
                                 (long long)ldb, (long long)ldc, (long long)batch);
-    cudaDataType_t t = m->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const int h = hk(m);
+    cudaDataType_t t = h == GPT_H_F16 ? CUDA_R_16F : h ? CUDA_R_16BF : CUDA_R_32F;
     /* column-major view: C^T (N,M) = op(B)^T op(A)^T */
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t s;
@@ -517,13 +586,14 @@ static int32_t gemm(const gpt *m, int ta, int tb, int64_t M, int64_t N, int64_t 
     return CT_OK;
 }
 
-/* An f32 activation (n elements) as a GEMM operand: itself in f32, else its bf16 copy in buf
- * (exact: the activation is bf16-valued). NULL when the copy's launch failed (the error kept in
- * g->op_err): every operand goes to gemm(), which reports it with the kernel's name. */
+/* An f32 activation (n elements) as a GEMM operand: itself in f32, else its bf16 or f16 copy
+ * in buf (exact: the activation holds values of that kind). NULL when the copy's launch failed
+ * (the error kept in g->op_err): every operand goes to gemm(), which reports it with the
+ * kernel's name. */
 static const void *operand(const gpt *m, uint16_t *buf, const float *x, int64_t n) {
     if (!m->bf16) return x;
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    k_to_bf16<<<ew_blocks(n), EW, 0, g->st>>>(buf, x, n);
+    k_to_half<<<ew_blocks(n), EW, 0, g->st>>>(buf, x, n, hk(m));
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         g->op_err = e;
@@ -538,29 +608,29 @@ static const void *pw(const gpt *m, const ct_stage_args *a, int64_t off) {
                    : (const void *)((const float *)a->params + off);
 }
 
-/* x rounded to bf16 values in place under bf16 compute; a no-op under f32. */
+/* x rounded to bf16 (f16) values in place under bf16 (f16) compute; a no-op under f32. */
 static int32_t round_if(const gpt *m, float *x, int64_t n, ct_error *err) {
     if (!m->bf16) return CT_OK;
-    k_round<<<ew_blocks(n), EW, 0, ((gpt_cuda *)m->cuda)->st>>>(x, n);
-    LAUNCHED("k_round (bf16 rounding)");
+    k_round<<<ew_blocks(n), EW, 0, ((gpt_cuda *)m->cuda)->st>>>(x, n, hk(m));
+    LAUNCHED("k_round (16-bit rounding)");
     return CT_OK;
 }
 
-/* y (N,M) = x W^T + b, rounded under bf16. xo: x as an operand (operand()). */
+/* y (N,M) = x W^T + b, rounded under 16-bit compute. xo: x as an operand (operand()). */
 static int32_t linear_fwd(const gpt *m, const ct_stage_args *a, float *y, const void *xo,
                           int64_t w_off, int64_t b_off, int64_t N, int64_t K, int64_t M,
                           ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     CHECK(gemm(m, 0, 1, N, M, K, 1.0f, xo, K, 0, pw(m, a, w_off), K, 0, 0.0f, y, M, 0, 1, err));
     if (b_off >= 0 || m->bf16) {
-        k_bias_round<<<ew_blocks(N * M), EW, 0, g->st>>>(y, N, M, a->params, m->bf16, b_off,
-                                                         m->bf16);
+        k_bias_round<<<ew_blocks(N * M), EW, 0, g->st>>>(y, N, M, a->params, hk(m), b_off,
+                                                         hk(m));
         LAUNCHED("bias");
     }
     return CT_OK;
 }
 
-/* dx (N,K) = dy (N,M) W, W (M,K); dyo: dy as an operand. Rounded under bf16. */
+/* dx (N,K) = dy (N,M) W, W (M,K); dyo: dy as an operand. Rounded under 16-bit compute. */
 static int32_t linear_bwd_dx(const gpt *m, const ct_stage_args *a, float *dx, const void *dyo,
                              int64_t w_off, int64_t N, int64_t K, int64_t M, ct_error *err) {
     CHECK(gemm(m, 0, 0, N, K, M, 1.0f, dyo, M, 0, pw(m, a, w_off), K, 0, 0.0f, dx, K, 0, 1, err));
@@ -568,7 +638,7 @@ static int32_t linear_bwd_dx(const gpt *m, const ct_stage_args *a, float *dx, co
 }
 
 /* grads[off..] (M,K) += dy^T x, dy (N,M), x (N,K) as operands; f32 grads take the GEMM's
- * accumulation directly, bf16 grads get the f32 sum added once. */
+ * accumulation directly, bf16 and f16 grads get the f32 sum added once. */
 static int32_t grad_matmul(const gpt *m, const ct_stage_args *a, int64_t off, const void *dyo,
                            const void *xo, int64_t N, int64_t M, int64_t K, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
@@ -576,7 +646,7 @@ static int32_t grad_matmul(const gpt *m, const ct_stage_args *a, int64_t off, co
         return gemm(m, 1, 0, M, K, N, 1.0f, dyo, M, 0, xo, K, 0, 1.0f, (float *)a->grads + off,
                     K, 0, 1, err);
     CHECK(gemm(m, 1, 0, M, K, N, 1.0f, dyo, M, 0, xo, K, 0, 0.0f, g->gscr, K, 0, 1, err));
-    k_gadd<<<ew_blocks(M * K), EW, 0, g->st>>>(a->grads, 1, off, g->gscr, M * K);
+    k_gadd<<<ew_blocks(M * K), EW, 0, g->st>>>(a->grads, gk(a->grad_dtype), off, g->gscr, M * K);
     LAUNCHED("grad add");
     return CT_OK;
 }
@@ -592,32 +662,39 @@ static int32_t bias_grad(const gpt *m, const ct_stage_args *a, int64_t b_off, co
     dim3 grid((unsigned)((M + EW - 1) / EW), (unsigned)nch);
     k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, M, NULL, 0, NULL, NULL, N, M, per);
     LAUNCHED("bias grad (column sums)");
-    k_colsum_finish<<<ew_blocks(M), EW, 0, g->st>>>(a->grads, a->grad_dtype == CT_DTYPE_BF16,
-                                                    b_off, g->part, nch, M);
+    k_colsum_finish<<<ew_blocks(M), EW, 0, g->st>>>(a->grads, gk(a->grad_dtype), b_off, g->part,
+                                                    nch, M);
     LAUNCHED("bias grad");
     return CT_OK;
 }
 
 /* Norm of N rows of C (x stride ldx) into y (stride ldy), stats kept. */
-static int32_t norm_fwd(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
-                        float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
-                        int64_t b_off, int round, ct_error *err) {
+/* Rows of width C, or of width n (norm_fwd_n: the k-norm's KC). */
+static int32_t norm_fwd_n(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
+                          float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
+                          int64_t b_off, int round, int64_t n, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    k_norm_fwd<<<(unsigned)m->N, NT, 0, g->st>>>(y, ldy, mean, rstd, x, ldx, a->params, m->bf16,
-                                                 w_off, b_off, m->C, m->norm == GPT_NORM_RMSNORM,
-                                                 m->eps, round && m->bf16);
+    k_norm_fwd<<<(unsigned)m->N, NT, 0, g->st>>>(y, ldy, mean, rstd, x, ldx, a->params, hk(m),
+                                                 w_off, b_off, n, m->norm == GPT_NORM_RMSNORM,
+                                                 m->eps, round ? hk(m) : GPT_H_F32);
     LAUNCHED("norm forward");
     return CT_OK;
 }
 
+static int32_t norm_fwd(const gpt *m, const ct_stage_args *a, float *y, int64_t ldy,
+                        float *mean, float *rstd, const float *x, int64_t ldx, int64_t w_off,
+                        int64_t b_off, int round, ct_error *err) {
+    return norm_fwd_n(m, a, y, ldy, mean, rstd, x, ldx, w_off, b_off, round, m->C, err);
+}
+
 /* Parameter gradients (first: dx may overwrite dy), then dx; see k_norm_bwd. */
-static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
-                        const float *dy, int64_t lddy, const float *x, int64_t ldx,
-                        const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
-                        int add, ct_error *err) {
+static int32_t norm_bwd_n(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
+                          const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                          const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
+                          int add, int64_t C, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, nch = n_chunks(N), per = (N + nch - 1) / nch;
-    int gb = a->grad_dtype == CT_DTYPE_BF16;
+    int64_t N = m->N, nch = n_chunks(N), per = (N + nch - 1) / nch;
+    int gb = gk(a->grad_dtype);
     dim3 grid((unsigned)((C + EW - 1) / EW), (unsigned)nch);
     k_colsum_part<<<grid, EW, 0, g->st>>>(g->part, dy, lddy, x, ldx, mean, rstd, N, C, per);
     LAUNCHED("norm backward (column sums)");
@@ -628,10 +705,17 @@ static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t
         LAUNCHED("norm backward (bias gradient)");
     }
     k_norm_bwd<<<(unsigned)N, NT, 0, g->st>>>(dx, lddx, dy, lddy, x, ldx, mean, rstd, a->params,
-                                              m->bf16, w_off, C, m->norm == GPT_NORM_RMSNORM,
+                                              hk(m), w_off, C, m->norm == GPT_NORM_RMSNORM,
                                               add);
     LAUNCHED("norm backward");
     return CT_OK;
+}
+
+static int32_t norm_bwd(const gpt *m, const ct_stage_args *a, float *dx, int64_t lddx,
+                        const float *dy, int64_t lddy, const float *x, int64_t ldx,
+                        const float *mean, const float *rstd, int64_t w_off, int64_t b_off,
+                        int add, ct_error *err) {
+    return norm_bwd_n(m, a, dx, lddx, dy, lddy, x, ldx, mean, rstd, w_off, b_off, add, m->C, err);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -643,9 +727,9 @@ static int32_t attention_fwd(const gpt *m, float *att, float *lse, const float *
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
     if (m->attention == GPT_ATT_FLASH)
-        return gpt_flash_forward(g->st, att, lse, qkv, B, T, NH, HD, m->bf16, err);
+        return gpt_flash_forward(g->st, att, lse, qkv, B, T, NH, HD, hk(m), err);
     int64_t nh = BH * T * HD;
-    int ob = m->bf16;
+    int ob = hk(m);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->k, ob, qkv, 3 * C, C, B, T, NH, HD);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->v, ob, qkv, 3 * C, 2 * C, B, T, NH, HD);
@@ -670,9 +754,9 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
     if (m->attention == GPT_ATT_FLASH)
         return gpt_flash_backward(g->st, dqkv, g->fa_D, datt, att, qkv, lse, B, T, NH, HD,
-                                  m->bf16, err);
+                                  hk(m), err);
     int64_t nh = BH * T * HD;
-    int ob = m->bf16;
+    int ob = hk(m);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->k, ob, qkv, 3 * C, C, B, T, NH, HD);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->v, ob, qkv, 3 * C, 2 * C, B, T, NH, HD);
@@ -703,6 +787,32 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
     return CT_OK;
 }
 
+/* Attention of qkv (N,QW): with grouped-query attention (KVH < NH) through the multi-head
+ * kernels on the repeated heads (g->qkv_x), the gradients of the copies summed back. */
+static int32_t attention_gqa_fwd(const gpt *m, float *att, float *lse, const float *qkv,
+                                 ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (m->KVH == m->NH) return attention_fwd(m, att, lse, qkv, err);
+    int64_t N = m->N, C = m->C;
+    k_repeat_kv<<<ew_blocks(N * 3 * C), EW, 0, g->st>>>(g->qkv_x, qkv, N, C, m->KC, m->HD,
+                                                       m->NH / m->KVH);
+    LAUNCHED("repeat kv");
+    return attention_fwd(m, att, lse, g->qkv_x, err);
+}
+
+static int32_t attention_gqa_bwd(const gpt *m, float *dqkv, const float *datt, const float *att,
+                                 const float *qkv, const float *lse, ct_error *err) {
+    gpt_cuda *g = (gpt_cuda *)m->cuda;
+    if (m->KVH == m->NH) return attention_bwd(m, dqkv, datt, att, qkv, lse, err);
+    int64_t N = m->N, C = m->C, G = m->NH / m->KVH;
+    k_repeat_kv<<<ew_blocks(N * 3 * C), EW, 0, g->st>>>(g->qkv_x, qkv, N, C, m->KC, m->HD, G);
+    LAUNCHED("repeat kv");
+    CHECK(attention_bwd(m, g->dqkv_x, datt, att, g->qkv_x, lse, err));
+    k_sum_kv<<<ew_blocks(N * m->QW), EW, 0, g->st>>>(dqkv, g->dqkv_x, N, C, m->KC, m->HD, G);
+    LAUNCHED("sum kv gradients");
+    return CT_OK;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Stages (the CPU's stages.c, step for step)
  * ------------------------------------------------------------------------------------- */
@@ -717,7 +827,7 @@ static void lt_fallback_note(gpt *m) {
     snprintf(msg, sizeof msg, "model gpt: cuBLASLt has no GELU epilogue for the MLP (F=%lld, "
              "%s): its bias and GELU run as separate kernels (slower, same results) ---> set "
              "[model] mlp_epilogue = kernels to silence this", (long long)m->F,
-             m->bf16 ? "bf16" : "f32");
+             hk(m) == GPT_H_F16 ? "f16" : m->bf16 ? "bf16" : "f32");
     if (m->api && m->api->log) m->api->log(m->host, CT_LOG_WARN, msg);
 }
 
@@ -751,9 +861,9 @@ static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
         return ct_error_set(err, CT_ERR_INVALID, "model gpt: stage embed got no tokens (NULL)");
     CHECK(check_tokens(m, 0, err)); /* the previous forward's, when it had no backward */
     TRY(cudaMemsetAsync(g->bad_pos, 0x7f, sizeof(int32_t), g->st), "cudaMemsetAsync");
-    k_embed_fwd<<<ew_blocks(N * C), EW, 0, g->st>>>(m->res, a->tokens, a->params, m->bf16,
+    k_embed_fwd<<<ew_blocks(N * C), EW, 0, g->st>>>(m->res, a->tokens, a->params, hk(m),
                                                     m->root.wte, m->root.wpe, N, T, C, m->V,
-                                                    g->bad_pos, m->bf16);
+                                                    g->bad_pos, hk(m));
     LAUNCHED("embed forward");
     /* pinned destinations: queued, not waited for */
     TRY(cudaMemcpyAsync(g->h_tokens, a->tokens, (size_t)N * sizeof(int32_t),
@@ -768,7 +878,7 @@ static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
 static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t N = m->N, T = m->T, C = m->C, V = m->V;
-    int gb = a->grad_dtype == CT_DTYPE_BF16;
+    int gb = gk(a->grad_dtype);
     if (m->root.wpe >= 0) {
         k_embed_bwd_wpe<<<ew_blocks(T * C), EW, 0, g->st>>>(a->grads, gb, m->root.wpe, m->dres,
                                                             m->B, T, C);
@@ -802,34 +912,35 @@ static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
 
 static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     gpt_block_acts *A = &m->acts[l];
     const float *x = m->res + l * N * C;
     float *out = m->res + (l + 1) * N * C;
     float *tmp = m->dnc;
-    int r = m->bf16;
+    int r = hk(m);
 
     CHECK(norm_fwd(m, a, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, o->ln1_w, o->ln1_b, 1, err));
     CHECK(linear_fwd(m, a, A->qkv, operand(m, g->xb, A->ln1, N * C), o->qkv_w, o->qkv_b, N, C,
-                     3 * C, err));
+                     QW, err));
     if (A->qkv_att != A->qkv) {
-        TRY(cudaMemcpyAsync(A->qkv_att, A->qkv, (size_t)(N * 3 * C) * sizeof(float),
+        TRY(cudaMemcpyAsync(A->qkv_att, A->qkv, (size_t)(N * QW) * sizeof(float),
                             cudaMemcpyDeviceToDevice, g->st), "copy qkv");
         if (m->qk_norm) {
-            CHECK(norm_fwd(m, a, A->qkv_att, 3 * C, A->q_mean, A->q_rstd, A->qkv, 3 * C,
+            CHECK(norm_fwd(m, a, A->qkv_att, QW, A->q_mean, A->q_rstd, A->qkv, QW,
                            o->qn_w, o->qn_b, 1, err));
-            CHECK(norm_fwd(m, a, A->qkv_att + C, 3 * C, A->k_mean, A->k_rstd, A->qkv + C, 3 * C,
-                           o->kn_w, o->kn_b, 1, err));
+            CHECK(norm_fwd_n(m, a, A->qkv_att + C, QW, A->k_mean, A->k_rstd, A->qkv + C, QW,
+                             o->kn_w, o->kn_b, 1, KC, err));
         }
         if (m->pos == GPT_POS_ROPE) {
-            k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(A->qkv_att, N, m->T, C, m->NH, m->HD,
-                                                       g->rope_cos, g->rope_sin, 0, r);
+            int64_t n_rot = N * (m->NH + m->KVH) * (m->HD / 2);
+            k_rope<<<ew_blocks(n_rot), EW, 0, g->st>>>(A->qkv_att, N, m->T, C, m->NH, m->KVH,
+                                                       m->HD, g->rope_cos, g->rope_sin, 0, r);
             LAUNCHED("rope");
         }
     }
-    CHECK(attention_fwd(m, A->att, A->lse, A->qkv_att, err));
+    CHECK(attention_gqa_fwd(m, A->att, A->lse, A->qkv_att, err));
     CHECK(linear_fwd(m, a, tmp, operand(m, g->xb, A->att, N * C), o->proj_w, o->proj_b, N, C, C,
                      err));
     k_add<<<ew_blocks(N * C), EW, 0, g->st>>>(A->xmid, x, tmp, N * C, r);
@@ -840,8 +951,8 @@ static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error
     int fused = 0; /* h and g by one cuBLASLt GEMM with its bias + GELU epilogue */
     if (g->lt)
         CHECK(gpt_lt_gelu_forward(g->lt, g->st, A->g, A->h, operand(m, g->xb, A->ln2, N * C),
-                                  pw(m, a, o->fc_w), a->params, m->bf16, o->fc_b, N, C, F,
-                                  m->bf16, &fused, err));
+                                  pw(m, a, o->fc_w), a->params, hk(m), o->fc_b, N, C, F,
+                                  hk(m), &fused, err));
     if (!fused) {
         lt_fallback_note(m);
         CHECK(linear_fwd(m, a, A->h, operand(m, g->xb, A->ln2, N * C), o->fc_w, o->fc_b, N, C,
@@ -860,13 +971,13 @@ static int32_t block_forward(gpt *m, const ct_stage_args *a, int64_t l, ct_error
 /* m->dres: d loss / d out on entry, d loss / d x on return. */
 static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
-    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     gpt_block_acts *A = &m->acts[l];
     const float *x = m->res + l * N * C;
     float *dres = m->dres, *dnc = m->dnc;
-    int r = m->bf16;
+    int r = hk(m);
     const void *dyo;
 
     /* MLP branch: its output's gradient is dres */
@@ -876,10 +987,10 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     int fused = 0; /* dh and fc's bias gradient by one cuBLASLt GEMM (DGELU + BGRAD epilogue) */
     if (g->lt) {
         CHECK(gpt_lt_dgelu_backward(g->lt, g->st, m->dh, o->fc_b >= 0 ? g->part : NULL, dyo,
-                                    pw(m, a, o->fc2_w), A->h, N, C, F, m->bf16, &fused, err));
+                                    pw(m, a, o->fc2_w), A->h, N, C, F, hk(m), &fused, err));
         if (fused && o->fc_b >= 0) {
-            k_gadd<<<ew_blocks(F), EW, 0, g->st>>>(a->grads, a->grad_dtype == CT_DTYPE_BF16,
-                                                   o->fc_b, g->part, F);
+            k_gadd<<<ew_blocks(F), EW, 0, g->st>>>(a->grads, gk(a->grad_dtype), o->fc_b, g->part,
+                                                   F);
             LAUNCHED("grad add (fc bias)");
         }
     }
@@ -903,24 +1014,25 @@ static int32_t block_backward(gpt *m, const ct_stage_args *a, int64_t l, ct_erro
     CHECK(grad_matmul(m, a, o->proj_w, dyo, operand(m, g->xb, A->att, N * C), N, C, C, err));
     CHECK(bias_grad(m, a, o->proj_b, dres, C, err));
     CHECK(linear_bwd_dx(m, a, dnc, dyo, o->proj_w, N, C, C, err));
-    CHECK(attention_bwd(m, m->dqkv, dnc, A->att, A->qkv_att, A->lse, err));
-    CHECK(round_if(m, m->dqkv, N * 3 * C, err));
+    CHECK(attention_gqa_bwd(m, m->dqkv, dnc, A->att, A->qkv_att, A->lse, err));
+    CHECK(round_if(m, m->dqkv, N * QW, err));
     if (m->pos == GPT_POS_ROPE) {
-        k_rope<<<ew_blocks(N * C), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->HD,
+        int64_t n_rot = N * (m->NH + m->KVH) * (m->HD / 2);
+        k_rope<<<ew_blocks(n_rot), EW, 0, g->st>>>(m->dqkv, N, m->T, C, m->NH, m->KVH, m->HD,
                                                    g->rope_cos, g->rope_sin, 1, r);
         LAUNCHED("rope backward");
     }
     if (m->qk_norm) {
-        CHECK(norm_bwd(m, a, m->dqkv, 3 * C, m->dqkv, 3 * C, A->qkv, 3 * C, A->q_mean, A->q_rstd,
+        CHECK(norm_bwd(m, a, m->dqkv, QW, m->dqkv, QW, A->qkv, QW, A->q_mean, A->q_rstd,
                        o->qn_w, o->qn_b, 0, err));
-        CHECK(norm_bwd(m, a, m->dqkv + C, 3 * C, m->dqkv + C, 3 * C, A->qkv + C, 3 * C,
-                       A->k_mean, A->k_rstd, o->kn_w, o->kn_b, 0, err));
-        CHECK(round_if(m, m->dqkv, N * 3 * C, err));
+        CHECK(norm_bwd_n(m, a, m->dqkv + C, QW, m->dqkv + C, QW, A->qkv + C, QW,
+                         A->k_mean, A->k_rstd, o->kn_w, o->kn_b, 0, KC, err));
+        CHECK(round_if(m, m->dqkv, N * QW, err));
     }
-    dyo = operand(m, g->xa, m->dqkv, N * 3 * C);
-    CHECK(grad_matmul(m, a, o->qkv_w, dyo, operand(m, g->xb, A->ln1, N * C), N, 3 * C, C, err));
-    CHECK(bias_grad(m, a, o->qkv_b, m->dqkv, 3 * C, err));
-    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->qkv_w, N, C, 3 * C, err));
+    dyo = operand(m, g->xa, m->dqkv, N * QW);
+    CHECK(grad_matmul(m, a, o->qkv_w, dyo, operand(m, g->xb, A->ln1, N * C), N, QW, C, err));
+    CHECK(bias_grad(m, a, o->qkv_b, m->dqkv, QW, err));
+    CHECK(linear_bwd_dx(m, a, dnc, dyo, o->qkv_w, N, C, QW, err));
     CHECK(norm_bwd(m, a, dres, C, dnc, C, x, C, A->ln1_mean, A->ln1_rstd, o->ln1_w, o->ln1_b, 1,
                    err));
     CHECK(round_if(m, dres, N * C, err)); /* now d loss / d x */
@@ -950,7 +1062,7 @@ static int32_t head_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
     TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
                         cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
     CHECK(gemm(m, 0, 1, n, Vp, C, 1.0f, xo, C, 0, g->wpad, C, 0, 0.0f, z, Vp, 0, 1, err));
-    k_unpad<<<ew_blocks(n * V), EW, 0, g->st>>>(a->logits, z, n, V, Vp, 1);
+    k_unpad<<<ew_blocks(n * V), EW, 0, g->st>>>(a->logits, z, n, V, Vp, hk(m));
     LAUNCHED("k_unpad (head logits)");
     return CT_OK;
 }
@@ -964,18 +1076,18 @@ static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     float *dlnf = m->dnc + r0 * C; /* (n,C) the range's rows */
     const float *lnf = m->lnf + r0 * C;
     if (!m->bf16 || !g->wpad) {
-        /* bf16: dlogits rounded to bf16 (the operand copy), as the CPU rounds them */
+        /* bf16 (f16): dlogits rounded to bf16 (f16) by the operand copy, as the CPU rounds them */
         const void *dyo = operand(m, g->xa, a->dlogits, n * V);
         CHECK(linear_bwd_dx(m, a, dlnf, dyo, m->root.head, n, C, V, err));
         CHECK(grad_matmul(m, a, m->root.head, dyo, operand(m, g->xb, lnf, n * C), n, V, C,
                           err));
     } else {
-        /* padded: dlogits as a (n,Vp) bf16 operand with zero pad columns; the weight again
+        /* padded: dlogits as a (n,Vp) 16-bit operand with zero pad columns; the weight again
          * (the params may be another gather than forward's); the gradient of the V real rows
          * only (lda = Vp) */
         const int64_t Vp = g->Vp;
-        k_to_bf16_pad<<<ew_blocks(n * Vp), EW, 0, g->st>>>(g->xa, a->dlogits, n, V, Vp);
-        LAUNCHED("k_to_bf16_pad (head dlogits)");
+        k_to_half_pad<<<ew_blocks(n * Vp), EW, 0, g->st>>>(g->xa, a->dlogits, n, V, Vp, hk(m));
+        LAUNCHED("k_to_half_pad (head dlogits)");
         TRY(cudaMemcpyAsync(g->wpad, pw(m, a, m->root.head), (size_t)(V * C) * 2,
                             cudaMemcpyDeviceToDevice, g->st), "head weight copy (padded)");
         CHECK(gemm(m, 0, 0, n, C, Vp, 1.0f, g->xa, Vp, 0, g->wpad, C, 0, 0.0f, dlnf, C, 0, 1,
@@ -988,7 +1100,8 @@ static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
         } else {
             CHECK(gemm(m, 1, 0, V, C, n, 1.0f, g->xa, Vp, 0, xo, C, 0, 0.0f, g->gscr, C, 0, 1,
                        err));
-            k_gadd<<<ew_blocks(V * C), EW, 0, g->st>>>(a->grads, 1, m->root.head, g->gscr, V * C);
+            k_gadd<<<ew_blocks(V * C), EW, 0, g->st>>>(a->grads, gk(a->grad_dtype), m->root.head,
+                                                       g->gscr, V * C);
             LAUNCHED("grad add (head)");
         }
     }
@@ -1059,7 +1172,7 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     uint64_t c = 0;
     uint64_t N = (uint64_t)m->N, C = (uint64_t)m->C, T = (uint64_t)m->T, F = (uint64_t)m->F;
     uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, V = (uint64_t)m->V;
-    uint64_t BH = (uint64_t)(m->B * m->NH), HD = (uint64_t)m->HD;
+    uint64_t BH = (uint64_t)(m->B * m->NH), HD = (uint64_t)m->HD, QW = (uint64_t)m->QW;
     m->tokens = m->tok_order = m->tok_start = NULL; /* CPU-only buffers */
     m->att_s = m->att_dp = m->wbuf = m->gbuf = m->dlog = NULL;
     m->gbuf_n = 0;
@@ -1069,7 +1182,7 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
         b->ln1 = CARVE_F(N * C);
         b->ln1_mean = CARVE_F(N);
         b->ln1_rstd = CARVE_F(N);
-        b->qkv = CARVE_F(N * 3 * C);
+        b->qkv = CARVE_F(N * QW);
         b->q_mean = b->q_rstd = b->k_mean = b->k_rstd = NULL;
         if (m->qk_norm) {
             b->q_mean = CARVE_F(N);
@@ -1077,7 +1190,7 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
             b->k_mean = CARVE_F(N);
             b->k_rstd = CARVE_F(N);
         }
-        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? CARVE_F(N * 3 * C) : b->qkv;
+        b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? CARVE_F(N * QW) : b->qkv;
         b->att = CARVE_F(N * C);
         b->lse = CARVE_F(N * (uint64_t)m->NH);
         b->xmid = CARVE_F(N * C);
@@ -1092,7 +1205,12 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     m->lnf_rstd = CARVE_F(N);
     m->dres = CARVE_F(N * C);
     m->dnc = CARVE_F(N * C);
-    m->dqkv = CARVE_F(N * 3 * C);
+    m->dqkv = CARVE_F(N * QW);
+    g->qkv_x = g->dqkv_x = NULL;
+    if (m->KVH != m->NH) {
+        g->qkv_x = CARVE_F(N * 3 * C);
+        g->dqkv_x = CARVE_F(N * 3 * C);
+    }
     m->dh = CARVE_F(N * FH);
     m->dg = CARVE_F(N * F);
     g->S = NULL, g->P = g->q = g->k = g->v = g->dO = NULL, g->o = g->dk = g->dv = g->fa_D = NULL;
@@ -1111,8 +1229,9 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     }
     g->xa = g->xb = NULL;
     g->wpad = NULL;
-    g->Vp = m->dtype == CT_DTYPE_BF16 ? (int64_t)ct_align_up(V, GPT_VPAD) : (int64_t)V;
-    if (m->dtype == CT_DTYPE_BF16) {
+    const int half = m->dtype == CT_DTYPE_BF16 || m->dtype == CT_DTYPE_F16;
+    g->Vp = half ? (int64_t)ct_align_up(V, GPT_VPAD) : (int64_t)V;
+    if (half) {
         uint64_t wa = V > FH ? V : FH, wb = C > F ? C : F;
         if (wa < 3 * C) wa = 3 * C;
         uint64_t xa_bytes = N * wa * 2;

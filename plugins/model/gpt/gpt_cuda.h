@@ -15,12 +15,14 @@ extern "C" {
 struct gpt;
 
 /* The companion interface (companion.h): bump when an entry below changes. The structure both
- * sides read is struct gpt (gpt.h), checked by size. */
-#define GPT_CUDA_INTERFACE 3
+ * sides read is struct gpt (gpt.h), checked by size. 5: prepare, forward and backward take
+ * f16 (gpt.c no longer refuses it on CUDA, so an older companion must not be opened). */
+#define GPT_CUDA_INTERFACE 5
 
-/* Size the device buffers for micro-batches of B x T in dtype (validated by the caller):
- * activations (gpt's res/acts/... fields become device pointers, m->arena the device arena),
- * attention scratch, GEMM operand scratch, cuBLAS handle on the device's stream. */
+/* Size the device buffers for micro-batches of B x T in dtype (f32, bf16 or f16; validated by
+ * the caller): activations (gpt's res/acts/... fields become device pointers, m->arena the
+ * device arena), attention scratch, GEMM operand scratch, cuBLAS handle on the device's
+ * stream. */
 CT_EXPORT int32_t gpt_cuda_prepare(struct gpt *m, int64_t B, int64_t T, int32_t dtype,
                                    ct_error *err);
 /* Free everything gpt_cuda_prepare made (m->arena becomes NULL). Safe to call twice. */

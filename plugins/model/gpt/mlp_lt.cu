@@ -63,20 +63,23 @@ void gpt_lt_destroy(gpt_lt *lt) {
     free(lt);
 }
 
-__global__ void k_lt_bias_f32(float *d, const void *P, int pbf16, int64_t off, int64_t n) {
+/* d (n) f32 = the bias at element off of params of half kind phalf (0 f32, 1 bf16, 2 f16). */
+__global__ void k_lt_bias_f32(float *d, const void *P, int phalf, int64_t off, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        d[i] = pbf16 ? ct_bf16_to_f32(((const uint16_t *)P)[off + i]) : ((const float *)P)[off + i];
+        d[i] = phalf == 2 ? ct_f16_to_f32(((const uint16_t *)P)[off + i])
+               : phalf    ? ct_bf16_to_f32(((const uint16_t *)P)[off + i])
+                          : ((const float *)P)[off + i];
 }
 
 /* D (m,n col-major, ld m, f32) = op(A) (m,k) B (k,n) with epilogue epi; bias: the bias
  * pointer (or the bias-gradient output); aux (m,n, ld m, f32). A is (k,m) ld k when ta (the
  * forward's weight), else (m,k) ld m; B is (k,n) ld k. CUBLAS_STATUS_NOT_SUPPORTED when the
  * heuristic has no algorithm (nothing launched). */
-static cublasStatus_t lt_matmul(gpt_lt *lt, cudaStream_t st, cublasLtEpilogue_t epi, int bf16,
+static cublasStatus_t lt_matmul(gpt_lt *lt, cudaStream_t st, cublasLtEpilogue_t epi, int half,
                                 int ta, uint64_t m, uint64_t n, uint64_t k, const void *A,
                                 const void *B, float *D, void *bias, void *aux) {
-    cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t t = half == 2 ? CUDA_R_16F : half ? CUDA_R_16BF : CUDA_R_32F;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -120,8 +123,8 @@ static int lt_shape_ok(int64_t N, int64_t C, int64_t F) {
 }
 
 int32_t gpt_lt_gelu_forward(gpt_lt *lt, cudaStream_t st, float *g, float *h, const void *x,
-                            const void *w, const void *params, int pbf16, int64_t b_off,
-                            int64_t N, int64_t C, int64_t F, int bf16, int *done, ct_error *err) {
+                            const void *w, const void *params, int phalf, int64_t b_off,
+                            int64_t N, int64_t C, int64_t F, int half, int *done, ct_error *err) {
     *done = 0;
     if (!lt_shape_ok(N, C, F) || F > lt->bias_n) return CT_OK;
     if (!x) return ct_error_set(err, CT_ERR_DEVICE, "model gpt: the fc operand copy failed to "
@@ -129,7 +132,7 @@ int32_t gpt_lt_gelu_forward(gpt_lt *lt, cudaStream_t st, float *g, float *h, con
     void *bias = NULL;
     if (b_off >= 0) {
         int64_t nb = (F + 255) / 256;
-        k_lt_bias_f32<<<(unsigned)(nb > 1024 ? 1024 : nb), 256, 0, st>>>(lt->bias, params, pbf16,
+        k_lt_bias_f32<<<(unsigned)(nb > 1024 ? 1024 : nb), 256, 0, st>>>(lt->bias, params, phalf,
                                                                          b_off, F);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
@@ -139,7 +142,7 @@ int32_t gpt_lt_gelu_forward(gpt_lt *lt, cudaStream_t st, float *g, float *h, con
     }
     cublasStatus_t s = lt_matmul(lt, st, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                               : CUBLASLT_EPILOGUE_GELU_AUX,
-                                 bf16, 1, (uint64_t)F, (uint64_t)N, (uint64_t)C, w, x, g, bias, h);
+                                 half, 1, (uint64_t)F, (uint64_t)N, (uint64_t)C, w, x, g, bias, h);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED) return CT_OK;
     if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, "fc + bias + GELU (forward)", s);
     *done = 1;
@@ -148,13 +151,13 @@ int32_t gpt_lt_gelu_forward(gpt_lt *lt, cudaStream_t st, float *g, float *h, con
 
 int32_t gpt_lt_dgelu_backward(gpt_lt *lt, cudaStream_t st, float *dh, float *db, const void *dy,
                               const void *w2, const float *h, int64_t N, int64_t C, int64_t F,
-                              int bf16, int *done, ct_error *err) {
+                              int half, int *done, ct_error *err) {
     *done = 0;
     if (!lt_shape_ok(N, C, F)) return CT_OK;
     if (!dy) return ct_error_set(err, CT_ERR_DEVICE, "model gpt: the fc2 gradient operand copy "
                                  "failed to launch ---> run with CUDA_LAUNCH_BLOCKING=1");
     cublasStatus_t s = lt_matmul(lt, st, db ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
-                                 bf16, 0, (uint64_t)F, (uint64_t)N, (uint64_t)C, w2, dy, dh, db,
+                                 half, 0, (uint64_t)F, (uint64_t)N, (uint64_t)C, w2, dy, dh, db,
                                  (void *)h);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED) return CT_OK;
     if (s != CUBLAS_STATUS_SUCCESS) return lt_fail(err, "fc2 input gradient + GELU gradient + "

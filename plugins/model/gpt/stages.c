@@ -22,11 +22,13 @@ static void store(const gpt *m, float *x, int64_t n) {
     if (m->bf16) gpt_round_bf16(m, x, n);
 }
 
-/* Add a (C)-vector pair of norm parameter gradients held in gbuf. */
+/* Add a vector pair of norm parameter gradients (gain, bias: n each, n <= C) held in gbuf at
+ * 0 and n. */
 static void norm_grads_begin(gpt *m) { memset(m->gbuf, 0, (size_t)(2 * m->C) * sizeof(float)); }
-static void norm_grads_end(gpt *m, const ct_stage_args *a, int64_t w_off, int64_t b_off) {
-    gpt_grad_add(a, w_off, m->gbuf, m->C);
-    if (b_off >= 0) gpt_grad_add(a, b_off, m->gbuf + m->C, m->C);
+static void norm_grads_end(gpt *m, const ct_stage_args *a, int64_t w_off, int64_t b_off,
+                           int64_t n) {
+    gpt_grad_add(a, w_off, m->gbuf, n);
+    if (b_off >= 0) gpt_grad_add(a, b_off, m->gbuf + n, n);
 }
 
 /* A linear layer's bias gradient: column sums of dy (N,M) into gbuf, then added. */
@@ -130,7 +132,7 @@ static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
  * ------------------------------------------------------------------------------------- */
 
 static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
-    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
@@ -143,21 +145,20 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
 
     gpt_norm_forward(m, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, W(o->ln1_w), W(o->ln1_b), N, C);
     store(m, A->ln1, N * C);
-    gpt_linear_forward(m, A->qkv, A->ln1, W(o->qkv_w), W16(o->qkv_w), W(o->qkv_b), N, C,
-                       3 * C);
-    store(m, A->qkv, N * 3 * C);
+    gpt_linear_forward(m, A->qkv, A->ln1, W(o->qkv_w), W16(o->qkv_w), W(o->qkv_b), N, C, QW);
+    store(m, A->qkv, N * QW);
     if (A->qkv_att != A->qkv) {
-        memcpy(A->qkv_att, A->qkv, (size_t)(N * 3 * C) * sizeof(float));
+        memcpy(A->qkv_att, A->qkv, (size_t)(N * QW) * sizeof(float));
         if (m->qk_norm) {
-            gpt_norm_forward(m, A->qkv_att, 3 * C, A->q_mean, A->q_rstd, A->qkv, 3 * C,
+            gpt_norm_forward(m, A->qkv_att, QW, A->q_mean, A->q_rstd, A->qkv, QW,
                              W(o->qn_w), W(o->qn_b), N, C);
-            gpt_norm_forward(m, A->qkv_att + C, 3 * C, A->k_mean, A->k_rstd, A->qkv + C, 3 * C,
-                             W(o->kn_w), W(o->kn_b), N, C);
-            store(m, A->qkv_att, N * 3 * C);
+            gpt_norm_forward(m, A->qkv_att + C, QW, A->k_mean, A->k_rstd, A->qkv + C, QW,
+                             W(o->kn_w), W(o->kn_b), N, KC);
+            store(m, A->qkv_att, N * QW);
         }
         if (m->pos == GPT_POS_ROPE) {
             gpt_rope(m, A->qkv_att, N, 0);
-            store(m, A->qkv_att, N * 3 * C);
+            store(m, A->qkv_att, N * QW);
         }
     }
     gpt_attention_forward(m, A->att, A->lse, A->qkv_att);
@@ -184,7 +185,7 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
 
 /* m->dres: d loss / d out on entry, d loss / d x on return. */
 static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
-    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
     const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
@@ -203,36 +204,36 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
     norm_grads_begin(m);
     gpt_norm_backward(m, dres, C, m->gbuf, o->ln2_b >= 0 ? m->gbuf + C : NULL, dnc, C, A->xmid,
                       C, A->ln2_mean, A->ln2_rstd, W(o->ln2_w), N, C, 1);
-    norm_grads_end(m, a, o->ln2_w, o->ln2_b);
+    norm_grads_end(m, a, o->ln2_w, o->ln2_b, C);
     store(m, dres, N * C); /* now d loss / d x_mid */
 
     /* attention branch */
     linear_backward(m, a, o->proj_w, o->proj_b, W(o->proj_w), dnc, dres, A->att, C, C);
     store(m, dnc, N * C);
     gpt_attention_backward(m, m->dqkv, dnc, A->qkv_att, A->lse);
-    store(m, m->dqkv, N * 3 * C);
+    store(m, m->dqkv, N * QW);
     if (m->pos == GPT_POS_ROPE) {
         gpt_rope(m, m->dqkv, N, 1);
-        store(m, m->dqkv, N * 3 * C);
+        store(m, m->dqkv, N * QW);
     }
     if (m->qk_norm) {
         norm_grads_begin(m);
-        gpt_norm_backward(m, m->dqkv, 3 * C, m->gbuf, o->qn_b >= 0 ? m->gbuf + C : NULL, m->dqkv,
-                          3 * C, A->qkv, 3 * C, A->q_mean, A->q_rstd, W(o->qn_w), N, C, 0);
-        norm_grads_end(m, a, o->qn_w, o->qn_b);
+        gpt_norm_backward(m, m->dqkv, QW, m->gbuf, o->qn_b >= 0 ? m->gbuf + C : NULL, m->dqkv,
+                          QW, A->qkv, QW, A->q_mean, A->q_rstd, W(o->qn_w), N, C, 0);
+        norm_grads_end(m, a, o->qn_w, o->qn_b, C);
         norm_grads_begin(m);
-        gpt_norm_backward(m, m->dqkv + C, 3 * C, m->gbuf, o->kn_b >= 0 ? m->gbuf + C : NULL,
-                          m->dqkv + C, 3 * C, A->qkv + C, 3 * C, A->k_mean, A->k_rstd,
-                          W(o->kn_w), N, C, 0);
-        norm_grads_end(m, a, o->kn_w, o->kn_b);
-        store(m, m->dqkv, N * 3 * C);
+        gpt_norm_backward(m, m->dqkv + C, QW, m->gbuf, o->kn_b >= 0 ? m->gbuf + KC : NULL,
+                          m->dqkv + C, QW, A->qkv + C, QW, A->k_mean, A->k_rstd,
+                          W(o->kn_w), N, KC, 0);
+        norm_grads_end(m, a, o->kn_w, o->kn_b, KC);
+        store(m, m->dqkv, N * QW);
     }
-    linear_backward(m, a, o->qkv_w, o->qkv_b, W(o->qkv_w), dnc, m->dqkv, A->ln1, C, 3 * C);
+    linear_backward(m, a, o->qkv_w, o->qkv_b, W(o->qkv_w), dnc, m->dqkv, A->ln1, C, QW);
     store(m, dnc, N * C);
     norm_grads_begin(m);
     gpt_norm_backward(m, dres, C, m->gbuf, o->ln1_b >= 0 ? m->gbuf + C : NULL, dnc, C, x, C,
                       A->ln1_mean, A->ln1_rstd, W(o->ln1_w), N, C, 1);
-    norm_grads_end(m, a, o->ln1_w, o->ln1_b);
+    norm_grads_end(m, a, o->ln1_w, o->ln1_b, C);
     store(m, dres, N * C); /* now d loss / d x */
 #undef W
 }
@@ -333,7 +334,7 @@ static int32_t head_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     norm_grads_begin(m);
     gpt_norm_backward(m, m->dres, C, m->gbuf, m->root.lnf_b >= 0 ? m->gbuf + C : NULL, m->dnc, C,
                       x, C, m->lnf_mean, m->lnf_rstd, w, N, C, 0);
-    norm_grads_end(m, a, m->root.lnf_w, m->root.lnf_b);
+    norm_grads_end(m, a, m->root.lnf_w, m->root.lnf_b, C);
     store(m, m->dres, N * C);
     return CT_OK;
 }

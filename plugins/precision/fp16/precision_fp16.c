@@ -4,9 +4,10 @@
  * with GradScaler's dynamic loss scale (precision_kit.h's ct_pkit_scaler, shared with
  * scaled_amp): the loss gradient is multiplied by the scale (2^16 at first), so small
  * gradients stay above f16's 2^-24; a step whose reduced gradients overflowed f16 is skipped on
- * every rank and the scale halves; growth_interval clean steps double it. The model emulates f16
- * compute on the CPU (f16-rounded operands and activations, f32 accumulation), as pure_f16.
- * Not for: custom reductions (the comm's own f16 collective is used) or CUDA (no f16 kernels).
+ * every rank and the scale halves; growth_interval clean steps double it. The model computes
+ * in f16 as pure_f16 does: emulated on the CPU (f16-rounded operands and activations, f32
+ * accumulation), f16 operands with f32 accumulation on CUDA.
+ * Not for: custom reductions (the comm's own f16 collective is used).
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/precision_kit.h>
@@ -86,7 +87,7 @@ CT_DEFINE_PLUGIN(
     .name    = "fp16",
     .version = "1.0.0",
     .summary = "fp16 with GradScaler's dynamic loss scale: f16 compute and reduction, f32 "
-               "master, overflowed steps skipped (CPU emulation)",
+               "master, overflowed steps skipped",
     .params  = fp16_params,
-    .devices = CT_DEVICE_CPU,
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
     .vtable  = &fp16_vtable)

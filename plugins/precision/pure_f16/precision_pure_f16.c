@@ -6,7 +6,8 @@
  * gradients underflow; docs/research-policies.md says more. The collective sums in f16,
  * rounding every partial sum. grad_accum_dtype = f32 keeps the local buffer in f32 (it is
  * still cast to f16 before the collective). On the CPU the model emulates f16 compute
- * (f16-rounded operands and activations, f32 accumulation); the CUDA device has no f16 casts.
+ * (f16-rounded operands and activations, f32 accumulation); on CUDA its products take f16
+ * operands with f32 accumulation (cuBLAS CUDA_R_16F), rounding where the CPU rounds.
  * Not for: loss scaling, custom reductions (the comm's own f16 collective is used).
  */
 #include <ctrain/ctrain.h>
@@ -61,7 +62,7 @@ CT_DEFINE_PLUGIN(
     .name    = "pure_f16",
     .version = "1.0.0",
     .summary = "pure f16: f16 compute and f16 reduction, f32 master; no loss scaling, so small "
-               "gradients underflow (CPU emulation)",
+               "gradients underflow",
     .params  = pure_f16_params,
-    .devices = CT_DEVICE_CPU,
+    .devices = CT_DEVICE_CPU | CT_DEVICE_CUDA,
     .vtable  = &pure_f16_vtable)

@@ -561,9 +561,10 @@ struct ct_device_vtable {
                     ct_error *err); /* REQUIRED */
     int32_t (*zero)(void *self, void *ptr, uint64_t bytes, ct_error *err); /* REQUIRED */
 
-    /* dst[i] = src[i] converted, for n elements of device memory; to bf16 rounds to nearest
-     * even (ct_bf16_from_f32). dst and src may be the same buffer only if the dtypes have the
-     * same size. Unsupported pairs return CT_ERR_UNSUPPORTED. */
+    /* dst[i] = src[i] converted, for n elements of device memory; to bf16 (and, since 1.7, f16)
+     * rounds to nearest even (ct_bf16_from_f32, ct_f16_from_f32). dst and src may be the same
+     * buffer only if the dtypes have the same size. Unsupported pairs return
+     * CT_ERR_UNSUPPORTED. */
     int32_t (*cast)(void *self, void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype,
                     uint64_t n, ct_error *err); /* REQUIRED */
 
@@ -571,7 +572,8 @@ struct ct_device_vtable {
     /* REQUIRED: */
     int32_t (*scale)(void *self, void *x, int32_t dtype, uint64_t n, float a, ct_error *err);
 
-    /* y[i] += a * x[i]; y is f32, x is f32 or bf16. */
+    /* y[i] += a * x[i]; y is f32, x is f32 or bf16 (or, since 1.7, f16: the cpu and cuda
+     * devices take it). */
     int32_t (*axpy)(void *self, float *y, float a, const void *x, int32_t x_dtype, uint64_t n,
                     ct_error *err); /* REQUIRED */
 
@@ -606,12 +608,12 @@ struct ct_device_vtable {
                             uint64_t seed, ct_error *err); /* OPTIONAL */
 
     /* Since ABI 1.2, optional (NULL: the host needs [device] peak_tflops for MFU): the peak
-     * rate of matrix products in `dtype` (the compute dtype, CT_DTYPE_F32 or CT_DTYPE_BF16)
-     * this instance can reach, into *out (host memory; the caller sets out->struct_size, the
-     * plugin fills min(that, its own size) bytes). The cpu device measures (sgemm on its
-     * threads, 0.2 s at most), so the host calls it once per rank before step 1; a GPU
-     * device looks its name up in a datasheet table. CT_ERR_UNSUPPORTED when the figure is
-     * unknown (a GPU not in the table). Synchronises. */
+     * rate of matrix products in `dtype` (the compute dtype: CT_DTYPE_F32, CT_DTYPE_BF16 or,
+     * since 1.7, CT_DTYPE_F16) this instance can reach, into *out (host memory; the caller sets
+     * out->struct_size, the plugin fills min(that, its own size) bytes). The cpu device
+     * measures (sgemm on its threads, 0.2 s at most), so the host calls it once per rank
+     * before step 1; a GPU device looks its name up in a datasheet table. CT_ERR_UNSUPPORTED
+     * when the figure is unknown (a GPU not in the table). Synchronises. */
     int32_t (*peak_flops)(void *self, int32_t dtype, ct_peak *out,
                           ct_error *err); /* OPTIONAL */
 
