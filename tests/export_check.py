@@ -226,15 +226,23 @@ def read_ckpt(dirname):
     while q < world:
         raw = open(os.path.join(dirname, f"rank_{q:05d}.bin"), "rb").read()
         assert raw[:8] == b"CTCKPT01", "not a ctrain checkpoint"
-        _, rank, world, step, nu, _, _ = struct.unpack_from("<IiiqIQQ", raw, 8)
-        at = 8 + 4 + 4 + 4 + 8 + 4 + 8 + 8
+        version, rank, world, step, nu = struct.unpack_from("<IiiqI", raw, 8)
+        at = 8 + 4 + 4 + 4 + 8 + 4
+        n_state, n_comp = 2, 0  # version 1: AdamW's m and v
+        if version >= 2:
+            n_state, = struct.unpack_from("<I", raw, at)
+            at += 4
+        if version >= 3:  # a bf16 master's compensation buffers after the state
+            n_comp, = struct.unpack_from("<I", raw, at)
+            at += 4
+        at += 8 + 8  # the loader's epoch and position
         if units is None:
             units = [None] * nu
         for u in range(nu):
             unit_numel, off, numel, repl = struct.unpack_from("<QQQi", raw, at)
             at += 28
             master = np.frombuffer(raw, dtype="<f4", count=numel, offset=at)
-            at += 3 * 4 * numel
+            at += (1 + n_state + n_comp) * 4 * numel
             if units[u] is None:
                 units[u] = np.full(unit_numel, np.nan, dtype=np.float32)
             n = max(0, min(numel, unit_numel - off))

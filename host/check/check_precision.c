@@ -1,5 +1,6 @@
 /* check_precision.c — check-plugin's checks of a precision policy: policy() gives dtypes the
- * host and the built-in strategies can hold; 50 create/destroy cycles; and, when the plugin
+ * host and the built-in strategies can hold; 50 create/destroy cycles; a master other than f32
+ * through a checkpoint (check_master_round_trip); the loss-scale protocol; and, when the plugin
  * provides custom reductions (ct_precision_vtable reduce_scatter / all_reduce), each hook run by
  * real rank threads of the threads comm engine at N = 1, 2, 3 and 8 ranks (each rank with its
  * own device, comm and precision instance, as rank.c makes them) in the declared reduce dtype,
@@ -21,6 +22,7 @@
 #include "plugin/contract.h"
 
 #include <ctrain/numerics.h>
+#include <ctrain/precision_kit.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -359,6 +361,102 @@ static void check_loss_scale(host_check *c, prec_setup *su, prec_world *w) {
                   "%s%s", first, skips, why[0] ? ": " : "", why);
 }
 
+/* A low-precision master through a checkpoint (ABI 1.7, a policy whose master is not f32): MN
+ * master elements in two shards of N = 2 ranks take MK steps of small updates (about 1/50 of
+ * an ulp, signs mixed) written back with the policy's rule as the host does
+ * (ct_pkit_master_write_bf16: element index, step and seed as in a run); the master and its
+ * compensation are saved as the checkpoint stores them (widened to f32) and loaded by a fresh
+ * instance of the plugin into one shard (N = 1: a reshard), rounded back as the host loads
+ * them: the same bits; then MK more steps from the loaded state under the new instance's policy
+ * and from the saved one under the first's give the same bits (the resume is bit for bit only
+ * when every instance answers the same rule). One verdict. */
+enum { MN = 1000, MK = 20 };
+
+/* k steps from step `from` + 1 of the master w (and compensation c) under rule, in `shards`
+ * equal shards (element index = the shard's offset + i, as in a unit's flat buffer). */
+static void master_steps(int32_t rule, uint16_t *w, uint16_t *c, int shards, int64_t from,
+                         int k) {
+    float x[MN];
+    for (int64_t step = from + 1; step <= from + k; step++) {
+        for (int i = 0; i < MN; i++) {
+            float v = ct_bf16_to_f32(w[i]);
+            double g = check_urand(CHECK_SEED + 40 + (uint64_t)step, (uint64_t)i);
+            x[i] = v + (float)(g * 0.02 * fabs(v) * 0x1p-7); /* ~1/50 ulp of bf16 */
+        }
+        uint64_t per = MN / (uint64_t)shards;
+        for (int sh = 0; sh < shards; sh++)
+            ct_pkit_master_write_bf16(rule, w + sh * per, c + sh * per, x + sh * per, per,
+                                      CHECK_SEED, step, 0, sh * per);
+    }
+}
+
+static void check_master_round_trip(host_check *c, prec_setup *su, prec_world *w,
+                                    const ct_precision_policy *pol) {
+    const ct_precision_vtable *pv = c->plugin->vtable;
+    ct_error err = {.struct_size = sizeof err};
+    char why[sizeof err.message + 128] = "";
+    uint16_t m[MN], comp[MN] = {0}, m2[MN], comp2[MN];
+    float saved_m[MN], saved_c[MN];
+    for (int i = 0; i < MN; i++)
+        m[i] = ct_bf16_from_f32((float)(0.5 + check_urand(CHECK_SEED + 30, (uint64_t)i)));
+    const int32_t rule = pol->master_update;
+    master_steps(rule, m, comp, 2, 0, MK);
+    int moved = 0;
+    for (int i = 0; i < MN; i++) { /* what the checkpoint holds: f32, widened exactly */
+        saved_m[i] = ct_bf16_to_f32(m[i]);
+        saved_c[i] = ct_bf16_to_f32(comp[i]);
+        moved += comp[i] != 0;
+    }
+    /* the resuming instance: the last of three fresh ones, each asked for its policy */
+    ct_precision_policy p2 = {.struct_size = sizeof p2};
+    for (int k = 0; k < 3; k++) {
+        check_instance inst;
+        int32_t rc = check_create(&inst, c->plugin, su->cfg, "precision", 0, 1,
+                                  w->slots[0].devref, w->slots[0].commref, NULL, &err);
+        if (rc != CT_OK) {
+            snprintf(why, sizeof why, "create: %s", err.message);
+            goto out;
+        }
+        memset(&p2, 0, sizeof p2);
+        p2.struct_size = sizeof p2;
+        rc = CALLS(c->plugin, "policy", pv->policy(inst.self, &p2, &err));
+        check_destroy(&inst);
+        if (rc != CT_OK) {
+            snprintf(why, sizeof why, "policy() of a fresh instance: %s", err.message);
+            goto out;
+        }
+        if (p2.master_dtype != pol->master_dtype || p2.master_update != pol->master_update) {
+            snprintf(why, sizeof why, "fresh instance %d's policy says master %s update %s, the "
+                     "first said %s update %s: a resumed run would write its master otherwise",
+                     k + 1, ct_dtype_name(p2.master_dtype),
+                     ct_pkit_master_update_name(p2.master_update),
+                     ct_dtype_name(pol->master_dtype),
+                     ct_pkit_master_update_name(pol->master_update));
+            goto out;
+        }
+    }
+    for (int i = 0; i < MN; i++) { /* loaded as the host loads it: rounded to nearest even */
+        m2[i] = ct_bf16_from_f32(saved_m[i]);
+        comp2[i] = ct_bf16_from_f32(saved_c[i]);
+        if (!why[0] && (m2[i] != m[i] || comp2[i] != comp[i]))
+            snprintf(why, sizeof why, "element %d: saved master 0x%04x compensation 0x%04x, "
+                     "loaded 0x%04x 0x%04x", i, m[i], comp[i], m2[i], comp2[i]);
+    }
+    if (why[0]) goto out;
+    master_steps(rule, m, comp, 2, MK, MK);
+    master_steps(p2.master_update, m2, comp2, 1, MK, MK);
+    for (int i = 0; i < MN && !why[0]; i++)
+        if (m2[i] != m[i] || (rule == CT_MASTER_KAHAN && comp2[i] != comp[i]))
+            snprintf(why, sizeof why, "after %d more steps, element %d: straight 0x%04x, "
+                     "resumed at N = 1 0x%04x", MK, i, m[i], m2[i]);
+out:
+    check_verdict(c, !why[0], "master %s (update %s) through a checkpoint: %d steps at N = 2, "
+                  "saved widened to f32, loaded by a fresh instance at N = 1 with the same bits "
+                  "(%d compensation values non-zero), %d more steps equal bit for bit%s%s",
+                  ct_dtype_name(pol->master_dtype), ct_pkit_master_update_name(rule), MK, moved,
+                  MK, why[0] ? ": " : "", why);
+}
+
 /* create, policy, destroy, 50 times, at world 1 (one child) */
 static void body_policy(host_check *c, void *ctx, void *out) {
     (void)ctx;
@@ -392,14 +490,19 @@ static void body_policy(host_check *c, void *ctx, void *out) {
         goto out_world;
     }
     int ok = policy_dtype_ok(pol.param_dtype) && policy_dtype_ok(pol.reduce_dtype) &&
-             pol.master_dtype == CT_DTYPE_F32 && policy_dtype_ok(pol.grad_accum_dtype) &&
+             ct_pkit_master_ok(&pol) && policy_dtype_ok(pol.grad_accum_dtype) &&
              (pol.buffer_dtype == 0 || policy_dtype_ok(pol.buffer_dtype));
-    check_verdict(c, ok, "policy() gives valid dtypes: param %s, reduce %s, master %s, grad_accum "
-                  "%s, buffer %s%s", ct_dtype_name(pol.param_dtype),
-                  ct_dtype_name(pol.reduce_dtype), ct_dtype_name(pol.master_dtype),
+    char rule[48] = "";
+    if (pol.master_dtype != CT_DTYPE_F32)
+        snprintf(rule, sizeof rule, " (update %s = %d)",
+                 ct_pkit_master_update_name(pol.master_update), (int)pol.master_update);
+    check_verdict(c, ok, "policy() gives valid dtypes: param %s, reduce %s, master %s%s, "
+                  "grad_accum %s, buffer %s%s", ct_dtype_name(pol.param_dtype),
+                  ct_dtype_name(pol.reduce_dtype), ct_dtype_name(pol.master_dtype), rule,
                   ct_dtype_name(pol.grad_accum_dtype), ct_dtype_name(pol.buffer_dtype),
-                  ok ? "" : " (expected param, reduce and grad_accum f32, bf16 or f16, master f32, "
-                            "buffer f32, bf16, f16 or unset)");
+                  ok ? "" : " (expected param, reduce and grad_accum f32, bf16 or f16, master f32 "
+                            "or bf16 with update 0 nearest, 1 sr or 2 kahan, buffer f32, bf16, "
+                            "f16 or unset)");
     int i = 0;
     for (; i < CYCLES; i++) {
         check_instance inst;
@@ -415,6 +518,7 @@ static void body_policy(host_check *c, void *ctx, void *out) {
                   i == CYCLES ? "" : ": ", i == CYCLES ? "" : err.message);
     if (pv->loss_scale || pv->after_reduce || pv->state_save || pv->state_load)
         check_loss_scale(c, &su, &w);
+    if (ok && pol.master_dtype != CT_DTYPE_F32) check_master_round_trip(c, &su, &w, &pol);
     res->pol = pol;
     res->ok = ok;
 out_world:

@@ -22,6 +22,7 @@
 #include "run/rank.h"
 #include "run/step.h"
 #include "plugin/wiring.h"
+#include "run/init_ckpt.h"
 
 #include <ctrain/numerics.h>
 #include <errno.h>
@@ -233,7 +234,7 @@ static void run(host_check *c, const char *data, const char *strategy, int with_
         snprintf(key, sizeof key, "%.*s", (int)(eq - c->sets[i]), c->sets[i]);
         rc = config_set(cfg, "strategy", key, eq + 1, "--set", &err);
     }
-    if (rc == CT_OK) rc = wiring_resolve(cfg, c->reg, &w, &err);
+    if (rc == CT_OK) rc = wiring_resolve(cfg, c->reg, &w, &init_ckpt_source, &err);
     const ct_comm_vtable *cv = rc == CT_OK ? w.comm->vtable : NULL;
     if (rc == CT_OK) {
         ct_create_args a = {.struct_size = sizeof a, .section = "comm", .world_size = world};

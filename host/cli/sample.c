@@ -12,6 +12,7 @@
 #include "data/runtok.h"
 #include "run/sample.h"
 #include "plugin/wiring.h"
+#include "run/init_ckpt.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -186,7 +187,7 @@ int cmd_sample(int argc, char **argv) {
     host_wiring w;
     if ((rc = config_load_world1(cfg_path, &cfg, &err)) != CT_OK) goto out_fail;
     if (!(reg = registry_open(&err))) goto out_fail;
-    if ((rc = wiring_resolve(cfg, reg, &w, &err)) != CT_OK) goto out_fail;
+    if ((rc = wiring_resolve(cfg, reg, &w, &init_ckpt_source, &err)) != CT_OK) goto out_fail;
     if ((rc = rank_open_model(&r, cfg, &w, o.path != NULL, &err)) != CT_OK) goto out_fail;
     rank_open_ok = 1;
     if (o.path && (rc = checkpoint_load_weights(&r, dir, &err)) != CT_OK) goto out_fail;

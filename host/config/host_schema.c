@@ -55,6 +55,12 @@ static const ct_param_spec data_specs[] = {
     CT_PARAM_INT("batch_size", "4", 1, 65536, "sequences per micro-batch, per rank (B)"),
     CT_PARAM_INT("seq_len", "64", 1, 1048576, "tokens per sequence (T)"),
     CT_PARAM_INT("grad_accum", "1", 1, 65536, "micro-batches per optimizer step"),
+    CT_PARAM_BOOL("doc_mask", "false",
+                  "attention does not cross documents: each position attends only back to the "
+                  "end-of-text token that opens its document (positions are not restarted)"),
+    CT_PARAM_INT("eot_token", "-1", -1, 2147483647.0,
+                 "the document separator for doc_mask; -1: eot_token of the train shards' "
+                 "meta.ini (written by `ctrain prepare`)"),
     CT_PARAM_END,
 };
 

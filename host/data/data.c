@@ -332,6 +332,9 @@ static int on_meta_key(void *user, const char *section, const char *name, const 
         } else if (!strcmp(name, "max_token")) {
             if (!is_int || v < -1 || v >= INT32_MAX) return p->bad = "max_token", 0;
             m->max_token = (int32_t)v;
+        } else if (!strcmp(name, "eot_token")) {
+            if (!is_int || v < 0 || v > 65535) return p->bad = "eot_token", 0;
+            m->eot_token = (int32_t)v;
         }
         return 1;
     }
@@ -360,6 +363,7 @@ static int on_meta_key(void *user, const char *section, const char *name, const 
 int32_t data_meta_read(const char *dir, host_data_meta *m, ct_error *err) {
     memset(m, 0, sizeof *m);
     m->max_token = -1;
+    m->eot_token = -1;
     snprintf(m->path, sizeof m->path, "%s/meta.ini", dir);
     if (access(m->path, F_OK) != 0) return CT_OK;
     FILE *f;

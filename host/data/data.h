@@ -131,6 +131,7 @@ typedef struct host_data_meta {
     int32_t          vocab_size;      /* 0 when not recorded */
     int32_t          token_bytes;     /* the shards' width, 2 or 4; 0 when not recorded */
     int32_t          max_token;       /* -1 when not recorded */
+    int32_t          eot_token;       /* the token before each document; -1 when not recorded */
     host_shard_meta *shards;          /* owned */
     int32_t          n_shards;
 } host_data_meta;

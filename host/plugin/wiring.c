@@ -7,8 +7,6 @@
 
 #include "data/data.h"
 #include "data/mixture.h"
-#include "weights/hf_config.h"
-#include "run/init_ckpt.h"
 #include "config/host_schema.h"
 #include "base/launcher.h"
 
@@ -348,8 +346,10 @@ static int32_t resolve_kind(host_config *cfg, host_registry *reg, const host_sec
     return *out ? CT_OK : prefix_error(cfg, h->name, h->plugin_key, name, err);
 }
 
-int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err) {
+int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w,
+                       const host_model_source *model_source, ct_error *err) {
     memset(w, 0, sizeof *w);
+    w->model_source = model_source;
     int32_t rc = resolve_losses(cfg, reg, w, err);
     if (rc != CT_OK) return rc;
 
@@ -402,12 +402,10 @@ int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_
                 return ct_error_set(err, CT_ERR_INVALID, "[%s]: too many plugin sections",
                                     own);
         }
-        /* [model] init_from = a ctrain run folder: its newest checkpoint (init_ckpt.h); with
-         * from_config, the keys that checkpoint's or config.json's [model] sets, before
-         * defaults fill the rest */
-        if (h->kind == CT_KIND_MODEL && (rc = init_ckpt_resolve(cfg, err)) != CT_OK) return rc;
-        if (h->kind == CT_KIND_MODEL && !init_ckpt_kind(config_get(cfg, "model", "init_from")) &&
-            (rc = hf_config_fill(cfg, err)) != CT_OK)
+        /* [model] init_from settled by the caller's model_source (a run folder: its newest
+         * checkpoint; with from_config, the keys that checkpoint's or config.json's [model]
+         * sets), before defaults fill the rest */
+        if (h->kind == CT_KIND_MODEL && (rc = model_source->settle(cfg, err)) != CT_OK)
             return rc;
         char owner[128] = "ctrain";
         if (p) snprintf(owner, sizeof owner, "%s plugin %s", kind_name(p->desc.kind), p->desc.name);

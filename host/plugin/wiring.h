@@ -13,6 +13,23 @@
 #define HOST_WIRING_MAX_INERT 32
 #define HOST_WIRING_KINDS     16 /* own_section is indexed by ct_kind */
 
+/* Where [model] init_from leads when it names a ctrain checkpoint or run folder rather than a
+ * weights file the weights/ layer reads (import.h). The run/ layer implements it
+ * (run/init_ckpt.h's init_ckpt_source); the callers of wiring_resolve hand it over and the wiring
+ * keeps it for the ranks, so neither plugin/ nor run/rank.c includes run/init_ckpt.h, which
+ * reads checkpoints and so sits above them. Every member is required. */
+typedef struct host_model_source {
+    /* Before [model] is validated: a run folder becomes its newest checkpoint; with
+     * from_config, the keys that checkpoint's (or a Hugging Face config.json's) [model] sets. */
+    int32_t (*settle)(host_config *cfg, ct_error *err);
+    int (*is_checkpoint)(const char *init_from); /* nonzero: open/unit/close read it */
+    /* the weights unit by unit (src: the source's own handle, closed with close) */
+    int32_t (*open)(const char *path, const host_config *cfg, const ct_model_desc *d, int say,
+                    void **src, ct_error *err);
+    int32_t (*unit)(void *src, uint32_t u, float *full, ct_error *err);
+    void (*close)(void *src);
+} host_model_source;
+
 /* The plugins of a run. Pointers are owned by the registry. */
 typedef struct host_wiring {
     const host_plugin *model, *strategy, *precision, *comm, *device;
@@ -29,6 +46,7 @@ typedef struct host_wiring {
     int32_t          n_inert;
     char             inert[HOST_WIRING_MAX_INERT][CONFIG_NAME_MAX];
     char             inert_why[HOST_WIRING_MAX_INERT][160];
+    const host_model_source *model_source; /* what wiring_resolve was handed; static storage */
 } host_wiring;
 
 /* Validate every section of cfg and resolve every plugin into *w:
@@ -54,7 +72,8 @@ typedef struct host_wiring {
  * INI file it is written in; the same value given with --set is relative to the current
  * directory. [comm] plugin = auto is launcher_auto_comm's choice (launcher.h) for the process's
  * launcher and [device] type. Errors are CT_ERR_INVALID with "FILE:LINE: [section] ...". */
-int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w, ct_error *err);
+int32_t wiring_resolve(host_config *cfg, host_registry *reg, host_wiring *w,
+                       const host_model_source *model_source, ct_error *err);
 
 /* The comm plugin name [comm] plugin = auto stands for, given [device] type of cfg, world_size
  * and the launcher read by session_configure (launcher_current). */

@@ -1,14 +1,19 @@
 /* checkpoint.c — atomic per-rank checkpoints and resharding resume (see checkpoint.h).
  *
  * rank_NNNNN.bin, little-endian:
- *   char magic[8] "CTCKPT01"; uint32 version (1 or 2); int32 rank; int32 world; int64 step;
- *   uint32 n_units; [version 2: uint32 n_state;] uint64 loader_epoch; uint64 loader_position;
+ *   char magic[8] "CTCKPT01"; uint32 version (1, 2 or 3); int32 rank; int32 world; int64 step;
+ *   uint32 n_units; [version 2, 3: uint32 n_state;] [version 3: uint32 n_comp;]
+ *   uint64 loader_epoch; uint64 loader_position;
  *   per unit: uint64 unit_numel; uint64 offset; uint64 numel; int32 replicated;
  *             float master[numel]; then n_state optimizer state buffers float s[numel]
- *             (version 1: n_state = 2, AdamW's m and v);
+ *             (version 1: n_state = 2, AdamW's m and v); then n_comp (0 or 1) compensation
+ *             buffers float c[numel] (version 3);
  *   uint64 fnv1a64 of every byte before it.
  * An optimizer with two state buffers (adamw) writes version 1, the format of every ctrain
- * before the optimizer kind (ABI 1.7); any other count writes version 2. The state belongs to
+ * before the optimizer kind (ABI 1.7); any other count writes version 2; a master with a
+ * compensation buffer (bf16 master, kahan rule: master.h) writes version 3. A bf16 master and
+ * its bf16 compensation are stored widened to f32: exact, so loading rounds them back to the
+ * same bits (a resume is bit for bit; resharding slices the f32 copies as any other part). The state belongs to
  * [optimizer] plugin of the folder's config.ini: a resume with another optimizer is refused.
  *
  * precision.bin (rank 0, ABI 1.7): the precision policy's state_save blob and the count of
@@ -30,6 +35,7 @@
 
 #include "io/files.h"
 #include "plugin/contract.h"
+#include "run/master.h"
 #include "run/optim.h"
 #include "io/outfile.h"
 
@@ -50,6 +56,7 @@
 #define CKPT_MAGIC "CTCKPT01"
 #define CKPT_VERSION 1u   /* n_state = 2 (m, v) */
 #define CKPT_VERSION_N 2u /* n_state in the header */
+#define CKPT_VERSION_C 3u /* n_state and n_comp in the header */
 #define CKPT_MAX_LISTED 65536 /* checkpoint folders considered in one listing */
 
 /* The arrays saved per unit, in file order: the master weights, then the optimizer's state. */
@@ -377,9 +384,6 @@ static int32_t agree(host_rank *r, int32_t rc, const char *phase, ct_error *err)
     return CT_OK;
 }
 
-static int32_t copy_d2h(host_rank *r, void *dst, const void *src, uint64_t bytes, ct_error *err) {
-    return RANK_DEV(r, copy, dst, src, bytes, CT_COPY_D2H, err);
-}
 
 static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_error *err) {
     char path[PATH_MAX];
@@ -392,7 +396,9 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
         outfile_abort(&out);
         return err->code;
     }
-    uint32_t version = r->n_state == 2 ? CKPT_VERSION : CKPT_VERSION_N, nu = r->mdesc.n_units;
+    uint32_t n_comp = master_comp_bytes(r) ? 1 : 0;
+    uint32_t version = n_comp ? CKPT_VERSION_C : r->n_state == 2 ? CKPT_VERSION : CKPT_VERSION_N;
+    uint32_t nu = r->mdesc.n_units;
     int32_t rank = r->rank, world = r->world;
     /* a mixture's position is in data.bin; the rank file holds its global window count */
     host_loader_state ls = r->train_mix ? (host_loader_state){0, mixture_drawn(r->train_mix)}
@@ -403,7 +409,8 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
     hwrite(&hf, &world, 4);
     hwrite(&hf, &step, 8);
     hwrite(&hf, &nu, 4);
-    if (version == CKPT_VERSION_N) hwrite(&hf, &r->n_state, 4);
+    if (version != CKPT_VERSION) hwrite(&hf, &r->n_state, 4);
+    if (version == CKPT_VERSION_C) hwrite(&hf, &n_comp, 4);
     hwrite(&hf, &ls.epoch, 8);
     hwrite(&hf, &ls.position, 8);
     float *buf = NULL;
@@ -421,9 +428,13 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
         hwrite(&hf, &sh.offset, 8);
         hwrite(&hf, &numel, 8);
         hwrite(&hf, &sh.replicated, 4);
-        for (uint32_t k = 0; k <= r->n_state && rc == CT_OK; k++) {
-            const float *part = k == 0 ? sh.master : r->units[u].state[k - 1];
-            rc = copy_d2h(r, buf, part, numel * sizeof(float), err);
+        for (uint32_t k = 0; k <= r->n_state + n_comp && rc == CT_OK; k++) {
+            /* master (its dtype), the optimizer's f32 state, the compensation (master's dtype) */
+            const void *part = k == 0 ? (const void *)sh.master
+                               : k <= r->n_state ? (const void *)r->units[u].state[k - 1]
+                                                 : r->units[u].comp;
+            int32_t dt = k == 0 || k > r->n_state ? r->policy.master_dtype : CT_DTYPE_F32;
+            rc = master_to_host_f32(r, buf, part, dt, numel, err);
             /* the host copy is checked too: a non-finite value never reaches the disk */
             for (uint64_t i = 0; rc == CT_OK && i < numel; i++)
                 if (!isfinite(buf[i]))
@@ -433,7 +444,9 @@ static int32_t write_rank_file(host_rank *r, const char *dir, int64_t step, ct_e
                                       "resume with --resume",
                                       (long long)step, u, r->mdesc.units[u].name,
                                       isnan(buf[i]) ? "NaN" : "Inf",
-                                      k == 0 ? "master weights" : r->state_names[k - 1],
+                                      k == 0 ? "master weights"
+                                      : k <= r->n_state ? r->state_names[k - 1]
+                                                        : "compensation buffer",
                                       (unsigned long long)(sh.offset + i));
             if (rc == CT_OK) hwrite(&hf, buf, numel * sizeof(float));
         }
@@ -927,6 +940,7 @@ typedef struct saved_rank {
     saved_unit     *units;
     uint32_t        n_units;
     uint32_t        n_state; /* optimizer state buffers per unit (version 1: 2) */
+    uint32_t        n_comp;  /* compensation buffers per unit after them (version 3: 0 or 1) */
 } saved_rank;
 
 /* s->f = the rank file s->path, opened through the one reader. */
@@ -952,12 +966,13 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
     hread(&hf, &s->step, 8);
     hread(&hf, &s->n_units, 4);
     s->n_state = 2;
-    if (version == CKPT_VERSION_N) hread(&hf, &s->n_state, 4);
+    if (version == CKPT_VERSION_N || version == CKPT_VERSION_C) hread(&hf, &s->n_state, 4);
+    if (version == CKPT_VERSION_C) hread(&hf, &s->n_comp, 4);
     hread(&hf, &s->ls.epoch, 8);
     hread(&hf, &s->ls.position, 8);
     if (hf.failed || memcmp(magic, CKPT_MAGIC, 8) != 0 ||
-        (version != CKPT_VERSION && version != CKPT_VERSION_N) ||
-        s->n_state > CT_OPTIM_MAX_STATE || rank_saved != rank || s->n_units > 1u << 20 || s->world < 1 || s->world > 1 << 20)
+        (version != CKPT_VERSION && version != CKPT_VERSION_N && version != CKPT_VERSION_C) ||
+        s->n_state > CT_OPTIM_MAX_STATE || s->n_comp > 1 || rank_saved != rank || s->n_units > 1u << 20 || s->world < 1 || s->world > 1 << 20)
         return ct_error_set(err, CT_ERR_INVALID, "%s is not a ctrain v%u checkpoint of rank %d",
                             s->path, CKPT_VERSION, rank);
     s->units = calloc(s->n_units ? s->n_units : 1, sizeof *s->units);
@@ -971,7 +986,7 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
         hread(&hf, &su->numel, 8);
         hread(&hf, &su->replicated, 4);
         su->data_pos = ftell(s->f);
-        for (int k = 0; k < 1 + (int)s->n_state && !hf.failed; k++)
+        for (int k = 0; k < 1 + (int)s->n_state + (int)s->n_comp && !hf.failed; k++)
             for (uint64_t left = su->numel; left > 0 && !hf.failed;) {
                 uint64_t n = left < 4096 ? left : 4096;
                 if (hread(&hf, chunk, n * sizeof(float)) != 0) break;
@@ -980,7 +995,8 @@ static int32_t open_saved(const char *dir, int32_t rank, saved_rank *s, ct_error
                         return ct_error_set(err, CT_ERR_INVALID,
                                             "%s: unit %u holds %s in its %s (element %llu)",
                                             s->path, u, isnan(chunk[i]) ? "NaN" : "Inf",
-                                            part_name(k),
+                                            k > (int)s->n_state ? "compensation buffer"
+                                                                : part_name(k),
                                             (unsigned long long)(su->offset + su->numel - left + i));
                 left -= n;
             }
@@ -1063,7 +1079,8 @@ static int32_t open_checkpoint(const char *dir, saved_rank **out, int32_t *world
         rc = open_saved(dir, q, &saved[q], err);
         if (rc == CT_OK && (saved[q].world != first.world || saved[q].step != first.step ||
                             saved[q].n_units != first.n_units ||
-                            saved[q].n_state != first.n_state))
+                            saved[q].n_state != first.n_state ||
+                            saved[q].n_comp != first.n_comp))
             rc = ct_error_set(err, CT_ERR_INVALID,
                               "%s does not match %s (world, step or units differ)", saved[q].path,
                               first.path);
@@ -1143,8 +1160,9 @@ static int32_t check_optimizer(const host_config *cfg, const host_config *saved,
                         config_origin(cfg, "optimizer", "plugin"), now, then, dir, then);
 }
 
-/* Reassemble parts 0..n_parts-1 (0 master, 1.. the optimizer's state) of unit u, unpadded, from every saved
- * rank into full[k] (unit_numel floats each), opening each rank file once. */
+/* Reassemble parts 0..n_parts-1 (0 master, 1.. the optimizer's state, then the compensation) of
+ * unit u, unpadded, from every saved rank into full[k] (unit_numel floats each; a NULL full[k]
+ * is skipped), opening each rank file once. */
 static int32_t gather_parts(saved_rank *saved, int32_t world, uint32_t u, int n_parts,
                             float *const *full, uint64_t unit_numel, ct_error *err) {
     for (int32_t q = 0; q < world; q++) {
@@ -1155,8 +1173,10 @@ static int32_t gather_parts(saved_rank *saved, int32_t world, uint32_t u, int n_
         if (su->offset + n > unit_numel) n = unit_numel - su->offset;
         int32_t rc = reopen_saved(&saved[q], err);
         for (int k = 0; rc == CT_OK && k < n_parts; k++)
-            if (fseek(saved[q].f, su->data_pos + (long)(k * su->numel * sizeof(float)), SEEK_SET) != 0 ||
-                fread(full[k] + su->offset, sizeof(float), n, saved[q].f) != n)
+            if (full[k] &&
+                (fseek(saved[q].f, su->data_pos + (long)(k * su->numel * sizeof(float)),
+                       SEEK_SET) != 0 ||
+                 fread(full[k] + su->offset, sizeof(float), n, saved[q].f) != n))
                 rc = ct_error_set(err, CT_ERR_IO, "cannot read %s", saved[q].path);
         if (saved[q].f) fclose(saved[q].f);
         saved[q].f = NULL;
@@ -1190,9 +1210,13 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
                                 "resume with the configuration in %s/config.ini",
                                 dir, u, (unsigned long long)first->units[u].unit_numel,
                                 (unsigned long long)n, dir);
-        /* full[k]: part k of the whole unit (master; with the optimizer state m and v too) */
-        int n_parts = weights_only ? 1 : 1 + (int)r->n_state;
-        float *full[1 + CT_OPTIM_MAX_STATE] = {NULL};
+        /* full[k]: part k of the whole unit (master; with the optimizer state m and v too, and
+         * the compensation when both the checkpoint and this run keep one: a run without one
+         * drops it, a checkpoint without one leaves this run's at zero) */
+        int n_state = weights_only ? 0 : (int)r->n_state;
+        int comp = !weights_only && r->units[u].comp && first->n_comp;
+        int n_parts = 1 + n_state + (comp ? 1 : 0);
+        float *full[2 + CT_OPTIM_MAX_STATE] = {NULL};
         ct_shard sh = {.struct_size = sizeof sh};
         for (int k = 0; k < n_parts; k++)
             if (!(full[k] = calloc(n ? n : 1, sizeof *full[k])))
@@ -1203,15 +1227,20 @@ static int32_t load(host_rank *r, const char *dir, saved_rank *saved, int32_t wo
         float *part = NULL;
         if (rc == CT_OK && !weights_only && !(part = calloc(sh.numel ? sh.numel : 1, sizeof *part)))
             rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory");
-        for (int k = 1; k < n_parts && rc == CT_OK; k++) {
+        for (int k = 1; k <= n_state + (r->units[u].comp && !weights_only) && rc == CT_OK; k++) {
             memset(part, 0, sh.numel * sizeof *part);
-            for (uint64_t i = 0; i < sh.numel; i++)
-                if (sh.offset + i < n) part[i] = full[k][sh.offset + i];
-            float *dst = r->units[u].state[k - 1];
-            rc = RANK_DEV(r, copy, dst, part, sh.numel * sizeof(float), CT_COPY_H2D, err);
+            if (k < n_parts)
+                for (uint64_t i = 0; i < sh.numel; i++)
+                    if (sh.offset + i < n) part[i] = full[k][sh.offset + i];
+            if (k <= n_state)
+                rc = RANK_DEV(r, copy, r->units[u].state[k - 1], part, sh.numel * sizeof(float),
+                              CT_COPY_H2D, err);
+            else /* the compensation, in the master's dtype (exact: saved widened) */
+                rc = master_from_host_f32(r, r->units[u].comp, r->policy.master_dtype, part,
+                                          sh.numel, err);
         }
         free(part);
-        for (int k = 0; k < 1 + CT_OPTIM_MAX_STATE; k++) free(full[k]);
+        for (int k = 0; k < 2 + CT_OPTIM_MAX_STATE; k++) free(full[k]);
     }
     if (rc == CT_OK && !weights_only) rc = read_data_state(r, dir, first->ls, err);
     return rc;

@@ -7,6 +7,7 @@
 #include "base/launcher.h"
 #include "base/printable.h"
 #include "run/checkpoint.h"
+#include "weights/hf_config.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -114,6 +115,7 @@ int32_t init_ckpt_resolve(host_config *cfg, ct_error *err) {
     return fill_from(cfg, dir, err);
 }
 
+
 /* This run's [model] against the checkpoint's, key by key (see INIT_CKPT_FREE_KEYS). */
 static int32_t same_model(const host_config *cfg, const host_config *saved, const char *dir,
                           ct_error *err) {
@@ -208,3 +210,32 @@ void init_ckpt_close(init_ckpt *c) {
     checkpoint_source_close(c->src);
     free(c);
 }
+
+/* ---- init_ckpt_source: the same functions behind host_model_source's members ---- */
+static int32_t source_settle(host_config *cfg, ct_error *err) {
+    int32_t rc = init_ckpt_resolve(cfg, err);
+    if (rc != CT_OK || init_ckpt_kind(config_get(cfg, "model", "init_from"))) return rc;
+    return hf_config_fill(cfg, err);
+}
+
+static int32_t source_open(const char *path, const host_config *cfg, const ct_model_desc *d,
+                           int say, void **src, ct_error *err) {
+    init_ckpt *c = NULL;
+    int32_t rc = init_ckpt_open(path, cfg, d, say, &c, err);
+    *src = c;
+    return rc;
+}
+
+static int32_t source_unit(void *src, uint32_t u, float *full, ct_error *err) {
+    return init_ckpt_unit(src, u, full, err);
+}
+
+static void source_close(void *src) { init_ckpt_close(src); }
+
+const host_model_source init_ckpt_source = {
+    .settle = source_settle,
+    .is_checkpoint = init_ckpt_kind,
+    .open = source_open,
+    .unit = source_unit,
+    .close = source_close,
+};

@@ -8,6 +8,8 @@
 #include "base/cmdout.h"
 #include "base/thread_start.h"
 #include "run/checkpoint.h"
+#include "run/master.h"
+#include "run/memory.h"
 #include "run/mfu.h"
 #include "run/optim.h"
 #include "run/param_norms.h"
@@ -128,18 +130,22 @@ static int32_t reduce_plugin_metrics(host_rank *r, host_metric_table *out, ct_er
 static int32_t report_memory(host_rank *r, ct_error *err) {
     const ct_strategy_vtable *st = r->strategy.vt;
     if (!st->memory) return CT_OK;
-    uint64_t params = 0, grads = 0, gathered = 0, optim = 0;
+    uint64_t params = 0, grads = 0, gathered = 0, optim = 0, elements = 0;
     int32_t rc = RANK_STRATEGY(r, memory, &params, &grads, &gathered, err);
     for (uint32_t u = 0; rc == CT_OK && u < r->mdesc.n_units; u++) {
         ct_shard sh = {.struct_size = sizeof sh};
         rc = RANK_STRATEGY(r, shard, u, &sh, err);
         optim += r->n_state * sizeof(float) * sh.numel;
+        elements += sh.numel;
     }
     if (rc != CT_OK) return rc;
     metrics_add(&r->metrics, "mem/params_bytes", (double)params, CT_METRIC_MAX);
     metrics_add(&r->metrics, "mem/grads_bytes", (double)grads, CT_METRIC_MAX);
     metrics_add(&r->metrics, "mem/gathered_bytes", (double)gathered, CT_METRIC_MAX);
     metrics_add(&r->metrics, "mem/optim_bytes", (double)optim, CT_METRIC_MAX);
+    if (master_comp_bytes(r)) /* the bf16 master's Kahan compensation (master.h) */
+        metrics_add(&r->metrics, "mem/comp_bytes", (double)elements * master_comp_bytes(r),
+                    CT_METRIC_MAX);
     return CT_OK;
 }
 
@@ -214,6 +220,15 @@ static int32_t train_rank(host_rank *r, run_shared *sh, ct_error *err) {
         char line[512];
         step_describe_logits(r, line, sizeof line);
         fprintf(cmdout(), "%s\n", line);
+    }
+    { /* what each rank holds per parameter, before the first step (rank 0's figures) */
+        host_memory mem;
+        if ((rc = memory_measure(r, &mem, err)) != CT_OK) goto out_close_metrics;
+        if (mf) {
+            char line[768];
+            memory_format(r, &mem, line, sizeof line);
+            fprintf(cmdout(), "%s\n", line);
+        }
     }
 
     interval iv;

@@ -4,6 +4,7 @@
 
 #include "base/init.h"
 #include "plugin/contract.h"
+#include "run/master.h"
 
 #include <ctrain/numerics.h>
 #include <float.h>
@@ -149,8 +150,9 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
         if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) break;
         for (uint32_t k = 0; k <= r->n_state && rc == CT_OK; k++) {
             const float *part = k == 0 ? sh.master : r->units[u].state[k - 1];
+            int32_t dt = k == 0 ? r->policy.master_dtype : CT_DTYPE_F32;
             double s = 0;
-            rc = RANK_DEV(r, sumsq, part, CT_DTYPE_F32, sh.numel, &s, err);
+            rc = RANK_DEV(r, sumsq, part, dt, sh.numel, &s, err);
             if (rc == CT_OK && !isfinite(s)) {
                 first = P * u + k;
                 break;
@@ -167,6 +169,7 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
     ct_shard sh = {.struct_size = sizeof sh};
     if ((rc = RANK_STRATEGY(r, shard, u, &sh, err)) != CT_OK) return rc;
     const float *part = k == 0 ? sh.master : r->units[u].state[k - 1];
+    const int32_t dt = k == 0 ? r->policy.master_dtype : CT_DTYPE_F32;
     char part_name[96];
     if (k == 0) snprintf(part_name, sizeof part_name, "master weights");
     else snprintf(part_name, sizeof part_name, "%s state '%s'",
@@ -181,8 +184,8 @@ int32_t optim_check_finite(host_rank *r, int64_t step, ct_error *err) {
         uint64_t b = hi < sh.offset + sh.numel ? hi : sh.offset + sh.numel;
         double s = 0;
         if (b <= a) continue;
-        if ((rc = RANK_DEV(r, sumsq, part + (a - sh.offset), CT_DTYPE_F32, b - a, &s, err)))
-            return rc;
+        const void *at = (const char *)part + (a - sh.offset) * ct_dtype_size(dt);
+        if ((rc = RANK_DEV(r, sumsq, at, dt, b - a, &s, err))) return rc;
         if (!isfinite(s)) which = 2.0 * t + (isnan(s) ? 1 : 0);
     }
     if ((rc = optim_allreduce_f64(r, &which, 1, CT_REDUCE_MIN, err)) != CT_OK) return rc;
@@ -213,8 +216,9 @@ int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err) {
     uint64_t a = lo > sh.offset ? lo : sh.offset, b = hi < sh.offset + sh.numel ? hi : sh.offset + sh.numel;
     double s[2] = {0, 0};
     if (b > a) {
-        rc = RANK_DEV(r, sumsq, sh.master + (a - sh.offset), CT_DTYPE_F32, b - a,
-                      &s[sh.replicated ? 1 : 0], err);
+        const int32_t dt = r->policy.master_dtype;
+        const void *at = (const char *)sh.master + (a - sh.offset) * ct_dtype_size(dt);
+        rc = RANK_DEV(r, sumsq, at, dt, b - a, &s[sh.replicated ? 1 : 0], err);
         if (rc != CT_OK) return rc;
     }
     rc = optim_allreduce_f64(r, s, 1, CT_REDUCE_SUM, err);
@@ -296,11 +300,13 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
         int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
         if (rc != CT_OK) return rc;
         host_unit_state *us = &r->units[u];
+        float *param = sh.master; /* a bf16 master: its exact f32 widening (master.h) */
+        if (master_is_low(r) && (rc = master_widen(r, &sh, &param, err)) != CT_OK) return rc;
         ct_optim_shard os = {
             .struct_size = sizeof os,
             .unit = u,
             .unit_name = r->mdesc.units[u].name,
-            .param = sh.master,
+            .param = param,
             .grad = sh.grad,
             .state = us->state,
             .n_state = r->n_state,
@@ -314,6 +320,8 @@ int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, doub
         };
         rc = RANK_OPTIMIZER(r, update, &args, &os, err);
         if (rc != CT_OK) return contract_name_silent_error(rc, err, r->optimizer.plugin, "update");
+        if (master_is_low(r) && (rc = master_write_back(r, u, &sh, step, err)) != CT_OK)
+            return rc;
     }
     r->updates_skipped += skip;
     return RANK_STRATEGY(r, step_done, err);

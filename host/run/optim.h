@@ -35,7 +35,8 @@ double optim_lr(const host_optim_config *oc, int64_t step);
  * Collective: every rank calls it. */
 int32_t optim_grad_norm(host_rank *r, double *norm, ct_error *err);
 
-/* Global L2 norm of the model's output-head weight (master f32), over all ranks. Collective. */
+/* Global L2 norm of the model's output-head weight (the master, f32 or bf16), over all ranks.
+ * Collective. */
 int32_t optim_head_norm(host_rank *r, double *norm, ct_error *err);
 
 /* Loss scaling owned by the precision policy (ctrain.h ct_precision_vtable.loss_scale):
@@ -49,7 +50,8 @@ int32_t optim_scale_begin(host_rank *r, ct_error *err);
 int32_t optim_unscale(host_rank *r, ct_error *err);
 int32_t optim_after_reduce(host_rank *r, double grad_norm, int32_t *skip, ct_error *err);
 
-/* The optimizer plugin's update of every shard with clipping to oc->grad_clip (0 = off), then
+/* The optimizer plugin's update of every shard with clipping to oc->grad_clip (0 = off; a bf16
+ * master is widened to an f32 scratch for it and written back by the policy's rule: master.h), then
  * the strategy's step_done; skip = 1 leaves every shard as it is (a step the policy skipped)
  * and calls step_done only. step is 1-based. */
 int32_t optim_step(host_rank *r, const host_optim_config *oc, int64_t step, double lr,

@@ -4,9 +4,8 @@
  * loaders; and the same build without comm, parameters or buffers that preflight runs. */
 #include "run/rank.h"
 
-#include "run/init_ckpt.h"
-
 #include "plugin/contract.h"
+#include <ctrain/precision_kit.h>
 #include "run/groups.h"
 #include "weights/import.h"
 #include "base/init.h"
@@ -73,6 +72,86 @@ static void *dev_alloc(host_rank *r, uint64_t bytes, ct_error *err) {
     return RANK_DEV(r, alloc, bytes, err);
 }
 
+/* The policy's master dtype and rule are ones the host can hold (f32; bf16 with nearest, sr or
+ * kahan): CT_ERR_UNSUPPORTED naming the plugin otherwise. */
+static int32_t master_check_policy(const host_rank *r, ct_error *err) {
+    if (ct_pkit_master_ok(&r->policy)) return CT_OK;
+    const char *name = r->precision.plugin ? r->precision.plugin->desc.name : "?";
+    if (r->policy.master_dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision %s: master dtype %s; the host "
+                            "keeps master weights in f32 or bf16 only ---> use a policy with "
+                            "master f32 (amp) or bf16 (bf16_master)", name,
+                            ct_dtype_name(r->policy.master_dtype));
+    return ct_error_set(err, CT_ERR_UNSUPPORTED, "precision %s: master_update = %d is not a "
+                        "ct_master_update (0 nearest, 1 sr, 2 kahan) ---> fix the plugin's "
+                        "policy()", name, (int)r->policy.master_update);
+}
+
+/* A master dtype other than f32 (master.h), after the strategy's setup and load_unit: every
+ * shard says it holds the policy's master dtype (a strategy built before 1.7 cannot hold bf16:
+ * an error naming it); the compensation buffers (kahan: bf16, one per element of each shard,
+ * zero) and the f32 scratch and its host staging are allocated. Nothing for an f32 master. */
+static int32_t master_setup(host_rank *r, ct_error *err) {
+    int64_t seed = 0;
+    config_get_int(r->cfg, "run", "seed", &seed, NULL);
+    r->seed = (uint64_t)seed;
+    if (r->policy.master_dtype != CT_DTYPE_BF16) return CT_OK;
+    const int kahan = r->policy.master_update == CT_MASTER_KAHAN;
+    uint64_t cap = 1;
+    for (uint32_t u = 0; u < r->mdesc.n_units; u++) {
+        ct_shard sh = {.struct_size = sizeof sh};
+        int32_t rc = RANK_STRATEGY(r, shard, u, &sh, err);
+        if (rc != CT_OK) return rc;
+        int32_t have = sh.struct_size >= offsetof(ct_shard, master_dtype) + sizeof(int32_t) &&
+                               sh.master_dtype ? sh.master_dtype : CT_DTYPE_F32;
+        if (have != r->policy.master_dtype)
+            return ct_error_set(err, CT_ERR_UNSUPPORTED, "strategy %s (%s) keeps unit %u's master "
+                                "in %s, but precision %s asks for %s master weights ---> use a "
+                                "strategy built against ABI 1.7 or later (ddp, no_shard, "
+                                "full_shard), or a policy with an f32 master",
+                                r->strategy.plugin->desc.name, r->strategy.plugin->path, u,
+                                ct_dtype_name(have), r->precision.plugin->desc.name,
+                                ct_dtype_name(r->policy.master_dtype));
+        if (sh.numel > cap) cap = sh.numel;
+        if (kahan) {
+            host_unit_state *us = &r->units[u];
+            uint64_t bytes = (sh.numel ? sh.numel : 1) * sizeof(uint16_t);
+            if (!(us->comp = RANK_DEV(r, alloc, bytes, err)))
+                return err->code ? err->code
+                                 : ct_error_set(err, CT_ERR_NOMEM, "out of memory for unit %u's "
+                                                "compensation buffer (%llu bytes)", u,
+                                                (unsigned long long)bytes);
+            if ((rc = RANK_DEV(r, zero, us->comp, bytes, err)) != CT_OK) return rc;
+        }
+    }
+    r->master_cap = cap;
+    r->master_hf = malloc(cap * sizeof *r->master_hf);
+    r->master_hw = malloc(cap * sizeof *r->master_hw);
+    r->master_hc = kahan ? malloc(cap * sizeof *r->master_hc) : NULL;
+    if (!r->master_hf || !r->master_hw || (kahan && !r->master_hc))
+        return ct_error_set(err, CT_ERR_NOMEM, "out of memory for the master's f32 staging");
+    if (!(r->master_scratch = RANK_DEV(r, alloc, cap * sizeof(float), err)))
+        return err->code ? err->code
+                         : ct_error_set(err, CT_ERR_NOMEM, "out of memory for the master's f32 "
+                                        "scratch (%llu bytes)",
+                                        (unsigned long long)(cap * sizeof(float)));
+    return CT_OK;
+}
+
+/* Free what master_setup made. */
+static void master_free(host_rank *r) {
+    if (r->dev.vt) {
+        for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++)
+            RANK_DEV_VOID(r, free_mem, r->units[u].comp);
+        RANK_DEV_VOID(r, free_mem, r->master_scratch);
+    }
+    free(r->master_hf);
+    free(r->master_hw);
+    free(r->master_hc);
+    r->master_scratch = r->master_hf = NULL;
+    r->master_hw = r->master_hc = NULL;
+}
+
 /* Initialise every unit from the seed and hand it to the strategy; allocate AdamW state and
  * decay masks for this rank's shard of each unit. */
 static int32_t setup_parameters(host_rank *r, ct_error *err) {
@@ -102,10 +181,11 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     config_get_int(r->cfg, "run", "seed", &seed, NULL);
     const char *init_from = r->no_init_from ? NULL : config_get(r->cfg, "model", "init_from");
     ct_import *im = NULL;  /* [model] init_from: its values replace the random ones */
-    init_ckpt *ck = NULL;  /* ... read from a ctrain checkpoint (fine-tuning) */
+    const host_model_source *ms = r->model_source;
+    void *ck = NULL;       /* ... read from a ctrain checkpoint (fine-tuning: ms) */
     if (init_from && *init_from)
-        rc = init_ckpt_kind(init_from) ? init_ckpt_open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
-                                       : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
+        rc = ms->is_checkpoint(init_from) ? ms->open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
+                                          : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
     if (rc != CT_OK) return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
@@ -115,12 +195,12 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             free(full);
             free(mask);
             import_close(im);
-            init_ckpt_close(ck);
+            if (ck) ms->close(ck);
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
         if (im) rc = import_unit(im, u, full, err);
-        if (ck) rc = init_ckpt_unit(ck, u, full, err);
+        if (ck) rc = ms->unit(ck, u, full, err);
         groups_decay_mask(r->cfg, &r->mdesc, u, mask);
         if (rc == CT_OK) rc = RANK_STRATEGY(r, load_unit, u, full, err);
         ct_shard sh = {.struct_size = sizeof sh};
@@ -154,13 +234,51 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         free(mask);
         if (rc != CT_OK) {
             import_close(im);
-            init_ckpt_close(ck);
+            if (ck) ms->close(ck);
             if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
             return rc;
         }
     }
     import_close(im);
-    init_ckpt_close(ck);
+    if (ck) ms->close(ck);
+    return master_setup(r, err); /* a bf16 master: compensation buffers and f32 scratch */
+}
+
+/* [data] doc_mask: the separator ([data] eot_token, else meta.ini's eot_token of the train
+ * shards), checked against the vocabulary, and a model that declares it honours the mask
+ * (ct_model_desc.doc_mask, ABI 1.7). */
+static int32_t resolve_doc_mask(host_rank *r, const host_data_meta *meta, ct_error *err) {
+    int32_t on = 0;
+    int64_t eot = -1;
+    config_get_bool(r->cfg, "data", "doc_mask", &on, NULL);
+    config_get_int(r->cfg, "data", "eot_token", &eot, NULL);
+    r->doc_mask = 0;
+    r->eot_token = 0;
+    if (!on) return CT_OK;
+    const char *from = config_origin(r->cfg, "data", "eot_token");
+    if (eot < 0 && meta->found && meta->eot_token >= 0) eot = meta->eot_token, from = meta->path;
+    if (eot < 0)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: [data] doc_mask = true needs the token "
+                            "that separates documents, but %s ---> set [data] eot_token (GPT-2's "
+                            "<|endoftext|> is 50256), or prepare the data with `ctrain prepare` "
+                            "from documents (it records eot_token in meta.ini)",
+                            config_origin(r->cfg, "data", "doc_mask"),
+                            meta->found ? "the train shards' meta.ini records no eot_token"
+                                        : "the train shards have no meta.ini");
+    if (eot >= r->V)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: the document separator %lld is outside "
+                            "the model's vocabulary 0..%lld ---> set [data] eot_token to the "
+                            "data's end-of-text id", from, (long long)eot, (long long)(r->V - 1));
+    int declares = r->mdesc.struct_size >= offsetof(ct_model_desc, doc_mask) + sizeof(int32_t) &&
+                   r->mdesc.doc_mask;
+    if (!declares)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: [data] doc_mask = true, but model %s "
+                            "does not declare document masking (ct_model_desc.doc_mask, ABI "
+                            "1.7) ---> use a model that does (gpt), or set doc_mask = false",
+                            config_origin(r->cfg, "data", "doc_mask"),
+                            r->model.plugin->desc.name);
+    r->doc_mask = 1;
+    r->eot_token = (int32_t)eot;
     return CT_OK;
 }
 
@@ -184,6 +302,8 @@ static int32_t open_data(host_rank *r, ct_error *err) {
     rc = train && *train ? data_meta_for(train, &meta, err) : CT_OK;
     if (rc != CT_OK) return rc;
     data_meta_free(&meta);
+    r->seed = (uint64_t)seed;
+    if ((rc = resolve_doc_mask(r, &meta, err)) != CT_OK) return rc;
     if (meta.found && meta.vocab_size > r->V)
         return ct_error_set(err, CT_ERR_INVALID, "%s: [model] vocab_size = %lld is smaller than "
                             "the data's vocabulary %d (%s) ---> leave [model] vocab_size out to "
@@ -327,6 +447,7 @@ static int32_t open_instances(host_rank *r, const host_wiring *w, void *comm_wor
     r->policy.struct_size = sizeof r->policy;
     TRY(contract_name_silent_error(RANK_PRECISION(r, policy, &r->policy, err), err,
                                    w->precision, "policy"));
+    TRY(master_check_policy(r, err));
 
     TRY(make_instance(r, &r->strategy, w->strategy, "strategy", NULL, err));
     TRY(make_instance(r, &r->model, w->model, "model", NULL, err));
@@ -379,6 +500,7 @@ int32_t rank_open(host_rank *r, const host_config *cfg, const host_wiring *w, in
                   int32_t world, void *comm_world, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
+    r->model_source = w->model_source;
     r->rank = rank;
     r->world = world;
     int32_t rc;
@@ -410,6 +532,7 @@ int32_t rank_open_model(host_rank *r, const host_config *cfg, const host_wiring 
                         int for_checkpoint, ct_error *err) {
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
+    r->model_source = w->model_source;
     r->no_init_from = for_checkpoint;
     r->rank = 0;
     r->world = 1;
@@ -464,16 +587,16 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
     const char *init_from = config_get(cfg, "model", "init_from");
     if (rc == CT_OK && init_from && *init_from) { /* the whole file checked against the model */
         ct_import *im = NULL;
-        init_ckpt *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
+        void *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
         *failed = "init_from";
-        if (init_ckpt_kind(init_from)) {
-            rc = init_ckpt_open(init_from, cfg, &r->mdesc, 1, &ck, err);
+        if (w->model_source->is_checkpoint(init_from)) {
+            rc = w->model_source->open(init_from, cfg, &r->mdesc, 1, &ck, err);
         } else {
             rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
             if (rc == CT_OK) rc = import_check_values(im, err);
         }
         import_close(im);
-        init_ckpt_close(ck);
+        if (ck) w->model_source->close(ck);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
@@ -526,6 +649,7 @@ void rank_close(host_rank *r) {
             RANK_DEV_VOID(r, free_mem, r->units[u].decay_mask);
         }
     }
+    master_free(r);
     for (uint32_t u = 0; r->units && u < r->mdesc.n_units; u++) free(r->units[u].tensors);
     free(r->units);
     free(r->held);

@@ -33,6 +33,8 @@ typedef struct host_unit_state {
                                            order of its state_names (adamw: m, v) */
     uint8_t *decay_mask;  /* (shard numel) 1 = weight decay applies */
     ct_optim_tensor *tensors; /* (the unit's n_tensors) the tensors as the optimizer sees them */
+    void    *comp;        /* (shard numel) the master's compensation buffer in its dtype (a
+                             bf16 master with the kahan rule, master.h); NULL otherwise */
 } host_unit_state;
 
 typedef struct host_rank {
@@ -54,6 +56,13 @@ typedef struct host_rank {
     ct_model_desc    mdesc;
     int32_t          no_init_from; /* setup skips [model] init_from (a checkpoint follows) */
     host_unit_state   *units;    /* (n_units) */
+    /* a master dtype other than f32 (master.h): the f32 scratch the optimizer updates (device
+     * memory) and its host staging, master_cap elements each (the largest shard); [run] seed,
+     * which the stochastic rounding of the master hashes and ct_stage_args.seed carries */
+    float           *master_scratch, *master_hf;
+    uint16_t        *master_hw, *master_hc;
+    uint64_t         master_cap;
+    uint64_t         seed;
     const void     **held;     /* (n_units) gathered params of units held by the strategy */
 
     /* step shape */
@@ -82,7 +91,13 @@ typedef struct host_rank {
     int64_t    eval_batches; /* micro-batches per evaluation: [run] eval_batches, or all that
                                 the validation data holds when the default (8) is more */
     int32_t    probe_now; /* run the reduction-error probe in this step (probe.h) */
-    int64_t    step;      /* the step being run (1-based; set by the driver), for messages */
+    int64_t    step;      /* the step being run (1-based; set by the driver), for messages and
+                             ct_stage_args.step */
+    const host_model_source *model_source; /* the wiring's: [model] init_from = a checkpoint */
+    int32_t    training;  /* inside step_train: ct_stage_args.train = 1 */
+    int32_t    doc_mask;  /* [data] doc_mask: ct_stage_args.doc_mask for training, evaluation and
+                             `ctrain logits` (rank.c, resolve_doc_mask) */
+    int32_t    eot_token; /* the document separator when doc_mask */
     int64_t    updates_skipped; /* optimizer updates the precision policy skipped since the run
                                    began (checkpointed in precision.bin): the optimizer's step
                                    counts only updates applied, as torch's optimizers do */

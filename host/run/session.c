@@ -4,6 +4,7 @@
 #include "run/session.h"
 
 #include "base/launcher.h"
+#include "run/init_ckpt.h"
 #include "run/preflight.h"
 
 #include <stdio.h>
@@ -68,7 +69,7 @@ int32_t session_configure(int argc, char **argv, int *n_rest, char **rest, host_
         rc = err ? err->code : CT_ERR_NOMEM;
         goto out_free_config;
     }
-    rc = wiring_resolve(c, r, w, err);
+    rc = wiring_resolve(c, r, w, &init_ckpt_source, err);
     for (int32_t i = 0; i < registry_warning_count(r); i++) /* the search path's risks */
         fprintf(stderr, "warning: %s\n", registry_warning_at(r, i));
     if (rc != CT_OK) goto out_close_registry;

@@ -39,6 +39,11 @@ static ct_stage_args stage_args(host_rank *r, int32_t s, int32_t micro) {
         .logits = r->logits,
         .dlogits = r->dlogits,
         .micro_step = micro,
+        .train = r->training,
+        .doc_mask = r->doc_mask,
+        .eot_token = r->doc_mask ? r->eot_token : 0,
+        .step = r->training ? r->step : 0,
+        .seed = r->training ? r->seed : 0,
     };
     return a;
 }
@@ -201,6 +206,7 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
     memset(stats, 0, sizeof *stats);
     stats->logits.struct_size = sizeof stats->logits;
     int32_t rc = RANK_STRATEGY(r, begin_step, err);
+    r->training = 1; /* stage_args: ct_stage_args.train, step, seed */
     /* the policy's loss scale multiplies the loss gradient (a power of two: exact) */
     double scale = 1.0 / (double)r->grad_accum * (r->loss_scale > 0 ? r->loss_scale : 1.0);
     for (int32_t m = 0; rc == CT_OK && m < r->grad_accum; m++) {
@@ -220,6 +226,7 @@ int32_t step_train(host_rank *r, host_step_stats *stats, ct_error *err) {
         stats->micro_batches++;
         stats->tokens += r->N;
     }
+    r->training = 0;
     if (rc == CT_OK) rc = RANK_STRATEGY(r, finish_backward, err);
     return rc;
 }

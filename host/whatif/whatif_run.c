@@ -7,6 +7,7 @@
 
 #include "run/checkpoint.h"
 #include "plugin/wiring.h"
+#include "run/init_ckpt.h"
 
 #include <ctrain/numerics.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ int32_t whatif_run_open(whatif_run *wr, const char *path, int64_t global_batch, 
     snprintf(cfg_path, sizeof cfg_path, "%s/config.ini", wr->dir);
     if (rc == CT_OK) rc = config_load_world1(cfg_path, &wr->cfg, err);
     if (rc == CT_OK && !(wr->reg = registry_open(err))) rc = err->code;
-    if (rc == CT_OK) rc = wiring_resolve(wr->cfg, wr->reg, &w, err);
+    if (rc == CT_OK) rc = wiring_resolve(wr->cfg, wr->reg, &w, &init_ckpt_source, err);
     if (rc == CT_OK && (rc = rank_open_model(&wr->r, wr->cfg, &w, 1, err)) == CT_OK) wr->rank_ok = 1;
     if (rc == CT_OK) rc = checkpoint_load_weights(&wr->r, wr->dir, err);
     if (rc == CT_OK) rc = read_loss(wr, err);

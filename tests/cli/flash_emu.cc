@@ -7,9 +7,10 @@
  * launch shape of flash_plan.h. Compared with a double-precision causal attention (forward O
  * and lse, backward dq, dk, dv from a random dO) at T = 1, 37, 64, 130 and head dims 16, 24, 64,
  * f32, bf16 and f16 (inputs rounded to the 16-bit type; WMMA's f16 fragments widen with
- * ct_f16_to_f32, as its bf16 ones with ct_bf16_to_f32). What this cannot see: the GPU's own
- * scheduling, memory model and WMMA's register layouts (tests/gpu/model_vs_cpu.c on a GPU sees
- * them).
+ * ct_f16_to_f32, as its bf16 ones with ct_bf16_to_f32), and with document masking
+ * (ct_stage_args.doc_mask: each row sees keys from its document's start only). What this cannot
+ * see: the GPU's own scheduling, memory model and WMMA's register layouts
+ * (tests/gpu/model_vs_cpu.c on a GPU sees them).
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed"; exit 1 on a failure.
  * Built and run by tests/cli/test_flash_emu.sh (c++ -std=c++17 -pthread).
  */
@@ -171,8 +172,9 @@ struct ref_out {
     std::vector<double> o, lse, dqkv;
 };
 
+/* ds (B*T) or NULL: document masking, row (b,t) sees keys ds[b*T+t]..t only. */
 static ref_out reference(const std::vector<float> &qkv, const std::vector<float> &dO, int B, int T,
-                         int NH, int HD) {
+                         int NH, int HD, const std::vector<int32_t> *ds) {
     const int C = NH * HD;
     const double scale = 1.0 / sqrt((double)HD);
     ref_out r;
@@ -185,33 +187,34 @@ static ref_out reference(const std::vector<float> &qkv, const std::vector<float>
             auto k = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + C + h * HD + d]; };
             auto v = [&](int t, int d) { return (double)qkv[((size_t)b * T + t) * 3 * C + 2 * C + h * HD + d]; };
             auto go = [&](int t, int d) { return (double)dO[((size_t)b * T + t) * C + h * HD + d]; };
+            auto s0 = [&](int t) { return ds ? (int)(*ds)[(size_t)b * T + t] : 0; };
             for (int t = 0; t < T; t++) {
                 double mx = -INFINITY;
-                for (int j = 0; j <= t; j++) {
+                for (int j = s0(t); j <= t; j++) {
                     double s = 0;
                     for (int d = 0; d < HD; d++) s += q(t, d) * k(j, d);
                     P[(size_t)t * T + j] = s * scale;
                     mx = fmax(mx, s * scale);
                 }
                 double sum = 0;
-                for (int j = 0; j <= t; j++) sum += exp(P[(size_t)t * T + j] - mx);
+                for (int j = s0(t); j <= t; j++) sum += exp(P[(size_t)t * T + j] - mx);
                 r.lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
-                for (int j = 0; j <= t; j++) P[(size_t)t * T + j] = exp(P[(size_t)t * T + j] - mx) / sum;
+                for (int j = s0(t); j <= t; j++) P[(size_t)t * T + j] = exp(P[(size_t)t * T + j] - mx) / sum;
                 for (int d = 0; d < HD; d++) {
                     double o = 0;
-                    for (int j = 0; j <= t; j++) o += P[(size_t)t * T + j] * v(j, d);
+                    for (int j = s0(t); j <= t; j++) o += P[(size_t)t * T + j] * v(j, d);
                     r.o[((size_t)b * T + t) * C + h * HD + d] = o;
                 }
             }
             for (int t = 0; t < T; t++) {
                 double D = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = s0(t); j <= t; j++) {
                     double s = 0;
                     for (int d = 0; d < HD; d++) s += go(t, d) * v(j, d);
                     dP[(size_t)t * T + j] = s;
                     D += P[(size_t)t * T + j] * s;
                 }
-                for (int j = 0; j <= t; j++) {
+                for (int j = s0(t); j <= t; j++) {
                     double ds = P[(size_t)t * T + j] * (dP[(size_t)t * T + j] - D) * scale;
                     for (int d = 0; d < HD; d++) {
                         r.dqkv[((size_t)b * T + t) * 3 * C + h * HD + d] += ds * k(j, d);
@@ -247,13 +250,23 @@ static double rel_l2(const std::vector<float> &got, const std::vector<double> &w
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-template <typename E> static void run_case(int T, int HD) {
+/* docs: two sequences packed with documents (document masking, ct_stage_args.doc_mask): the
+ * first with starts at 0, T/3 and T/3 + 5, the second at 0 and T - 2 (a one-row document at the
+ * end, and a start inside a tile). */
+template <typename E> static void run_case(int T, int HD, bool docs = false) {
     const bool bf16 = sizeof(E) == 2; /* a 16-bit type: the plan and grid of bf16 */
     const bool f16 = std::is_same<E, fa_f16>::value;
-    const int B = 1, NH = 2, C = NH * HD;
+    const int B = docs ? 2 : 1, NH = 2, C = NH * HD;
     char name[96];
-    snprintf(name, sizeof name, "flash_emu_%s_T%d_HD%d", f16 ? "f16" : bf16 ? "bf16" : "f32", T,
-             HD);
+    snprintf(name, sizeof name, "flash_emu_%s%s_T%d_HD%d", docs ? "docs_" : "",
+             f16 ? "f16" : bf16 ? "bf16" : "f32", T, HD);
+    std::vector<int32_t> ds((size_t)B * T, 0);
+    if (docs)
+        for (int t = 0; t < T; t++) {
+            ds[t] = t >= T / 3 + 5 ? T / 3 + 5 : t >= T / 3 ? T / 3 : 0;
+            ds[(size_t)T + t] = t >= T - 2 ? T - 2 : 0;
+        }
+    const int32_t *dsp = docs ? ds.data() : nullptr;
     std::vector<float> qkv((size_t)B * T * 3 * C), dO((size_t)B * T * C);
     for (auto &x : qkv) x = (float)normal();
     for (auto &x : dO) x = (float)normal();
@@ -273,17 +286,17 @@ template <typename E> static void run_case(int T, int HD) {
         dqkv((size_t)B * T * 3 * C, nan), D((size_t)B * NH * T, nan);
     emu_faults = 0;
     emu_launch(gx, gy, gpt_flash_make_plan(bf16, Dp, 0, 1).bytes, [&] {
-        k_flash_fwd<E>(att.data(), lse.data(), qkv.data(), T, NH, HD, Dp, scale);
+        k_flash_fwd<E>(att.data(), lse.data(), qkv.data(), dsp, T, NH, HD, Dp, scale);
     });
     emu_launch(gx, gy, gpt_flash_make_plan(bf16, Dp, 1, 1).bytes, [&] {
-        k_flash_bwd_dq<E>(dqkv.data(), D.data(), dO.data(), att.data(), qkv.data(), lse.data(), T,
-                          NH, HD, Dp, scale);
+        k_flash_bwd_dq<E>(dqkv.data(), D.data(), dO.data(), att.data(), qkv.data(), lse.data(),
+                          dsp, T, NH, HD, Dp, scale);
     });
     emu_launch(gx, gy, gpt_flash_make_plan(bf16, Dp, 1, 2).bytes, [&] {
-        k_flash_bwd_dkdv<E>(dqkv.data(), D.data(), dO.data(), qkv.data(), lse.data(), T, NH, HD,
-                            Dp, scale);
+        k_flash_bwd_dkdv<E>(dqkv.data(), D.data(), dO.data(), qkv.data(), lse.data(), dsp, T, NH,
+                            HD, Dp, scale);
     });
-    ref_out r = reference(qkv, dO, B, T, NH, HD);
+    ref_out r = reference(qkv, dO, B, T, NH, HD, docs ? &ds : nullptr);
     /* f32: the order of f32 sums; bf16: P and dS rounded to bf16 (2^-9) before their products,
      * O rounded on output; f16 the same with f16's 2^-12 (8 times finer than bf16's) */
     const double tol = f16 ? 1e-3 : bf16 ? 1e-2 : 5e-6, tol_lse = bf16 ? 1e-4 : 5e-6;
@@ -309,6 +322,11 @@ int main() {
         run_case<uint16_t>(shapes[s][0], shapes[s][1]);
         run_case<fa_f16>(shapes[s][0], shapes[s][1]);
     }
+    /* document masking: starts inside and on tile edges, sequences of 2 and 3 documents */
+    run_case<float>(130, 16, true);
+    run_case<uint16_t>(130, 64, true);
+    run_case<float>(64, 24, true);
+    run_case<fa_f16>(130, 16, true);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -117,6 +117,15 @@ else
     ct_fail "build precision_bad_scale.so" "cc failed"
 fi
 
+if build_wrong precision_bad_master.so precision_bad_master.c; then
+    check "$WRONG/precision_bad_master.so"
+    expect_fails_with "a bf16-master policy whose rule changes between instances fails the master round trip" \
+        "FAIL precision bad_master: master bf16 (update kahan) through a checkpoint|policy says master bf16 update sr" \
+        "FAIL precision bad_master: policy()"
+else
+    ct_fail "build precision_bad_master.so" "cc failed"
+fi
+
 if build_wrong strategy_no_divide.so strategy_no_divide.c; then
     check "$WRONG/strategy_no_divide.so"
     expect_fails_with "a strategy without the divide by N fails the gradient checks at world 2" \

@@ -1,5 +1,5 @@
-/* test_precision.c — claims about the precision policies fp32, amp, pure_bf16 and scaled_amp
- * (build/plugins/precision_*.so): the dtypes each one reports are FSDP MixedPrecision's
+/* test_precision.c — claims about the precision policies fp32, amp, pure_bf16, bf16_master and
+ * scaled_amp (build/plugins/precision_*.so): the dtypes each one reports are FSDP MixedPrecision's
  * (DESIGN.md §3), the grad_accum_dtype option, native collectives (NULL reduce hooks), and
  * scaled_amp's loss scale against a transcription of torch.amp.GradScaler's update rule.
  * Not for: how a strategy applies the policy (the strategy tests).
@@ -86,6 +86,39 @@ CT_TEST(precision_pure_f16_reduces_in_f16_and_keeps_f32_master) {
                  (dtypes){CT_DTYPE_F16, CT_DTYPE_F16, F32, CT_DTYPE_F16, CT_DTYPE_F16});
     check_policy("precision_pure_f16.so", "[precision]\ngrad_accum_dtype = f32\n",
                  (dtypes){CT_DTYPE_F16, CT_DTYPE_F16, F32, F32, CT_DTYPE_F16});
+}
+
+/* bf16_master: amp's dtypes (wire f32 by default, or bf16) with a bf16 master and the update
+ * rule of its `update` key (kahan by default). */
+static void check_master(const char *ini, int32_t reduce, int32_t rule) {
+    ct_harness *h = harness_new(ini);
+    if (!h) return;
+    ct_harness_plugin p;
+    ct_error err = {.struct_size = sizeof err};
+    if (harness_create(h, "precision_bf16_master.so", "precision", &p, &err) != CT_OK) {
+        CT_CHECK_MSG(0, "create bf16_master: %s", err.message);
+        harness_free(h);
+        return;
+    }
+    const ct_precision_vtable *vt = p.vt;
+    ct_precision_policy pol;
+    memset(&pol, 0xff, sizeof pol);
+    pol.struct_size = sizeof pol;
+    CT_CHECK_INT(vt->policy(p.self, &pol, &err), CT_OK);
+    CT_CHECK_INT(pol.param_dtype, BF16);
+    CT_CHECK_INT(pol.reduce_dtype, reduce);
+    CT_CHECK_INT(pol.master_dtype, BF16);
+    CT_CHECK_INT(pol.master_update, rule);
+    CT_CHECK_INT(pol.grad_accum_dtype, BF16);
+    CT_CHECK(vt->reduce_scatter == NULL && vt->all_reduce == NULL);
+    harness_free(h);
+}
+
+CT_TEST(precision_bf16_master_keeps_a_bf16_master_with_the_chosen_update_rule) {
+    check_master("[precision]\n", F32, CT_MASTER_KAHAN);
+    check_master("[precision]\nupdate = sr\n", F32, CT_MASTER_SR);
+    check_master("[precision]\nupdate = nearest\nreduce_dtype = bf16\n", BF16,
+                 CT_MASTER_NEAREST);
 }
 
 CT_TEST(precision_amp_rejects_an_unknown_grad_accum_dtype) {

@@ -9,6 +9,7 @@
 #include "data/data.h"
 #include "plugin/registry.h"
 #include "plugin/wiring.h"
+#include "run/init_ckpt.h"
 #include "run/session.h"
 
 #include <stdlib.h>
@@ -372,7 +373,7 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
     host_config *cfg = config_new();
     CT_CHECK(config_load_string(cfg, "w.ini", base, &err) == CT_OK);
     host_wiring w;
-    int32_t rc = wiring_resolve(cfg, reg, &w, &err);
+    int32_t rc = wiring_resolve(cfg, reg, &w, &init_ckpt_source, &err);
     CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
     if (rc == CT_OK) {
         CT_CHECK(!strcmp(w.model->desc.name, "m"));
@@ -406,7 +407,7 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
         cfg = config_new();
         err = new_err();
         rc = config_load_string(cfg, "w.ini", text, &err);
-        if (rc == CT_OK) rc = wiring_resolve(cfg, reg, &w, &err);
+        if (rc == CT_OK) rc = wiring_resolve(cfg, reg, &w, &init_ckpt_source, &err);
         CT_CHECK_MSG(rc != CT_OK, "case %zu passed but should fail", i);
         CT_CHECK_STR_CONTAINS(err.message, bad[i].want);
         config_free(cfg);
@@ -419,7 +420,7 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
     snprintf(text, sizeof text, "%s[precision]\ncount = 7\n[strategy.s]\nmode = slow\n"
              "[strategy.other]\nanything = 1\n[loss.zz]\ncoef = 1\n", base);
     CT_CHECK(config_load_string(cfg, "w.ini", text, &err) == CT_OK);
-    rc = wiring_resolve(cfg, reg, &w, &err);
+    rc = wiring_resolve(cfg, reg, &w, &init_ckpt_source, &err);
     CT_CHECK_MSG(rc == CT_OK, "%s", err.message);
     if (rc == CT_OK) {
         CT_CHECK(!strcmp(w.own_section[CT_KIND_PRECISION], "precision.p"));
@@ -447,7 +448,7 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
     err = new_err();
     snprintf(text, sizeof text, "%s[precision]\ncount = 7\n[precision.p]\ncount = 8\n", base);
     CT_CHECK(config_load_string(cfg, "w.ini", text, &err) == CT_OK);
-    CT_CHECK(wiring_resolve(cfg, reg, &w, &err) != CT_OK);
+    CT_CHECK(wiring_resolve(cfg, reg, &w, &init_ckpt_source, &err) != CT_OK);
     CT_CHECK_STR_CONTAINS(err.message, "is given twice ---> keep the one in [precision.p]");
     config_free(cfg);
     /* missing [data] train */
@@ -455,7 +456,7 @@ CT_TEST(wiring_resolves_plugins_fills_defaults_and_rejects_stray_sections) {
     err = new_err();
     CT_CHECK(config_load_string(cfg, "w.ini", "[model]\nplugin = m\n[loss]\nplugins = fx\n"
                                 "[strategy]\nplugin = s\n[precision]\nplugin = p\n", &err) == CT_OK);
-    CT_CHECK(wiring_resolve(cfg, reg, &w, &err) != CT_OK);
+    CT_CHECK(wiring_resolve(cfg, reg, &w, &init_ckpt_source, &err) != CT_OK);
     CT_CHECK_STR_CONTAINS(err.message, "[data] missing required key 'train'");
     config_free(cfg);
     registry_close(reg);

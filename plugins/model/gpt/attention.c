@@ -4,6 +4,9 @@
  * the saved row log-sum-exp (no (B,NH,T,T) tensor is kept, as in flash attention). On the
  * oneDNN path (m->use_dnnl, bf16) the same products take the same bf16 values as bf16 bits,
  * each OpenMP thread with its own one-thread oneDNN context (m->dnnl_att).
+ * Document masking narrows row t's keys to doc_start[t]..t (the probabilities of the keys before
+ * are 0); dropout of the probabilities (m->drop_on) multiplies P by its mask and 1/(1-p) before
+ * P V, and backward takes the same mask from dropout.h.
  * Not for: the q/k/v projections (stages.c).
  * Shape legend: see gpt.h. q of row n, head h is qkv[n*QW + h*HD + d]; its key and value are
  * those of key head kh = h / (NH/KVH): qkv[n*QW + C + kh*HD + d] and qkv[n*QW + C + KC + kh*HD + d]
@@ -84,15 +87,30 @@ GPT_VECTOR_CLONES static float row_lse(const float *row, int64_t n) {
     return mx + logf(sum);
 }
 
-/* P[t,j] = exp(S[t,j] - lse[t]) for j <= t, 0 for t < j < r1 (in place over the block S, rows
- * r0..r1-1); bf16: rounded, as a GPU kernel rounds P before the P V product. Forward and
- * backward call this with the same S and lse, so they see the same bits. */
-static void probs(const gpt *m, float *S, const float *lse, int64_t r0, int64_t r1) {
+/* P[t,j] = exp(S[t,j] - lse[t]) for ds[t] <= j <= t, 0 for the other j < r1 (in place over the
+ * block S, rows r0..r1-1; ds the rows' document starts, all 0 without document masking); bf16:
+ * rounded, as a GPU kernel rounds P before the P V product. Forward and backward call this with
+ * the same S and lse, so they see the same bits. */
+static void probs(const gpt *m, float *S, const float *lse, const int32_t *ds, int64_t r0,
+                  int64_t r1) {
     for (int64_t t = r0; t < r1; t++) {
         float *row = S + (t - r0) * m->T;
-        exp_span(row, t + 1, lse[t], m->bf16 ? 1 + m->f16 : 0);
+        int64_t s0 = ds[t];
+        for (int64_t j = 0; j < s0; j++) row[j] = 0.0f;
+        exp_span(row + s0, t + 1 - s0, lse[t], m->bf16 ? 1 + m->f16 : 0);
         for (int64_t j = t + 1; j < r1; j++) row[j] = 0.0f;
     }
+}
+
+/* Pd = P after dropout, rows r0..r1-1 of the block (stride T), keys [0, r1): element
+ * ((b*NH + h)*T + t)*T + j of the layer's site (site_key), bh = b*NH + h; rounded to the 16-bit
+ * compute dtype when round (the probabilities a GPU stores; not their gradient). */
+static void drop_probs(const gpt *m, float *Pd, const float *P, uint64_t site_key, int64_t bh,
+                       int64_t r0, int64_t r1, int round) {
+    int64_t T = m->T;
+    for (int64_t t = r0; t < r1; t++)
+        gpt_dropout_span(m, Pd + (t - r0) * T, P + (t - r0) * T, r1, site_key,
+                         ((uint64_t)bh * (uint64_t)T + (uint64_t)t) * (uint64_t)T, round);
 }
 
 /* One product of a (b,h) pair inside the parallel loop: C (M,N) = alpha op(A) op(B) + beta C.
@@ -122,11 +140,12 @@ static gpt_dnnl *att_context(const gpt *m, uint16_t **scratch) {
 
 /* The (b,h) pairs are spread over the threads; each thread has its own (GPT_ATT_QB,T) scratch
  * and calls OpenBLAS on its own (single-threaded) products. */
-void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
+void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv, int64_t layer) {
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = m->QW, KC = m->KC;
     int64_t G = NH / m->KVH; /* query heads per key/value head */
     float scale = 1.0f / sqrtf((float)HD);
     int dnnl = gpt_dnnl_on(m);
+    uint64_t site_key = m->drop_on ? gpt_drop_site_key(m->drop_key, GPT_DROP_SITE_ATT(layer)) : 0;
     if (dnnl) gpt_to_bf16(m, m->qkvb, qkv, m->N, ld, ld);
 #pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; bh++) {
@@ -146,8 +165,11 @@ void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
             /* S (nr, r1) = scale Q[r0:r1] K[0:r1]^T: the block meets keys [0, r1) only */
             att_gemm(m, c, 0, 1, nr, r1, HD, scale, Q + r0 * ld, dnnl ? Q16 + r0 * ld : NULL, ld,
                      K, K16, ld, 0.0f, S, T);
-            for (int64_t t = r0; t < r1; t++) L[t] = row_lse(S + (t - r0) * T, t + 1); /* j <= t */
-            probs(m, S, L, r0, r1);
+            const int32_t *ds = m->doc_start + b * T; /* keys ds[t] <= j <= t */
+            for (int64_t t = r0; t < r1; t++)
+                L[t] = row_lse(S + (t - r0) * T + ds[t], t + 1 - ds[t]);
+            probs(m, S, L, ds, r0, r1);
+            if (m->drop_on) drop_probs(m, S, S, site_key, bh, r0, r1, 1); /* in place */
             if (P16) gpt_to_bf16(m, P16, S, nr, r1, T);
             att_gemm(m, c, 0, 0, nr, HD, r1, 1.0f, S, P16, P16 ? r1 : T, V, V16, ld, 0.0f,
                      O + r0 * C, C);
@@ -158,11 +180,12 @@ void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv) {
 /* The (b, key head) pairs are spread over the threads: the G query heads of a key head add
  * into its dK, dV in turn (head order), so no two threads write the same element. */
 void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float *qkv,
-                            const float *lse) {
+                            const float *lse, int64_t layer) {
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, ld = m->QW, KC = m->KC;
     int64_t KVH = m->KVH, G = NH / KVH;
     float scale = 1.0f / sqrtf((float)HD);
     int dnnl = gpt_dnnl_on(m);
+    uint64_t site_key = m->drop_on ? gpt_drop_site_key(m->drop_key, GPT_DROP_SITE_ATT(layer)) : 0;
     if (dnnl) { /* q, k, v and dO as bf16 bits, once */
         gpt_to_bf16(m, m->qkvb, qkv, m->N, ld, ld);
         gpt_to_bf16(m, m->yb, datt, m->N, C, C);
@@ -177,6 +200,11 @@ void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float 
         for (int64_t h = kh * G; h < (kh + 1) * G; h++) {
             float *P = m->att_s + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
             float *dP = m->att_dp + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T;
+            /* the probabilities that multiplied v: P itself, or P after dropout */
+            float *Pv = m->drop_on ? m->att_pd + (int64_t)omp_get_thread_num() * GPT_ATT_QB * T
+                                   : P;
+            const int32_t *ds = m->doc_start + b * T;
+            int64_t bh = b * NH + h;
             uint16_t *P16;
             gpt_dnnl *c = att_context(m, &P16);
             uint16_t *dS16 = P16 ? P16 + GPT_ATT_QB * T : NULL;
@@ -191,21 +219,26 @@ void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float 
                 int64_t r1 = r0 + GPT_ATT_QB < T ? r0 + GPT_ATT_QB : T, nr = r1 - r0, nk = r1;
                 att_gemm(m, c, 0, 1, nr, r1, HD, scale, Q + r0 * ld,
                          dnnl ? Q16 + r0 * ld : NULL, ld, K, K16, ld, 0.0f, P, T);
-                probs(m, P, L, r0, r1);
-                if (P16) gpt_to_bf16(m, P16, P, nr, nk, T);
+                probs(m, P, L, ds, r0, r1);
+                if (m->drop_on) drop_probs(m, Pv, P, site_key, bh, r0, r1, 1);
+                if (P16) gpt_to_bf16(m, P16, Pv, nr, nk, T);
                 int64_t ldp = P16 ? nk : T; /* the bf16 copies are dense */
-                /* dV[0:nk] += P^T dO[r0:r1] */
-                att_gemm(m, c, 1, 0, nk, HD, nr, 1.0f, P, P16, ldp, dO + r0 * C,
+                /* dV[0:nk] += Pv^T dO[r0:r1] */
+                att_gemm(m, c, 1, 0, nk, HD, nr, 1.0f, Pv, P16, ldp, dO + r0 * C,
                          dnnl ? dO16 + r0 * C : NULL, C, 1.0f, dV, ld);
                 /* dP (nr, nk) = dO[r0:r1] V[0:nk]^T */
                 att_gemm(m, c, 0, 1, nr, nk, HD, 1.0f, dO + r0 * C, dnnl ? dO16 + r0 * C : NULL, C,
                          V, V16, ld, 0.0f, dP, T);
+                if (m->drop_on) /* dP so far is d/dPv: through the mask, d/dP */
+                    drop_probs(m, dP, dP, site_key, bh, r0, r1, 0);
                 for (int64_t t = r0; t < r1; t++) { /* dS = P * (dP - sum_j P dP), in place of dP */
                     const float *p = P + (t - r0) * T;
                     float *dp = dP + (t - r0) * T;
                     float D = 0.0f;
-                    for (int64_t j = 0; j <= t; j++) D += p[j] * dp[j];
-                    for (int64_t j = 0; j <= t; j++) {
+                    int64_t s0 = ds[t]; /* p is 0 before the row's document */
+                    for (int64_t j = 0; j < s0; j++) dp[j] = 0.0f;
+                    for (int64_t j = s0; j <= t; j++) D += p[j] * dp[j];
+                    for (int64_t j = s0; j <= t; j++) {
                         float ds = p[j] * (dp[j] - D);
                         dp[j] = m->bf16 ? gpt_round16(m, ds) : ds;
                     }

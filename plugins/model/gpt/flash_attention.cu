@@ -105,23 +105,25 @@ uint64_t gpt_flash_scratch_bytes(int64_t B, int64_t T, int64_t NH) {
 }
 
 template <typename E>
-static int32_t fa_forward(cudaStream_t st, float *att, float *lse, const float *qkv, int64_t B,
-                          int64_t T, int64_t NH, int64_t HD, ct_error *err) {
+static int32_t fa_forward(cudaStream_t st, float *att, float *lse, const float *qkv,
+                          const int32_t *ds, int64_t B, int64_t T, int64_t NH, int64_t HD,
+                          ct_error *err) {
     dim3 grid;
     int32_t rc = fa_grid(B, T, NH, HD, sizeof(E) == 2, &grid, err);
     if (rc != CT_OK) return rc;
     const int Dp = gpt_flash_dp(HD), bytes = gpt_flash_make_plan(sizeof(E) == 2, Dp, 0, 1).bytes;
     if ((rc = fa_smem_limit((const void *)k_flash_fwd<E>, bytes, err)) != CT_OK) return rc;
-    k_flash_fwd<E><<<grid, FA_THREADS, bytes, st>>>(att, lse, qkv, (int)T, (int)NH, (int)HD, Dp,
-                                                    1.0f / sqrtf((float)HD));
+    k_flash_fwd<E><<<grid, FA_THREADS, bytes, st>>>(att, lse, qkv, ds, (int)T, (int)NH, (int)HD,
+                                                    Dp, 1.0f / sqrtf((float)HD));
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? CT_OK : fa_cuda_fail(err, "forward launch", e);
 }
 
 template <typename E>
 static int32_t fa_backward(cudaStream_t st, float *dqkv, float *D, const float *datt,
-                           const float *att, const float *qkv, const float *lse, int64_t B,
-                           int64_t T, int64_t NH, int64_t HD, ct_error *err) {
+                           const float *att, const float *qkv, const float *lse,
+                           const int32_t *ds, int64_t B, int64_t T, int64_t NH, int64_t HD,
+                           ct_error *err) {
     dim3 grid;
     int32_t rc = fa_grid(B, T, NH, HD, sizeof(E) == 2, &grid, err);
     if (rc != CT_OK) return rc;
@@ -132,27 +134,32 @@ static int32_t fa_backward(cudaStream_t st, float *dqkv, float *D, const float *
     if ((rc = fa_smem_limit((const void *)k_flash_bwd_dq<E>, b1, err)) != CT_OK ||
         (rc = fa_smem_limit((const void *)k_flash_bwd_dkdv<E>, b2, err)) != CT_OK)
         return rc;
-    k_flash_bwd_dq<E><<<grid, FA_THREADS, b1, st>>>(dqkv, D, datt, att, qkv, lse, (int)T, (int)NH,
-                                                    (int)HD, Dp, scale);
+    k_flash_bwd_dq<E><<<grid, FA_THREADS, b1, st>>>(dqkv, D, datt, att, qkv, lse, ds, (int)T,
+                                                    (int)NH, (int)HD, Dp, scale);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return fa_cuda_fail(err, "backward (dq) launch", e);
-    k_flash_bwd_dkdv<E><<<grid, FA_THREADS, b2, st>>>(dqkv, D, datt, qkv, lse, (int)T, (int)NH,
-                                                      (int)HD, Dp, scale);
+    k_flash_bwd_dkdv<E><<<grid, FA_THREADS, b2, st>>>(dqkv, D, datt, qkv, lse, ds, (int)T,
+                                                      (int)NH, (int)HD, Dp, scale);
     e = cudaGetLastError();
     return e == cudaSuccess ? CT_OK : fa_cuda_fail(err, "backward (dk, dv) launch", e);
 }
 
-int32_t gpt_flash_forward(cudaStream_t st, float *att, float *lse, const float *qkv, int64_t B,
-                          int64_t T, int64_t NH, int64_t HD, int half, ct_error *err) {
-    return half == 2 ? fa_forward<fa_f16>(st, att, lse, qkv, B, T, NH, HD, err)
-           : half    ? fa_forward<uint16_t>(st, att, lse, qkv, B, T, NH, HD, err)
-                     : fa_forward<float>(st, att, lse, qkv, B, T, NH, HD, err);
+int32_t gpt_flash_forward(cudaStream_t st, float *att, float *lse, const float *qkv,
+                          const int32_t *doc_start, int64_t B, int64_t T, int64_t NH, int64_t HD,
+                          int half, ct_error *err) {
+    return half == 2 ? fa_forward<fa_f16>(st, att, lse, qkv, doc_start, B, T, NH, HD, err)
+           : half    ? fa_forward<uint16_t>(st, att, lse, qkv, doc_start, B, T, NH, HD, err)
+                     : fa_forward<float>(st, att, lse, qkv, doc_start, B, T, NH, HD, err);
 }
 
 int32_t gpt_flash_backward(cudaStream_t st, float *dqkv, float *D, const float *datt,
-                           const float *att, const float *qkv, const float *lse, int64_t B,
-                           int64_t T, int64_t NH, int64_t HD, int half, ct_error *err) {
-    return half == 2 ? fa_backward<fa_f16>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err)
-           : half    ? fa_backward<uint16_t>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err)
-                     : fa_backward<float>(st, dqkv, D, datt, att, qkv, lse, B, T, NH, HD, err);
+                           const float *att, const float *qkv, const float *lse,
+                           const int32_t *doc_start, int64_t B, int64_t T, int64_t NH,
+                           int64_t HD, int half, ct_error *err) {
+    return half == 2 ? fa_backward<fa_f16>(st, dqkv, D, datt, att, qkv, lse, doc_start, B, T, NH,
+                                           HD, err)
+           : half    ? fa_backward<uint16_t>(st, dqkv, D, datt, att, qkv, lse, doc_start, B, T,
+                                             NH, HD, err)
+                     : fa_backward<float>(st, dqkv, D, datt, att, qkv, lse, doc_start, B, T, NH,
+                                          HD, err);
 }

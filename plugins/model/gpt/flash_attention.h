@@ -29,16 +29,19 @@ int32_t gpt_flash_prepare(int64_t B, int64_t T, int64_t NH, int64_t HD, ct_error
 uint64_t gpt_flash_scratch_bytes(int64_t B, int64_t T, int64_t NH);
 
 /* att (N,C) = softmax(q k^T / sqrt(HD), causal) v per (b,h), rounded to bf16 (f16) when half
- * is 1 (2); lse (B,NH,T) = log-sum-exp of each softmax row. Asynchronous on st. */
-int32_t gpt_flash_forward(cudaStream_t st, float *att, float *lse, const float *qkv, int64_t B,
-                          int64_t T, int64_t NH, int64_t HD, int half, ct_error *err);
+ * is 1 (2); lse (B,NH,T) = log-sum-exp of each softmax row. doc_start (N) device memory or NULL:
+ * with document masking, row (b,t) sees keys doc_start[b*T+t]..t only. Asynchronous on st. */
+int32_t gpt_flash_forward(cudaStream_t st, float *att, float *lse, const float *qkv,
+                          const int32_t *doc_start, int64_t B, int64_t T, int64_t NH, int64_t HD,
+                          int half, ct_error *err);
 
 /* dqkv (N,3C), every element (not rounded: the caller rounds), from datt (N,C), the forward's
  * att and lse and qkv. D (B,NH,T) f32 scratch (gpt_flash_scratch_bytes). Two kernels, no
  * atomics: dq per query tile (it also writes D = rowsum(datt * att)), then dk, dv per key tile;
  * deterministic. Asynchronous on st. */
 int32_t gpt_flash_backward(cudaStream_t st, float *dqkv, float *D, const float *datt,
-                           const float *att, const float *qkv, const float *lse, int64_t B,
-                           int64_t T, int64_t NH, int64_t HD, int half, ct_error *err);
+                           const float *att, const float *qkv, const float *lse,
+                           const int32_t *doc_start, int64_t B, int64_t T, int64_t NH,
+                           int64_t HD, int half, ct_error *err);
 
 #endif /* GPT_PLUGIN_FLASH_ATTENTION_H */

@@ -71,8 +71,11 @@ __device__ __forceinline__ void fa_st(uint16_t *p, int i, float x) { p[i] = ct_b
 __device__ __forceinline__ float fa_ld(const fa_f16 *p, int i) { return ct_f16_to_f32(p[i].bits); }
 __device__ __forceinline__ void fa_st(fa_f16 *p, int i, float x) { p[i].bits = ct_f16_from_f32(x); }
 
-/* Key j is visible from query t (causal, inside the sequence). */
-__device__ __forceinline__ bool fa_valid(int t, int j, int T) { return j <= t && t < T; }
+/* Key j is visible from query t (causal, inside the sequence, and with document masking
+ * inside t's document: dsb, the sequence's document starts (T), or NULL). */
+__device__ __forceinline__ bool fa_valid(int t, int j, int T, const int32_t *dsb) {
+    return j <= t && t < T && (!dsb || j >= dsb[t]);
+}
 
 /* dst (BT, ld) = rows r0..r0+BT-1 of src (row stride lds floats), columns 0..HD-1; zero rows
  * past T and columns HD..Dp-1. Converted to E (exact for bf16-valued activations). */
@@ -166,7 +169,8 @@ __device__ void fa_mm(float *C, int ldc, const fa_f16 *A, int lda, const fa_f16 
 
 template <typename E>
 __global__ void __launch_bounds__(FA_THREADS)
-k_flash_fwd(float *att, float *lse, const float *qkv, int T, int NH, int HD, int Dp, float scale) {
+k_flash_fwd(float *att, float *lse, const float *qkv, const int32_t *ds, int T, int NH, int HD,
+            int Dp, float scale) {
     typedef fa_tr<E> tr;
     const int BT = tr::BT, TPR = FA_THREADS / BT, CPT = BT / TPR;
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -179,11 +183,13 @@ k_flash_fwd(float *att, float *lse, const float *qkv, int T, int NH, int HD, int
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int qt = (int)gridDim.y - 1 - (int)blockIdx.y, q0 = qt * BT;
     const float *base = qkv + (int64_t)b * T * ld + (int64_t)h * HD;
+    const int32_t *dsb = ds ? ds + (int64_t)b * T : NULL; /* document starts, or none */
 
     fa_load(Qs, pl.ldE, base, ld, q0, T, HD, Dp, BT);
     for (int i = threadIdx.x; i < BT * pl.ldO; i += FA_THREADS) O[i] = 0.0f;
     if (threadIdx.x < BT) rm[threadIdx.x] = -INFINITY, rl[threadIdx.x] = 0.0f;
     const int row = threadIdx.x / TPR, c0 = (threadIdx.x % TPR) * CPT, t = q0 + row;
+    const int s0 = dsb && t < T ? dsb[t] : 0; /* the row's first visible key */
     for (int kt = 0; kt <= qt; kt++) {
         const int k0 = kt * BT;
         fa_load(Ks, pl.ldE, base + C, ld, k0, T, HD, Dp, BT);
@@ -194,13 +200,13 @@ k_flash_fwd(float *att, float *lse, const float *qkv, int T, int NH, int HD, int
         const float *srow = S + row * pl.ldS;
         float mx = -INFINITY;
         for (int c = c0; c < c0 + CPT; c++)
-            if (k0 + c <= t && k0 + c < T) mx = fmaxf(mx, srow[c]);
+            if (k0 + c <= t && k0 + c < T && k0 + c >= s0) mx = fmaxf(mx, srow[c]);
         mx = fa_rowmax<TPR>(mx);
         const float m_old = rm[row], m_new = fmaxf(m_old, mx);
         float sum = 0.0f;
         for (int c = c0; c < c0 + CPT; c++) {
-            float p = (k0 + c <= t && k0 + c < T && m_new > -INFINITY) ? expf(srow[c] - m_new)
-                                                                       : 0.0f;
+            float p = (k0 + c <= t && k0 + c < T && k0 + c >= s0 && m_new > -INFINITY)
+                          ? expf(srow[c] - m_new) : 0.0f;
             fa_st(P, row * pl.ldP + c, p);
             sum += p;
         }
@@ -240,12 +246,13 @@ k_flash_fwd(float *att, float *lse, const float *qkv, int T, int NH, int HD, int
 template <typename E>
 __device__ void fa_bwd_pair(const fa_plan &pl, const E *Qs, const E *Ks, const E *Vs,
                             const E *dOs, float *S, E *P, E *dS, float *dV, const float *rl,
-                            const float *rD, int q0, int k0, int T, int Dp, float scale) {
+                            const float *rD, const int32_t *dsb, int q0, int k0, int T, int Dp,
+                            float scale) {
     const int BT = fa_tr<E>::BT;
     fa_mm<false, true>(S, pl.ldS, Qs, pl.ldE, Ks, pl.ldE, BT, BT, Dp, scale, false);
     for (int i = threadIdx.x; i < BT * BT; i += FA_THREADS) {
         int r = i / BT, c = i - r * BT;
-        float p = fa_valid(q0 + r, k0 + c, T) ? expf(S[r * pl.ldS + c] - rl[r]) : 0.0f;
+        float p = fa_valid(q0 + r, k0 + c, T, dsb) ? expf(S[r * pl.ldS + c] - rl[r]) : 0.0f;
         fa_st(P, r * pl.ldP + c, p);
     }
     __syncthreads();
@@ -263,7 +270,7 @@ __device__ void fa_bwd_pair(const fa_plan &pl, const E *Qs, const E *Ks, const E
 template <typename E>
 __global__ void __launch_bounds__(FA_THREADS)
 k_flash_bwd_dq(float *dqkv, float *Dg, const float *datt, const float *att, const float *qkv,
-               const float *lse, int T, int NH, int HD, int Dp, float scale) {
+               const float *lse, const int32_t *ds, int T, int NH, int HD, int Dp, float scale) {
     typedef fa_tr<E> tr;
     const int BT = tr::BT, TPR = FA_THREADS / BT;
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -279,6 +286,7 @@ k_flash_bwd_dq(float *dqkv, float *Dg, const float *datt, const float *att, cons
     const float *base = qkv + (int64_t)b * T * ld + (int64_t)h * HD;
     const float *dob = datt + (int64_t)b * T * C + (int64_t)h * HD;
     const float *ob = att + (int64_t)b * T * C + (int64_t)h * HD;
+    const int32_t *dsb = ds ? ds + (int64_t)b * T : NULL;
 
     fa_load(Qs, pl.ldE, base, ld, q0, T, HD, Dp, BT);
     fa_load(dOs, pl.ldE, dob, C, q0, T, HD, Dp, BT);
@@ -300,7 +308,7 @@ k_flash_bwd_dq(float *dqkv, float *Dg, const float *datt, const float *att, cons
         fa_load(Ks, pl.ldE, base + C, ld, k0, T, HD, Dp, BT);
         fa_load(Vs, pl.ldE, base + 2 * C, ld, k0, T, HD, Dp, BT);
         __syncthreads();
-        fa_bwd_pair<E>(pl, Qs, Ks, Vs, dOs, S, P, dS, NULL, rl, rD, q0, k0, T, Dp, scale);
+        fa_bwd_pair<E>(pl, Qs, Ks, Vs, dOs, S, P, dS, NULL, rl, rD, dsb, q0, k0, T, Dp, scale);
         fa_mm<false, false>(dQ, pl.ldO, dS, pl.ldP, Ks, pl.ldE, BT, Dp, BT, scale, true);
     }
     for (int i = threadIdx.x; i < BT * HD; i += FA_THREADS) {
@@ -314,7 +322,7 @@ k_flash_bwd_dq(float *dqkv, float *Dg, const float *datt, const float *att, cons
 template <typename E>
 __global__ void __launch_bounds__(FA_THREADS)
 k_flash_bwd_dkdv(float *dqkv, const float *Dg, const float *datt, const float *qkv,
-                 const float *lse, int T, int NH, int HD, int Dp, float scale) {
+                 const float *lse, const int32_t *ds, int T, int NH, int HD, int Dp, float scale) {
     typedef fa_tr<E> tr;
     const int BT = tr::BT;
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -330,6 +338,7 @@ k_flash_bwd_dkdv(float *dqkv, const float *Dg, const float *datt, const float *q
     const int kt = blockIdx.y, k0 = kt * BT, nt = gridDim.y;
     const float *base = qkv + (int64_t)b * T * ld + (int64_t)h * HD;
     const float *dob = datt + (int64_t)b * T * C + (int64_t)h * HD;
+    const int32_t *dsb = ds ? ds + (int64_t)b * T : NULL;
 
     fa_load(Ks, pl.ldE, base + C, ld, k0, T, HD, Dp, BT);
     fa_load(Vs, pl.ldE, base + 2 * C, ld, k0, T, HD, Dp, BT);
@@ -344,7 +353,7 @@ k_flash_bwd_dkdv(float *dqkv, const float *Dg, const float *datt, const float *q
             rD[threadIdx.x] = t < T ? Dg[(int64_t)bh * T + t] : 0.0f;
         }
         __syncthreads();
-        fa_bwd_pair<E>(pl, Qs, Ks, Vs, dOs, S, P, dS, dV, rl, rD, q0, k0, T, Dp, scale);
+        fa_bwd_pair<E>(pl, Qs, Ks, Vs, dOs, S, P, dS, dV, rl, rD, dsb, q0, k0, T, Dp, scale);
         fa_mm<true, false>(dK, pl.ldO, dS, pl.ldP, Qs, pl.ldE, BT, Dp, BT, scale, true);
     }
     for (int i = threadIdx.x; i < BT * HD; i += FA_THREADS) {

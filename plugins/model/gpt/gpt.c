@@ -40,6 +40,7 @@ static const char *const epilogue_choices[] = {"cublaslt", "kernels", NULL}; /* 
 static const char *const bf16_mm_choices[] = {"auto", "onednn", "openblas", NULL}; /* gpt_mm_kind */
 static const char *const abias_choices[] = {"auto", "none", "qkv", "qkv_o", NULL}; /* gpt_abias */
 static const char *const rope_scaling_choices[] = {"none", "linear", "llama3", NULL};
+static const char *const recompute_choices[] = {"none", "blocks", "attention", NULL}; /* gpt_recompute */
 
 static const ct_param_spec gpt_params[] = {
     CT_PARAM_INT("n_layer", "4", 1, 1024, "L: transformer blocks"),
@@ -88,6 +89,14 @@ static const ct_param_spec gpt_params[] = {
     CT_PARAM_FLOAT("rope_high_freq_factor", "4", 1e-6, 1e6, "llama3: high_freq_factor"),
     CT_PARAM_INT("rope_original_max_position", "8192", 1, 1073741824.0,
                  "llama3: original_max_position_embeddings"),
+    CT_PARAM_FLOAT("dropout", "0", 0.0, 0.95,
+                   "probability of dropping an element in training (nanoGPT's places: embedding "
+                   "output, attention probabilities, each branch's output); masks hashed from "
+                   "[run] seed, step, micro-batch and rank; 0: off, the bits of no dropout"),
+    CT_PARAM_ENUM("recompute", "none", recompute_choices,
+                  "activation checkpointing: blocks (backward reruns each block's forward from "
+                  "its input; only the residual stream is kept), attention (only norm1..attention "
+                  "output rerun), none; the same bits either way (CPU)"),
     CT_PARAM_END
 };
 
@@ -303,12 +312,19 @@ static int32_t read_config(gpt *m, const ct_create_args *a, ct_error *err) {
         get_enum(a, "attention", attention_choices, &m->attention, err) != CT_OK ||
         get_enum(a, "mlp_epilogue", epilogue_choices, &m->mlp_epilogue, err) != CT_OK ||
         get_enum(a, "bf16_matmul", bf16_mm_choices, &m->bf16_matmul, err) != CT_OK ||
-        get_enum(a, "rope_scaling", rope_scaling_choices, &m->rope_scaling, err) != CT_OK)
+        get_enum(a, "rope_scaling", rope_scaling_choices, &m->rope_scaling, err) != CT_OK ||
+        get_enum(a, "recompute", recompute_choices, &m->recompute, err) != CT_OK)
         return CT_ERR_INVALID;
     int abias = GPT_ABIAS_AUTO;
     if (get_enum(a, "attn_bias", abias_choices, &abias, err) != CT_OK) return CT_ERR_INVALID;
     m->qkv_bias = abias == GPT_ABIAS_AUTO ? m->bias : abias == GPT_ABIAS_QKV || abias == GPT_ABIAS_QKV_O;
     m->proj_bias = abias == GPT_ABIAS_AUTO ? m->bias : abias == GPT_ABIAS_QKV_O;
+    double dropout;
+    if (api->get_float(a->host, sec, "dropout", &dropout, err) != CT_OK) return CT_ERR_INVALID;
+    if (!(dropout >= 0 && dropout < 1))
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: [%s] dropout = %g must be in [0, 1)",
+                            sec, dropout);
+    m->dropout = (float)dropout;
     double eps, theta;
     if (api->get_float(a->host, sec, "norm_eps", &eps, err) != CT_OK ||
         api->get_float(a->host, sec, "rope_theta", &theta, err) != CT_OK ||
@@ -500,6 +516,7 @@ static int32_t gpt_describe(void *self, ct_model_desc *out, ct_error *err) {
         .flops_per_token_fixed = fpt_fixed,
         .flops_per_token_per_t = fpt_per_t,
         .head_row_range = 1, /* the head takes row ranges (stages.c, gpt_cuda.cu) */
+        .doc_mask = 1,       /* attention.c's and the CUDA kernels' document masking */
     };
     if (!out) return ct_error_set(err, CT_ERR_INVALID, "model gpt: describe() got a NULL desc");
     uint32_t size = out->struct_size && out->struct_size < sizeof d ? out->struct_size : sizeof d;
@@ -521,11 +538,24 @@ static uint64_t layout(gpt *m, char *base) {
     uint64_t N = (uint64_t)m->N, C = (uint64_t)m->C, T = (uint64_t)m->T, F = (uint64_t)m->F;
     uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, QW = (uint64_t)m->QW;
     m->tokens = (int32_t *)carve(base, &c, N);
+    m->doc_start = (int32_t *)carve(base, &c, N);
+    if (base) memset(m->doc_start, 0, N * sizeof(int32_t));
     m->tok_order = (int32_t *)carve(base, &c, N);
     m->tok_start = (int32_t *)carve(base, &c, (uint64_t)m->V + 1);
     m->res = carve(base, &c, (uint64_t)(m->L + 1) * N * C);
+    /* [model] recompute: blocks share one set of buffers (copies of acts[0]); attention shares
+     * the attention half's (ln1 .. lse) and keeps the rest per block */
+    uint64_t acts_from = c;
     for (int64_t l = 0; l < m->L; l++) {
         gpt_block_acts *b = &m->acts[l];
+        if (l > 0 && m->recompute == GPT_RECOMPUTE_BLOCKS) {
+            *b = m->acts[0];
+            continue;
+        }
+        if (l > 0 && m->recompute == GPT_RECOMPUTE_ATTENTION) {
+            *b = m->acts[0];
+            goto mlp_half;
+        }
         b->ln1 = carve(base, &c, N * C);
         b->ln1_mean = carve(base, &c, N);
         b->ln1_rstd = carve(base, &c, N);
@@ -540,6 +570,7 @@ static uint64_t layout(gpt *m, char *base) {
         b->qkv_att = (m->qk_norm || m->pos == GPT_POS_ROPE) ? carve(base, &c, N * QW) : b->qkv;
         b->att = carve(base, &c, N * C);
         b->lse = carve(base, &c, N * (uint64_t)m->NH);
+    mlp_half:
         b->xmid = carve(base, &c, N * C);
         b->ln2 = carve(base, &c, N * C);
         b->ln2_mean = carve(base, &c, N);
@@ -547,6 +578,7 @@ static uint64_t layout(gpt *m, char *base) {
         b->h = carve(base, &c, N * FH);
         b->g = carve(base, &c, N * F);
     }
+    m->act_bytes = c - acts_from;
     m->lnf = carve(base, &c, N * C);
     m->lnf_mean = carve(base, &c, N);
     m->lnf_rstd = carve(base, &c, N);
@@ -557,6 +589,7 @@ static uint64_t layout(gpt *m, char *base) {
     m->dg = carve(base, &c, N * F);
     m->att_s = carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
     m->att_dp = carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T);
+    m->att_pd = m->dropout > 0 ? carve(base, &c, (uint64_t)m->threads * GPT_ATT_QB * T) : NULL;
     /* gradient scratch: whole bias/norm vectors, the wpe gradient (T,C), and >= one row chunk */
     uint64_t g = 1u << 20;
     if (g < T * C) g = T * C;
@@ -639,6 +672,10 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
         return ct_error_set(err, CT_ERR_UNSUPPORTED,
                             "model gpt: compute dtype %s is not supported ---> use f32, bf16 or "
                             "f16", ct_dtype_name(dtype));
+    if (m->on_cuda && (m->dropout > 0 || m->recompute != GPT_RECOMPUTE_NONE))
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "model gpt: [model] %s runs on the CPU only "
+                            "for now ---> leave it out on [device] type = cuda",
+                            m->dropout > 0 ? "dropout" : "recompute");
     if (m->on_cuda) return m->cu.prepare(m, B, T, dtype, err);
     if (dtype == CT_DTYPE_F16 && !m->f16_said) { /* once per instance */
         m->f16_said = 1;
@@ -668,6 +705,14 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
                             "---> lower [data] batch_size or seq_len",
                             (double)bytes / 1048576.0, (long long)B, (long long)T);
     layout(m, m->arena);
+    if (m->rank == 0 && m->api->log) {
+        char line[200];
+        snprintf(line, sizeof line, "activations kept for backward: %.1f MiB of "
+                 "blocks (recompute = %s), %.1f MiB in all, for B=%lld T=%lld",
+                 (double)m->act_bytes / 1048576.0, recompute_choices[m->recompute],
+                 (double)bytes / 1048576.0, (long long)B, (long long)T);
+        m->api->log(m->host, CT_LOG_INFO, line);
+    }
     return CT_OK;
 }
 

@@ -16,6 +16,7 @@
 #include <assert.h>
 #include <stdint.h>
 
+#include "dropout.h"  /* the masks' hash */
 #include "gpt_cuda.h" /* gpt_cuda_fns, the companion's entry points (plain C declarations) */
 #include "onednn.h"   /* gpt_dnnl: products through oneDNN's matmul primitive */
 
@@ -33,6 +34,10 @@ typedef enum { GPT_ATT_FLASH = 0, GPT_ATT_NAIVE = 1 } gpt_att_kind;
 typedef enum { GPT_EPI_CUBLASLT = 0, GPT_EPI_KERNELS = 1 } gpt_epi_kind;
 /* [model] bf16_matmul: how the CPU multiplies bf16 operands (gpt.c, choose_bf16_path). */
 typedef enum { GPT_MM_AUTO = 0, GPT_MM_ONEDNN = 1, GPT_MM_OPENBLAS = 2 } gpt_mm_kind;
+/* [model] recompute: which activations of a block backward recomputes from the block's input
+ * instead of keeping them from forward (stages.c; gpt.c, layout). */
+typedef enum { GPT_RECOMPUTE_NONE = 0, GPT_RECOMPUTE_BLOCKS = 1, GPT_RECOMPUTE_ATTENTION = 2 }
+    gpt_recompute;
 
 /* Element offsets of the root unit's tensors in its flat buffer; -1 when absent. */
 typedef struct {
@@ -87,6 +92,15 @@ typedef struct gpt {
     int     threads; /* OpenMP threads of element-wise loops and products (>= 1) */
     int     bf16_matmul; /* gpt_mm_kind: [model] bf16_matmul */
     int     rank;     /* this instance's rank (the start-up line is rank 0's) */
+    float   dropout;  /* [model] dropout: probability of dropping an element (0: off) */
+    int     recompute; /* gpt_recompute: [model] recompute */
+
+    /* per stage call (check_args in stages.c, from ct_stage_args since ABI 1.7) */
+    int      drop_on;    /* this micro-batch drops (training, dropout > 0) */
+    uint32_t drop_thr;   /* an element is kept when its 32-bit hash is >= drop_thr */
+    float    drop_scale; /* 1/(1-p): a kept element's factor */
+    uint64_t drop_key;   /* gpt_drop_key of the micro-batch (dropout.h) */
+    int      doc_on;     /* attention stops at document boundaries (ct_stage_args.doc_mask) */
 
     /* units and stages, as describe() returns them */
     gpt_root_layout  root;
@@ -109,6 +123,10 @@ typedef struct gpt {
     int             f16;          /* ... and that dtype is f16 (emulated like bf16; OpenBLAS) */
     void           *arena;        /* one host allocation holding everything below */
     int32_t        *tokens;       /* (N) copy of the micro-batch's tokens */
+    int32_t        *doc_start;    /* (N) position in its sequence where row n's document begins
+                                     (the last eot_token at or before it, else 0); written by
+                                     embed's forward when doc_on, else all 0 */
+    uint64_t        act_bytes;    /* bytes of the block activations kept for backward */
     float          *res;          /* (L+1,N,C) residual stream: input of block l, final output */
     gpt_block_acts *acts;         /* L */
     float          *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
@@ -119,6 +137,8 @@ typedef struct gpt {
     float          *dg;           /* (N,F) */
     float          *att_s, *att_dp; /* (threads,GPT_ATT_QB,T) per-thread scores /
                                        probabilities and their gradient, one query block */
+    float          *att_pd;       /* (threads,GPT_ATT_QB,T) the probabilities after dropout
+                                     (backward), when dropout > 0; else NULL */
     float          *wbuf;         /* (unit_numel_max) f32 copy of bf16 params, else NULL */
     int             head_w_ready; /* wbuf holds the head's weights of this micro-batch
                                      (stages.c, head_weights) */
@@ -196,6 +216,20 @@ int32_t gpt_backward(void *self, const ct_stage_args *a, ct_error *err);
 int32_t gpt_prepare_decode(void *self, int64_t max_T, int32_t dtype, ct_error *err);
 int32_t gpt_decode(void *self, const ct_decode_args *a, ct_error *err);
 void gpt_decode_free(gpt *m);
+
+/* ---- dropout.c: [model] dropout ------------------------------------------------------- */
+
+/* Set the call's dropout state (m->drop_on, drop_thr, drop_scale, drop_key) from the stage
+ * args: on only in a training micro-batch of a model with dropout > 0. */
+void gpt_dropout_begin(gpt *m, const ct_stage_args *a);
+/* y[i] = keep(site, i) ? x[i] / (1-p) : 0 for i < n (y may alias x), rounded to the 16-bit
+ * compute dtype when the stage computes in one. The same call on the gradient is the backward:
+ * dx = keep ? dy / (1-p) : 0. Only when m->drop_on. */
+void gpt_dropout(const gpt *m, float *y, const float *x, int64_t n, uint32_t site);
+/* The same for n elements numbered first.. of the site whose key is site_key (attention rows;
+ * one thread's span, no threads of its own); rounded only when round is 1. */
+void gpt_dropout_span(const gpt *m, float *y, const float *x, int64_t n, uint64_t site_key,
+                      uint64_t first, int round);
 
 /* ---- layers.c: kernels (forward and backward side by side) -------------------------- */
 
@@ -294,11 +328,13 @@ void gpt_act_backward(const gpt *m, float *dh, const float *dg, const float *h, 
  * rotation (backward). */
 void gpt_rope(const gpt *m, float *qkv, int64_t N, int inverse);
 /* Causal softmax attention of qkv (N,QW) into att (N,C); lse (B,NH,T) kept for backward. Query
- * head h reads key/value head h / (NH/KVH). */
-void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv);
-/* From datt (N,C) write dqkv (N,QW) (every element), recomputing probabilities from lse; a key
- * head's dK, dV sum over its query heads in head order. */
+ * head h reads key/value head h / (NH/KVH). Row n attends to positions doc_start[n]..n of its
+ * sequence (all 0 without document masking); with m->drop_on the probabilities are dropped (site
+ * GPT_DROP_SITE_ATT(layer), element ((b*NH + h)*T + t)*T + j) before they multiply v. */
+void gpt_attention_forward(gpt *m, float *att, float *lse, const float *qkv, int64_t layer);
+/* From datt (N,C) write dqkv (N,QW) (every element), recomputing probabilities from lse (and the
+ * same dropout masks); a key head's dK, dV sum over its query heads in head order. */
 void gpt_attention_backward(gpt *m, float *dqkv, const float *datt, const float *qkv,
-                            const float *lse);
+                            const float *lse, int64_t layer);
 
 #endif /* GPT_PLUGIN_GPT_H */

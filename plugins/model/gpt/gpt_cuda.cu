@@ -504,27 +504,41 @@ __global__ void k_from_heads(float *dst, int64_t ld, int64_t col0, const float *
     }
 }
 
-/* One block per score row (bh, t): with_lse: lse = log-sum-exp over j <= t (written);
- * then P[j] = exp(S[j] - lse) (rounded to kind r) for j <= t, 0 above. */
-__global__ void k_softmax(const float *S, float *lse, void *P, int oh, int64_t T,
-                          int with_lse, int r) {
+/* Document starts (ct_stage_args.doc_mask): ds[b*T + t] = the last position s <= t of sequence
+ * b holding eot, else 0 (attention.c's rule). One thread per sequence. */
+__global__ void k_doc_start(int32_t *ds, const int32_t *tok, int64_t B, int64_t T, int32_t eot) {
+    int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= B) return;
+    int32_t s = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (t > 0 && tok[b * T + t] == eot) s = (int32_t)t;
+        ds[b * T + t] = s;
+    }
+}
+
+/* One block per score row (bh, t): with_lse: lse = log-sum-exp over s0 <= j <= t (written);
+ * then P[j] = exp(S[j] - lse) (rounded to kind r) for s0 <= j <= t, 0 elsewhere; s0 the row's
+ * document start (ds (B*T), or 0 when ds is NULL). */
+__global__ void k_softmax(const float *S, float *lse, void *P, int oh, int64_t T, int64_t NH,
+                          const int32_t *ds, int with_lse, int r) {
     __shared__ float sh[33];
     int64_t row = blockIdx.x, t = row % T;
+    int64_t s0 = ds ? ds[(row / T / NH) * T + t] : 0;
     const float *s = S + row * T;
     float L;
     if (with_lse) {
         float mx = -INFINITY;
-        for (int64_t j = threadIdx.x; j <= t; j += NT) mx = fmaxf(mx, s[j]);
+        for (int64_t j = s0 + threadIdx.x; j <= t; j += NT) mx = fmaxf(mx, s[j]);
         mx = block_max(mx, sh);
         float sum = 0.0f;
-        for (int64_t j = threadIdx.x; j <= t; j += NT) sum += expf(s[j] - mx);
+        for (int64_t j = s0 + threadIdx.x; j <= t; j += NT) sum += expf(s[j] - mx);
         L = mx + logf(block_sum(sum, sh));
         if (threadIdx.x == 0) lse[row] = L;
     } else {
         L = lse[row];
     }
     for (int64_t j = threadIdx.x; j < T; j += NT)
-        stop(P, row * T + j, j <= t ? maybe_round(expf(s[j] - L), r) : 0.0f, oh);
+        stop(P, row * T + j, j <= t && j >= s0 ? maybe_round(expf(s[j] - L), r) : 0.0f, oh);
 }
 
 /* One block per row: D = sum_j P*dP; dS = P * (dP - D) (rounded when r) in place of P. */
@@ -726,8 +740,9 @@ static int32_t attention_fwd(const gpt *m, float *att, float *lse, const float *
                              ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
+    const int32_t *ds = m->doc_on ? m->doc_start : NULL; /* document masking */
     if (m->attention == GPT_ATT_FLASH)
-        return gpt_flash_forward(g->st, att, lse, qkv, B, T, NH, HD, hk(m), err);
+        return gpt_flash_forward(g->st, att, lse, qkv, ds, B, T, NH, HD, hk(m), err);
     int64_t nh = BH * T * HD;
     int ob = hk(m);
     k_to_heads<<<ew_blocks(nh), EW, 0, g->st>>>(g->q, ob, qkv, 3 * C, 0, B, T, NH, HD);
@@ -737,7 +752,7 @@ static int32_t attention_fwd(const gpt *m, float *att, float *lse, const float *
     float scale = 1.0f / sqrtf((float)HD);
     CHECK(gemm(m, 0, 1, T, T, HD, scale, g->q, HD, T * HD, g->k, HD, T * HD, 0.0f, g->S, T,
                T * T, BH, err));
-    k_softmax<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->S, lse, g->P, ob, T, 1, ob);
+    k_softmax<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->S, lse, g->P, ob, T, NH, ds, 1, ob);
     LAUNCHED("softmax");
     CHECK(gemm(m, 0, 0, T, HD, T, 1.0f, g->P, T, T * T, g->v, HD, T * HD, 0.0f, g->o, HD,
                T * HD, BH, err));
@@ -752,8 +767,9 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
                              const float *qkv, const float *lse, ct_error *err) {
     gpt_cuda *g = (gpt_cuda *)m->cuda;
     int64_t B = m->B, T = m->T, C = m->C, NH = m->NH, HD = m->HD, BH = B * NH;
+    const int32_t *ds = m->doc_on ? m->doc_start : NULL;
     if (m->attention == GPT_ATT_FLASH)
-        return gpt_flash_backward(g->st, dqkv, g->fa_D, datt, att, qkv, lse, B, T, NH, HD,
+        return gpt_flash_backward(g->st, dqkv, g->fa_D, datt, att, qkv, lse, ds, B, T, NH, HD,
                                   hk(m), err);
     int64_t nh = BH * T * HD;
     int ob = hk(m);
@@ -766,7 +782,8 @@ static int32_t attention_bwd(const gpt *m, float *dqkv, const float *datt, const
     /* P again from the scores and the saved lse */
     CHECK(gemm(m, 0, 1, T, T, HD, scale, g->q, HD, T * HD, g->k, HD, T * HD, 0.0f, g->S, T,
                T * T, BH, err));
-    k_softmax<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->S, (float *)lse, g->P, ob, T, 0, ob);
+    k_softmax<<<(unsigned)(BH * T), NT, 0, g->st>>>(g->S, (float *)lse, g->P, ob, T, NH, ds, 0,
+                                                    ob);
     LAUNCHED("softmax (recompute)");
     /* dV = P^T dO; dP = dO V^T (into S) */
     CHECK(gemm(m, 1, 0, T, HD, T, 1.0f, g->P, T, T * T, g->dO, HD, T * HD, 0.0f, g->dv, HD,
@@ -865,6 +882,11 @@ static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
                                                     m->root.wte, m->root.wpe, N, T, C, m->V,
                                                     g->bad_pos, hk(m));
     LAUNCHED("embed forward");
+    if (m->doc_on) { /* document starts for attention (stages of this micro-batch) */
+        k_doc_start<<<(unsigned)((m->B + 127) / 128), 128, 0, g->st>>>(m->doc_start, a->tokens,
+                                                                      m->B, T, a->eot_token);
+        LAUNCHED("document starts");
+    }
     /* pinned destinations: queued, not waited for */
     TRY(cudaMemcpyAsync(g->h_tokens, a->tokens, (size_t)N * sizeof(int32_t),
                         cudaMemcpyDeviceToHost, g->st), "token read-back");
@@ -1174,6 +1196,8 @@ static uint64_t layout(gpt *m, gpt_cuda *g, char *base) {
     uint64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F, V = (uint64_t)m->V;
     uint64_t BH = (uint64_t)(m->B * m->NH), HD = (uint64_t)m->HD, QW = (uint64_t)m->QW;
     m->tokens = m->tok_order = m->tok_start = NULL; /* CPU-only buffers */
+    m->doc_start = (int32_t *)carve(base, &c, N * sizeof(int32_t)); /* k_doc_start */
+    m->att_pd = NULL;
     m->att_s = m->att_dp = m->wbuf = m->gbuf = m->dlog = NULL;
     m->gbuf_n = 0;
     m->res = CARVE_F((uint64_t)(m->L + 1) * N * C);

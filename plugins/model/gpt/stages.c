@@ -11,7 +11,17 @@
  * the params, the activations through gpt_to_bf16) and accumulate in f32 as well: only the order
  * of the f32 sums differs from the OpenBLAS path. f16 (param_dtype F16, pure_f16) is emulated
  * the same way with ct_round_f16 (m->f16; gpt_round16), always on the OpenBLAS path (oneDNN's
- * is bf16 only). Shape legend: see gpt.h.
+ * is bf16 only).
+ *
+ * Dropout ([model] dropout, training micro-batches only; dropout.c) sits where nanoGPT puts it:
+ * on the embedding output, the attention probabilities (attention.c), and each branch's output
+ * before it joins the residual stream; backward applies the same masks to the gradients.
+ * Recompute ([model] recompute): with blocks, the blocks share one set of activation buffers
+ * and a block's backward first runs its forward again from its input (the residual stream,
+ * always kept); with attention, only the attention half's buffers (norm1 .. attention output)
+ * are shared and recomputed. The kernels are deterministic and the dropout masks are hashes, so
+ * the recomputed values, and the gradients, are the same bits as when they are kept.
+ * Shape legend: see gpt.h.
  */
 #include "gpt.h"
 
@@ -82,6 +92,12 @@ static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
                                 (int)tok, (long long)n, (long long)(m->V - 1));
         m->tokens[n] = tok;
     }
+    /* document starts (ct_stage_args.doc_mask): a separator opens its document */
+    for (int64_t n = 0; n < N; n++) {
+        int64_t t = n % T;
+        m->doc_start[n] = !m->doc_on || t == 0 ? 0
+                          : m->tokens[n] == a->eot_token ? (int32_t)t : m->doc_start[n - 1];
+    }
     float *x = m->res;
 #pragma omp parallel for num_threads(m->threads) if (N * C > 32768) schedule(static)
     for (int64_t n = 0; n < N; n++) {
@@ -91,6 +107,7 @@ static int32_t embed_forward(gpt *m, const ct_stage_args *a, ct_error *err) {
             x[n * C + i] = param_at(a, te + i) + (pe >= 0 ? param_at(a, pe + i) : 0.0f);
     }
     store(m, x, N * C);
+    if (m->drop_on) gpt_dropout(m, x, x, N * C, GPT_DROP_SITE_EMBED);
     return CT_OK;
 }
 
@@ -98,6 +115,7 @@ static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
     int64_t N = m->N, T = m->T, C = m->C, V = m->V;
     const float *dx = m->dres;
     (void)err;
+    if (m->drop_on) gpt_dropout(m, m->dres, m->dres, N * C, GPT_DROP_SITE_EMBED); /* its mask */
     if (m->root.wpe >= 0) { /* dwpe[t] = sum over b of dx[b,t] */
         float *g = m->gbuf;
         memset(g, 0, (size_t)(T * C) * sizeof(float));
@@ -131,17 +149,16 @@ static int32_t embed_backward(gpt *m, const ct_stage_args *a, ct_error *err) {
  * block l: x_mid = x + proj(attn(norm1(x))); out = x_mid + mlp(norm2(x_mid))   (unit l+1)
  * ------------------------------------------------------------------------------------- */
 
-static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
-    int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
-    int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
-    const gpt_block_layout *o = &m->blk;
-    const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
 #define W(off) ((off) >= 0 ? P + (off) : NULL)
 #define W16(off) gpt_w16(m, a, off)
+
+/* The attention half up to the attention output: ln1, qkv, qkv_att, att, lse of block l from
+ * its input x (what recompute = attention runs again in backward). P: the unit's f32 view. */
+static void attention_half_forward(gpt *m, const ct_stage_args *a, int64_t l, const float *P) {
+    int64_t N = m->N, C = m->C, QW = m->QW, KC = m->KC;
+    const gpt_block_layout *o = &m->blk;
     gpt_block_acts *A = &m->acts[l];
     const float *x = m->res + l * N * C;
-    float *out = m->res + (l + 1) * N * C;
-    float *tmp = m->dnc; /* (N,C) branch outputs; free during forward */
 
     gpt_norm_forward(m, A->ln1, C, A->ln1_mean, A->ln1_rstd, x, C, W(o->ln1_w), W(o->ln1_b), N, C);
     store(m, A->ln1, N * C);
@@ -161,10 +178,25 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
             store(m, A->qkv_att, N * QW);
         }
     }
-    gpt_attention_forward(m, A->att, A->lse, A->qkv_att);
+    gpt_attention_forward(m, A->att, A->lse, A->qkv_att, l);
     store(m, A->att, N * C);
+}
+
+/* Block l forward: its output into res[l+1], its activations into acts[l]. */
+static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
+    int64_t N = m->N, C = m->C, F = m->F;
+    int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
+    const gpt_block_layout *o = &m->blk;
+    const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
+    gpt_block_acts *A = &m->acts[l];
+    const float *x = m->res + l * N * C;
+    float *out = m->res + (l + 1) * N * C;
+    float *tmp = m->dnc; /* (N,C) branch outputs; free during forward */
+
+    attention_half_forward(m, a, l, P);
     gpt_linear_forward(m, tmp, A->att, W(o->proj_w), W16(o->proj_w), W(o->proj_b), N, C, C);
     store(m, tmp, N * C);
+    if (m->drop_on) gpt_dropout(m, tmp, tmp, N * C, GPT_DROP_SITE_ATT_OUT(l));
     for (int64_t i = 0; i < N * C; i++) A->xmid[i] = x[i] + tmp[i];
     store(m, A->xmid, N * C);
 
@@ -177,25 +209,29 @@ static void block_forward(gpt *m, const ct_stage_args *a, int64_t l) {
     store(m, A->g, N * F);
     gpt_linear_forward(m, tmp, A->g, W(o->fc2_w), W16(o->fc2_w), W(o->fc2_b), N, F, C);
     store(m, tmp, N * C);
+    if (m->drop_on) gpt_dropout(m, tmp, tmp, N * C, GPT_DROP_SITE_MLP_OUT(l));
     for (int64_t i = 0; i < N * C; i++) out[i] = A->xmid[i] + tmp[i];
     store(m, out, N * C);
-#undef W
-#undef W16
 }
+#undef W16
 
 /* m->dres: d loss / d out on entry, d loss / d x on return. */
 static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
     int64_t N = m->N, C = m->C, F = m->F, QW = m->QW, KC = m->KC;
     int64_t FH = m->mlp == GPT_MLP_SWIGLU ? 2 * F : F;
     const gpt_block_layout *o = &m->blk;
+    if (m->recompute == GPT_RECOMPUTE_BLOCKS) /* res[l+1] is written again with the same bits */
+        block_forward(m, a, l);
     const float *P = gpt_unit_weights(m, a, &m->units[l + 1], (int64_t)m->block_numel);
-#define W(off) ((off) >= 0 ? P + (off) : NULL)
+    if (m->recompute == GPT_RECOMPUTE_ATTENTION) attention_half_forward(m, a, l, P);
     gpt_block_acts *A = &m->acts[l];
     const float *x = m->res + l * N * C;
     float *dres = m->dres, *dnc = m->dnc;
 
-    /* MLP branch: its output's gradient is dres */
-    linear_backward(m, a, o->fc2_w, o->fc2_b, W(o->fc2_w), m->dg, dres, A->g, F, C);
+    /* MLP branch: its output's gradient is dres (through its dropout mask, into dnc) */
+    const float *dy = dres;
+    if (m->drop_on) gpt_dropout(m, dnc, dres, N * C, GPT_DROP_SITE_MLP_OUT(l)), dy = dnc;
+    linear_backward(m, a, o->fc2_w, o->fc2_b, W(o->fc2_w), m->dg, dy, A->g, F, C);
     store(m, m->dg, N * F);
     gpt_act_backward(m, m->dh, m->dg, A->h, N);
     store(m, m->dh, N * FH);
@@ -207,10 +243,12 @@ static void block_backward(gpt *m, const ct_stage_args *a, int64_t l) {
     norm_grads_end(m, a, o->ln2_w, o->ln2_b, C);
     store(m, dres, N * C); /* now d loss / d x_mid */
 
-    /* attention branch */
-    linear_backward(m, a, o->proj_w, o->proj_b, W(o->proj_w), dnc, dres, A->att, C, C);
+    /* attention branch (the masked gradient in dqkv's first N*C, free until attention's) */
+    dy = dres;
+    if (m->drop_on) gpt_dropout(m, m->dqkv, dres, N * C, GPT_DROP_SITE_ATT_OUT(l)), dy = m->dqkv;
+    linear_backward(m, a, o->proj_w, o->proj_b, W(o->proj_w), dnc, dy, A->att, C, C);
     store(m, dnc, N * C);
-    gpt_attention_backward(m, m->dqkv, dnc, A->qkv_att, A->lse);
+    gpt_attention_backward(m, m->dqkv, dnc, A->qkv_att, A->lse, l);
     store(m, m->dqkv, N * QW);
     if (m->pos == GPT_POS_ROPE) {
         gpt_rope(m, m->dqkv, N, 1);
@@ -382,6 +420,14 @@ static int32_t check_args(gpt *m, const ct_stage_args *a, int backward, ct_error
                             (long long)m->N);
     m->bf16 = a->param_dtype != CT_DTYPE_F32;
     m->f16 = a->param_dtype == CT_DTYPE_F16;
+    /* since ABI 1.7: training or not, document masking, the micro-batch's place in the run */
+    int has17 = a->struct_size >= offsetof(ct_stage_args, seed) + sizeof a->seed;
+    m->doc_on = has17 && a->doc_mask;
+    if (m->doc_on && (a->eot_token < 0 || a->eot_token >= m->V))
+        return ct_error_set(err, CT_ERR_INVALID, "model gpt: document separator %d is outside "
+                            "the vocabulary 0..%lld ---> set [data] eot_token to the data's "
+                            "end-of-text id", (int)a->eot_token, (long long)(m->V - 1));
+    gpt_dropout_begin(m, a);
     return CT_OK;
 }
 

@@ -1,10 +1,11 @@
-/* ddp.c — strategy `ddp`: PyTorch DistributedDataParallel. Every rank holds every unit's f32
- * master, its compute copy (param_dtype) and a local gradient (grad_accum_dtype). As units
- * finish backward (last micro-batch) their gradients are packed, in completion order — reverse
- * unit order — into one bucket storage, divided by N in the wire dtype, and each full bucket of
- * `bucket_mb` MiB is SUM all-reduced at once (asynchronous where the comm allows); the last
- * partial bucket goes at finish_backward. Not for: FSDP's divide factors (no_shard) or
- * sharding (full_shard). Semantics and the choice of wire dtype: docs/strategies.md.
+/* ddp.c — strategy `ddp`: PyTorch DistributedDataParallel. Every rank holds every unit's
+ * master (f32, or bf16 for a bf16-master policy), its compute copy (param_dtype) and a local
+ * gradient (grad_accum_dtype). As units finish backward (last micro-batch) their gradients
+ * are packed, in completion order — reverse unit order — into one bucket storage, divided
+ * by N in the wire dtype, and each full bucket of `bucket_mb` MiB is SUM all-reduced at once
+ * (asynchronous where the comm allows); the last partial bucket goes at finish_backward. Not
+ * for: FSDP's divide factors (no_shard) or sharding (full_shard). Semantics and the choice
+ * of wire dtype: docs/strategies.md.
  */
 #include <ctrain/ctrain.h>
 #include <ctrain/strategy_kit.h>
@@ -250,6 +251,7 @@ static int32_t ddp_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     ddp_unit *x = &s->units[u];
     ct_shard sh = {
         .struct_size = sizeof sh, .master = x->r.params.master,
+        .master_dtype = ct_skit_master_dtype(&x->r.params),
         .grad = x->grad_out ? x->grad_out : (float *)storage_at(s, x->seg),
         .numel = x->r.padded, .offset = 0, .padded_numel = x->r.padded, .replicated = 1,
     };

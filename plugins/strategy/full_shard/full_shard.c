@@ -1,6 +1,7 @@
 /* full_shard.c — strategy `full_shard`: PyTorch FSDP1's FULL_SHARD. Each rank owns 1/N of every
- * unit's padded flat buffer: the f32 master shard (AdamW updates only it) and its compute copy in
- * param_dtype. acquire() all-gathers the compute shards into a gathered buffer before a unit's
+ * unit's padded flat buffer: the master shard (f32, or bf16 for a bf16-master policy; the
+ * optimizer updates only it) and its compute copy in param_dtype (the master itself when the
+ * dtypes agree). acquire() all-gathers the compute shards into a gathered buffer before a unit's
  * forward and again before its backward; release() frees it when the last hold goes. The local
  * gradient (unsharded, grad_accum_dtype) lives from the unit's first backward of a step until its
  * reduce-scatter is done: cast to reduce_dtype, divided by FSDP1's pre-divide factor f, SUM
@@ -27,7 +28,7 @@ typedef struct fs_unit {
     uint64_t    padded;      /* P */
     uint64_t    shard_n;     /* S */
     uint64_t    offset;      /* r*S */
-    ct_skit_params params;    /* (S) f32 master shard and its param_dtype compute shard */
+    ct_skit_params params;    /* (S) master shard (master_dtype) and its param_dtype compute shard */
     void       *gathered;    /* (P) param_dtype, while gathered; NULL otherwise */
     ct_request *gather_req;  /* a prefetch all-gather into `gathered` still in flight */
     int32_t     holds;       /* acquire() minus release() calls */
@@ -188,8 +189,8 @@ static int32_t fs_setup(void *p, const ct_strategy_setup *setup_in, ct_error *er
         x->padded = ct_skit_padded_numel(x->numel, s->world);
         x->shard_n = x->padded / (uint64_t)s->world;
         x->offset = (uint64_t)s->rank * x->shard_n;
-        if (ct_skit_params_alloc(s->dev, &x->params, x->shard_n, pol->param_dtype, FS_WHO, u, 1,
-                                err))
+        if (ct_skit_params_alloc_dt(s->dev, &x->params, x->shard_n, pol->param_dtype,
+                                   pol->master_dtype, FS_WHO, u, 1, err))
             return err->code;
         const int32_t result_dt = ct_skit_result_dtype(&s->reducer, pol, 0);
         if (!(x->rs_out = ct_skit_alloc_unit(s->dev, x->shard_n, result_dt, FS_WHO, u,
@@ -222,28 +223,27 @@ static int32_t fs_load_unit(void *p, uint32_t u, const float *full, ct_error *er
         return ct_error_set(err, CT_ERR_INVALID, FS_WHO ": load_unit of unit %u while it is"
                             " acquired", u);
     int32_t rc = gather_free(s, x, err); /* a kept gather holds the old values */
-    if (!rc) rc = s->dev.vt->zero(s->dev.self, x->params.master, x->shard_n * sizeof(float), err);
+    if (!rc) rc = ct_skit_params_zero(s->dev, &x->params, x->shard_n, err);
     if (rc) return rc;
-    if (x->offset < x->numel) {
+    if (x->offset < x->numel) { /* rounded to a bf16 master's dtype */
         uint64_t n = x->numel - x->offset < x->shard_n ? x->numel - x->offset : x->shard_n;
-        rc = s->dev.vt->copy(s->dev.self, x->params.master, full + x->offset, n * sizeof(float),
-                             CT_COPY_H2D, err);
+        rc = ct_skit_params_put(s->dev, &x->params, 0, full + x->offset, n, err);
     }
     return rc ? rc : refresh_compute(s, x, err);
 }
 
-/* Collective: all-gather the f32 master shards, keep the unpadded prefix. */
+/* Collective: all-gather the master shards in their dtype, keep the unpadded prefix as f32 (a
+ * bf16 master widened exactly). */
 static int32_t fs_save_unit(void *p, uint32_t u, float *full, ct_error *err) {
     full_shard *s = p;
     if (check_unit(s, u, err)) return err->code;
     fs_unit *x = &s->units[u];
-    float *all = ct_skit_alloc(s->dev, x->padded, CT_DTYPE_F32,
-                              FS_WHO ": save_unit gather buffer", err);
+    const int32_t mdt = ct_skit_master_dtype(&x->params);
+    void *all = ct_skit_alloc(s->dev, x->padded, mdt, FS_WHO ": save_unit gather buffer", err);
     if (!all) return err->code;
     int32_t rc = s->reducer.comm.vt->all_gather(s->reducer.comm.self, x->params.master, all,
-                                                x->shard_n, CT_DTYPE_F32, NULL, err);
-    if (!rc) rc = s->dev.vt->copy(s->dev.self, full, all, x->numel * sizeof(float), CT_COPY_D2H,
-                                  err);
+                                                x->shard_n, mdt, NULL, err);
+    if (!rc) rc = ct_skit_to_host_f32(s->dev, full, all, mdt, x->numel, err);
     s->dev.vt->free_mem(s->dev.self, all);
     return rc;
 }
@@ -432,6 +432,7 @@ static int32_t fs_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     ct_shard sh = {
         .struct_size = sizeof sh, .master = x->params.master, .grad = x->grad_out,
         .numel = x->shard_n, .offset = x->offset, .padded_numel = x->padded, .replicated = 0,
+        .master_dtype = ct_skit_master_dtype(&x->params),
     };
     ct_skit_put_shard(out, &sh);
     return CT_OK;

@@ -1,5 +1,5 @@
 /* no_shard.c — strategy `no_shard`: PyTorch FSDP1's NO_SHARD. Every rank holds every unit's
- * f32 master, its compute copy (param_dtype) and a local gradient (grad_accum_dtype); when a
+ * master (f32, or bf16), its compute copy (param_dtype) and a local gradient (grad_accum_dtype); when a
  * unit's backward ends on the last micro-batch its gradient is cast to reduce_dtype, divided by
  * FSDP1's pre-divide factor f, SUM all-reduced (one collective per unit, asynchronous where the
  * comm allows), then divided by N/f and cast to f32 (key grad_divide: or SUM then / N, or
@@ -198,7 +198,8 @@ static int32_t ns_shard(void *p, uint32_t u, ct_shard *out, ct_error *err) {
     if (check_unit(s, u, err)) return err->code;
     ns_unit *x = &s->units[u];
     ct_shard sh = {
-        .struct_size = sizeof sh, .master = x->r.params.master, .grad = x->grad_out,
+        .struct_size = sizeof sh, .master = x->r.params.master,
+        .master_dtype = ct_skit_master_dtype(&x->r.params), .grad = x->grad_out,
         .numel = x->r.padded, .offset = 0, .padded_numel = x->r.padded, .replicated = 1,
     };
     ct_skit_put_shard(out, &sh);

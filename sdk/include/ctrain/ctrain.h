@@ -113,7 +113,10 @@
  *     optimizer kind (CT_KIND_OPTIMIZER, ct_optimizer_vtable: the update of each owned
  *     shard, with state buffers the host allocates, checkpoints and reshards) and the
  *     precision policy's loss scaling (ct_precision_vtable.loss_scale, after_reduce,
- *     state_save, state_load: torch.amp.GradScaler's protocol). Plugins
+ *     state_save, state_load: torch.amp.GradScaler's protocol), bf16 master weights
+ *     (ct_precision_policy.master_update, ct_master_update, ct_shard.master_dtype), and at the
+ *     end of ct_stage_args train, doc_mask, eot_token, step and seed (dropout that is the same
+ *     on every replay; document masking) with ct_model_desc.doc_mask. Plugins
  *     built for 1.0 .. 1.6 keep loading.
  *
  * Shape legend used in the comments: B batch (sequences per micro-batch on this rank),
@@ -743,7 +746,8 @@ typedef struct ct_precision_policy {
     uint32_t struct_size;
     int32_t  param_dtype;      /* compute dtype of gathered params and activations */
     int32_t  reduce_dtype;     /* dtype gradients are cast to before the collective */
-    int32_t  master_dtype;     /* master weights and AdamW state; f32 in every built-in */
+    int32_t  master_dtype;     /* master weights: f32, or since 1.7 bf16 (bf16_master); the
+                                  optimizer's state stays f32 (see master_update) */
     int32_t  grad_accum_dtype; /* dtype of the local gradient buffer (micro-batch sums) */
     int32_t  buffer_dtype;     /* non-parameter buffers; informational */
     int32_t  result_dtype;     /* since 1.2: dtype in which this plugin's reduction hooks write
@@ -751,7 +755,29 @@ typedef struct ct_precision_policy {
                                   hook that accumulates in f32 hand back its f32 sums, so they
                                   are not rounded to a bf16 reduce_dtype before the strategy's
                                   post-divide. Applies only to the hooks the plugin provides. */
+    int32_t  master_update;    /* since 1.7: how a master_dtype other than f32 takes each step's
+                                  update (a ct_master_update). The host widens the owned shard
+                                  to an f32 scratch, the optimizer plugin updates that scratch
+                                  with its f32 state as for an f32 master, and the host writes
+                                  the result back with this rule (precision_kit.h has the
+                                  per-element arithmetic). 0 (older plugins, f32 masters):
+                                  nearest; ignored for an f32 master. */
 } ct_precision_policy;
+
+/* Since ABI 1.7: the rule that writes the optimizer's f32 result x back into a low-precision
+ * master weight w (ct_precision_policy.master_update). */
+typedef enum ct_master_update {
+    CT_MASTER_NEAREST = 0, /* w = round-to-nearest-even(x): an update below half an ulp of w is
+                              lost (the baseline that stalls at small learning rates) */
+    CT_MASTER_SR      = 1, /* w = stochastically rounded x (E[w] = x): the random bits are
+                              ct_hash64 of ([run] seed, step) at the element's index in the
+                              unit's flat buffer, so any world size and a resume give the
+                              same bits */
+    CT_MASTER_KAHAN   = 2, /* Kahan summation: a compensation buffer c (master_dtype, one per
+                              master element, zero at the start, sharded and checkpointed
+                              like the master) carries what the last rounding lost:
+                              y = (x - w) + c; w' = round(w + y); c' = round(y - (w' - w)) */
+} ct_master_update;
 
 typedef struct ct_precision_vtable {
     uint32_t struct_size;
@@ -869,6 +895,10 @@ typedef struct ct_model_desc {
     /* Since ABI 1.3 (0, older plugins: no): 1 when the last stage is a row-local head that
      * may be run over row ranges (ct_stage_args.row_begin/row_count; "Row ranges" below). */
     int32_t              head_row_range;
+    /* Since ABI 1.7 (0, older plugins: no): 1 when forward() honours ct_stage_args.doc_mask
+     * (attention that does not cross a document boundary; "Document masking" below). The host
+     * refuses [data] doc_mask = true with a model that does not declare it. */
+    int32_t              doc_mask;
 } ct_model_desc;
 
 /* n rounded up to a multiple of a. Tensor k of a unit starts at the sum over j < k of
@@ -920,7 +950,39 @@ typedef struct ct_stage_args {
      * then (row_count,V). row_count 0 (older hosts, other stages): all N rows. */
     int64_t      row_begin;
     int64_t      row_count;
+    /* Since ABI 1.7 (appended; a host older than that passes a shorter struct: a plugin reads
+     * these members only when struct_size reaches them, else takes 0 for each). */
+    /* 1: a training micro-batch (backward follows this forward; the model may use randomness
+     * such as dropout); 0: evaluation, `ctrain logits`, sampling, what-if, check-plugin: the
+     * forward must be deterministic and free of training-only noise. The same value is passed
+     * to every forward and backward stage of one micro-batch. */
+    int32_t      train;
+    /* Document masking ([data] doc_mask; "Document masking" below): 1 when the attention of
+     * this micro-batch must not cross the document boundaries that eot_token marks; only
+     * passed to a model whose ct_model_desc.doc_mask is 1. */
+    int32_t      doc_mask;
+    int32_t      eot_token;     /* the separator token id (0 <= eot_token < V) when doc_mask */
+    int32_t      reserved0;     /* 0 */
+    /* Where this micro-batch sits in the run, for randomness that must be the same on every
+     * replay (dropout masks) and different from one micro-batch to the next: the optimizer
+     * step (1-based, as checkpoints count), and [run] seed. With micro_step and the rank
+     * (ct_create_args.rank) they name the micro-batch; a resumed run passes the same values
+     * again, so its masks are the same. 0 and 0 outside training. */
+    int64_t      step;
+    uint64_t     seed;
 } ct_stage_args;
+
+/* Document masking (since ABI 1.7). Packed training windows hold several documents, each
+ * preceded by the end-of-text token (the layout `ctrain prepare` and GPT-2's data use). With
+ * ct_stage_args.doc_mask set, the token at window position t belongs to the document that
+ * begins at the last position s <= t holding eot_token (or at 0 when there is none): the
+ * separator opens its document, as a beginning-of-sequence token would. Position t attends
+ * only to positions s..t. Positions are not restarted: rope and learned positions keep the
+ * window's index, as Llama 3's and torchtitan's document masking do (with rope, attention
+ * inside a document depends on relative positions only). The separator is then the document's
+ * first token in the mask (torchtitan's eos_id rule puts it last: with separators before
+ * documents, this is the placement that keeps a document's first token from seeing the
+ * previous document). */
 
 /* Since ABI 1.2: what decode() receives (incremental decoding, e.g. `ctrain sample`). Owned by
  * the host for the duration of the call. One sequence (B = 1). */
@@ -1090,13 +1152,17 @@ typedef struct ct_strategy_setup {
 /* The slice of a unit this rank updates (with the optimizer plugin). */
 typedef struct ct_shard {
     uint32_t struct_size;
-    float   *master;     /* (numel) f32 master weights, device memory, owned by the strategy */
+    float   *master;     /* (numel) master weights, device memory, owned by the strategy: f32,
+                            or master_dtype elements when that member says otherwise (then
+                            cast the pointer: the type stays for source compatibility) */
     float   *grad;       /* (numel) f32 reduced, averaged gradient, valid after finish_backward */
     uint64_t numel;      /* elements in this shard (padding included) */
     uint64_t offset;     /* element offset of master[0] within the unit's padded flat buffer */
     uint64_t padded_numel; /* the unit's padded length: a multiple of world_size*CT_TENSOR_ALIGN */
     int32_t  replicated; /* 1: every rank holds the same shard (DDP, NO_SHARD): a global norm
                             counts it once, not once per rank */
+    int32_t  master_dtype; /* since 1.7: the dtype `master` holds, the policy's master_dtype
+                              (0, from a strategy built before 1.7: f32) */
 } ct_shard;
 
 /* Where a gather happens, for prefetch and freeing decisions. */
@@ -1116,12 +1182,13 @@ typedef struct ct_strategy_vtable {
     int32_t (*setup)(void *self, const ct_strategy_setup *setup, ct_error *err); /* REQUIRED */
 
     /* Load unit u's master weights from a full unpadded f32 copy in host memory (every rank
-     * passes the same values; each keeps what it owns). Used for initialisation and to
-     * reshard a checkpoint. Then the compute copy is refreshed as after step_done(). */
+     * passes the same values; each keeps what it owns), rounded to nearest even when the
+     * policy's master_dtype is not f32. Used for initialisation and to reshard a checkpoint.
+     * Then the compute copy is refreshed as after step_done(). */
     int32_t (*load_unit)(void *self, uint32_t u, const float *full, ct_error *err); /* REQUIRED */
 
-    /* Write unit u's full unpadded f32 master weights into host memory `full`. Collective:
-     * every rank calls it (full_shard all-gathers). */
+    /* Write unit u's full unpadded master weights into host memory `full` as f32 (a bf16
+     * master widened, exactly). Collective: every rank calls it (full_shard all-gathers). */
     int32_t (*save_unit)(void *self, uint32_t u, float *full, ct_error *err); /* REQUIRED */
 
     /* Make unit u's parameters available in param_dtype for a stage of `phase`; *params gets
@@ -1218,7 +1285,9 @@ typedef struct ct_optim_shard {
     uint32_t               struct_size;
     uint32_t               unit;          /* the unit's index */
     const char            *unit_name;     /* "root", "block.0", ... */
-    float                 *param;         /* (numel) f32 master weights: update in place */
+    float                 *param;         /* (numel) f32 master weights: update in place
+                                             (a bf16 master: the host's exact f32 widening of
+                                             it, written back by ct_master_update after) */
     const float           *grad;          /* (numel) f32 global mean gradient, not yet
                                              multiplied by ct_optim_step.grad_scale */
     float *const          *state;         /* n_state buffers of (numel) f32, in the order of

@@ -173,6 +173,33 @@ CT_HD float ct_uniform01(uint64_t seed, uint64_t counter) {
     return (float)(ct_hash64(seed, counter) >> 40) * (1.0f / 16777216.0f);
 }
 
+/* --- low-precision master weights (ct_master_update, ABI 1.7) -------------------------- *
+ * The optimizer computes x, the new value of a master weight w, in f32 from w widened; these
+ * write x back into a bf16 w. */
+
+/* The 16 random bits that round master element `index` (its place in unit `unit`'s padded flat
+ * buffer, the same on every rank and world size) at step `step` (1-based) of a run of seed
+ * `seed` stochastically: so a resharded or resumed run rounds exactly as the straight one. */
+CT_HD uint32_t ct_master_sr_bits(uint64_t seed, int64_t step, uint32_t unit, uint64_t index) {
+    uint64_t stream = ct_hash64(seed ^ 0x6d61737465727772ull /* "masterwr" */, (uint64_t)step);
+    return (uint32_t)(ct_hash64(stream, ((uint64_t)unit << 40) ^ index) >> 48);
+}
+
+/* Kahan-compensated write-back into a bf16 master w with its bf16 compensation c (what the
+ * earlier roundings lost, zero at the start), as in "Revisiting BFloat16 Training" (Zamirai et
+ * al.) and optimi's kahan_sum: the update d = x - w (exact in f32 when x is near w) plus c is
+ * added to w with one rounding, and what that rounding lost, y - (w' - w), becomes the new c
+ * (rounded to bf16 once; optimi rounds c twice, after adding d and after subtracting). Over many
+ * steps w + c tracks the f32 sum of the updates to about 16 bits where w alone keeps 8. */
+CT_HD void ct_bf16_kahan_write(uint16_t *w, uint16_t *c, float x) {
+    float old = ct_bf16_to_f32(*w);
+    float y = (x - old) + ct_bf16_to_f32(*c);
+    uint16_t nw = ct_bf16_from_f32(old + y);
+    float moved = ct_bf16_to_f32(nw) - old; /* exact: both are bf16 values near each other */
+    *c = ct_bf16_from_f32(y - moved);
+    *w = nw;
+}
+
 /* --- activations ----------------------------------------------------------------------- */
 
 #define CT_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */

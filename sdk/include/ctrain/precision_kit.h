@@ -1,8 +1,9 @@
 /* precision_kit.h — header-only helpers for writing a precision plugin: the grad_accum_dtype
- * key the bf16 policies share, filling a policy, the comm's own SUM collectives (the fallback of
- * a custom reduction hook) and its stochastic-rounding ones (ABI 1.5), grow-only device
- * scratch bound to one rank's device, and GradScaler's dynamic loss scale (ABI 1.7). The built-in precision plugins use it; a third-party
- * policy gets the same key, defaults and messages by including it. Not part of the ABI: nothing
+ * key the bf16 policies share, filling a policy, the bf16 master weights' update rules and
+ * their `update` key (ABI 1.7), the comm's own SUM collectives (the fallback of a custom
+ * reduction hook) and its stochastic-rounding ones (ABI 1.5), grow-only device scratch bound
+ * to one rank's device, and GradScaler's dynamic loss scale (ABI 1.7). The built-in precision
+ * plugins use it; a third-party policy gets the same key, defaults and messages by including it. Not part of the ABI: nothing
  * here crosses the plugin boundary, and it keeps no state.
  *
  * `who` arguments start error messages and name the plugin: "precision bf16_avg".
@@ -11,6 +12,7 @@
 #define CTRAIN_PRECISION_KIT_H
 
 #include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
 
 #include <math.h>
 #include <string.h>
@@ -42,15 +44,81 @@ static inline int32_t ct_pkit_get_grad_accum(const ct_create_args *args, int32_t
 /* --- the policy ---------------------------------------------------------------------------- */
 
 /* Fill *out as every built-in policy does: the given param (compute), reduce and grad
- * accumulation dtypes, f32 master weights and AdamW state, non-parameter buffers in the
- * compute dtype. out->struct_size is the caller's and stays as it is. */
+ * accumulation dtypes, f32 master weights and AdamW state (a bf16-master policy then sets
+ * master_dtype and master_update), non-parameter buffers in the compute dtype. out->struct_size is the caller's and stays as it is. */
 static inline void ct_pkit_policy(ct_precision_policy *out, int32_t param_dtype,
                                   int32_t reduce_dtype, int32_t grad_accum_dtype) {
     out->param_dtype = param_dtype;
     out->reduce_dtype = reduce_dtype;
     out->master_dtype = CT_DTYPE_F32;
+    out->master_update = CT_MASTER_NEAREST; /* ignored for an f32 master */
     out->grad_accum_dtype = grad_accum_dtype;
     out->buffer_dtype = param_dtype;
+}
+
+/* --- low-precision master weights (ABI 1.7) ------------------------------------------------ */
+
+/* The spellings of ct_master_update, by value (NULL-ended, for CT_PARAM_ENUM: the order of the
+ * choices shown is ct_pkit_master_update_choices). */
+static const char *const ct_pkit_master_update_names[] = {"nearest", "sr", "kahan", NULL};
+static const char *const ct_pkit_master_update_choices[] = {"kahan", "sr", "nearest", NULL};
+
+/* The schema entry of a bf16-master policy's `update` key. */
+#define CT_PKIT_PARAM_MASTER_UPDATE                                                            \
+    CT_PARAM_ENUM("update", "kahan", ct_pkit_master_update_choices,                           \
+                  "how each step's f32 result is written back into the bf16 master weights: "  \
+                  "kahan (a bf16 compensation buffer keeps what rounding lost, +2 bytes a "     \
+                  "parameter), sr (stochastic rounding, deterministic per seed and step), "     \
+                  "nearest (round to nearest even: small updates are lost)")
+
+/* The name of a rule ("?" for an unknown value). */
+static inline const char *ct_pkit_master_update_name(int32_t rule) {
+    return rule >= 0 && rule <= CT_MASTER_KAHAN ? ct_pkit_master_update_names[rule] : "?";
+}
+
+/* *rule = the `update` key of the plugin's section as a ct_master_update. */
+static inline int32_t ct_pkit_get_master_update(const ct_create_args *args, int32_t *rule,
+                                                ct_error *err) {
+    const char *name = NULL;
+    int32_t rc = args->api->get_string(args->host, args->section, "update", &name, err);
+    if (rc != CT_OK) return rc;
+    for (int32_t i = 0; ct_pkit_master_update_names[i]; i++)
+        if (name && strcmp(name, ct_pkit_master_update_names[i]) == 0) {
+            *rule = i;
+            return CT_OK;
+        }
+    return ct_error_set(err, CT_ERR_INVALID, "[%s] update = %s is not known ---> use kahan, sr "
+                        "or nearest", args->section, name ? name : "(unset)");
+}
+
+/* Whether a policy's master dtype and rule are ones the host can hold: an f32 master (any rule:
+ * ignored), or a bf16 master with a known rule. */
+static inline int ct_pkit_master_ok(const ct_precision_policy *pol) {
+    if (pol->master_dtype == CT_DTYPE_F32) return 1;
+    return pol->master_dtype == CT_DTYPE_BF16 && pol->master_update >= CT_MASTER_NEAREST &&
+           pol->master_update <= CT_MASTER_KAHAN;
+}
+
+/* Bytes per parameter of the master's compensation buffer: 2 for a bf16 master with kahan, 0
+ * otherwise. */
+static inline uint32_t ct_pkit_master_comp_bytes(const ct_precision_policy *pol) {
+    return pol->master_dtype == CT_DTYPE_BF16 && pol->master_update == CT_MASTER_KAHAN ? 2 : 0;
+}
+
+/* Write the optimizer's f32 results x[0..n) back into n bf16 master weights w with `rule`
+ * (host memory, element i at index first + i of unit `unit`'s flat buffer, at 1-based step
+ * `step` of a run of seed `seed`): c, the bf16 compensation buffer, for CT_MASTER_KAHAN (NULL
+ * otherwise). The one loop the host's optimizer driver and check-plugin both run. */
+static inline void ct_pkit_master_write_bf16(int32_t rule, uint16_t *w, uint16_t *c,
+                                             const float *x, uint64_t n, uint64_t seed,
+                                             int64_t step, uint32_t unit, uint64_t first) {
+    if (rule == CT_MASTER_KAHAN)
+        for (uint64_t i = 0; i < n; i++) ct_bf16_kahan_write(&w[i], &c[i], x[i]);
+    else if (rule == CT_MASTER_SR)
+        for (uint64_t i = 0; i < n; i++)
+            w[i] = ct_bf16_from_f32_sr(x[i], ct_master_sr_bits(seed, step, unit, first + i));
+    else
+        for (uint64_t i = 0; i < n; i++) w[i] = ct_bf16_from_f32(x[i]);
 }
 
 /* --- the comm's own collectives ------------------------------------------------------------- */

@@ -14,9 +14,11 @@
 #define CTRAIN_STRATEGY_KIT_H
 
 #include <ctrain/ctrain.h>
+#include <ctrain/numerics.h>
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* --- arithmetic ------------------------------------------------------------------------ */
@@ -284,27 +286,90 @@ static inline int32_t ct_skit_divide_to_f32(ct_device_ref dev, float *out, void 
 
 /* --- a unit's parameters ----------------------------------------------------------------- */
 
-/* What a rank holds of a unit's parameters: the f32 master (the whole unit, or this rank's
- * shard) and the compute copy that forward and backward read (or that is all-gathered). */
+/* What a rank holds of a unit's parameters: the master (the whole unit, or this rank's shard)
+ * in the policy's master_dtype (f32, or bf16 since ABI 1.7) and the compute copy that forward
+ * and backward read (or that is all-gathered). */
 typedef struct ct_skit_params {
-    float *master;  /* (n) f32 master weights, owned; the optimizer updates them */
-    void  *compute; /* (n) param_dtype, owned; aliases master when param_dtype is f32 */
+    float  *master;       /* (n) master weights in master_dtype, owned (a bf16 master: cast to
+                             uint16_t *); the optimizer's update lands here */
+    void   *compute;      /* (n) param_dtype, owned; aliases master when param_dtype is the
+                             master's dtype (f32 with f32, bf16 with bf16: no cast at all) */
+    int32_t master_dtype; /* CT_DTYPE_F32 or CT_DTYPE_BF16 (0 is read as f32) */
 } ct_skit_params;
 
-/* Allocate both for n elements of unit u (compute only when param_dtype is not f32). sharded
- * only changes their names in errors: "master shard" / "compute shard" instead of "master" /
- * "compute copy". On error what was allocated stays in *p for ct_skit_params_free. */
-static inline int32_t ct_skit_params_alloc(ct_device_ref dev, ct_skit_params *p, uint64_t n,
-                                          int32_t param_dtype, const char *who, uint32_t u,
-                                          int sharded, ct_error *err) {
-    p->master = (float *)ct_skit_alloc_unit(dev, n, CT_DTYPE_F32, who, u,
+/* The master's dtype, 0 read as f32. */
+static inline int32_t ct_skit_master_dtype(const ct_skit_params *p) {
+    return p->master_dtype ? p->master_dtype : CT_DTYPE_F32;
+}
+
+/* Allocate both for n elements of unit u, the master in master_dtype (compute only when
+ * param_dtype differs from it). sharded only changes their names in errors: "master shard" /
+ * "compute shard" instead of "master" / "compute copy". On error what was allocated stays in
+ * *p for ct_skit_params_free. */
+static inline int32_t ct_skit_params_alloc_dt(ct_device_ref dev, ct_skit_params *p, uint64_t n,
+                                             int32_t param_dtype, int32_t master_dtype,
+                                             const char *who, uint32_t u, int sharded,
+                                             ct_error *err) {
+    p->master_dtype = master_dtype ? master_dtype : CT_DTYPE_F32;
+    p->master = (float *)ct_skit_alloc_unit(dev, n, p->master_dtype, who, u,
                                            sharded ? "master shard" : "master", err);
     if (!p->master) return err->code;
     p->compute = p->master;
-    if (param_dtype == CT_DTYPE_F32) return CT_OK;
+    if (param_dtype == p->master_dtype) return CT_OK;
     p->compute = ct_skit_alloc_unit(dev, n, param_dtype, who, u,
                                    sharded ? "compute shard" : "compute copy", err);
     return p->compute ? CT_OK : err->code;
+}
+
+/* The same with an f32 master (the kit's form before ABI 1.7). */
+static inline int32_t ct_skit_params_alloc(ct_device_ref dev, ct_skit_params *p, uint64_t n,
+                                          int32_t param_dtype, const char *who, uint32_t u,
+                                          int sharded, ct_error *err) {
+    return ct_skit_params_alloc_dt(dev, p, n, param_dtype, CT_DTYPE_F32, who, u, sharded, err);
+}
+
+/* dst (f32, host memory) = n elements of src (device memory, dtype f32 or bf16) widened
+ * exactly. */
+static inline int32_t ct_skit_to_host_f32(ct_device_ref dev, float *dst, const void *src,
+                                         int32_t dtype, uint64_t n, ct_error *err) {
+    if (dtype != CT_DTYPE_BF16)
+        return dev.vt->copy(dev.self, dst, src, n * sizeof(float), CT_COPY_D2H, err);
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * sizeof *h);
+    if (!h) return ct_error_set(err, CT_ERR_NOMEM, "out of memory widening %llu bf16 values",
+                                (unsigned long long)n);
+    int32_t rc = dev.vt->copy(dev.self, h, src, n * sizeof *h, CT_COPY_D2H, err);
+    for (uint64_t i = 0; rc == CT_OK && i < n; i++) dst[i] = ct_bf16_to_f32(h[i]);
+    free(h);
+    return rc;
+}
+
+/* dst (device memory, dtype f32 or bf16) = n elements of src (f32, host memory), rounded to
+ * nearest even for bf16. */
+static inline int32_t ct_skit_from_host_f32(ct_device_ref dev, void *dst, int32_t dtype,
+                                           const float *src, uint64_t n, ct_error *err) {
+    if (dtype != CT_DTYPE_BF16)
+        return dev.vt->copy(dev.self, dst, src, n * sizeof(float), CT_COPY_H2D, err);
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * sizeof *h);
+    if (!h) return ct_error_set(err, CT_ERR_NOMEM, "out of memory rounding %llu values to bf16",
+                                (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) h[i] = ct_bf16_from_f32(src[i]);
+    int32_t rc = dev.vt->copy(dev.self, dst, h, n * sizeof *h, CT_COPY_H2D, err);
+    free(h);
+    return rc;
+}
+
+/* Master elements [at, at + n) = src (f32 host memory) in the master's dtype. */
+static inline int32_t ct_skit_params_put(ct_device_ref dev, ct_skit_params *p, uint64_t at,
+                                        const float *src, uint64_t n, ct_error *err) {
+    size_t es = ct_dtype_size(ct_skit_master_dtype(p));
+    return ct_skit_from_host_f32(dev, (char *)p->master + at * es, ct_skit_master_dtype(p), src,
+                                 n, err);
+}
+
+/* The master zero-filled, n elements. */
+static inline int32_t ct_skit_params_zero(ct_device_ref dev, ct_skit_params *p, uint64_t n,
+                                         ct_error *err) {
+    return dev.vt->zero(dev.self, p->master, n * ct_dtype_size(ct_skit_master_dtype(p)), err);
 }
 
 /* Free what ct_skit_params_alloc made (NULL members are fine: a device frees NULL as nothing). */
@@ -314,16 +379,19 @@ static inline void ct_skit_params_free(ct_device_ref dev, ct_skit_params *p) {
 }
 
 /* compute = master cast to param_dtype (round to nearest even), as FSDP does before its
- * all-gather; nothing when they alias. n elements. */
+ * all-gather; nothing when they alias (a bf16 master with bf16 compute: the identity). n
+ * elements. */
 static inline int32_t ct_skit_params_refresh(ct_device_ref dev, ct_skit_params *p, uint64_t n,
                                             int32_t param_dtype, ct_error *err) {
-    return ct_skit_convert(dev, p->compute, param_dtype, p->master, CT_DTYPE_F32, n, err);
+    return ct_skit_convert(dev, p->compute, param_dtype, p->master, ct_skit_master_dtype(p), n,
+                           err);
 }
 
 /* Bytes of device memory both take, n elements: for memory(). */
 static inline uint64_t ct_skit_params_bytes(const ct_skit_params *p, uint64_t n,
                                            int32_t param_dtype) {
-    return n * 4 + (p->compute != (void *)p->master ? n * ct_dtype_size(param_dtype) : 0);
+    return n * ct_dtype_size(ct_skit_master_dtype(p)) +
+           (p->compute != (void *)p->master ? n * ct_dtype_size(param_dtype) : 0);
 }
 
 /* --- create, setup and the per-unit checks ----------------------------------------------- */
@@ -357,7 +425,8 @@ static inline int32_t ct_skit_check_dtype(const char *who, const char *what, int
 
 /* setup()'s common part, before any buffer: *su = *setup_in and *policy = *su->policy (both by
  * the ABI copy rule); then the checks every built-in strategy makes, in this order: setup()
- * not run before (`already` non-zero is an error), units and a policy given, an f32 master,
+ * not run before (`already` non-zero is an error), units and a policy given, an f32 or bf16
+ * master (ABI 1.7: ct_skit_params_alloc_dt keeps it in that dtype),
  * f32, bf16 or f16 param / reduce / grad accumulation dtypes. On success the precision plugin's
  * hooks go into *r. On error *su and *policy may be filled, *r is untouched. */
 static inline int32_t ct_skit_setup_begin(const char *who, int already,
@@ -370,9 +439,11 @@ static inline int32_t ct_skit_setup_begin(const char *who, int already,
         return ct_error_set(err, CT_ERR_INVALID, "%s: setup without units or precision policy",
                             who);
     ct_skit_copy_struct(policy, su->policy, sizeof *policy);
-    if (policy->master_dtype != CT_DTYPE_F32)
-        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: master dtype %s; only f32 master"
-                            " weights are supported", who, ct_dtype_name(policy->master_dtype));
+    if (policy->master_dtype != CT_DTYPE_F32 && policy->master_dtype != CT_DTYPE_BF16)
+        return ct_error_set(err, CT_ERR_UNSUPPORTED, "%s: master dtype %s; only f32 and bf16"
+                            " master weights are supported ---> HINT: use a precision policy"
+                            " with master f32 (amp) or bf16 (bf16_master)", who,
+                            ct_dtype_name(policy->master_dtype));
     if (ct_skit_check_dtype(who, "param dtype", policy->param_dtype, err) ||
         ct_skit_check_dtype(who, "reduce dtype", policy->reduce_dtype, err) ||
         ct_skit_check_dtype(who, "grad accumulation dtype", policy->grad_accum_dtype, err) ||
@@ -436,14 +507,15 @@ typedef struct ct_skit_replica {
     int32_t       holds;      /* acquire() minus release() calls */
 } ct_skit_replica;
 
-/* Allocate unit u's master, compute copy and local gradient (zero-filled). On error what was
- * allocated stays in *x for ct_skit_replica_free. */
+/* Allocate unit u's master (in the policy's master_dtype), compute copy and local gradient
+ * (zero-filled). On error what was allocated stays in *x for ct_skit_replica_free. */
 static inline int32_t ct_skit_replica_alloc(ct_device_ref dev, ct_skit_replica *x, uint64_t numel,
                                            int32_t world_size, const ct_precision_policy *pol,
                                            const char *who, uint32_t u, ct_error *err) {
     x->numel = numel;
     x->padded = ct_skit_padded_numel(numel, world_size);
-    if (ct_skit_params_alloc(dev, &x->params, x->padded, pol->param_dtype, who, u, 0, err))
+    if (ct_skit_params_alloc_dt(dev, &x->params, x->padded, pol->param_dtype, pol->master_dtype,
+                               who, u, 0, err))
         return err->code;
     x->grad_local = ct_skit_alloc_unit(dev, x->padded, pol->grad_accum_dtype, who, u, "gradient",
                                       err);
@@ -456,20 +528,20 @@ static inline void ct_skit_replica_free(ct_device_ref dev, ct_skit_replica *x) {
     ct_skit_params_free(dev, &x->params);
 }
 
-/* load_unit: master = the full unpadded copy in host memory (the padding stays zero), then the
- * compute copy is refreshed. */
+/* load_unit: master = the full unpadded f32 copy in host memory, rounded to the master's
+ * dtype (the padding stays zero), then the compute copy is refreshed. */
 static inline int32_t ct_skit_replica_load(ct_device_ref dev, ct_skit_replica *x,
                                           int32_t param_dtype, const float *full, ct_error *err) {
-    int32_t rc = dev.vt->copy(dev.self, x->params.master, full, x->numel * sizeof(float),
-                              CT_COPY_H2D, err);
+    int32_t rc = ct_skit_params_put(dev, &x->params, 0, full, x->numel, err);
     return rc ? rc : ct_skit_params_refresh(dev, &x->params, x->padded, param_dtype, err);
 }
 
-/* save_unit: the unpadded master into host memory `full` (no collective: every rank has it). */
+/* save_unit: the unpadded master into host memory `full` as f32, widened exactly from a bf16
+ * master (no collective: every rank has it). */
 static inline int32_t ct_skit_replica_save(ct_device_ref dev, const ct_skit_replica *x, float *full,
                                           ct_error *err) {
-    return dev.vt->copy(dev.self, full, x->params.master, x->numel * sizeof(float), CT_COPY_D2H,
-                        err);
+    return ct_skit_to_host_f32(dev, full, x->params.master, ct_skit_master_dtype(&x->params),
+                               x->numel, err);
 }
 
 /* acquire: one more hold; the compute copy is always there. */
