@@ -7,7 +7,8 @@
 # (scripts/logit-growth.sh).
 #
 # Usage: scripts/realistic-model.sh   (resumable: each milestone already kept is skipped, an
-#                                      unfinished stretch resumes from the newest checkpoint)
+#                                      unfinished stretch resumes from the newest checkpoint, and
+#                                      a sentencepiece model already trained is reused)
 # Knobs (environment):
 #   RM_OUT=runs/realistic-sp50k   the run; milestones are kept in RM_OUT/milestones/step_N
 #   RM_DATA=data/big-sp50k        the token shards (made here when missing: get-big-corpus.sh,
@@ -27,8 +28,24 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 [ -x "$ctrain" ] || { echo "realistic-model: $ctrain not found ---> run make first" >&2; exit 1; }
 if [ ! -s "$data/meta.ini" ]; then
     mapfile -t texts < <(scripts/get-big-corpus.sh)
-    "$ctrain" prepare "${texts[@]}" --out "$data" --tokenizer sentencepiece --vocab-size 50000 \
-        --sp-sample-bytes 20000000
+    # the sentencepiece model takes the longest (~45 minutes on a loaded 2-core machine): one
+    # trained by an interrupted attempt is kept beside the data as DATA.tokenizer.model and
+    # used instead of training another (only the tokenizing is redone)
+    if [ -s "$data/tokenizer.model" ]; then
+        if [ ! -s "$data.tokenizer.model" ]; then mv "$data/tokenizer.model" "$data.tokenizer.model"
+        elif cmp -s "$data/tokenizer.model" "$data.tokenizer.model"; then rm "$data/tokenizer.model"
+        fi
+    fi
+    # the interrupted attempt's folder, now empty (prepare refuses a folder with files in it,
+    # and says so: nothing else is removed)
+    [ -d "$data" ] && rmdir "$data" 2> /dev/null || true
+    if [ -s "$data.tokenizer.model" ]; then
+        "$ctrain" prepare "${texts[@]}" --out "$data" --tokenizer sentencepiece \
+            --sp-model "$data.tokenizer.model"
+    else
+        "$ctrain" prepare "${texts[@]}" --out "$data" --tokenizer sentencepiece --vocab-size 50000 \
+            --sp-sample-bytes 20000000
+    fi
 fi
 mkdir -p "$out/milestones"
 for m in $milestones; do

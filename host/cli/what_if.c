@@ -19,6 +19,7 @@
 #include "io/outfile.h"
 #include "whatif/whatif_grad.h"
 #include "whatif/whatif_model.h"
+#include "whatif/whatif_scan.h"
 
 #include "../plugins/comm/threads/tuner.h"
 
@@ -41,7 +42,7 @@
     "           [--policies pure_bf16,bf16_fp32acc,bf16_sr,amp] [--batches K]\n"               \
     "           [--global-batch SEQS] [--per-row FILE [--force]]\n"                            \
     "           [--rows K [--stratify batch|freq|uniform] [--sample-seed S]]\n"                      \
-    "           [--lr LR [--zloss-coef C]]\n"                                                  \
+    "           [--lr LR [--zloss-coef C]] [--scan global|per-rank] [--per-batch]\n"            \
     "Replays the output head's gradient reduction of the checkpoint's next step(s) at each\n"  \
     "world size, order and policy, and prints the probe's figures (relative error, bias,\n"    \
     "logit push per step) beside the model's prediction, under a legend ('#' lines).\n"      \
@@ -61,8 +62,15 @@
     "standard error (se) beside it; the rows are stratified by the token's count in the\n"   \
     "replayed batches (batch, the default) or in the train split (freq), or uniform. --lr LR\n" \
     "adds what AdamW at that learning rate makes of the errors: the mean logit's and the\n"    \
-    "mean log-sum-exp's change per 1000 steps, and the lse excess at which z-loss (coef\n"     \
-    "--zloss-coef, default 1e-4) pulls as hard as the rounding pushes.\n"
+    "mean log-sum-exp's change per 1000 steps, the lse excess at which z-loss (coef\n"        \
+    "--zloss-coef, default 1e-4) pulls as hard as the rounding pushes, and the mean logit's\n" \
+    "change once it does; with --batches K >= 2 also under AdamW's running second moment\n"  \
+    "(the mean of g^2 over the K batches). With --batches K >= 2 every figure has its\n"     \
+    "standard error between batches (se_b) and, with --rows, the combined one (se_all =\n"    \
+    "sqrt(se^2 + se_b^2)); --per-batch prints each batch's figures. --scan per-rank keeps\n"  \
+    "the tokens per rank of the first world size (its global batch: --global-batch) at every\n" \
+    "world size, the global batch growing as N; --scan global (the default) keeps the global\n" \
+    "batch. With two or more world sizes the exponent of N is fitted to each figure.\n"
 
 /* --force: --per-row may replace an existing file or write inside a run's folder. */
 static int per_row_force;
@@ -116,6 +124,7 @@ static int parse_list(const char *flag, const char *v, char kind, int32_t *out, 
 }
 
 const char *const whatif_stratify_names[] = {"uniform", "batch", "freq", NULL};
+const char *const whatif_scan_names[] = {"global", "per-rank", NULL};
 
 /* The x4 bin of a count: 0 for 0, else 1 + floor(log4(count)), at most `cap`. */
 static int32_t bin4(uint64_t count, int32_t cap) {
@@ -162,6 +171,10 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             per_row_force = 1;
             continue;
         }
+        if (!strcmp(a, "--per-batch")) {
+            o->per_batch = 1;
+            continue;
+        }
         int takes = 0, r = order_args_option("what-if", a, i + 1 < argc ? argv[i + 1] : NULL,
                                              &o->oc, &takes);
         if (r >= 0) {
@@ -173,7 +186,7 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
                                              "--batches", "--global-batch", "--per-row",
                                              "--rows", "--stratify", "--sample-seed", "--lr",
                                              "--zloss-coef", "--bucket-bytes", "--fsdp-units",
-                                             NULL};
+                                             "--scan", NULL};
         int known = 0;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return usage_error("unknown option '%s'%s", a, "");
@@ -194,6 +207,7 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
             bad = parse_int(a, v, 0, INT64_MAX, &o->sample_seed), seen_seed = 1;
         else if (!strcmp(a, "--lr")) bad = parse_positive(a, v, 1e3, &o->lr);
         else if (!strcmp(a, "--zloss-coef")) bad = parse_positive(a, v, 1e3, &o->zcoef), seen_zcoef = 1;
+        else if (!strcmp(a, "--scan")) bad = order_args_choice("what-if", a, v, whatif_scan_names, &o->scan);
         else if (!strcmp(a, "--bucket-bytes")) {
             int64_t b = 0;
             bad = parse_int(a, v, 1, (int64_t)1 << 50, &b);
@@ -219,6 +233,22 @@ static int parse_args(int argc, char **argv, whatif_opts *o) {
     if ((seen_stratify || seen_seed) && !o->rows)
         return usage_error("%s without --rows%s ---> give --rows K to sample K rows",
                            seen_stratify ? "--stratify" : "--sample-seed", "");
+    if (o->per_batch && o->batches < 2)
+        return usage_error("--per-batch without --batches 2 or more%s%s ---> give --batches K "
+                           "with K >= 2", "", "");
+    if (o->scan == WHATIF_SCAN_PER_RANK) {
+        if (!o->global_batch)
+            return usage_error("--scan per-rank without --global-batch%s%s ---> give the global "
+                               "batch of the first world size", "", "");
+        for (int32_t i = 0; i < o->n_worlds; i++)
+            if ((o->global_batch * o->worlds[i]) % o->worlds[0]) {
+                char w[32];
+                snprintf(w, sizeof w, "%d", (int)o->worlds[i]);
+                return usage_error("--scan per-rank: world size %s takes --global-batch x %s / "
+                                   "the first world size sequences, not a whole number ---> "
+                                   "world sizes that are multiples of the first", w, w);
+            }
+    }
     if (o->bucket_bytes && o->fsdp)
         return usage_error("--bucket-bytes with --fsdp-units%s%s ---> the head is in a DDP bucket "
                            "or in an FSDP unit: give one", "", "");
@@ -369,11 +399,13 @@ static void print_picks(const whatif_opts *o, const whatif_pick picks[][2]) {
 
 /* One cell's figures on one line (the fragile picks' comparison). */
 static void put_cell_figures(const whatif_opts *o, const whatif_cell *cl, const whatif_strata *s) {
-    double f[WHATIF_N_F], se[WHATIF_N_F];
-    whatif_est_result(&cl->est, s, f, se);
+    double f[WHATIF_N_F], se[WHATIF_N_F], sb[WHATIF_N_F];
+    whatif_est_result(&cl->est, s, f, se, sb);
     fprintf(cmdout(), "rel_err %.4g, bias %.4g, logit_push %.4g", f[WHATIF_F_REL],
             f[WHATIF_F_BIAS], f[WHATIF_F_PUSH]);
-    if (o->rows) fprintf(cmdout(), " (se %.2g)", se[WHATIF_F_PUSH]);
+    if (o->rows || o->batches > 1) /* the row sample's and the batches' errors together */
+        fprintf(cmdout(), " (se %.2g)", sqrt(se[WHATIF_F_PUSH] * se[WHATIF_F_PUSH] +
+                                            sb[WHATIF_F_PUSH] * sb[WHATIF_F_PUSH]));
     if (o->lr > 0)
         fprintf(cmdout(), ", logit/1k_steps %.4g, lse/1k_steps %.4g", 1000.0 * o->lr *
                 f[WHATIF_F_AMEAN], 1000.0 * o->lr * f[WHATIF_F_ALSE]);
@@ -423,10 +455,15 @@ static void print_legend(const whatif_opts *o) {
             "#   logit_push   the change of the batch-mean logit an SGD step of rate 1 would "
             "make from the error alone (> 0: up)\n"
             "#   predicted    that push as the model of docs/logit-growth.md predicts it (0 for "
-            "policies whose error has no sign)\n%s",
+            "policies whose error has no sign)\n%s%s%s",
             (long long)o->batches, o->batches == 1 ? "" : "es",
-            o->rows > 0 ? "#   se           the standard error of the figure on its left (from "
-                          "the --rows sample)\n" : "");
+            o->rows > 0 ? "#   se           the standard error of the figure from the --rows "
+                          "sample (the rows are drawn once for all batches)\n" : "",
+            o->batches > 1 ? "#   se_b         the standard error between batches: sqrt(sum_b "
+                             "(f_b - mean)^2 / (B (B - 1))) over the B batches' own figures "
+                             "f_b\n" : "",
+            o->rows > 0 && o->batches > 1 ? "#   se_all       sqrt(se^2 + se_b^2), the two "
+                                            "taken as independent\n" : "");
 }
 
 /* A figure in its column, or "-" (right-aligned to width) when it is not estimable (NAN). */
@@ -436,75 +473,145 @@ static void put_figure(int width, const char *fmt, double v) {
     else fprintf(cmdout(), fmt, v);
 }
 
-static void say_ratios_not_estimable(void) {
-    fprintf(cmdout(), "what-if: - : rel_err, bias and zloss_lse* are ratios of totals that a "
-            "few frequent tokens' rows dominate; a uniform sample misses those rows most of the "
-            "time and its standard error cannot see them (measured: 54%% of 2-SE intervals "
-            "held the whole replay's rel_err) ---> --stratify batch (the default) or freq "
-            "takes those rows\n");
+/* The error columns of a figure: se (--rows), se_b (--batches >= 2), se_all (both). */
+static int n_error_columns(const whatif_opts *o) {
+    return (o->rows > 0) + (o->batches > 1) + (o->rows > 0 && o->batches > 1);
 }
 
-/* The figures: without --rows as before (no se columns); with it each beside its standard
- * error (a ratio figure "-" from a uniform sample); with --lr the AdamW table after. */
+/* (the AdamW tables print se even without --rows, 0 for the whole head, as they always did) */
+static void put_error_headers(const whatif_opts *o, int always_se) {
+    if (o->rows > 0 || always_se) fprintf(cmdout(), " %9s", "se");
+    if (o->batches > 1) fprintf(cmdout(), " %9s", "se_b");
+    if (o->rows > 0 && o->batches > 1) fprintf(cmdout(), " %9s", "se_all");
+}
+
+static void put_errors(const whatif_opts *o, int always_se, double se, double se_b) {
+    if (o->rows > 0 || always_se) put_figure(9, "%9.2g", se);
+    if (o->batches > 1) put_figure(9, "%9.2g", se_b);
+    if (o->rows > 0 && o->batches > 1) put_figure(9, "%9.2g", sqrt(se * se + se_b * se_b));
+}
+
+static void say_ratios_not_estimable(void) {
+    fprintf(cmdout(), "what-if: - : rel_err, bias, zloss_lse* and logit@cap are ratios of totals "
+            "that a few frequent tokens' rows dominate; a uniform sample misses those rows most "
+            "of the time and its standard error cannot see them (measured: 54%% of 2-SE "
+            "intervals held the whole replay's rel_err) ---> --stratify batch (the default) or "
+            "freq takes those rows\n");
+}
+
+/* One AdamW table: the view's figures (off 0: the same batch's g^2; WHATIF_F_WINDOW: the
+ * running second moment), per 1000 steps at lr. */
+static void print_adam_table(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
+                             const whatif_strata *s, int32_t off) {
+    static const char *const heads[5] = {"logit/1k_steps", "lse/1k_steps", "zloss_lse*",
+                                         "logit@cap/1k", "err/step"};
+    fprintf(cmdout(), "%6s %-9s %-13s", "N", "algo", "policy");
+    for (int32_t k = 0; k < 5; k++) {
+        fprintf(cmdout(), " %14s", heads[k]);
+        put_error_headers(o, 1);
+    }
+    fputc('\n', cmdout());
+    for (int32_t i = 0; i < n_cells; i++) {
+        const whatif_cell *cl = &cells[i];
+        double f[WHATIF_N_F], se[WHATIF_N_F], sb[WHATIF_N_F], k1 = 1000.0 * o->lr;
+        whatif_est_result(&cl->est, s, f, se, sb);
+        fprintf(cmdout(), "%6d %-9s %-13s", (int)cl->N, whatif_algo_name(cl->algo),
+                whatif_policy_name(cl->policy));
+        for (int32_t k = 0; k < 5; k++) {
+            int32_t j = WHATIF_F_AMEAN + off + k;
+            double scale = k == 2 || k == 4 ? 1.0 : k1; /* lse* in nats, err/step a ratio */
+            put_figure(14, "%14.4g", scale * f[j]);
+            put_errors(o, 1, scale * se[j], scale * sb[j]);
+        }
+        fputc('\n', cmdout());
+    }
+}
+
+/* The figures: without --rows or --batches as before (no error columns); with --rows each
+ * figure beside its row-sample error (a ratio figure "-" from a uniform sample), with
+ * --batches >= 2 beside the error between batches; with --lr the AdamW tables after. */
 static void print_tables(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells,
                          const whatif_strata *s, int64_t n_tok) {
-    int sampled = o->rows > 0;
+    int sampled = o->rows > 0, errs = n_error_columns(o);
     double K = (double)o->batches;
     print_legend(o);
-    if (sampled)
-        fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %10s %12s %10s %12s %10s %12s\n", "N", "algo",
-                "policy", "tokens/rank", "rel_err", "se", "bias", "se", "logit_push", "se",
-                "predicted");
-    else
-        fprintf(cmdout(), "%6s %-9s %-13s %11s %12s %12s %12s %12s\n", "N", "algo", "policy",
-                "tokens/rank", "rel_err", "bias", "logit_push", "predicted");
+    fprintf(cmdout(), "%6s %-9s %-13s %11s", "N", "algo", "policy", "tokens/rank");
+    static const char *const main_heads[3] = {"rel_err", "bias", "logit_push"};
+    for (int32_t k = 0; k < 3; k++) {
+        fprintf(cmdout(), " %12s", main_heads[k]);
+        put_error_headers(o, 0);
+    }
+    fprintf(cmdout(), " %12s\n", "predicted");
     for (int32_t i = 0; i < n_cells; i++) {
         const whatif_cell *cl = &cells[i];
-        double f[WHATIF_N_F], se[WHATIF_N_F];
-        whatif_est_result(&cl->est, s, f, se);
+        double f[WHATIF_N_F], se[WHATIF_N_F], sb[WHATIF_N_F];
+        whatif_est_result(&cl->est, s, f, se, sb);
         fprintf(cmdout(), "%6d %-9s %-13s %11.4g", (int)cl->N, whatif_algo_name(cl->algo),
                 whatif_policy_name(cl->policy), (double)n_tok / cl->N);
-        if (sampled) {
-            put_figure(12, "%12.4g", f[WHATIF_F_REL]);
-            put_figure(10, "%10.2g", se[WHATIF_F_REL]);
-            put_figure(12, "%12.4g", f[WHATIF_F_BIAS]);
-            put_figure(10, "%10.2g", se[WHATIF_F_BIAS]);
-            fprintf(cmdout(), " %12.4g %10.2g %12.4g\n", f[WHATIF_F_PUSH], se[WHATIF_F_PUSH],
-                    cl->pred / K);
-        } else
-            fprintf(cmdout(), " %12.4g %12.4g %12.4g %12.4g\n", f[WHATIF_F_REL], f[WHATIF_F_BIAS],
-                    f[WHATIF_F_PUSH], cl->pred / K);
+        for (int32_t j = WHATIF_F_REL; j <= WHATIF_F_PUSH; j++) {
+            put_figure(12, "%12.4g", f[j]);
+            if (errs) put_errors(o, 0, se[j], sb[j]);
+        }
+        fprintf(cmdout(), " %12.4g\n", cl->pred / K);
     }
-    if (!(o->lr > 0)) {
-        if (sampled && !whatif_ratio_estimable(s)) say_ratios_not_estimable();
-        return;
-    }
-    fprintf(cmdout(), "what-if: under AdamW at lr %g (each element's step divided by the RMS "
-            "of its gradient from batch to batch, from the ranks' spread), per 1000 steps: the "
-            "mean logit's and the mean log-sum-exp's change from the rounding alone; lse* = the "
-            "lse excess at which z-loss (coef %g) pulls back as hard\n", o->lr, o->zcoef);
-    fprintf(cmdout(), "%6s %-9s %-13s %14s %10s %14s %10s %12s %10s\n", "N", "algo", "policy",
-            "logit/1k_steps", "se", "lse/1k_steps", "se", "zloss_lse*", "se");
-    for (int32_t i = 0; i < n_cells; i++) {
-        const whatif_cell *cl = &cells[i];
-        double f[WHATIF_N_F], se[WHATIF_N_F], k = 1000.0 * o->lr;
-        whatif_est_result(&cl->est, s, f, se);
-        fprintf(cmdout(), "%6d %-9s %-13s %14.4g %10.2g %14.4g %10.2g", (int)cl->N,
-                whatif_algo_name(cl->algo), whatif_policy_name(cl->policy),
-                k * f[WHATIF_F_AMEAN], k * se[WHATIF_F_AMEAN], k * f[WHATIF_F_ALSE],
-                k * se[WHATIF_F_ALSE]);
-        put_figure(12, "%12.4g", f[WHATIF_F_LSTAR]);
-        put_figure(10, "%10.2g", se[WHATIF_F_LSTAR]);
-        fputc('\n', cmdout());
+    if (o->lr > 0) {
+        fprintf(cmdout(), "what-if: under AdamW at lr %g (each element's step divided by the "
+                "RMS of its gradient from batch to batch, from the ranks' spread in the same "
+                "batch: v = e^2 + var_e), per 1000 steps: the mean logit's and the mean "
+                "log-sum-exp's change from the rounding alone; lse* = the lse excess at which "
+                "z-loss (coef %g) pulls back as hard; logit@cap = the mean logit's change once "
+                "z-loss holds lse there (the push less z-loss's pull on the mean logit, 2 coef "
+                "lse* p per row through Adam); err/step = the RMS over the head's elements of "
+                "|p - e| / RMS, the error in units of Adam's step: the view is linear in the "
+                "error and holds while this is well below 1\n", o->lr, o->zcoef);
+        print_adam_table(o, cells, n_cells, s, 0);
+        if (o->batches > 1) {
+            fprintf(cmdout(), "what-if: the same under AdamW's running second moment: v = the "
+                    "mean of e^2 over the %lld batches (a token in a fraction f of the batches "
+                    "gets steps ~1/sqrt(f) larger than the same batch's view gives it)\n",
+                    (long long)o->batches);
+            print_adam_table(o, cells, n_cells, s, WHATIF_F_WINDOW);
+        }
     }
     if (sampled && !whatif_ratio_estimable(s)) say_ratios_not_estimable();
 }
 
-int cmd_what_if(int argc, char **argv) {
-    whatif_opts o;
-    int status = parse_args(argc, argv, &o);
-    if (status) return status < 0 ? 0 : status;
+/* --per-batch: each batch's own figures, one line per cell and batch, first field "batch". */
+static void print_per_batch(const whatif_opts *o, const whatif_cell *cells, int32_t n_cells) {
+    fprintf(cmdout(), "# per batch (the figures whose mean and se_b the tables give; AdamW's per "
+            "unit lr):\n# batch N algo policy b rel_err bias logit_push amean alse wmean wlse\n");
+    for (int32_t i = 0; i < n_cells; i++)
+        for (int64_t b = 0; b < o->batches; b++) {
+            const double *f = cells[i].est.fb + b * WHATIF_N_F;
+            fprintf(cmdout(), "batch %d %s %s %lld %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n",
+                    (int)cells[i].N, whatif_algo_name(cells[i].algo),
+                    whatif_policy_name(cells[i].policy), (long long)b, f[WHATIF_F_REL],
+                    f[WHATIF_F_BIAS], f[WHATIF_F_PUSH], f[WHATIF_F_AMEAN], f[WHATIF_F_ALSE],
+                    f[WHATIF_F_WMEAN], f[WHATIF_F_WLSE]);
+        }
+}
+
+/* One cell's figures kept for the fit across world sizes: rel_err, logit_push, and AdamW's
+ * mean logit and lse (the running second moment's with --batches >= 2), each with its combined
+ * error. */
+#define SCAN_FIGS 4
+#define SCAN_FIGS_SGD 2 /* the figures without --lr */
+static const int32_t scan_fig[SCAN_FIGS] = {WHATIF_F_REL, WHATIF_F_PUSH, WHATIF_F_AMEAN,
+                                            WHATIF_F_ALSE};
+typedef struct scan_point {
+    int32_t N, algo, policy;
+    double  tpr, y[SCAN_FIGS], se[SCAN_FIGS];
+} scan_point;
+
+/* One replay of the options' world sizes (the whole of a global scan, one world size of a
+ * per-rank scan) with its report; each cell's figures for the fit appended to pts at *n_pts
+ * (room for REDUCE_N_ALGOS x WHATIF_N_POLICIES per world size: a fragile pick adds its rival's
+ * cells). Returns 0, or 1 after printing the error. */
+static int replay_setting(whatif_opts o, scan_point *pts, int32_t *n_pts) {
+    int status;
     ct_error err = {.struct_size = sizeof err};
+    whatif_window_batch wb;
+    memset(&wb, 0, sizeof wb);
     whatif_run wr;
     whatif_strata s;
     memset(&wr, 0, sizeof wr);
@@ -585,7 +692,14 @@ int cmd_what_if(int argc, char **argv) {
             for (int32_t p = 0; p < o.n_policies; p++, i++) {
                 whatif_cell *cl = &cells[i];
                 cl->N = o.worlds[wi], cl->algo = o.algos[a], cl->policy = o.policies[p];
-                if ((rc = whatif_est_open(&cl->est, s.K, &err)) != CT_OK) goto out_fail;
+                if ((rc = whatif_est_open(&cl->est, s.K, o.batches, &err)) != CT_OK) goto out_fail;
+                if (o.lr > 0 && o.batches > 1) { /* AdamW's running second moment */
+                    if (!wb.mh && (rc = whatif_window_batch_open(&wb, s.K, C, o.batches, &err)) != CT_OK)
+                        goto out_fail;
+                    if ((rc = whatif_window_open(&cl->win, s.K, C, o.batches, &err)) != CT_OK)
+                        goto out_fail;
+                    cl->wb = &wb;
+                }
                 if (o.per_row && !(cl->row_y = calloc((size_t)(s.K * WHATIF_N_Y), sizeof *cl->row_y))) {
                     ct_error_set(&err, CT_ERR_NOMEM, "what-if: out of memory");
                     goto out_fail;
@@ -603,6 +717,7 @@ int cmd_what_if(int argc, char **argv) {
         rc = whatif_whole_run(&o, &wr, cells, n_cells, n_group, &s, q, &hbar2, secs, &err);
     }
     if (rc != CT_OK) goto out_fail;
+    whatif_cells_window(&o, cells, n_cells, &s, V, wr.eps);
     fprintf(cmdout(), "what-if: |hbar|^2 = %.6g (squared norm of the mean final hidden state, "
             "mean over the batches); orders with channels %lld, gpus_per_node %lld\n", hbar2,
             (long long)o.oc.channels, (long long)o.oc.gpus_per_node);
@@ -619,6 +734,18 @@ int cmd_what_if(int argc, char **argv) {
     print_picks(&o, (const whatif_pick(*)[2])picks);
     print_tables(&o, cells, n_cells, &s, n_tok);
     print_fragile(&o, (const whatif_pick(*)[2])picks, cells, n_cells, &s);
+    if (o.per_batch) print_per_batch(&o, cells, n_cells);
+    for (int32_t i = 0; i < n_cells; i++) {
+        double f[WHATIF_N_F], se[WHATIF_N_F], sb[WHATIF_N_F];
+        whatif_est_result(&cells[i].est, &s, f, se, sb);
+        scan_point *pt = &pts[(*n_pts)++];
+        pt->N = cells[i].N, pt->algo = cells[i].algo, pt->policy = cells[i].policy;
+        pt->tpr = (double)n_tok / cells[i].N;
+        for (int32_t k = 0; k < SCAN_FIGS; k++) {
+            int32_t j = scan_fig[k] + (k >= SCAN_FIGS_SGD && o.batches > 1 ? WHATIF_F_WINDOW : 0);
+            pt->y[k] = f[j], pt->se[k] = sqrt(se[j] * se[j] + sb[j] * sb[j]);
+        }
+    }
     status = 0;
     goto out_free;
 out_fail:
@@ -627,12 +754,82 @@ out_free:
     for (int32_t i = 0; cells && i < n_cells; i++) {
         whatif_replay_close(&cells[i].rp);
         whatif_est_close(&cells[i].est);
+        whatif_window_close(&cells[i].win);
         free(cells[i].row_y);
     }
+    whatif_window_batch_close(&wb);
     free(cells);
     free(count);
     free(q);
     whatif_strata_free(&s);
     whatif_run_close(&wr);
+    return status;
+}
+
+/* The exponent of N of each (algo, policy) over the scan's world sizes (pts: n of them, in any
+ * order; the pairs in the order they first appear). */
+static void print_fits(const whatif_opts *o, const scan_point *pts, int32_t n) {
+    static const char *const names[SCAN_FIGS] = {"rel_err", "logit_push", "logit/1k_steps",
+                                                 "lse/1k_steps"};
+    fprintf(cmdout(), "what-if: the exponent a of N in figure = c N^a over N = %d..%d at %s "
+            "(least squares on ln N, ln figure, weighted by each figure's %s; a figure not "
+            "above 0 is left out; AdamW's figures %s):\n", (int)o->worlds[0],
+            (int)o->worlds[o->n_worlds - 1],
+            o->scan == WHATIF_SCAN_PER_RANK ? "fixed tokens per rank (--scan per-rank: the "
+                                              "global batch grows as N)"
+                                            : "a fixed global batch (--scan global: tokens per "
+                                              "rank fall as 1/N)",
+            o->rows > 0 || o->batches > 1 ? "combined standard error" : "(none: unweighted)",
+            o->batches > 1 ? "under the running second moment" : "under the same batch's g^2");
+    int32_t nf = o->lr > 0 ? SCAN_FIGS : SCAN_FIGS_SGD;
+    fprintf(cmdout(), "%-9s %-13s", "algo", "policy");
+    for (int32_t k = 0; k < nf; k++) fprintf(cmdout(), " %16s %8s %4s", names[k], "se", "pts");
+    fputc('\n', cmdout());
+    for (int32_t g = 0; g < n; g++) {
+        int seen = 0;
+        for (int32_t h = 0; h < g; h++)
+            seen |= pts[h].algo == pts[g].algo && pts[h].policy == pts[g].policy;
+        if (seen) continue;
+        fprintf(cmdout(), "%-9s %-13s", whatif_algo_name(pts[g].algo),
+                whatif_policy_name(pts[g].policy));
+        for (int32_t k = 0; k < nf; k++) {
+            double N[WHATIF_MAX_LIST], y[WHATIF_MAX_LIST], se[WHATIF_MAX_LIST];
+            int32_t m = 0;
+            for (int32_t h = g; h < n && m < WHATIF_MAX_LIST; h++)
+                if (pts[h].algo == pts[g].algo && pts[h].policy == pts[g].policy)
+                    N[m] = pts[h].N, y[m] = pts[h].y[k], se[m] = pts[h].se[k], m++;
+            whatif_fit fit = whatif_fit_power(m, N, y, se);
+            put_figure(16, "%16.3f", fit.a);
+            put_figure(8, "%8.2f", fit.se);
+            fprintf(cmdout(), " %4d", (int)fit.used);
+        }
+        fputc('\n', cmdout());
+    }
+}
+
+int cmd_what_if(int argc, char **argv) {
+    whatif_opts o;
+    int status = parse_args(argc, argv, &o);
+    if (status) return status < 0 ? 0 : status;
+    int32_t n_pts = 0;
+    scan_point *pts = calloc((size_t)(o.n_worlds * REDUCE_N_ALGOS * WHATIF_N_POLICIES), sizeof *pts);
+    if (!pts) {
+        fprintf(stderr, "ctrain what-if: out of memory\n");
+        return 1;
+    }
+    if (o.scan == WHATIF_SCAN_GLOBAL) {
+        status = replay_setting(o, pts, &n_pts);
+    } else { /* one replay per world size, each with its own global batch */
+        for (int32_t w = 0; !status && w < o.n_worlds; w++) {
+            whatif_opts one = o;
+            one.worlds[0] = o.worlds[w], one.n_worlds = 1;
+            one.global_batch = o.global_batch * o.worlds[w] / o.worlds[0];
+            fprintf(cmdout(), "what-if: --scan per-rank: N = %d, global batch %lld sequences\n",
+                    (int)one.worlds[0], (long long)one.global_batch);
+            status = replay_setting(one, pts, &n_pts);
+        }
+    }
+    if (!status && o.n_worlds > 1) print_fits(&o, pts, n_pts);
+    free(pts);
     return status;
 }

@@ -12,6 +12,7 @@
 #include "whatif/whatif_replay.h"
 #include "whatif/whatif_run.h"
 #include "whatif/whatif_sample.h"
+#include "whatif/whatif_window.h"
 
 #define WHATIF_MAX_LIST 16
 
@@ -23,6 +24,13 @@ typedef enum whatif_stratify {
 } whatif_stratify;
 extern const char *const whatif_stratify_names[]; /* NULL-ended, by whatif_stratify */
 
+/* --scan: what the world sizes keep fixed (cli/what_if.c) */
+typedef enum whatif_scan {
+    WHATIF_SCAN_GLOBAL = 0,   /* the global batch: tokens per rank fall as 1/N */
+    WHATIF_SCAN_PER_RANK = 1, /* the tokens per rank: the global batch grows as N */
+} whatif_scan;
+extern const char *const whatif_scan_names[]; /* NULL-ended, by whatif_scan */
+
 typedef struct whatif_opts {
     const char  *path, *per_row;
     int32_t      worlds[WHATIF_MAX_LIST], n_worlds;
@@ -33,6 +41,8 @@ typedef struct whatif_opts {
     int32_t      stratify;       /* --stratify: a whatif_stratify */
     int64_t      sample_seed;    /* --sample-seed */
     double       lr, zcoef;      /* --lr (0: no AdamW view), --zloss-coef of the balance */
+    int32_t      scan;           /* --scan: a whatif_scan */
+    int32_t      per_batch;      /* --per-batch: print each batch's figures */
     order_config oc;             /* the order options (algo: each of algos) */
     uint64_t     bucket_bytes;   /* --bucket-bytes: the head's DDP bucket (0: none) */
     const whatif_fsdp_model *fsdp; /* --fsdp-units: the head's FSDP unit's model (NULL: none) */
@@ -45,6 +55,8 @@ typedef struct whatif_cell {
     whatif_est    est;           /* per-row values of the batch, the figures and their errors */
     double        pred;          /* the model's prediction, summed over batches */
     double       *row_y;         /* (rows, WHATIF_N_Y) per-row sums over batches, --per-row */
+    whatif_window win;           /* the running second moment (--lr with --batches >= 2) */
+    whatif_window_batch *wb;     /* what the cells' windows share (NULL: no window) */
 } whatif_cell;
 
 /* The threads engine's order config of algo under the options. */
@@ -55,9 +67,18 @@ order_config whatif_order_of(const whatif_opts *o, int32_t algo);
 int32_t whatif_cell_replay_open(const whatif_opts *o, whatif_cell *cl, uint64_t head,
                                 uint64_t max_part, ct_error *err);
 
-/* The cells of one batch: after each row's y is in cl->est.y, its figures and --per-row sums. */
+/* The cells of batch b: after each row's y is in cl->est.y, its figures and --per-row sums. */
 void whatif_cells_batch(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
-                        const whatif_strata *s, int64_t V);
+                        const whatif_strata *s, int64_t V, int64_t b);
+
+/* Row i of batch b into a cell's running second moment (nothing when the cell has none). */
+void whatif_cells_window_add(whatif_cell *cl, int64_t b, int64_t i, const double *p,
+                             const double *e, const double *m, const double *hbar);
+
+/* Once every batch is in: the running-second-moment figures (WHATIF_F_W*) of every cell that
+ * keeps a window. eps: Adam's epsilon. */
+void whatif_cells_window(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
+                         const whatif_strata *s, int64_t V, double eps);
 
 /* The sampled replay (--rows): o->batches batches of the run, each streamed sequence by
  * sequence through the model, every world size's local gradients of the rows in s formed as

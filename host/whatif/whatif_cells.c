@@ -32,11 +32,28 @@ double whatif_now(void) {
 }
 
 void whatif_cells_batch(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
-                        const whatif_strata *s, int64_t V) {
+                        const whatif_strata *s, int64_t V, int64_t b) {
     for (int32_t i = 0; i < n_cells; i++) {
         whatif_cell *cl = &cells[i];
-        whatif_est_batch(&cl->est, s, V, o->zcoef, o->batches);
+        whatif_est_batch(&cl->est, s, V, o->zcoef, b, o->batches, WHATIF_EST_SAME);
         for (int64_t k = 0; cl->row_y && k < s->K * WHATIF_N_Y; k++) cl->row_y[k] += cl->est.y[k];
+    }
+}
+
+void whatif_cells_window_add(whatif_cell *cl, int64_t b, int64_t i, const double *p,
+                             const double *e, const double *m, const double *hbar) {
+    if (cl->wb) whatif_window_add(&cl->win, cl->wb, b, i, p, e, m, hbar);
+}
+
+void whatif_cells_window(const whatif_opts *o, whatif_cell *cells, int32_t n_cells,
+                         const whatif_strata *s, int64_t V, double eps) {
+    for (int32_t i = 0; i < n_cells; i++) {
+        whatif_cell *cl = &cells[i];
+        if (!cl->wb) continue;
+        for (int64_t b = 0; b < o->batches; b++) {
+            whatif_window_rows(&cl->win, cl->wb, b, eps, cl->est.y);
+            whatif_est_batch(&cl->est, s, V, o->zcoef, b, o->batches, WHATIF_EST_WINDOW);
+        }
     }
 }
 
@@ -79,7 +96,7 @@ double whatif_cell_prediction(const whatif_opts *o, const whatif_cell *cl, int64
 
 /* Replay every cell of world size N over the vocabulary, part by part (the whole head). */
 static int32_t replay_world(const whatif_batch *b, const whatif_opts *o, whatif_cell *cells,
-                            int32_t n_cells, const double *hbar, double eps,
+                            int32_t n_cells, const double *hbar, double eps, int64_t batch,
                             uint64_t batch_seed, ct_error *err) {
     int32_t N = cells[0].N, adam = o->lr > 0;
     int64_t C = b->C, V = b->V;
@@ -107,10 +124,13 @@ static int32_t replay_world(const whatif_batch *b, const whatif_opts *o, whatif_
             whatif_cell *cl = &cells[i];
             whatif_replay_part(&cl->rp, (uint64_t)(v0 * C), cnt, x, ct_hash64(batch_seed, (uint64_t)N),
                                p, e);
-            for (int64_t j = 0; j < n; j++)
+            for (int64_t j = 0; j < n; j++) {
                 whatif_row_figures(C, p + j * C, e + j * C, x + j * C, (int64_t)cnt, N,
                                    adam ? m + j * C : NULL, hbar, eps,
                                    cl->est.y + (v0 + j) * WHATIF_N_Y);
+                whatif_cells_window_add(cl, batch, v0 + j, p + j * C, e + j * C,
+                                        adam ? m + j * C : NULL, hbar);
+            }
         }
     }
     for (int32_t i = 0; i < n_cells; i++) whatif_replay_close(&cells[i].rp);
@@ -159,14 +179,14 @@ int32_t whatif_whole_run(const whatif_opts *o, whatif_run *wr, whatif_cell *cell
             hn2 += hbar[c] * hbar[c];
         }
         for (int32_t i = 0; i < n_cells; i += n_group) {
-            rc = replay_world(&b, o, &cells[i], n_group, hbar, wr->eps,
+            rc = replay_world(&b, o, &cells[i], n_group, hbar, wr->eps, k,
                               ct_hash64((uint64_t)wr->step, (uint64_t)k), err);
             if (rc != CT_OK) goto out;
         }
         for (int32_t i = 0; i < n_cells; i++)
             cells[i].pred += whatif_cell_prediction(o, &cells[i], V, (uint64_t)(V * C),
                                                     (double)n_tok / cells[i].N, hn2, q);
-        whatif_cells_batch(o, cells, n_cells, s, V);
+        whatif_cells_batch(o, cells, n_cells, s, V, k);
         *hbar2 += hn2 / (double)o->batches;
         secs[2] += whatif_now() - t_b; /* the local gradients and the replays, together */
     }

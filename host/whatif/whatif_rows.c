@@ -156,11 +156,12 @@ int32_t whatif_rows_run(const whatif_opts *o, whatif_run *wr, whatif_cell *cells
                                        ct_hash64(batch_seed, (uint64_t)w[j].N), p, e);
                     whatif_row_figures(C, p, e, xi, C, w[j].N, adam ? m + i * C : NULL, hbar,
                                        wr->eps, cl->est.y + i * WHATIF_N_Y);
+                    whatif_cells_window_add(cl, k, i, p, e, adam ? m + i * C : NULL, hbar);
                 }
                 cl->pred += whatif_cell_prediction(o, cl, V, (uint64_t)(V * C),
                                                   (double)n_tok / cl->N, hn2, q);
             }
-        whatif_cells_batch(o, cells, n_cells, s, V);
+        whatif_cells_batch(o, cells, n_cells, s, V, k);
         *hbar2 += hn2 / (double)o->batches;
         secs[2] += whatif_now() - t_c;
     }

@@ -207,19 +207,23 @@ void whatif_row_figures(int64_t C, const double *p, const double *e, const uint1
         y[WHATIF_Y_EA] += fabs(e[c]);
         y[WHATIF_Y_PUSH] -= d * hbar[c];
         y[WHATIF_Y_AMEAN] -= d / rms * hbar[c];
+        y[WHATIF_Y_ANORM2] += (d / rms) * (d / rms) / (double)C;
         if (m) {
             y[WHATIF_Y_ALSE] -= d / rms * m[c];
             y[WHATIF_Y_ZPULL] += 2.0 * m[c] / rms * m[c];
+            y[WHATIF_Y_ZMEAN] += 2.0 * m[c] / rms * hbar[c];
         }
     }
 }
 
-int32_t whatif_est_open(whatif_est *e, int64_t K, ct_error *err) {
+int32_t whatif_est_open(whatif_est *e, int64_t K, int64_t batches, ct_error *err) {
     memset(e, 0, sizeof *e);
     e->K = K;
+    e->batches = batches;
     e->y = calloc((size_t)K * WHATIF_N_Y, sizeof *e->y);
     e->z = calloc((size_t)K * WHATIF_N_F, sizeof *e->z);
-    if (!e->y || !e->z) {
+    e->fb = calloc((size_t)batches * WHATIF_N_F, sizeof *e->fb);
+    if (!e->y || !e->z || !e->fb) {
         whatif_est_close(e);
         return ct_error_set(err, CT_ERR_NOMEM, "what-if: out of memory for %lld rows' figures",
                             (long long)K);
@@ -230,33 +234,67 @@ int32_t whatif_est_open(whatif_est *e, int64_t K, ct_error *err) {
 void whatif_est_close(whatif_est *e) {
     free(e->y);
     free(e->z);
+    free(e->fb);
     memset(e, 0, sizeof *e);
 }
 
+/* One AdamW view's figures (f[0..4]: mean logit, lse, lse*, mean logit at the cap, the error
+ * in units of the step) from its totals t[0..4] (AMEAN, ALSE, ZPULL, ZMEAN, ANORM2 or their W
+ * slots), and each figure's derivatives with respect to the totals (g[figure][total]) for the
+ * linearisation. */
+#define ADAM_N 5
+static void adam_view(const double *t, int64_t V, double coef, double *f, double g[ADAM_N][ADAM_N]) {
+    double am = t[0], al = t[1], zp = t[2], zm = t[3], Vd = (double)V;
+    memset(g, 0, ADAM_N * ADAM_N * sizeof g[0][0]);
+    f[0] = am / Vd, g[0][0] = 1.0 / Vd;
+    f[1] = al, g[1][1] = 1.0;
+    int bal = coef > 0 && zp > 0;
+    f[2] = bal ? al / (coef * zp) : 0;
+    if (bal) g[2][1] = 1.0 / (coef * zp), g[2][2] = -f[2] / zp;
+    f[3] = bal ? (am - al * zm / zp) / Vd : 0;
+    if (bal) {
+        g[3][0] = 1.0 / Vd, g[3][1] = -zm / (zp * Vd), g[3][3] = -al / (zp * Vd);
+        g[3][2] = al * zm / (zp * zp * Vd);
+    }
+    f[4] = t[4] > 0 ? sqrt(t[4] / Vd) : 0;
+    if (f[4] > 0) g[4][4] = 1.0 / (2.0 * f[4] * Vd);
+}
+
 void whatif_est_batch(whatif_est *e, const whatif_strata *s, int64_t V, double coef,
-                      int64_t batches) {
-    double T[WHATIF_N_Y], f[WHATIF_N_F];
+                      int64_t b, int64_t batches, int32_t which) {
+    double T[WHATIF_N_Y], f[WHATIF_N_F] = {0}, g[2][ADAM_N][ADAM_N];
     for (int32_t j = 0; j < WHATIF_N_Y; j++) whatif_strata_total(s, e->y + j, WHATIF_N_Y, &T[j], NULL);
+    int same = which & WHATIF_EST_SAME, win = which & WHATIF_EST_WINDOW;
     f[WHATIF_F_REL] = T[WHATIF_Y_E2] > 0 && T[WHATIF_Y_D2] > 0 ? sqrt(T[WHATIF_Y_D2] / T[WHATIF_Y_E2]) : 0;
     f[WHATIF_F_BIAS] = T[WHATIF_Y_EA] > 0 ? T[WHATIF_Y_DS] / T[WHATIF_Y_EA] : 0;
     f[WHATIF_F_PUSH] = T[WHATIF_Y_PUSH] / (double)V;
-    f[WHATIF_F_AMEAN] = T[WHATIF_Y_AMEAN] / (double)V;
-    f[WHATIF_F_ALSE] = T[WHATIF_Y_ALSE];
-    int lstar = coef > 0 && T[WHATIF_Y_ZPULL] > 0;
-    f[WHATIF_F_LSTAR] = lstar ? T[WHATIF_Y_ALSE] / (coef * T[WHATIF_Y_ZPULL]) : 0;
+    for (int32_t w = 0; w < 2; w++)
+        adam_view(T + WHATIF_Y_AMEAN + w * WHATIF_Y_WINDOW, V, coef,
+                  f + WHATIF_F_AMEAN + w * WHATIF_F_WINDOW, g[w]);
     double K = (double)batches;
-    for (int32_t j = 0; j < WHATIF_N_F; j++) e->fig[j] += f[j] / K;
+    for (int32_t j = 0; j < WHATIF_N_F; j++) {
+        int is_win = j >= WHATIF_F_WMEAN;
+        if (is_win ? !win : !same) continue;
+        e->fig[j] += f[j] / K;
+        e->fb[b * WHATIF_N_F + j] = f[j];
+    }
     for (int64_t i = 0; i < e->K; i++) { /* each figure's derivative applied to row i */
         const double *y = e->y + i * WHATIF_N_Y;
-        double *z = e->z + i * WHATIF_N_F, r = f[WHATIF_F_REL], b = f[WHATIF_F_BIAS];
-        if (r > 0) z[WHATIF_F_REL] += (y[WHATIF_Y_D2] - r * r * y[WHATIF_Y_E2]) / (2 * r * T[WHATIF_Y_E2]) / K;
-        if (T[WHATIF_Y_EA] > 0) z[WHATIF_F_BIAS] += (y[WHATIF_Y_DS] - b * y[WHATIF_Y_EA]) / T[WHATIF_Y_EA] / K;
-        z[WHATIF_F_PUSH] += y[WHATIF_Y_PUSH] / (double)V / K;
-        z[WHATIF_F_AMEAN] += y[WHATIF_Y_AMEAN] / (double)V / K;
-        z[WHATIF_F_ALSE] += y[WHATIF_Y_ALSE] / K;
-        if (lstar)
-            z[WHATIF_F_LSTAR] += (y[WHATIF_Y_ALSE] - f[WHATIF_F_LSTAR] * coef * y[WHATIF_Y_ZPULL]) /
-                                 (coef * T[WHATIF_Y_ZPULL]) / K;
+        double *z = e->z + i * WHATIF_N_F, r = f[WHATIF_F_REL], bs = f[WHATIF_F_BIAS];
+        if (same) {
+            if (r > 0) z[WHATIF_F_REL] += (y[WHATIF_Y_D2] - r * r * y[WHATIF_Y_E2]) / (2 * r * T[WHATIF_Y_E2]) / K;
+            if (T[WHATIF_Y_EA] > 0) z[WHATIF_F_BIAS] += (y[WHATIF_Y_DS] - bs * y[WHATIF_Y_EA]) / T[WHATIF_Y_EA] / K;
+            z[WHATIF_F_PUSH] += y[WHATIF_Y_PUSH] / (double)V / K;
+        }
+        for (int32_t w = 0; w < 2; w++) {
+            if (w ? !win : !same) continue;
+            const double *yw = y + WHATIF_Y_AMEAN + w * WHATIF_Y_WINDOW;
+            for (int32_t k = 0; k < ADAM_N; k++) {
+                double dz = 0;
+                for (int32_t t = 0; t < ADAM_N; t++) dz += g[w][k][t] * yw[t];
+                z[WHATIF_F_AMEAN + w * WHATIF_F_WINDOW + k] += dz / K;
+            }
+        }
     }
 }
 
@@ -264,13 +302,27 @@ int whatif_ratio_estimable(const whatif_strata *s) {
     return s->n_strata > 1 || s->K >= s->V;
 }
 
-void whatif_est_result(const whatif_est *e, const whatif_strata *s, double *fig, double *se) {
+void whatif_est_result(const whatif_est *e, const whatif_strata *s, double *fig, double *se,
+                       double *se_b) {
+    double B = (double)e->batches;
     for (int32_t j = 0; j < WHATIF_N_F; j++) {
         double t, v;
         whatif_strata_total(s, e->z + j, WHATIF_N_F, &t, &v);
         fig[j] = e->fig[j];
         se[j] = sqrt(v > 0 ? v : 0);
-        int ratio = j == WHATIF_F_REL || j == WHATIF_F_BIAS || j == WHATIF_F_LSTAR;
-        if (ratio && !whatif_ratio_estimable(s)) fig[j] = se[j] = NAN;
+        if (se_b) { /* the spread of the batches' own figures about their mean */
+            double ss = 0;
+            for (int64_t b = 0; b < e->batches; b++) {
+                double dv = e->fb[b * WHATIF_N_F + j] - e->fig[j];
+                ss += dv * dv;
+            }
+            se_b[j] = e->batches > 1 ? sqrt(ss / (B * (B - 1.0))) : 0.0;
+        }
+        int ratio = j == WHATIF_F_REL || j == WHATIF_F_BIAS || j == WHATIF_F_LSTAR ||
+                    j == WHATIF_F_WLSTAR || j == WHATIF_F_MCAP || j == WHATIF_F_WMCAP;
+        if (ratio && !whatif_ratio_estimable(s)) {
+            fig[j] = se[j] = NAN;
+            if (se_b) se_b[j] = NAN;
+        }
     }
 }

@@ -53,8 +53,10 @@ void whatif_strata_total(const whatif_strata *s, const double *y, int64_t stride
 /* ---- the figures of one replay ------------------------------------------------------------- */
 
 /* Per row v of a replay, sums over its C elements (d = reduced - exact, e = exact, h = the mean
- * final hidden state, a = d / (sqrt(e^2 + var_e) + eps) Adam's view of the error, m = the
- * softmax part of the exact gradient, sum_t p_tv h_t / tokens): */
+ * final hidden state, a = d / (sqrt(e^2 + var_e) + eps) Adam's view of the error with the same
+ * batch's second moment, m = the softmax part of the exact gradient, sum_t p_tv h_t / tokens).
+ * The W slots are the same four under AdamW's running second moment (whatif_window.h: a = d /
+ * (sqrt(mean over the replayed batches of e^2) + eps)); whatif_row_figures leaves them 0. */
 enum {
     WHATIF_Y_D2,    /* sum d^2 */
     WHATIF_Y_E2,    /* sum e^2 */
@@ -65,8 +67,17 @@ enum {
     WHATIF_Y_ALSE,  /* -sum a . m: the change of the mean log-sum-exp under Adam, per unit lr */
     WHATIF_Y_ZPULL, /* 2 sum (m / (sqrt(e^2 + var_e) + eps)) . m: z-loss's pull on the mean
                        log-sum-exp under Adam, per unit lr, coef and lse */
+    WHATIF_Y_ZMEAN, /* 2 sum (m / (sqrt(e^2 + var_e) + eps)) . h: z-loss's pull on the row's
+                       own logit (its 2 coef lse p, through Adam), per unit lr, coef and lse */
+    WHATIF_Y_ANORM2, /* sum a^2 / C: the error in units of Adam's step, squared, per element */
+    WHATIF_Y_WMEAN, /* AMEAN, ALSE, ZPULL, ZMEAN, ANORM2 under the running second moment */
+    WHATIF_Y_WLSE,
+    WHATIF_Y_WZPULL,
+    WHATIF_Y_WZMEAN,
+    WHATIF_Y_WNORM2,
     WHATIF_N_Y
 };
+#define WHATIF_Y_WINDOW (WHATIF_Y_WMEAN - WHATIF_Y_AMEAN) /* offset of a view's W slot */
 
 /* y[WHATIF_N_Y] of one row of C elements: p, e (C) its reduced and exact values; x: rank n's
  * local values at x[n * stride + c] (bf16 bits), n < N (their spread gives var_e, the variance
@@ -84,25 +95,46 @@ enum {
     WHATIF_F_AMEAN, /* AMEAN / V: the same under Adam, per unit lr */
     WHATIF_F_ALSE,  /* ALSE: the mean log-sum-exp's change under Adam, per unit lr */
     WHATIF_F_LSTAR, /* ALSE / (coef ZPULL): the lse excess at which z-loss's pull balances */
+    WHATIF_F_MCAP,  /* (AMEAN - ALSE ZMEAN / ZPULL) / V: the mean logit's change per unit lr
+                       once z-loss holds lse at that balance (the push less z-loss's pull on
+                       the mean logit at lse excess LSTAR; coef cancels) */
+    WHATIF_F_ANORM, /* sqrt(ANORM2 / V): the RMS over the head's elements of the error in units
+                       of Adam's step, |p - e| / RMS. AdamW's view is linear in the error (its
+                       v is the exact gradient's): it holds while this is well below 1; where
+                       the error is as large as the step it changes v itself, and the view
+                       overstates the drift (Adam's step is at most ~lr per element) */
+    WHATIF_F_WMEAN, /* AMEAN, ALSE, LSTAR, MCAP, ANORM under the running second moment */
+    WHATIF_F_WLSE,
+    WHATIF_F_WLSTAR,
+    WHATIF_F_WMCAP,
+    WHATIF_F_WNORM,
     WHATIF_N_F
 };
+#define WHATIF_F_WINDOW (WHATIF_F_WMEAN - WHATIF_F_AMEAN) /* offset of a view's W figure */
+
+/* Which figures whatif_est_batch forms: the same-batch ones (REL .. MCAP) as each batch is
+ * replayed, the running-second-moment ones (W*) once every batch is in (whatif_window.h). */
+enum { WHATIF_EST_SAME = 1, WHATIF_EST_WINDOW = 2 };
 
 /* A replay's figures over batches: each batch's figures from its estimated totals, averaged
- * over the batches, with the linearised variables accumulated per row for the error. */
+ * over the batches, with the linearised variables accumulated per row for the row sample's
+ * error and each batch's figures kept for the error between batches. */
 typedef struct whatif_est {
-    int64_t K;
+    int64_t K, batches;
     double *y;                  /* (K, WHATIF_N_Y) this batch's per-row values */
     double *z;                  /* (K, WHATIF_N_F) per-row linearised variables, summed */
+    double *fb;                 /* (batches, WHATIF_N_F) each batch's figures */
     double  fig[WHATIF_N_F];    /* figures, summed over batches */
 } whatif_est;
 
-int32_t whatif_est_open(whatif_est *e, int64_t K, ct_error *err);
+int32_t whatif_est_open(whatif_est *e, int64_t K, int64_t batches, ct_error *err);
 void whatif_est_close(whatif_est *e);
 
-/* The figures of the batch whose per-row values are in e->y, added with weight 1/batches.
- * V: the vocabulary; coef: z-loss's coefficient for the balance (WHATIF_F_LSTAR). */
+/* The figures of batch b (< batches) whose per-row values are in e->y, added with weight
+ * 1/batches; which: WHATIF_EST_SAME and/or WHATIF_EST_WINDOW. V: the vocabulary; coef: z-loss's
+ * coefficient for the balance (WHATIF_F_LSTAR). */
 void whatif_est_batch(whatif_est *e, const whatif_strata *s, int64_t V, double coef,
-                      int64_t batches);
+                      int64_t b, int64_t batches, int32_t which);
 
 /* 0 for a sample of one stratum (--stratify uniform): there a ratio figure (REL, BIAS, LSTAR)
  * is not estimable. Its totals are dominated by a few frequent tokens' rows (one row held 55%
@@ -112,8 +144,12 @@ void whatif_est_batch(whatif_est *e, const whatif_strata *s, int64_t V, double c
  * simulated samples of 300 rows). Stratifying by the token's count takes those rows. */
 int whatif_ratio_estimable(const whatif_strata *s);
 
-/* The figures (means over the batches) and their standard errors; a ratio figure that is not
- * estimable (whatif_ratio_estimable) is NAN, its standard error too. */
-void whatif_est_result(const whatif_est *e, const whatif_strata *s, double *fig, double *se);
+/* The figures (means over the batches), their standard errors from the row sample (se) and
+ * between the batches (se_b, NULL: not wanted): se_b = sqrt(sum_b (f_b - mean)^2 / (B (B - 1)))
+ * over the B batches' own figures f_b, the standard error of their mean (0 for B = 1). A ratio
+ * figure that is not estimable (whatif_ratio_estimable) is NAN, its errors too. The combined
+ * error is sqrt(se^2 + se_b^2): the rows are drawn once and the batches independently of them. */
+void whatif_est_result(const whatif_est *e, const whatif_strata *s, double *fig, double *se,
+                       double *se_b);
 
 #endif /* CTRAIN_HOST_WHATIF_SAMPLE_H */

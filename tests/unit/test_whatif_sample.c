@@ -8,6 +8,7 @@
 #include "ct_test.h"
 
 #include "../../host/whatif/whatif_sample.h"
+#include "../../host/whatif/whatif_window.h"
 
 #include <ctrain/numerics.h>
 
@@ -117,14 +118,14 @@ CT_TEST(whatif_ratio_figure_error_matches_its_spread) {
         whatif_strata s;
         whatif_est e;
         CT_CHECK_INT(whatif_strata_sample(&s, POP, 150, key, mass, 1000 + (uint64_t)d, &err), CT_OK);
-        CT_CHECK_INT(whatif_est_open(&e, s.K, &err), CT_OK);
+        CT_CHECK_INT(whatif_est_open(&e, s.K, 1, &err), CT_OK);
         for (int64_t i = 0; i < s.K; i++) {
             e.y[i * WHATIF_N_Y + WHATIF_Y_DS] = y[s.row[i]];
             e.y[i * WHATIF_N_Y + WHATIF_Y_EA] = x[s.row[i]];
         }
-        whatif_est_batch(&e, &s, POP, 0.0, 1);
+        whatif_est_batch(&e, &s, POP, 0.0, 0, 1, WHATIF_EST_SAME);
         double f[WHATIF_N_F], se[WHATIF_N_F];
-        whatif_est_result(&e, &s, f, se);
+        whatif_est_result(&e, &s, f, se, NULL);
         est[d] = f[WHATIF_F_BIAS];
         var[d] = se[WHATIF_F_BIAS] * se[WHATIF_F_BIAS];
         whatif_est_close(&e);
@@ -145,13 +146,14 @@ CT_TEST(whatif_row_figures_follow_their_formulas) {
         }
     p[0] = e[0] + 0.01, p[1] = e[1] - 0.02;
     whatif_row_figures(2, p, e, x, 2, 3, m, hbar, 1e-8, y);
-    double d2 = 0, e2 = 0, ds = 0, ea = 0, push = 0, am = 0, al = 0, zp = 0;
+    double d2 = 0, e2 = 0, ds = 0, ea = 0, push = 0, am = 0, al = 0, zp = 0, zm = 0, a2 = 0;
     for (int c = 0; c < 2; c++) {
         double d = p[c] - e[c], ss = 0;
         for (int n = 0; n < 3; n++) ss += (xs[n][c] - e[c]) * (xs[n][c] - e[c]);
         double r = sqrt(e[c] * e[c] + ss / 6.0) + 1e-8;
         d2 += d * d, e2 += e[c] * e[c], ds += d, ea += fabs(e[c]);
         push -= d * hbar[c], am -= d / r * hbar[c], al -= d / r * m[c], zp += 2 * m[c] * m[c] / r;
+        zm += 2 * m[c] * hbar[c] / r, a2 += d * d / (r * r) / 2;
     }
     CT_CHECK_CLOSE(y[WHATIF_Y_D2], d2, 1e-12, 0);
     CT_CHECK_CLOSE(y[WHATIF_Y_E2], e2, 1e-12, 0);
@@ -161,4 +163,114 @@ CT_TEST(whatif_row_figures_follow_their_formulas) {
     CT_CHECK_CLOSE(y[WHATIF_Y_AMEAN], am, 1e-12, 0);
     CT_CHECK_CLOSE(y[WHATIF_Y_ALSE], al, 1e-12, 0);
     CT_CHECK_CLOSE(y[WHATIF_Y_ZPULL], zp, 1e-12, 0);
+    CT_CHECK_CLOSE(y[WHATIF_Y_ZMEAN], zm, 1e-12, 0);
+    CT_CHECK_CLOSE(y[WHATIF_Y_ANORM2], a2, 1e-12, 0);
+    CT_CHECK(y[WHATIF_Y_WMEAN] == 0 && y[WHATIF_Y_WLSE] == 0); /* the window's, not this */
+}
+
+CT_TEST(whatif_between_batch_error_is_the_spread_of_the_batches_figures) {
+    /* a census of 5 rows over B = 8 batches: each batch's push is sum_v y_v / V, and se_b must
+     * be the sample standard deviation of those 8 figures over sqrt(8); the row error of a
+     * census is 0 */
+    enum { V5 = 5, B = 8 };
+    whatif_strata s;
+    whatif_est e;
+    ct_error err = {.struct_size = sizeof err};
+    CT_CHECK_INT(whatif_strata_census(&s, V5, &err), CT_OK);
+    CT_CHECK_INT(whatif_est_open(&e, V5, B, &err), CT_OK);
+    double fb[B], mean = 0;
+    for (int b = 0; b < B; b++) {
+        fb[b] = 0;
+        for (int v = 0; v < V5; v++) {
+            double yv = sin(1.0 + b * 7.0 + v * 3.0) * (1 + b % 3);
+            e.y[v * WHATIF_N_Y + WHATIF_Y_PUSH] = yv;
+            fb[b] += yv / V5;
+        }
+        mean += fb[b] / B;
+        whatif_est_batch(&e, &s, V5, 0.0, b, B, WHATIF_EST_SAME);
+    }
+    double ss = 0;
+    for (int b = 0; b < B; b++) ss += (fb[b] - mean) * (fb[b] - mean);
+    double want = sqrt(ss / (B - 1)) / sqrt((double)B);
+    double f[WHATIF_N_F], se[WHATIF_N_F], se_b[WHATIF_N_F];
+    whatif_est_result(&e, &s, f, se, se_b);
+    CT_CHECK_CLOSE(f[WHATIF_F_PUSH], mean, 1e-12, 1e-15);
+    CT_CHECK_CLOSE(se_b[WHATIF_F_PUSH], want, 1e-12, 0);
+    CT_CHECK(want > 0.01);
+    CT_CHECK(se[WHATIF_F_PUSH] == 0);
+    whatif_est_close(&e);
+    whatif_strata_free(&s);
+}
+
+CT_TEST(whatif_cap_figure_is_the_push_less_zloss_pull_at_the_balance) {
+    /* one row (a census of 1): MCAP = (AMEAN - ALSE ZMEAN / ZPULL) / V, LSTAR = ALSE / (coef
+     * ZPULL); coef cancels in MCAP */
+    whatif_strata s;
+    whatif_est e;
+    ct_error err = {.struct_size = sizeof err};
+    CT_CHECK_INT(whatif_strata_census(&s, 1, &err), CT_OK);
+    for (int k = 0; k < 2; k++) {
+        double coef = k ? 1e-2 : 1e-4;
+        CT_CHECK_INT(whatif_est_open(&e, 1, 1, &err), CT_OK);
+        e.y[WHATIF_Y_AMEAN] = 3.0, e.y[WHATIF_Y_ALSE] = 0.5, e.y[WHATIF_Y_ZPULL] = 4.0;
+        e.y[WHATIF_Y_ZMEAN] = 2.0;
+        whatif_est_batch(&e, &s, 1, coef, 0, 1, WHATIF_EST_SAME);
+        double f[WHATIF_N_F], se[WHATIF_N_F];
+        whatif_est_result(&e, &s, f, se, NULL);
+        CT_CHECK_CLOSE(f[WHATIF_F_LSTAR], 0.5 / (coef * 4.0), 1e-12, 0);
+        CT_CHECK_CLOSE(f[WHATIF_F_MCAP], 3.0 - 0.5 * 2.0 / 4.0, 1e-12, 0);
+        whatif_est_close(&e);
+    }
+    whatif_strata_free(&s);
+}
+
+CT_TEST(whatif_window_rare_token_step_grows_as_one_over_sqrt_f) {
+    /* One row of C = 4 over B = 8 batches; its token is in f = 2/8 of them: there the exact
+     * gradient is g and the error d, elsewhere both 0. The same batch's view divides by |g|
+     * (N = 1: no spread), the running second moment by sqrt(f) |g|: the mean logit's change
+     * must come out 1/sqrt(f) = 2 times larger, and the lse figure too. */
+    enum { C4 = 4, B = 8 };
+    const double g[C4] = {0.5, -0.25, 0.125, 1.0}, dd[C4] = {1e-3, 2e-3, -5e-4, 1e-3};
+    const double hbar[C4] = {1.0, -2.0, 0.5, 1.5}, m[C4] = {0.1, 0.2, -0.1, 0.3};
+    const int present[B] = {0, 1, 0, 0, 0, 1, 0, 0};
+    whatif_strata s;
+    whatif_est e;
+    whatif_window w;
+    whatif_window_batch wb;
+    ct_error err = {.struct_size = sizeof err};
+    CT_CHECK_INT(whatif_strata_census(&s, 1, &err), CT_OK);
+    CT_CHECK_INT(whatif_est_open(&e, 1, B, &err), CT_OK);
+    CT_CHECK_INT(whatif_window_open(&w, 1, C4, B, &err), CT_OK);
+    CT_CHECK_INT(whatif_window_batch_open(&wb, 1, C4, B, &err), CT_OK);
+    for (int b = 0; b < B; b++) {
+        double p[C4], ex[C4];
+        uint16_t x[C4];
+        for (int c = 0; c < C4; c++) {
+            ex[c] = present[b] ? g[c] : 0.0;
+            p[c] = ex[c] + (present[b] ? dd[c] : 0.0);
+            x[c] = ct_bf16_from_f32((float)ex[c]);
+        }
+        whatif_row_figures(C4, p, ex, x, C4, 1, m, hbar, 0.0, e.y);
+        if (!present[b]) /* no gradient, no error: the same batch's view has 0/0 = nothing */
+            for (int j = WHATIF_Y_AMEAN; j < WHATIF_N_Y; j++) e.y[j] = 0;
+        whatif_est_batch(&e, &s, 1, 1e-4, b, B, WHATIF_EST_SAME);
+        whatif_window_add(&w, &wb, b, 0, p, ex, m, hbar);
+    }
+    for (int b = 0; b < B; b++) {
+        whatif_window_rows(&w, &wb, b, 0.0, e.y);
+        whatif_est_batch(&e, &s, 1, 1e-4, b, B, WHATIF_EST_WINDOW);
+    }
+    double f[WHATIF_N_F], se[WHATIF_N_F], se_b[WHATIF_N_F];
+    whatif_est_result(&e, &s, f, se, se_b);
+    double am = 0;
+    for (int c = 0; c < C4; c++) am -= dd[c] / fabs(g[c]) * hbar[c];
+    CT_CHECK_CLOSE(f[WHATIF_F_AMEAN], am * 2.0 / B, 1e-6, 0);
+    CT_CHECK_CLOSE(f[WHATIF_F_WMEAN] / f[WHATIF_F_AMEAN], 2.0, 1e-5, 0);
+    CT_CHECK_CLOSE(f[WHATIF_F_WLSE] / f[WHATIF_F_ALSE], 2.0, 1e-5, 0);
+    CT_CHECK_CLOSE(f[WHATIF_F_WNORM] / f[WHATIF_F_ANORM], 2.0, 1e-5, 0);
+    CT_CHECK(se_b[WHATIF_F_WMEAN] > 0 && se_b[WHATIF_F_AMEAN] > 0);
+    whatif_window_close(&w);
+    whatif_window_batch_close(&wb);
+    whatif_est_close(&e);
+    whatif_strata_free(&s);
 }
