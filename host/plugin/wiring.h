@@ -22,12 +22,12 @@ typedef struct host_model_source {
     /* Before [model] is validated: a run folder becomes its newest checkpoint; with
      * from_config, the keys that checkpoint's (or a Hugging Face config.json's) [model] sets. */
     int32_t (*settle)(host_config *cfg, ct_error *err);
-    int (*is_checkpoint)(const char *init_from); /* nonzero: open/unit/close read it */
-    /* the weights unit by unit (src: the source's own handle, closed with close) */
-    int32_t (*open)(const char *path, const host_config *cfg, const ct_model_desc *d, int say,
-                    void **src, ct_error *err);
+    int (*is_checkpoint)(const char *init_from); /* nonzero: open_source etc. read it */
+    /* the weights unit by unit (src: the source's own handle, closed with close_source) */
+    int32_t (*open_source)(const char *path, const host_config *cfg, const ct_model_desc *d,
+                           int say, void **src, ct_error *err);
     int32_t (*unit)(void *src, uint32_t u, float *full, ct_error *err);
-    void (*close)(void *src);
+    void (*close_source)(void *src);
 } host_model_source;
 
 /* The plugins of a run. Pointers are owned by the registry. */

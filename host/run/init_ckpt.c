@@ -221,7 +221,7 @@ static void source_close(void *src) { init_ckpt_close(src); }
 const host_model_source init_ckpt_source = {
     .settle = source_settle,
     .is_checkpoint = init_ckpt_kind,
-    .open = source_open,
+    .open_source = source_open,
     .unit = source_unit,
-    .close = source_close,
+    .close_source = source_close,
 };

@@ -37,8 +37,8 @@ int32_t init_ckpt_resolve(host_config *cfg, ct_error *err);
 
 /* The model source every caller of wiring_resolve hands over (plugin/wiring.h): settle =
  * init_ckpt_resolve, then, when init_from is not a ctrain folder, hf_config_fill
- * (weights/hf_config.h: a Hugging Face config.json); is_checkpoint = init_ckpt_kind; open, unit,
- * close = init_ckpt_open, init_ckpt_unit, init_ckpt_close. */
+ * (weights/hf_config.h: a Hugging Face config.json); is_checkpoint = init_ckpt_kind;
+ * open_source, unit, close_source = init_ckpt_open, init_ckpt_unit, init_ckpt_close. */
 extern const host_model_source init_ckpt_source;
 
 typedef struct init_ckpt init_ckpt;

@@ -184,8 +184,9 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
     const host_model_source *ms = r->model_source;
     void *ck = NULL;       /* ... read from a ctrain checkpoint (fine-tuning: ms) */
     if (init_from && *init_from)
-        rc = ms->is_checkpoint(init_from) ? ms->open(init_from, r->cfg, &r->mdesc, 0, &ck, err)
-                                          : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
+        rc = ms->is_checkpoint(init_from)
+                 ? ms->open_source(init_from, r->cfg, &r->mdesc, 0, &ck, err)
+                 : import_open(init_from, r->cfg, &r->mdesc, 0, &im, err);
     if (rc != CT_OK) return rc;
     for (uint32_t u = 0; u < nu; u++) {
         uint64_t n = r->units[u].numel;
@@ -195,7 +196,7 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
             free(full);
             free(mask);
             import_close(im);
-            if (ck) ms->close(ck);
+            if (ck) ms->close_source(ck);
             return ct_error_set(err, CT_ERR_NOMEM, "out of memory initialising unit %u", u);
         }
         init_unit(&r->mdesc, u, (uint64_t)seed, full);
@@ -234,13 +235,13 @@ static int32_t setup_parameters(host_rank *r, ct_error *err) {
         free(mask);
         if (rc != CT_OK) {
             import_close(im);
-            if (ck) ms->close(ck);
+            if (ck) ms->close_source(ck);
             if (err->code == CT_OK) ct_error_set(err, rc, "out of memory for optimizer state");
             return rc;
         }
     }
     import_close(im);
-    if (ck) ms->close(ck);
+    if (ck) ms->close_source(ck);
     return master_setup(r, err); /* a bf16 master: compensation buffers and f32 scratch */
 }
 
@@ -590,13 +591,13 @@ int32_t rank_dry_open(const host_config *cfg, const host_wiring *w, int32_t worl
         void *ck = NULL; /* a checkpoint's files are verified whole as they are opened */
         *failed = "init_from";
         if (w->model_source->is_checkpoint(init_from)) {
-            rc = w->model_source->open(init_from, cfg, &r->mdesc, 1, &ck, err);
+            rc = w->model_source->open_source(init_from, cfg, &r->mdesc, 1, &ck, err);
         } else {
             rc = import_open(init_from, cfg, &r->mdesc, 1, &im, err);
             if (rc == CT_OK) rc = import_check_values(im, err);
         }
         import_close(im);
-        if (ck) w->model_source->close(ck);
+        if (ck) w->model_source->close_source(ck);
     }
     if (rc == CT_OK) *failed = "shape", rc = step_shape(r, err);
     if (rc == CT_OK) *failed = "plugins", rc = dry_setup(r, err);
