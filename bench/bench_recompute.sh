@@ -38,7 +38,7 @@ echo "| recompute | max RSS (MiB) | block activations kept (MiB) | wall s/step (
 echo "|---|---:|---:|---:|---:|"
 for mode in ${ORDER:-none blocks attention}; do
     rm -rf "$work/run"
-    nice -n "$nice_n" /usr/bin/time -v "$BUILD/ctrain" train "$work/run.ini" \
+    CTRAIN_DEBUG=1 nice -n "$nice_n" /usr/bin/time -v "$BUILD/ctrain" train "$work/run.ini" \
         --set model.recompute=$mode --force > "$work/$mode.log" 2>&1 ||
         { echo "bench_recompute.sh: the $mode run failed:" >&2; tail -5 "$work/$mode.log" >&2; exit 1; }
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/$mode.log")

@@ -24,6 +24,7 @@ PY
 tiny_ini "$work/t.ini" "$work/unused" "$work/data" 257
 sed -i -e 's/^steps = 20/steps = 4/' -e 's/^seq_len = 32/seq_len = 80/' "$work/t.ini"
 printf '[device.cpu]\nthreads = 2\n' >> "$work/t.ini"
+export CTRAIN_DEBUG=1 # the activation line of recompute = none is a debug line
 train() {
     local name=$1; shift
     "$CTRAIN" train "$work/t.ini" --set run.out_dir="$work/$name" "$@" > "$work/$name.log" 2>&1 \

@@ -711,7 +711,9 @@ static int32_t gpt_prepare(void *self, int64_t B, int64_t T, int32_t dtype, ct_e
                  "blocks (recompute = %s), %.1f MiB in all, for B=%lld T=%lld",
                  (double)m->act_bytes / 1048576.0, recompute_choices[m->recompute],
                  (double)bytes / 1048576.0, (long long)B, (long long)T);
-        m->api->log(m->host, CT_LOG_INFO, line);
+        /* said when recompute is chosen; with none only under CTRAIN_DEBUG (a debug line), so
+         * the host's start-up line stays the first a run prints */
+        m->api->log(m->host, m->recompute ? CT_LOG_INFO : CT_LOG_DEBUG, line);
     }
     return CT_OK;
 }
