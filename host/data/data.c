@@ -333,7 +333,7 @@ static int on_meta_key(void *user, const char *section, const char *name, const 
             if (!is_int || v < -1 || v >= INT32_MAX) return p->bad = "max_token", 0;
             m->max_token = (int32_t)v;
         } else if (!strcmp(name, "eot_token")) {
-            if (!is_int || v < 0 || v > 65535) return p->bad = "eot_token", 0;
+            if (!is_int || v < 0 || v >= INT32_MAX) return p->bad = "eot_token", 0;
             m->eot_token = (int32_t)v;
         }
         return 1;
