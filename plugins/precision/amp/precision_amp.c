@@ -19,24 +19,13 @@ typedef struct amp_precision {
 
 static const char *const amp_accum_choices[] = {"auto", "bf16", "f32", NULL};
 
-/* Is the run's [strategy] plugin ddp, by name or as a path to strategy_ddp.so? 0 when the
- * configuration has no [strategy] (a policy checked on its own, by check-plugin or a test). */
-static int amp_under_ddp(const ct_create_args *args) {
-    const char *name = NULL;
-    ct_error ignored = {.struct_size = sizeof ignored};
-    if (args->api->get_string(args->host, "strategy", "plugin", &name, &ignored) != CT_OK)
-        return 0;
-    const char *base = strrchr(name, '/');
-    return !strcmp(name, "ddp") || (base && !strcmp(base + 1, "strategy_ddp.so"));
-}
-
 static void *amp_create(const ct_create_args *args, ct_error *err) {
     const char *accum = NULL;
     if (args->api->get_string(args->host, args->section, "grad_accum_dtype", &accum, err) != CT_OK)
         return NULL;
     amp_precision *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision amp: out of memory"), NULL;
-    int f32 = !strcmp(accum, "f32") || (!strcmp(accum, "auto") && amp_under_ddp(args));
+    int f32 = !strcmp(accum, "f32") || (!strcmp(accum, "auto") && ct_pkit_under_ddp(args));
     self->grad_accum_dtype = f32 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
     if (!strcmp(accum, "auto") && f32 && args->rank == 0)
         args->api->log(args->host, CT_LOG_INFO,

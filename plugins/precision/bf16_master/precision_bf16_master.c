@@ -23,17 +23,6 @@ typedef struct bm_precision {
 static const char *const bm_dtype_choices[] = {"f32", "bf16", NULL};
 static const char *const bm_accum_choices[] = {"auto", "bf16", "f32", NULL};
 
-/* Is the run's [strategy] plugin ddp (by name or as a path to strategy_ddp.so)? As amp: 0 when
- * the configuration has no [strategy]. */
-static int bm_under_ddp(const ct_create_args *args) {
-    const char *name = NULL;
-    ct_error ignored = {.struct_size = sizeof ignored};
-    if (args->api->get_string(args->host, "strategy", "plugin", &name, &ignored) != CT_OK)
-        return 0;
-    const char *base = strrchr(name, '/');
-    return !strcmp(name, "ddp") || (base && !strcmp(base + 1, "strategy_ddp.so"));
-}
-
 static void *bm_create(const ct_create_args *args, ct_error *err) {
     const char *wire = NULL, *accum = NULL;
     int32_t update = CT_MASTER_KAHAN;
@@ -45,7 +34,7 @@ static void *bm_create(const ct_create_args *args, ct_error *err) {
     bm_precision *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, "precision bf16_master: out of memory"), NULL;
     self->reduce_dtype = !strcmp(wire, "bf16") ? CT_DTYPE_BF16 : CT_DTYPE_F32;
-    int f32 = !strcmp(accum, "f32") || (!strcmp(accum, "auto") && bm_under_ddp(args));
+    int f32 = !strcmp(accum, "f32") || (!strcmp(accum, "auto") && ct_pkit_under_ddp(args));
     self->grad_accum_dtype = f32 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
     self->update = update;
     return self;

@@ -21,16 +21,6 @@ typedef struct scaled_amp {
 
 static const char *const samp_accum_choices[] = {"auto", "bf16", "f32", NULL};
 
-/* Is the run's [strategy] plugin ddp, by name or as a path to strategy_ddp.so? */
-static int samp_under_ddp(const ct_create_args *args) {
-    const char *name = NULL;
-    ct_error ignored = {.struct_size = sizeof ignored};
-    if (args->api->get_string(args->host, "strategy", "plugin", &name, &ignored) != CT_OK)
-        return 0;
-    const char *base = strrchr(name, '/');
-    return !strcmp(name, "ddp") || (base && !strcmp(base + 1, "strategy_ddp.so"));
-}
-
 static void *samp_create(const ct_create_args *args, ct_error *err) {
     const char *accum = NULL;
     ct_pkit_scaler scaler;
@@ -39,7 +29,7 @@ static void *samp_create(const ct_create_args *args, ct_error *err) {
         return NULL;
     scaled_amp *self = calloc(1, sizeof *self);
     if (!self) return ct_error_set(err, CT_ERR_NOMEM, SAMP_WHO ": out of memory"), NULL;
-    int f32 = !strcmp(accum, "f32") || (!strcmp(accum, "auto") && samp_under_ddp(args));
+    int f32 = !strcmp(accum, "f32") || (!strcmp(accum, "auto") && ct_pkit_under_ddp(args));
     self->grad_accum_dtype = f32 ? CT_DTYPE_F32 : CT_DTYPE_BF16;
     self->scaler = scaler;
     return self;

@@ -41,6 +41,19 @@ static inline int32_t ct_pkit_get_grad_accum(const ct_create_args *args, int32_t
     return CT_OK;
 }
 
+/* Is the run's [strategy] plugin ddp, by name or as a path to strategy_ddp.so? 0 when the
+ * configuration has no [strategy] (a policy checked on its own, by check-plugin or a test).
+ * What grad_accum_dtype = auto asks (amp, scaled_amp, bf16_master): f32 local gradients under
+ * ddp, as PyTorch DDP's .grad under autocast; the compute dtype under the FSDP strategies. */
+static inline int ct_pkit_under_ddp(const ct_create_args *args) {
+    const char *name = NULL;
+    ct_error ignored = {.struct_size = sizeof ignored};
+    if (args->api->get_string(args->host, "strategy", "plugin", &name, &ignored) != CT_OK)
+        return 0;
+    const char *base = strrchr(name, '/');
+    return !strcmp(name, "ddp") || (base && !strcmp(base + 1, "strategy_ddp.so"));
+}
+
 /* --- the policy ---------------------------------------------------------------------------- */
 
 /* Fill *out as every built-in policy does: the given param (compute), reduce and grad
