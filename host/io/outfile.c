@@ -300,11 +300,19 @@ static int32_t create_beside(const char *path, int access_mode, char **tmp, int 
 
 /* The temporaries being written now. A command that has not installed its own handlers
  * (train has: run/preempt.c) gets one at its first output: it unlinks every live temporary
- * (unlink is async-signal-safe) and re-raises the signal with its default action. */
+ * (unlink is async-signal-safe) and re-raises the signal with its default action.
+ * Threads: the handler runs on one thread while the others go on, so a name it has read
+ * from a slot must not be freed under it. `stopping` (set by the handler before it reads a
+ * slot) and live_remove (clears its slot, then reads `stopping`) order that: a remover that
+ * sees `stopping` never returns (the process is about to end with the signal), so its caller
+ * never frees a name the handler may hold; one that does not see it cleared the slot before
+ * the handler read it (both sequentially consistent). */
 #define LIVE_MAX 64
 static char *live_tmp[LIVE_MAX];
+static int stopping;
 
 static void on_stop_signal(int sig) {
+    __atomic_store_n(&stopping, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < LIVE_MAX; i++) {
         char *p = __atomic_load_n(&live_tmp[i], __ATOMIC_SEQ_CST);
         if (p) unlink(p);
@@ -339,10 +347,12 @@ static void live_add(char *p) {
     }
 }
 
+/* Forget p; returns only when the caller may free it (see live_tmp above). */
 static void live_remove(const char *p) {
     for (int i = 0; p && i < LIVE_MAX; i++)
         if (__atomic_load_n(&live_tmp[i], __ATOMIC_SEQ_CST) == p)
             __atomic_store_n(&live_tmp[i], NULL, __ATOMIC_SEQ_CST);
+    while (p && __atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) pause();
 }
 
 /* ---- whole files ------------------------------------------------------------------------ */

@@ -33,7 +33,7 @@ typedef struct mpi_comm {
     MPI_Comm      comm;        /* dup of MPI_COMM_WORLD for collectives and send/recv */
     MPI_Comm      ctl;         /* dup for abort messages */
     MPI_Datatype  bf16, f16;   /* 2-byte types that only the half ops accept */
-    MPI_Op        half_sum, half_max, half_min;
+    MPI_Op        half_ops[2][3]; /* [0 bf16, 1 f16][0 sum, 1 max, 2 min] */
     int           rank, size;
     int           we_initialized; /* 1: MPI_Finalize in destroy (unless the world died) */
     double        timeout_s;
@@ -63,17 +63,11 @@ static const ct_param_spec mpi_params[] = {
 
 /* ---------------------------------------------------------------------------------------
  * half ops (bf16, and f16 since ABI 1.7): every combine rounds to the type (f32 add, then
- * round to nearest even: the correctly rounded sum of two values of either type). One op
- * serves both private types; it tells them apart by the type's name.
+ * round to nearest even: the correctly rounded sum of two values of either type). Each type
+ * has its own three ops, so a callback knows its type without asking MPI.
  * ------------------------------------------------------------------------------------- */
 
 #define F16_TYPE_NAME "ctrain_f16"
-
-static int is_f16_type(MPI_Datatype dt) {
-    char name[MPI_MAX_OBJECT_NAME] = {0};
-    int len = 0;
-    return MPI_Type_get_name(dt, name, &len) == MPI_SUCCESS && strcmp(name, F16_TYPE_NAME) == 0;
-}
 
 static inline float half_to_f32(uint16_t h, int f16) {
     return f16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
@@ -91,17 +85,19 @@ static inline uint16_t half_pick(uint16_t a, uint16_t b, int f16, int sign) {
     return (sign > 0 ? x > y : x < y) ? a : b;
 }
 
-/* MPI user functions: inout[i] = in[i] op inout[i]. */
-static void half_op(void *in, void *inout, int len, MPI_Datatype dt, int op) {
+/* MPI user functions: inout[i] = in[i] op inout[i] (op 0 sum, 1 max, -1 min). */
+static void half_op(void *in, void *inout, int len, int f16, int op) {
     const uint16_t *a = in;
     uint16_t *b = inout;
-    int f16 = is_f16_type(dt);
     for (int i = 0; i < len; i++)
         b[i] = op == 0 ? half_add(a[i], b[i], f16) : half_pick(a[i], b[i], f16, op);
 }
-static void half_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { half_op(in, inout, *len, *dt, 0); }
-static void half_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { half_op(in, inout, *len, *dt, 1); }
-static void half_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { half_op(in, inout, *len, *dt, -1); }
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)dt; half_op(in, inout, *len, 0, 0); }
+static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)dt; half_op(in, inout, *len, 0, 1); }
+static void bf16_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)dt; half_op(in, inout, *len, 0, -1); }
+static void f16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)dt; half_op(in, inout, *len, 1, 0); }
+static void f16_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)dt; half_op(in, inout, *len, 1, 1); }
+static void f16_min_fn(void *in, void *inout, int *len, MPI_Datatype *dt) { (void)dt; half_op(in, inout, *len, 1, -1); }
 
 /* ---------------------------------------------------------------------------------------
  * errors
@@ -183,9 +179,8 @@ static int32_t finish(mpi_comm *self, MPI_Request *r, const char *what, ct_error
  * ------------------------------------------------------------------------------------- */
 
 static void free_half_types(mpi_comm *self) {
-    MPI_Op_free(&self->half_sum);
-    MPI_Op_free(&self->half_max);
-    MPI_Op_free(&self->half_min);
+    for (int t = 0; t < 2; t++)
+        for (int o = 0; o < 3; o++) MPI_Op_free(&self->half_ops[t][o]);
     MPI_Type_free(&self->bf16);
     MPI_Type_free(&self->f16);
 }
@@ -234,9 +229,10 @@ static void *mpi_create(const ct_create_args *args, ct_error *err) {
     MPI_Type_contiguous(1, MPI_UINT16_T, &self->f16);
     MPI_Type_set_name(self->f16, F16_TYPE_NAME);
     MPI_Type_commit(&self->f16);
-    MPI_Op_create(half_sum_fn, 1, &self->half_sum);
-    MPI_Op_create(half_max_fn, 1, &self->half_max);
-    MPI_Op_create(half_min_fn, 1, &self->half_min);
+    MPI_User_function *const half_fns[2][3] = {{bf16_sum_fn, bf16_max_fn, bf16_min_fn},
+                                               {f16_sum_fn, f16_max_fn, f16_min_fn}};
+    for (int t = 0; t < 2; t++)
+        for (int o = 0; o < 3; o++) MPI_Op_create(half_fns[t][o], 1, &self->half_ops[t][o]);
 
     rc = MPI_Irecv(self->ctl_buf, WHY_MAX, MPI_CHAR, MPI_ANY_SOURCE, TAG_ABORT, self->ctl,
                    &self->ctl_req);
@@ -299,13 +295,14 @@ static int32_t map_type(const mpi_comm *self, int32_t dtype, int reduce, MPI_Dat
 static int32_t map_op(const mpi_comm *self, int32_t dtype, int32_t op, MPI_Op *out,
                       ct_error *err) {
     int half = dtype == CT_DTYPE_BF16 || dtype == CT_DTYPE_F16;
+    const MPI_Op *ops = self->half_ops[dtype == CT_DTYPE_F16];
     switch (op) {
-    case CT_REDUCE_SUM: *out = half ? self->half_sum : MPI_SUM; return CT_OK;
-    case CT_REDUCE_MAX: *out = half ? self->half_max : MPI_MAX; return CT_OK;
-    case CT_REDUCE_MIN: *out = half ? self->half_min : MPI_MIN; return CT_OK;
+    case CT_REDUCE_SUM: *out = half ? ops[0] : MPI_SUM; return CT_OK;
+    case CT_REDUCE_MAX: *out = half ? ops[1] : MPI_MAX; return CT_OK;
+    case CT_REDUCE_MIN: *out = half ? ops[2] : MPI_MIN; return CT_OK;
     case CT_REDUCE_AVG: /* a SUM of premultiplied copies (avg_copy) */
         if (half || dtype == CT_DTYPE_F32 || dtype == CT_DTYPE_F64) {
-            *out = half ? self->half_sum : MPI_SUM;
+            *out = half ? ops[0] : MPI_SUM;
             return CT_OK;
         }
         return ct_error_set(err, CT_ERR_UNSUPPORTED, "comm mpi: AVG over %s ---> AVG is for "
