@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tokenizer_families.py — byte-level BPE tokenizers of three families' shapes, built with the
+"""tokenizer_families.py — byte-level BPE tokenizers of the families' shapes, built with the
 tokenizers library (no hub), against ctrain's ids.
 
 usage: tokenizer_families.py check CTRAIN WORKDIR
@@ -18,6 +18,10 @@ here by the library's BpeTrainer on real text (Debian's /usr/share/common-licens
                                                              <|im_end|>
   other-split a pattern of no family that leaves gaps          <|endoftext|>, <s>
   string-split a Split on the literal text " "                  <|endoftext|>
+  smollm      Digits (one digit a piece), then ByteLevel with GPT-2's regex
+                                                             <|endoftext|>, <|im_start|>,
+                                                             <|im_end|>
+  digit-runs  Digits (a run of digits a piece), then the same  <|endoftext|>
 
 check: ctrain encodes the hard texts of tests/bpe_check.py (accents, CJK, emoji, code,
 whitespace runs, digits, contractions, control bytes, long runs, ill-formed UTF-8, random mixes,
@@ -27,8 +31,8 @@ tokenizer itself, without it against the same file with no added tokens (special
 ordinary). Also the tokenizer.json ctrain writes (`--hf-out`) read back by the library. Prints
 the counts per family; exits 1 on any mismatch.
 
-fixture: writes OUTDIR/llama3.tokenizer.json and OUTDIR/qwen2.tokenizer.json (vocabularies of
-600 trained tokens, the special tokens after them) and OUTDIR/expected.txt (for each, the ids
+fixture: writes OUTDIR/llama3.tokenizer.json, OUTDIR/qwen2.tokenizer.json and
+OUTDIR/smollm.tokenizer.json (vocabularies of 600 trained tokens, the special tokens after them) and OUTDIR/expected.txt (for each, the ids
 of a set of texts with and without --specials), the test data of
 tests/cli/test_tokenizer_fixture.sh, which checks ctrain's C path without Python libraries
 (tests/cli/test_vocab32.sh pads the llama3 one to Llama-3's 128,256 ids).
@@ -70,6 +74,12 @@ FAMILIES = {
     # a Split on literal text ({"String": " "}), not a regex
     "string-split": dict(pattern=" ", literal=True, nfc=False, ignore_merges=False,
                          specials=["<|endoftext|>"]),
+    # SmolLM's (and StarCoder's): Digits with one digit a piece, then ByteLevel with GPT-2's
+    # regex; and the same with Digits' default (a run of digits a piece)
+    "smollm": dict(digits=True, nfc=False, ignore_merges=False,
+                   specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
+    "digit-runs": dict(digits=False, nfc=False, ignore_merges=False,
+                       specials=["<|endoftext|>"]),
 }
 
 
@@ -86,10 +96,15 @@ def build(family, vocab_size):
     tk = Tokenizer(models.BPE(ignore_merges=f["ignore_merges"]))
     if f["nfc"]:
         tk.normalizer = normalizers.NFC()
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(f["pattern"] if f.get("literal") else Regex(f["pattern"]),
-                             behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if "digits" in f:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=f["digits"]),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(f["pattern"] if f.get("literal") else Regex(f["pattern"]),
+                                 behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -210,10 +225,11 @@ def fixture(out):
     os.makedirs(out, exist_ok=True)
     texts = [t for t in special_texts("llama3") + special_texts("qwen2") + nfc_texts()]
     texts += [b"Hello world! It's 2024.", "東京 😀 café naïve".encode(), b"  a  b\n\n\tc",
+              "v1.2.3 x 12,345.67 ٣٤٥ ½ Ⅻ 2²".encode(),
               b"def f(x):\n    return x**2  # 12345\n", b"ok \xf0\x9f bad \xff bytes"]
     lines = ["# tokenizer_families.py fixture: FAMILY MODE TEXT_HEX IDS (the tokenizers "
              "library's, version %s)" % __import__("tokenizers").__version__]
-    for family in ["llama3", "qwen2"]:
+    for family in ["llama3", "qwen2", "smollm"]:
         doc = build(family, 600)
         path = os.path.join(out, family + ".tokenizer.json")
         with open(path, "w", encoding="utf-8") as f:

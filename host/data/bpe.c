@@ -74,6 +74,10 @@ struct bpe_model {
     int32_t        n_merges;
     pcre2_code    *re;
     char          *split;     /* a Split pre-tokenizer's regex (owned); NULL: GPT-2's */
+    /* a Digits pre-tokenizer before ByteLevel's regex (SmolLM's, StarCoder's): 0 none,
+     * BPE_DIGITS_RUNS each run of digits a piece, BPE_DIGITS_ONE each digit a piece */
+    int32_t        digits;
+    pcre2_code    *digits_re; /* its pattern: \p{N}+ or \p{N} (Rust's char::is_numeric) */
     int32_t        split_literal; /* the Split pattern was {"String": ...}: matched as text */
     pattern_family family;
     int32_t        nfc;       /* normalizer NFC (Qwen2's) */
@@ -196,7 +200,9 @@ static int32_t finish_model(bpe_model *m, const char *path, ct_error *err) {
     int code;
     PCRE2_SIZE at;
     const char *pattern = m->split ? m->split : gpt2_pattern;
-    m->family = !m->split                        ? PAT_GPT2
+    /* Digits first: no cut places are claimed (PAT_OTHER), the pieces differ from GPT-2's */
+    m->family = m->digits                        ? PAT_OTHER
+              : !m->split                        ? PAT_GPT2
               : m->split_literal                 ? PAT_OTHER
               : !strcmp(m->split, gpt2_pattern)   ? PAT_GPT2
               : !strcmp(m->split, llama3_pattern) ? PAT_LLAMA3
@@ -215,6 +221,15 @@ static int32_t finish_model(bpe_model *m, const char *path, ct_error *err) {
                             "PCRE2 compiles" : "an internal error");
     }
     pcre2_jit_compile(m->re, PCRE2_JIT_COMPLETE); /* without JIT it still matches, slower */
+    if (m->digits) {
+        const char *digits = m->digits == BPE_DIGITS_ONE ? "\\p{N}" : "\\p{N}+";
+        m->digits_re = pcre2_compile((PCRE2_SPTR)digits, PCRE2_ZERO_TERMINATED,
+                                     PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+        if (!m->digits_re)
+            return ct_error_set(err, CT_ERR_INTERNAL, "%s: PCRE2 cannot compile the Digits "
+                                "pattern ---> an internal error", path);
+        pcre2_jit_compile(m->digits_re, PCRE2_JIT_COMPLETE);
+    }
     return CT_OK;
 }
 
@@ -229,6 +244,7 @@ void bpe_free(bpe_model *m) {
     free(m->merge_l);
     free(m->merge_r);
     if (m->re) pcre2_code_free(m->re);
+    if (m->digits_re) pcre2_code_free(m->digits_re);
     free(m->split);
     for (int32_t i = 0; i < m->n_added; i++) free(m->added_text[i]);
     free(m->added_text);
@@ -591,9 +607,9 @@ static int32_t check_byte_level(const char *path, const char *where, const json_
                             path, where);
     if (regex != want_regex)
         return ct_error_set(err, CT_ERR_INVALID, "%s: %s.use_regex is %s; ctrain reads ByteLevel "
-                            "with GPT-2's regex alone, or without it after a Split ---> give a "
-                            "tokenizer of GPT-2's, Llama-3's or Qwen2's shape", path, where,
-                            regex ? "true" : "false");
+                            "with GPT-2's regex alone or after Digits, or without it after a "
+                            "Split ---> give a tokenizer of GPT-2's, Llama-3's, Qwen2's or "
+                            "SmolLM's shape", path, where, regex ? "true" : "false");
     return CT_OK;
 }
 
@@ -627,12 +643,26 @@ static int32_t read_split(bpe_model *m, const char *path, const char *where,
     return CT_OK;
 }
 
-/* tokenizer.json's "pre_tokenizer": ByteLevel with its regex (GPT-2's), or a Sequence of a
- * Split and ByteLevel without its regex (Llama-3's, Qwen2's); a Sequence of the ByteLevel alone
- * is the first. Anything else is refused naming its JSON path. */
+/* A Digits pre-tokenizer at `where`: individual_digits true (one digit a piece) or false (the
+ * library's default: a run of digits a piece). */
+static int32_t read_digits(bpe_model *m, const char *path, const char *where,
+                           const json_value *pre, ct_error *err) {
+    const json_value *one = json_get(pre, "individual_digits");
+    if (one && one->type != JSON_TRUE && one->type != JSON_FALSE)
+        return ct_error_set(err, CT_ERR_INVALID, "%s: %s.individual_digits is not true or false "
+                            "---> the file is damaged", path, where);
+    m->digits = one && one->type == JSON_TRUE ? BPE_DIGITS_ONE : BPE_DIGITS_RUNS;
+    return CT_OK;
+}
+
+/* tokenizer.json's "pre_tokenizer": ByteLevel with its regex (GPT-2's), a Sequence of a Split
+ * and ByteLevel without its regex (Llama-3's, Qwen2's), or a Sequence of Digits and ByteLevel
+ * with its regex (SmolLM's); a Sequence of the ByteLevel alone is the first. Anything else is
+ * refused naming its JSON path. */
 static int32_t read_pre_tokenizer(bpe_model *m, const char *path, const json_value *pre,
                                   ct_error *err) {
-    const char *hint = "give a byte-level BPE tokenizer of GPT-2's, Llama-3's or Qwen2's shape";
+    const char *hint = "give a byte-level BPE tokenizer of GPT-2's, Llama-3's, Qwen2's or "
+                       "SmolLM's shape";
     const char *type = json_string(json_get(pre, "type"));
     if (!type)
         return ct_error_set(err, CT_ERR_INVALID, "%s: pre_tokenizer is missing; ctrain splits "
@@ -652,14 +682,17 @@ static int32_t read_pre_tokenizer(bpe_model *m, const char *path, const json_val
         char where[64];
         snprintf(where, sizeof where, "pre_tokenizer.pretokenizers[%zu]", i);
         int32_t rc;
-        if (t && !strcmp(t, "Split") && !byte_level) rc = read_split(m, path, where, one, err);
+        if (t && !strcmp(t, "Split") && !byte_level && !m->digits)
+            rc = read_split(m, path, where, one, err);
+        else if (t && !strcmp(t, "Digits") && !byte_level && !m->split && !m->digits)
+            rc = read_digits(m, path, where, one, err);
         else if (t && !strcmp(t, "ByteLevel") && !byte_level && i + 1 == list->n) {
             byte_level = 1;
             rc = check_byte_level(path, where, one, m->split == NULL, err);
         } else
             rc = ct_error_set(err, CT_ERR_INVALID, "%s: %s.type is %s; ctrain reads a Split "
-                              "followed by ByteLevel (or ByteLevel alone) ---> %s", path, where,
-                              t ? t : "missing", hint);
+                              "followed by ByteLevel, Digits followed by ByteLevel, or ByteLevel "
+                              "alone ---> %s", path, where, t ? t : "missing", hint);
         if (rc != CT_OK) return rc;
     }
     if (!byte_level)
@@ -853,6 +886,8 @@ const char *bpe_split_pattern(const bpe_model *m, int *literal) {
 
 int bpe_normalizes_nfc(const bpe_model *m) { return m->nfc; }
 
+int32_t bpe_digits(const bpe_model *m) { return m->digits; }
+
 /* ---- merging ----------------------------------------------------------------------------- */
 
 typedef struct id_list {
@@ -1029,10 +1064,14 @@ static int encode_piece(const bpe_model *m, const unsigned char *p, size_t n, id
 
 /* The pieces of one stretch of text (no added token in it) appended to out: normalized (NFC)
  * when the tokenizer says so, split by the pattern (each match and each gap between matches a
- * piece: Split's Isolated; GPT-2's pattern leaves no gaps), each piece merged. */
+ * piece: Split's Isolated; GPT-2's pattern leaves no gaps), each piece merged. With Digits, the
+ * stretch is split by the digits pattern first and each of those pieces by the pattern, as the
+ * library applies a Sequence of pre-tokenizers (each piece a text of its own: the pattern sees
+ * neither the text before a piece nor the text after it). */
 typedef struct encoder {
     const bpe_model     *m;
-    pcre2_match_data    *md;
+    pcre2_match_data    *md;         /* for m->re */
+    pcre2_match_data    *md_digits;  /* for m->digits_re (NULL without Digits) */
     pcre2_jit_stack     *js;
     pcre2_match_context *mc;
     id_list              out;
@@ -1051,21 +1090,22 @@ static int32_t encode_piece_segments(encoder *e, const char *text, size_t at, si
     return CT_OK;
 }
 
-static int32_t encode_stretch(encoder *e, const char *text, size_t len, ct_error *err) {
-    char *normal = NULL;
-    size_t normal_len = 0;
-    if (e->m->nfc && len) {
-        int32_t rc = nfc_normalize(text, len, &normal, &normal_len, err);
-        if (rc != CT_OK) return rc;
-        if (normal) text = normal, len = normal_len;
-    }
+static int32_t encode_split_piece(encoder *e, int digits, const char *text, size_t at,
+                                  size_t end, ct_error *err);
+
+/* Split text[0, len) by the digits pattern (digits: 1) or the pattern (0), each match and each
+ * gap a piece; a piece of the digits split is split again by the pattern, one of the pattern's
+ * is merged. */
+static int32_t encode_split(encoder *e, int digits, const char *text, size_t len,
+                            ct_error *err) {
+    const pcre2_code *re = digits ? e->m->digits_re : e->m->re;
+    pcre2_match_data *md = digits ? e->md_digits : e->md;
     int32_t rc = CT_OK;
     size_t at = 0, from = 0; /* the next piece starts at `at`; the pattern is searched from `from` */
     while (at < len && from < len) {
-        int got = pcre2_match(e->m->re, (PCRE2_SPTR)text, len, from, PCRE2_NO_UTF_CHECK, e->md,
-                              e->mc);
+        int got = pcre2_match(re, (PCRE2_SPTR)text, len, from, PCRE2_NO_UTF_CHECK, md, e->mc);
         if (got == PCRE2_ERROR_NOMATCH) break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (got < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(got, msg, sizeof msg);
@@ -1079,11 +1119,30 @@ static int32_t encode_stretch(encoder *e, const char *text, size_t len, ct_error
             from = ov[0] + (k ? k : 1);
             continue;
         }
-        if (ov[0] > at && (rc = encode_piece_segments(e, text, at, ov[0], err)) != CT_OK) break;
-        if ((rc = encode_piece_segments(e, text, ov[0], ov[1], err)) != CT_OK) break;
-        at = from = ov[1];
+        size_t m0 = ov[0], m1 = ov[1]; /* the next level's matches reuse only their own md */
+        if (m0 > at && (rc = encode_split_piece(e, digits, text, at, m0, err)) != CT_OK) break;
+        if ((rc = encode_split_piece(e, digits, text, m0, m1, err)) != CT_OK) break;
+        at = from = m1;
     }
-    if (rc == CT_OK && at < len) rc = encode_piece_segments(e, text, at, len, err); /* a gap */
+    if (rc == CT_OK && at < len) rc = encode_split_piece(e, digits, text, at, len, err); /* a gap */
+    return rc;
+}
+
+static int32_t encode_split_piece(encoder *e, int digits, const char *text, size_t at,
+                                  size_t end, ct_error *err) {
+    return digits ? encode_split(e, 0, text + at, end - at, err)
+                  : encode_piece_segments(e, text, at, end, err);
+}
+
+static int32_t encode_stretch(encoder *e, const char *text, size_t len, ct_error *err) {
+    char *normal = NULL;
+    size_t normal_len = 0;
+    if (e->m->nfc && len) {
+        int32_t rc = nfc_normalize(text, len, &normal, &normal_len, err);
+        if (rc != CT_OK) return rc;
+        if (normal) text = normal, len = normal_len;
+    }
+    int32_t rc = encode_split(e, e->m->digits_re != NULL, text, len, err);
     free(normal);
     return rc;
 }
@@ -1118,10 +1177,11 @@ int32_t bpe_encode_ex(const bpe_model *m, const char *text, size_t len, uint32_t
     }
     encoder e = {.m = m};
     e.md = pcre2_match_data_create_from_pattern(m->re, NULL);
+    if (m->digits_re) e.md_digits = pcre2_match_data_create_from_pattern(m->digits_re, NULL);
     e.js = pcre2_jit_stack_create(32 << 10, 4 << 20, NULL);
     e.mc = pcre2_match_context_create(NULL);
     int32_t rc = CT_OK;
-    if (!e.md || !e.js || !e.mc) {
+    if (!e.md || (m->digits_re && !e.md_digits) || !e.js || !e.mc) {
         rc = ct_error_set(err, CT_ERR_NOMEM, "out of memory encoding text");
         goto out_free;
     }
@@ -1156,6 +1216,7 @@ out_free:
     if (e.mc) pcre2_match_context_free(e.mc);
     if (e.js) pcre2_jit_stack_free(e.js);
     if (e.md) pcre2_match_data_free(e.md);
+    if (e.md_digits) pcre2_match_data_free(e.md_digits);
     free(clean);
     return rc;
 }

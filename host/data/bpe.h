@@ -75,6 +75,9 @@ int bpe_is_special(const bpe_model *m, int32_t id);
  * ByteLevel's own (GPT-2's); whether the tokenizer normalizes to NFC. For writing it back. */
 const char *bpe_split_pattern(const bpe_model *m, int *literal);
 int bpe_normalizes_nfc(const bpe_model *m);
+/* A Digits pre-tokenizer before ByteLevel's regex (SmolLM's shape): 0 none, or how it splits. */
+enum { BPE_DIGITS_RUNS = 1, BPE_DIGITS_ONE = 2 };
+int32_t bpe_digits(const bpe_model *m);
 
 /* The merges in priority order: pair k merges left[k] and right[k] (ids). A tiktoken model's
  * are recovered from its ranks (each token of two bytes or more is the merge of the two parts

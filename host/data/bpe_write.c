@@ -112,6 +112,12 @@ int32_t bpe_write_tokenizer_json(bpe_model *m, const char *path, ct_error *err) 
         fputs("\"}, \"behavior\": \"Isolated\", \"invert\": false},\n"
               "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
               "\"trim_offsets\": true, \"use_regex\": false}]},\n", f);
+    } else if (bpe_digits(m)) { /* SmolLM's form: Digits, then ByteLevel with its regex */
+        fprintf(f, "  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+                "    {\"type\": \"Digits\", \"individual_digits\": %s},\n"
+                "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                "\"trim_offsets\": true, \"use_regex\": true}]},\n",
+                bpe_digits(m) == BPE_DIGITS_ONE ? "true" : "false");
     } else {
         fputs("  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
               "\"trim_offsets\": true, \"use_regex\": true},\n", f);
@@ -194,7 +200,8 @@ int32_t bpe_write_hf(bpe_model *m, const char *dir, int64_t model_max_length, ct
                 "  \"bos_token\": %s,\n  \"eos_token\": %s,\n  \"unk_token\": %s,\n"
                 "  \"pad_token\": null,\n  \"add_prefix_space\": false,\n"
                 "  \"add_bos_token\": false,\n  \"clean_up_tokenization_spaces\": false\n}\n",
-                bpe_vocab_size(m) > 257 && !split ? "GPT2Tokenizer" : "PreTrainedTokenizerFast",
+                bpe_vocab_size(m) > 257 && !split && !bpe_digits(m) ? "GPT2Tokenizer"
+                                                                    : "PreTrainedTokenizerFast",
                 (long long)model_max_length, special, special, special);
         rc = commit_stream(f, &buf, &n, path, err);
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test_tokenizer_families.sh — ctrain's byte-level BPE against the tokenizers library for five
+# test_tokenizer_families.sh — ctrain's byte-level BPE against the tokenizers library for seven
 # pre-tokenizers (GPT-2's pattern as a Split, Llama-3's, Qwen2's with NFC, a pattern of no
-# family that leaves gaps, a literal String split), each a tokenizer
-# the library builds here from the family's published Split regex, special tokens and a merge
+# family that leaves gaps, a literal String split, SmolLM's Digits + ByteLevel, Digits with runs),
+# each a tokenizer
+# the library builds here from the family's published pre-tokenizer, special tokens and a merge
 # table it trains (tests/tokenizer_families.py): the same ids on the hard texts of GPT-2's test
 # with and without --specials, and through the tokenizer.json ctrain writes. Part of `make
 # test-interop`; skipped, saying why, without $CTRAIN_INTEROP_PYTHON (make test checks the C
@@ -17,7 +18,7 @@ if [ -z "$py" ] || ! "$py" -c "import tokenizers" 2> /dev/null; then
     exit 0
 fi
 if "$py" "$ROOT/tests/tokenizer_families.py" check "$CTRAIN" "$CT_TMP/w" > "$CT_TMP/families.log" 2>&1; then
-    ct_pass "GPT-2 (as a Split), Llama-3, Qwen2 (NFC), a gapped and a literal Split: ctrain's ids = the tokenizers library's"
+    ct_pass "GPT-2 (as a Split), Llama-3, Qwen2 (NFC), a gapped and a literal Split, SmolLM's Digits (one digit, runs): ctrain's ids = the tokenizers library's"
 else
     ct_fail tokenizer_families "$(grep -E 'MISMATCH|tokenizer_families:' "$CT_TMP/families.log" | head -8)"
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test_tokenizer_fixture.sh — Llama-3's and Qwen2's tokenizer.json shapes through ctrain's C
-# path, without Python libraries: tests/tokenizers/ holds two small tokenizers the tokenizers
-# library built (Split regex + ByteLevel, Qwen2's NFC, special tokens after 600 trained ones)
+# test_tokenizer_fixture.sh — Llama-3's, Qwen2's and SmolLM's tokenizer.json shapes through
+# ctrain's C path, without Python libraries: tests/tokenizers/ holds three small tokenizers the
+# tokenizers library built (Split regex + ByteLevel, Qwen2's NFC, SmolLM's Digits + ByteLevel
+# with its regex, special tokens after 600 trained ones)
 # and the library's ids of fixed texts (emoji, CJK, decomposed accents,
 # contractions in capitals, digit runs, tabs before words, ill-formed UTF-8, chat templates),
 # with `tokenize --specials` and without; tests/tokenizer_families.py regenerates them.
@@ -21,7 +22,7 @@ import os, subprocess, sys
 ctrain, fx, w = sys.argv[1:4]
 rows = [l.split(" ", 3) for l in open(os.path.join(fx, "expected.txt")) if not l.startswith("#")]
 bad, n_ids, out = 0, 0, []
-for fam in ("llama3", "qwen2"):
+for fam in ("llama3", "qwen2", "smollm"):
     for mode in ("specials", "ordinary"):
         sel = [r for r in rows if r[0] == fam and r[1] == mode]
         files = []
@@ -42,7 +43,7 @@ for fam in ("llama3", "qwen2"):
 print("ok" if bad == 0 else "bad", n_ids, "; ".join(out))
 PY
 )
-[ "${msg%% *}" = ok ] && ct_pass "Llama-3 and Qwen2 tokenizer.json: ctrain's ids = the tokenizers library's (${msg#ok })" \
+[ "${msg%% *}" = ok ] && ct_pass "Llama-3, Qwen2 and SmolLM tokenizer.json: ctrain's ids = the tokenizers library's (${msg#ok })" \
     || ct_fail fixture_ids "$msg"
 
 # special tokens: the chat template's markers are single ids with --specials, text without
@@ -70,7 +71,7 @@ PY
 python3 - "$FX" "$W" <<'PY'
 import json, sys
 fx, w = sys.argv[1:3]
-for fam in ("llama3", "qwen2"):
+for fam in ("llama3", "qwen2", "smollm"):
     d = json.load(open("%s/%s.tokenizer.json" % (fx, fam), encoding="utf-8"))
     v, m = d["model"]["vocab"], d["model"]["merges"]
     for k, (a, b) in enumerate([(".", "b"), (",", "a"), ("\u0109", "a"), ("\u0109a", "b")]):
@@ -81,7 +82,7 @@ for fam in ("llama3", "qwen2"):
         d["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": "\\p{L}+|\\p{N}{1,2}|[.,;]"}
         json.dump(d, open("%s/other.json" % w, "w", encoding="utf-8"), ensure_ascii=False)
 PY
-for fam in llama3 qwen2 other; do
+for fam in llama3 qwen2 other smollm; do
     ct_run "$CTRAIN" prepare "$W/corpus.txt" --out "$W/d_$fam" --tokenizer bpe \
         --tokenizer-file "$W/$fam.json" --threads 2 --unit-bytes 2000 \
         --val-fraction 0 --quiet
@@ -126,6 +127,12 @@ save("invert", lambda d: d["pre_tokenizer"]["pretokenizers"][0].__setitem__("inv
 save("regex", lambda d: d["pre_tokenizer"]["pretokenizers"][0].__setitem__("pattern", {"Regex": "(?<=a+)b|("}))
 save("lstrip", lambda d: d["added_tokens"][3].__setitem__("lstrip", True))
 save("bl_regex", lambda d: d["pre_tokenizer"]["pretokenizers"][1].__setitem__("use_regex", True))
+# SmolLM's shape (Digits, then ByteLevel with its regex) and what it does not read
+doc = json.load(open(src.replace("llama3", "smollm"), encoding="utf-8"))
+save("digits_noregex", lambda d: d["pre_tokenizer"]["pretokenizers"][1].__setitem__("use_regex", False))
+save("digits_twice", lambda d: d["pre_tokenizer"]["pretokenizers"].insert(0, {"type": "Digits"}))
+save("digits_flag", lambda d: d["pre_tokenizer"]["pretokenizers"][0].__setitem__("individual_digits", "yes"))
+save("digits_split", lambda d: d["pre_tokenizer"]["pretokenizers"].insert(1, {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Isolated", "invert": False}))
 PY
 ct_expect_failure refuse_digits "pre_tokenizer.pretokenizers[1].type is Digits" "$CTRAIN" tokenize "$W/pre_digits.json" - <<< "x"
 ct_expect_failure refuse_metaspace "pre_tokenizer.type is Metaspace" "$CTRAIN" tokenize "$W/pre_meta.json" - <<< "x"
@@ -135,4 +142,8 @@ ct_expect_failure refuse_invert "pre_tokenizer.pretokenizers[0].invert is true" 
 ct_expect_failure refuse_regex "$W/regex.json: PCRE2 cannot compile the pre-tokenizer's pattern" "$CTRAIN" tokenize "$W/regex.json" - <<< "x"
 ct_expect_failure refuse_lstrip "added_tokens[3].lstrip is true" "$CTRAIN" tokenize "$W/lstrip.json" - <<< "x"
 ct_expect_failure refuse_bytelevel_regex "pre_tokenizer.pretokenizers[1].use_regex is true" "$CTRAIN" tokenize "$W/bl_regex.json" - <<< "x"
+ct_expect_failure refuse_digits_noregex "pre_tokenizer.pretokenizers[1].use_regex is false" "$CTRAIN" tokenize "$W/digits_noregex.json" - <<< "x"
+ct_expect_failure refuse_digits_twice "pre_tokenizer.pretokenizers[1].type is Digits" "$CTRAIN" tokenize "$W/digits_twice.json" - <<< "x"
+ct_expect_failure refuse_digits_flag "pre_tokenizer.pretokenizers[0].individual_digits is not true or false" "$CTRAIN" tokenize "$W/digits_flag.json" - <<< "x"
+ct_expect_failure refuse_digits_split "pre_tokenizer.pretokenizers[1].type is Split" "$CTRAIN" tokenize "$W/digits_split.json" - <<< "x"
 ct_summary
