@@ -22,7 +22,9 @@
  * The first three again with attention = naive and mlp_epilogue = kernels (f32/f32, bf16/bf16,
  * f16/f16),
  * so a failing fused path does not hide the state of the rest. Then the attention kernels
- * around their tile sizes (attention_cases). A token outside the
+ * around their tile sizes (attention_cases), and document masking ([data] doc_mask) on flash,
+ * naive and GQA attention with documents ending across tiles (doc_mask_cases; each first checks
+ * that the mask changes the reference's logits). A token outside the
  * vocabulary must fail naming its position (bad_token_case). Then GPT-2 124M forward+backward
  * timings on the device under test (bf16, B=8, T=1024; attention flash and naive).
  * Prints "ok NAME ..." / "FAIL NAME ..." and "N passed, N failed".
@@ -46,7 +48,11 @@ typedef struct {
     void                 **params, **grads; /* per unit, device memory */
     int32_t               *tokens;          /* (2, N): two micro-batches */
     float                 *logits, *dlogits;
+    int32_t                doc_mask, eot;   /* ct_stage_args.doc_mask and eot_token */
 } side;
+
+/* >= 0: compare_case runs with document masking, this token the separator (doc_mask_cases) */
+static int32_t doc_eot = -1;
 
 /* Padded element count of unit u (tensor k starts at the sum of aligned sizes before it). */
 static uint64_t unit_len(const ct_model_desc *d, uint32_t u) {
@@ -142,7 +148,8 @@ static int run_pass(side *s, int micro, int backward, int32_t pdt, int32_t gdt, 
         ct_stage_args a = {.struct_size = sizeof a, .stage = st, .params = s->params[u],
                            .grads = s->grads[u], .param_dtype = pdt, .grad_dtype = gdt,
                            .tokens = s->tokens + micro * N, .logits = s->logits,
-                           .dlogits = s->dlogits, .micro_step = micro};
+                           .dlogits = s->dlogits, .micro_step = micro,
+                           .doc_mask = s->doc_mask, .eot_token = s->eot};
         int32_t rc = backward ? s->vt->backward(s->self, &a, &err) : s->vt->forward(s->self, &a, &err);
         if (rc != CT_OK) return printf("%s stage %d: %s\n", backward ? "backward" : "forward", st, err.message), 0;
     }
@@ -193,6 +200,9 @@ static void compare_case(const char *label, const char *const *over, int32_t pdt
     for (int64_t i = 0; i < 2 * N; i++) tok[i] = (int32_t)(ph_uniform() * (double)V);
     if (N > 9) /* a token seen several times (the embedding gradient groups); T = 1 has N = 2 */
         tok[5] = tok[9] = tok[N + 3];
+    if (doc_eot >= 0) /* three documents' ends in each sequence, the last across a 64-row tile */
+        for (int64_t sq = 0; sq < 2 * B; sq++)
+            for (int64_t t = T / 4; t < T; t += T / 4 + 1) tok[sq * T + t] = doc_eot;
     float *dlog = malloc((size_t)(N * V) * 4);
     for (int64_t i = 0; i < N * V; i++) dlog[i] = (float)(ph_normal() / (double)N);
     if (!side_setup(&r, over, w, pdt, gdt, tok, dlog, B, T) ||
@@ -201,6 +211,16 @@ static void compare_case(const char *label, const char *const *over, int32_t pdt
         goto out;
     }
     char what[160];
+    if (doc_eot >= 0) { /* the mask must matter: the reference's logits without it differ */
+        uint64_t bytes = (uint64_t)(N * V) * 4;
+        float *l0 = run_pass(&r, 0, 0, pdt, gdt, N) ? ph_download(r.dev, r.logits, bytes) : NULL;
+        r.doc_mask = d.doc_mask = 1, r.eot = d.eot = doc_eot;
+        float *l1 = run_pass(&r, 0, 0, pdt, gdt, N) ? ph_download(r.dev, r.logits, bytes) : NULL;
+        double e = l0 && l1 ? rel_l2(l0, l1, (uint64_t)(N * V)) : 0;
+        check(e > 4 * tol, name, "reference logits with the mask against without it, rel L2", e,
+              4 * tol); /* far above what the comparison below allows */
+        free(l0), free(l1);
+    }
     for (int micro = 0; micro < 2; micro++) {
         if (!run_pass(&r, micro, 0, pdt, gdt, N) || !run_pass(&d, micro, 0, pdt, gdt, N)) {
             check(0, name, "forward failed", 0, 0);
@@ -455,6 +475,33 @@ static void attention_cases(ct_device_ref ref, ct_device_ref dut) {
     }
 }
 
+/* Document masking ([data] doc_mask): the attention of each position sees only its own
+ * document (from the last eot_token at or before it), on the CUDA flash and naive kernels
+ * against attention.c; three documents' ends per sequence, at T = 32 and at T = 130 (ends
+ * at 32, 65 and 98: across the 64-row bf16 tiles and the 32-row f32 ones), with rope and GQA. */
+static void doc_mask_cases(ct_device_ref ref, ct_device_ref dut) {
+    static const char *const flash[] = {"model:n_layer=2", "model:n_head=4", "model:d_model=64",
+                                        "model:vocab_size=300", "model:seq_len=130", NULL};
+    static const char *const naive[] = {"model:n_layer=2", "model:n_head=4", "model:d_model=64",
+                                        "model:vocab_size=300", "model:seq_len=130",
+                                        "model:attention=naive", NULL};
+    static const char *const gqa[] = {"model:n_layer=2", "model:n_head=4", "model:n_kv_head=2",
+                                      "model:d_model=64", "model:vocab_size=300",
+                                      "model:seq_len=130", "model:norm=rmsnorm",
+                                      "model:mlp=swiglu", "model:pos=rope", "model:bias=false",
+                                      NULL};
+    struct { const char *label; const char *const *over; int64_t T; } dc[] = {
+        {"docmask_flash_T32", flash, 32},   {"docmask_flash_T130", flash, 130},
+        {"docmask_naive_T130", naive, 130}, {"docmask_gqa_rope_T130", gqa, 130}};
+    doc_eot = 7;
+    for (size_t c = 0; c < sizeof dc / sizeof dc[0]; c++) {
+        compare_case(dc[c].label, dc[c].over, CT_DTYPE_F32, CT_DTYPE_F32, dc[c].T, ref, dut);
+        compare_case(dc[c].label, dc[c].over, CT_DTYPE_BF16, CT_DTYPE_BF16, dc[c].T, ref, dut);
+        compare_case(dc[c].label, dc[c].over, CT_DTYPE_F16, CT_DTYPE_F16, dc[c].T, ref, dut);
+    }
+    doc_eot = -1;
+}
+
 int main(int argc, char **argv) {
     int cpu_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -540,6 +587,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 5; k += 2) compare_case(label, plain, dt[k][0], dt[k][1], 32, ref, dut);
     }
     attention_cases(ref, dut);
+    doc_mask_cases(ref, dut);
     flash_head_dim_case(dut, !cpu_only);
     bad_token_case(gpt2, ref, "cpu");
     bad_token_case(gpt2, dut, cpu_only ? "second_cpu" : "cuda");
