@@ -82,6 +82,15 @@ ct_install_gpt_without() {
         -o "$dir/plugins/model_gpt.so" $(pkg-config --libs openblas) -lm 2> "$dir/build.log"
 }
 
+# ct_prepare_licenses OUT: token shards of three of Debian's license texts (GPL-3, GPL-2,
+# LGPL-2.1) under a 1000-piece sentencepiece model trained on them, no validation split, in
+# OUT; prepare's output in OUT.log. Returns prepare's status.
+ct_prepare_licenses() {
+    "$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --text /usr/share/common-licenses/GPL-2 \
+        --text /usr/share/common-licenses/LGPL-2.1 --out "$1" --tokenizer sentencepiece \
+        --vocab-size 1000 --val-fraction 0 > "$1.log" 2>&1
+}
+
 # Stop early (with a summary) when the binary is missing.
 ct_need_ctrain() {
     if [ ! -x "$CTRAIN" ]; then

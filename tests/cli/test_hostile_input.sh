@@ -169,9 +169,7 @@ fi
 # covered the whole replay 54% of the time at 2 SE; they are now shown as "-". Every figure
 # still printed must hold the whole replay's value within 2 SE in >= 90% of 20 seeds x 8
 # replays (the old output, ratios included, held 841 of 960).
-"$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --text /usr/share/common-licenses/GPL-2 \
-    --text /usr/share/common-licenses/LGPL-2.1 --out sp --tokenizer sentencepiece \
-    --vocab-size 1000 --val-fraction 0 > sp.log 2>&1 || ct_fail whatif_setup "prepare: $(tail -3 sp.log)"
+ct_prepare_licenses sp || ct_fail whatif_setup "prepare: $(tail -3 sp.log)"
 printf '%s\n' '[run]' 'name = w' "out_dir = $W/wrun" 'steps = 2' 'seed = 11' 'log_every = 2' \
     'eval_every = 0' 'checkpoint_every = 2' '[data]' "train = $W/sp" 'batch_size = 2' 'seq_len = 8' \
     '[model]' 'plugin = gpt' 'n_layer = 1' 'n_head = 2' 'd_model = 16' 'vocab_size = 1000' \

@@ -16,10 +16,7 @@ cd "$(dirname "$0")/../.."
 ct_need_ctrain
 W=$CT_TMP
 
-"$CTRAIN" prepare --text /usr/share/common-licenses/GPL-3 --text /usr/share/common-licenses/GPL-2 \
-    --text /usr/share/common-licenses/LGPL-2.1 --out "$W/sp" --tokenizer sentencepiece \
-    --vocab-size 1000 --val-fraction 0 > "$W/prepare.log" 2>&1 \
-    || { ct_fail prepare "$(tail -3 "$W/prepare.log")"; ct_summary; exit 1; }
+ct_prepare_licenses "$W/sp" || { ct_fail prepare "$(tail -3 "$W/sp.log")"; ct_summary; exit 1; }
 cat > "$W/w.ini" <<EOF
 [run]
 name = wb
